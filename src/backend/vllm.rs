@@ -1,0 +1,690 @@
+//! One vLLM v1 engine: scheduler, KV cache with prefix caching, gauges.
+//!
+//! Follows `vllm/v1/core/sched/scheduler.py::schedule` (see `../shared/reference/policies.md`
+//! §6.2–6.4):
+//!
+//! * No prefill/decode phases: each request has `computed` tokens and catches up with
+//!   `num_tokens` (prompt + generated) in chunks bounded by the step's token budget
+//!   (`max_num_batched_tokens`), i.e. chunked prefill is always on.
+//! * RUNNING first, in admission order. A request that cannot get the KV blocks it needs
+//!   preempts the most recently admitted running request (recompute: its blocks are freed,
+//!   `computed` resets, it goes to the *front* of the waiting queue), repeatedly, until the
+//!   allocation fits or the request itself was preempted.
+//! * WAITING next, only if nothing was preempted in this step: strict FCFS with
+//!   head-of-line blocking, while the budget lasts and fewer than `max_num_seqs` run.
+//!   Admission looks up the longest cached prefix of full blocks, capped at
+//!   `floor((num_tokens - 1) / block) * block` tokens.
+//! * Requests that arrive while a step runs are queued for the next scheduling pass (the
+//!   engine core drains its input queue between steps).
+//! * The gauges `num_requests_running` / `num_requests_waiting` are set once per step, at
+//!   its end, and hold their value while idle.
+
+use std::collections::VecDeque;
+
+use super::kv::BlockPool;
+use super::perf::StepTimeModel;
+use crate::content::{Content, block_hashes};
+use crate::ids::RequestId;
+use crate::time::SimDuration;
+
+/// Engine configuration (vLLM flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VllmConfig {
+    /// `--max-num-seqs`: running-list capacity.
+    pub max_num_seqs: u32,
+    /// `--max-num-batched-tokens`: per-step token budget.
+    pub max_num_batched_tokens: u32,
+    /// Usable KV-cache blocks (`num_gpu_blocks` minus the null block).
+    pub kv_blocks: u32,
+    /// Tokens per KV block (16 on CUDA).
+    pub block_size_tokens: u32,
+    /// Automatic prefix caching (on by default in v1).
+    pub prefix_caching: bool,
+    /// Step-time model.
+    pub step_time: StepTimeModel,
+}
+
+/// What the engine reports for a request when it finishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// The request.
+    pub id: RequestId,
+    /// Times it was preempted (and recomputed).
+    pub preemptions: u32,
+}
+
+/// Everything observable that one call to `start_step`/`finish_step` produced.
+#[derive(Default, Debug)]
+pub struct StepEvents {
+    /// Requests admitted for the first time, with the prompt tokens served from the cache.
+    pub admitted: Vec<(RequestId, u32)>,
+    /// Requests whose first output token was sampled in the step.
+    pub first_tokens: Vec<RequestId>,
+    /// Requests that finished in the step.
+    pub finished: Vec<Finished>,
+    /// Requests preempted while scheduling.
+    pub preempted: Vec<RequestId>,
+}
+
+impl StepEvents {
+    /// Empties all lists, keeping their capacity.
+    pub fn clear(&mut self) {
+        self.admitted.clear();
+        self.first_tokens.clear();
+        self.finished.clear();
+        self.preempted.clear();
+    }
+}
+
+struct Slot {
+    id: RequestId,
+    content: Content,
+    /// Prompt plus generated tokens.
+    num_tokens: u32,
+    computed: u32,
+    generated: u32,
+    blocks: Vec<u32>,
+    /// Chained hashes of every full block of the request's content (prefix caching only).
+    hashes: Vec<u64>,
+    /// Leading entries of `blocks` registered in the cache.
+    hashed: u32,
+    admitted_before: bool,
+    preemptions: u32,
+    /// Tokens scheduled in the step in progress.
+    scheduled: u32,
+}
+
+/// Prefix-cache counters (vLLM's `prefix_cache_queries` / `_hits`, in tokens).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixCacheStats {
+    /// Tokens looked up at admission.
+    pub query_tokens: u64,
+    /// Tokens found in the cache.
+    pub hit_tokens: u64,
+}
+
+/// One engine.
+pub struct VllmEngine {
+    cfg: VllmConfig,
+    pool: BlockPool,
+    slots: Vec<Option<Slot>>,
+    free_slots: Vec<u32>,
+    running: Vec<u32>,
+    waiting: VecDeque<u32>,
+    inbox: Vec<u32>,
+    stepping: bool,
+    /// (slot, is_decode) scheduled in the step in progress.
+    batch: Vec<u32>,
+    gauge_running: u32,
+    gauge_waiting: u32,
+    steps: u64,
+    preemptions: u64,
+    cache_stats: PrefixCacheStats,
+    hash_scratch: Vec<u64>,
+    hit_blocks: Vec<u32>,
+}
+
+impl VllmEngine {
+    /// An idle engine with an empty cache.
+    pub fn new(cfg: VllmConfig) -> VllmEngine {
+        assert!(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.block_size_tokens > 0);
+        VllmEngine {
+            pool: BlockPool::new(cfg.kv_blocks),
+            cfg,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            inbox: Vec::new(),
+            stepping: false,
+            batch: Vec::new(),
+            gauge_running: 0,
+            gauge_waiting: 0,
+            steps: 0,
+            preemptions: 0,
+            cache_stats: PrefixCacheStats::default(),
+            hash_scratch: Vec::new(),
+            hit_blocks: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &VllmConfig {
+        &self.cfg
+    }
+
+    /// A request reaches the engine. Returns true if the engine was idle and a step should
+    /// be started now.
+    pub fn enqueue(&mut self, id: RequestId, content: Content) -> bool {
+        assert!(
+            content.total_tokens().div_ceil(self.cfg.block_size_tokens) <= self.cfg.kv_blocks,
+            "request larger than the KV cache reached the engine (validation missed it)"
+        );
+        let slot = Slot {
+            id,
+            num_tokens: content.prompt_tokens,
+            content,
+            computed: 0,
+            generated: 0,
+            blocks: Vec::new(),
+            hashes: Vec::new(),
+            hashed: 0,
+            admitted_before: false,
+            preemptions: 0,
+            scheduled: 0,
+        };
+        let idx = match self.free_slots.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.inbox.push(idx);
+        !self.stepping
+    }
+
+    /// True while a step is executing.
+    pub fn is_stepping(&self) -> bool {
+        self.stepping
+    }
+
+    /// Live number of running requests (the scheduler's running list).
+    pub fn running(&self) -> u32 {
+        self.running.len() as u32
+    }
+
+    /// Live length of the scheduler's waiting queue: requests the last scheduling pass could
+    /// not admit (queued, or preempted). Requests that arrived during the step in progress
+    /// are not in it yet (see [`VllmEngine::pending`]), exactly as in vLLM.
+    pub fn waiting(&self) -> u32 {
+        self.waiting.len() as u32
+    }
+
+    /// Requests that arrived during the step in progress; the next scheduling pass sees them.
+    pub fn pending(&self) -> u32 {
+        self.inbox.len() as u32
+    }
+
+    /// `(vllm:num_requests_running, vllm:num_requests_waiting)` as last published.
+    pub fn gauges(&self) -> (u32, u32) {
+        (self.gauge_running, self.gauge_waiting)
+    }
+
+    /// KV blocks referenced by requests.
+    pub fn kv_used_blocks(&self) -> u32 {
+        self.pool.num_used()
+    }
+
+    /// Engine steps executed.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Preemptions so far.
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+
+    /// Prefix-cache counters.
+    pub fn cache_stats(&self) -> PrefixCacheStats {
+        self.cache_stats
+    }
+
+    fn slot(&self, i: u32) -> &Slot {
+        self.slots[i as usize].as_ref().expect("dangling slot")
+    }
+
+    fn slot_mut(&mut self, i: u32) -> &mut Slot {
+        self.slots[i as usize].as_mut().expect("dangling slot")
+    }
+
+    /// Blocks a request needs to hold `tokens` tokens.
+    #[inline]
+    fn blocks_for(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.cfg.block_size_tokens)
+    }
+
+    /// Schedules the next step. Returns its duration, or `None` if there is nothing to do
+    /// (the engine then idles until the next arrival).
+    pub fn start_step(&mut self, ev: &mut StepEvents) -> Option<SimDuration> {
+        assert!(!self.stepping, "start_step while a step is running");
+        let inbox = std::mem::take(&mut self.inbox);
+        self.waiting.extend(inbox.iter().copied());
+        self.inbox = inbox;
+        self.inbox.clear();
+        if self.running.is_empty() && self.waiting.is_empty() {
+            return None;
+        }
+        self.batch.clear();
+        let mut budget = self.cfg.max_num_batched_tokens;
+        let mut prefill_tokens = 0u32;
+        let mut decode_tokens = 0u32;
+        let mut preempted_any = false;
+
+        // RUNNING.
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let s = self.running[i];
+            let (remaining, held, computed) = {
+                let sl = self.slot(s);
+                (sl.num_tokens - sl.computed, sl.blocks.len() as u32, sl.computed)
+            };
+            debug_assert!(remaining > 0, "running request with nothing to compute");
+            let n = remaining.min(budget);
+            let need = self.blocks_for(computed + n).saturating_sub(held);
+            let mut scheduled = true;
+            while need > self.pool.num_free() {
+                let victim = self.running.pop().expect("running list empty while preempting");
+                self.preempt(victim, ev);
+                preempted_any = true;
+                if victim == s {
+                    scheduled = false;
+                    break;
+                }
+            }
+            if !scheduled {
+                break;
+            }
+            self.grow(s, need, n);
+            let sl = self.slot_mut(s);
+            sl.scheduled = n;
+            if n == 1 && sl.generated > 0 && sl.computed + 1 == sl.num_tokens {
+                decode_tokens += 1;
+            } else {
+                prefill_tokens += n;
+            }
+            self.batch.push(s);
+            budget -= n;
+            i += 1;
+        }
+
+        // WAITING, only if nothing was preempted.
+        if !preempted_any {
+            while budget > 0 && (self.running.len() as u32) < self.cfg.max_num_seqs {
+                let Some(&s) = self.waiting.front() else {
+                    break;
+                };
+                let (hit_blocks, evictable) = self.lookup_prefix(s);
+                let bs = self.cfg.block_size_tokens;
+                let num_tokens = self.slot(s).num_tokens;
+                let computed = hit_blocks * bs;
+                let n = (num_tokens - computed).min(budget);
+                let need = self.blocks_for(computed + n) - hit_blocks;
+                if need + evictable > self.pool.num_free() {
+                    break; // head-of-line blocking: do not look past the head
+                }
+                self.waiting.pop_front();
+                // Take references on the cached prefix, then allocate the rest.
+                for &blk in &self.hit_blocks {
+                    self.pool.touch(blk);
+                }
+                self.slots[s as usize]
+                    .as_mut()
+                    .expect("dangling slot")
+                    .blocks
+                    .extend_from_slice(&self.hit_blocks);
+                {
+                    let sl = self.slot_mut(s);
+                    sl.hashed = hit_blocks;
+                    sl.computed = computed;
+                }
+                self.cache_stats.query_tokens += u64::from(num_tokens);
+                self.cache_stats.hit_tokens += u64::from(computed);
+                self.grow(s, need, n);
+                let first = {
+                    let sl = self.slot_mut(s);
+                    sl.scheduled = n;
+                    let first = !sl.admitted_before;
+                    sl.admitted_before = true;
+                    first
+                };
+                if first {
+                    ev.admitted.push((self.slot(s).id, computed));
+                }
+                prefill_tokens += n;
+                self.running.push(s);
+                self.batch.push(s);
+                budget -= n;
+            }
+        }
+
+        assert!(!self.batch.is_empty(), "engine with work scheduled nothing");
+        self.stepping = true;
+        self.steps += 1;
+        Some(self.cfg.step_time.step(prefill_tokens, decode_tokens))
+    }
+
+    /// Applies the step's results: tokens computed, tokens sampled, finished requests
+    /// freed; then publishes the gauges.
+    pub fn finish_step(&mut self, ev: &mut StepEvents) {
+        assert!(self.stepping, "finish_step without a step");
+        self.stepping = false;
+        let batch = std::mem::take(&mut self.batch);
+        let mut any_finished = false;
+        for &s in &batch {
+            let sl = self.slots[s as usize].as_mut().expect("dangling slot");
+            sl.computed += sl.scheduled;
+            sl.scheduled = 0;
+            debug_assert!(sl.computed <= sl.num_tokens);
+            if sl.computed == sl.num_tokens {
+                // Caught up: the step sampled one token.
+                sl.generated += 1;
+                sl.num_tokens += 1;
+                if sl.generated == 1 {
+                    ev.first_tokens.push(sl.id);
+                }
+                if sl.generated == sl.content.output_tokens {
+                    any_finished = true;
+                }
+            }
+        }
+        if any_finished {
+            let mut k = 0;
+            while k < self.running.len() {
+                let s = self.running[k];
+                let sl = self.slot(s);
+                if sl.generated == sl.content.output_tokens {
+                    self.running.remove(k);
+                    let sl = self.slots[s as usize].take().expect("dangling slot");
+                    for &b in sl.blocks.iter().rev() {
+                        self.pool.release(b);
+                    }
+                    ev.finished.push(Finished {
+                        id: sl.id,
+                        preemptions: sl.preemptions,
+                    });
+                    self.free_slots.push(s);
+                } else {
+                    k += 1;
+                }
+            }
+        }
+        self.batch = batch;
+        self.batch.clear();
+        self.gauge_running = self.running.len() as u32;
+        self.gauge_waiting = self.waiting.len() as u32;
+    }
+
+    /// Longest cached prefix (in blocks, left in `self.hit_blocks`) usable by the waiting
+    /// request in slot `s`, and how many of those blocks are currently unreferenced.
+    fn lookup_prefix(&mut self, s: u32) -> (u32, u32) {
+        self.hit_blocks.clear();
+        if !self.cfg.prefix_caching || self.slot(s).computed != 0 {
+            return (0, 0);
+        }
+        let bs = self.cfg.block_size_tokens;
+        if self.slot(s).hashes.is_empty() {
+            let total_full = (self.slot(s).content.total_tokens() / bs) as usize;
+            let mut h = std::mem::take(&mut self.hash_scratch);
+            block_hashes(&self.slot(s).content, bs, total_full, &mut h);
+            let sl = self.slot_mut(s);
+            sl.hashes.extend_from_slice(&h);
+            self.hash_scratch = h;
+        }
+        let sl = self.slots[s as usize].as_ref().expect("dangling slot");
+        let max_hit = (((sl.num_tokens - 1) / bs) as usize).min(sl.hashes.len());
+        let evictable = self.pool.cached_prefix(&sl.hashes[..max_hit], &mut self.hit_blocks);
+        (self.hit_blocks.len() as u32, evictable)
+    }
+
+    /// Allocates `need` new blocks for slot `s` and caches every block that will be full
+    /// once `n` more tokens are computed (vLLM caches at allocation time).
+    fn grow(&mut self, s: u32, need: u32, n: u32) {
+        for _ in 0..need {
+            let b = self.pool.allocate();
+            self.slots[s as usize].as_mut().expect("dangling slot").blocks.push(b);
+        }
+        if !self.cfg.prefix_caching {
+            return;
+        }
+        let bs = self.cfg.block_size_tokens;
+        let sl = self.slots[s as usize].as_mut().expect("dangling slot");
+        let full = ((sl.computed + n) / bs).min(sl.hashes.len() as u32);
+        while sl.hashed < full {
+            let i = sl.hashed as usize;
+            self.pool.cache(sl.blocks[i], sl.hashes[i]);
+            sl.hashed += 1;
+        }
+    }
+
+    fn preempt(&mut self, s: u32, ev: &mut StepEvents) {
+        let blocks = std::mem::take(&mut self.slot_mut(s).blocks);
+        for &b in blocks.iter().rev() {
+            self.pool.release(b);
+        }
+        let sl = self.slot_mut(s);
+        sl.blocks = blocks;
+        sl.blocks.clear();
+        sl.hashed = 0;
+        sl.computed = 0;
+        sl.preemptions += 1;
+        ev.preempted.push(sl.id);
+        self.preemptions += 1;
+        self.waiting.push_front(s);
+    }
+
+    /// Checks the engine's invariants (running <= slots, KV accounting, queue membership).
+    pub fn check(&self) -> Result<(), String> {
+        if self.running.len() as u32 > self.cfg.max_num_seqs {
+            return Err(format!(
+                "{} running > max_num_seqs {}",
+                self.running.len(),
+                self.cfg.max_num_seqs
+            ));
+        }
+        self.pool.check()?;
+        let held: u64 = self.slots.iter().flatten().map(|s| s.blocks.len() as u64).sum();
+        if held != self.pool.total_refs() {
+            return Err(format!(
+                "requests hold {held} block refs but the pool counts {}",
+                self.pool.total_refs()
+            ));
+        }
+        let live = self.slots.iter().flatten().count();
+        let queued = self.running.len() + self.waiting.len() + self.inbox.len();
+        if live != queued {
+            return Err(format!("{live} live requests but {queued} in running/waiting/inbox"));
+        }
+        for &s in &self.waiting {
+            let sl = self.slot(s);
+            if !sl.blocks.is_empty() {
+                return Err(format!("waiting request {} holds {} blocks", sl.id, sl.blocks.len()));
+            }
+        }
+        for &s in &self.running {
+            let sl = self.slot(s);
+            if self.blocks_for(sl.computed) > sl.blocks.len() as u32 {
+                return Err(format!(
+                    "request {} computed {} tokens with {} blocks",
+                    sl.id,
+                    sl.computed,
+                    sl.blocks.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::Content;
+
+    fn cfg(seqs: u32, budget: u32, blocks: u32) -> VllmConfig {
+        VllmConfig {
+            max_num_seqs: seqs,
+            max_num_batched_tokens: budget,
+            kv_blocks: blocks,
+            block_size_tokens: 16,
+            prefix_caching: true,
+            step_time: StepTimeModel::default(),
+        }
+    }
+
+    fn req(session: u64, prompt: u32, out: u32) -> Content {
+        Content::session_turn(None, session, prompt, out)
+    }
+
+    /// Runs steps until idle; returns (steps, finished order).
+    fn drain(e: &mut VllmEngine) -> (u32, Vec<RequestId>) {
+        let mut ev = StepEvents::default();
+        let mut steps = 0;
+        let mut done = Vec::new();
+        while e.start_step(&mut ev).is_some() {
+            e.finish_step(&mut ev);
+            e.check().unwrap();
+            done.extend(ev.finished.iter().map(|f| f.id));
+            ev.clear();
+            steps += 1;
+            assert!(steps < 100_000);
+        }
+        (steps, done)
+    }
+
+    #[test]
+    fn prefill_then_decode_steps() {
+        // 100-token prompt, 5 output tokens, budget 64: prefill takes 2 steps (64 + 36, the
+        // second samples token 1), then 4 decode steps.
+        let mut e = VllmEngine::new(cfg(4, 64, 100));
+        assert!(e.enqueue(RequestId(0), req(1, 100, 5)));
+        let (steps, done) = drain(&mut e);
+        assert_eq!(steps, 6);
+        assert_eq!(done, vec![RequestId(0)]);
+        assert_eq!(e.kv_used_blocks(), 0);
+    }
+
+    #[test]
+    fn step_time_counts_prefill_and_decode_tokens() {
+        let mut e = VllmEngine::new(cfg(4, 8192, 100));
+        e.enqueue(RequestId(0), req(1, 100, 3));
+        let mut ev = StepEvents::default();
+        let d = e.start_step(&mut ev).unwrap();
+        assert_eq!(d, StepTimeModel::default().step(100, 0));
+        e.finish_step(&mut ev);
+        assert_eq!(ev.first_tokens, vec![RequestId(0)]);
+        let d = e.start_step(&mut ev).unwrap();
+        assert_eq!(d, StepTimeModel::default().step(0, 1));
+    }
+
+    #[test]
+    fn max_num_seqs_bounds_running_and_gauges_lag_a_step() {
+        let mut e = VllmEngine::new(cfg(2, 8192, 1000));
+        for i in 0..3 {
+            e.enqueue(RequestId(i), req(u64::from(i) + 10, 50, 10));
+        }
+        assert_eq!(e.gauges(), (0, 0), "gauges change only at step end");
+        assert_eq!((e.waiting(), e.pending()), (0, 3), "not seen by the scheduler yet");
+        let mut ev = StepEvents::default();
+        e.start_step(&mut ev).unwrap();
+        assert_eq!((e.running(), e.waiting()), (2, 1));
+        assert_eq!(e.gauges(), (0, 0));
+        e.finish_step(&mut ev);
+        assert_eq!(e.gauges(), (2, 1));
+        // An arrival during a step is not in the gauge published at that step's end.
+        e.start_step(&mut ev).unwrap();
+        e.enqueue(RequestId(9), req(99, 10, 2));
+        e.finish_step(&mut ev);
+        assert_eq!(e.gauges(), (2, 1));
+        assert_eq!((e.waiting(), e.pending()), (1, 1));
+    }
+
+    #[test]
+    fn head_of_line_blocking_on_kv() {
+        // 10 blocks. Request A (100 tokens = 7 blocks) runs; B (100 tokens) cannot fit and
+        // blocks C (10 tokens) behind it even though C would fit.
+        let mut e = VllmEngine::new(cfg(8, 8192, 10));
+        e.enqueue(RequestId(0), req(1, 100, 20));
+        e.enqueue(RequestId(1), req(2, 100, 20));
+        e.enqueue(RequestId(2), req(3, 10, 2));
+        let mut ev = StepEvents::default();
+        let mut admitted = Vec::new();
+        while e.start_step(&mut ev).is_some() {
+            admitted.extend(ev.admitted.iter().map(|a| a.0));
+            if admitted.len() == 1 {
+                assert_eq!((e.running(), e.waiting()), (1, 2), "C must wait behind B");
+            }
+            e.finish_step(&mut ev);
+            e.check().unwrap();
+            ev.clear();
+        }
+        assert_eq!(
+            admitted,
+            vec![RequestId(0), RequestId(1), RequestId(2)],
+            "strict FCFS admission"
+        );
+    }
+
+    #[test]
+    fn decode_preempts_most_recent() {
+        // 8 blocks of 16 = 128 tokens. A: 60 + 40 out, B: 60 + 40 out. Both admitted
+        // (4 blocks each); when decodes need a 5th block, B (admitted last) is preempted.
+        let mut e = VllmEngine::new(cfg(8, 8192, 8));
+        e.enqueue(RequestId(0), req(1, 60, 40));
+        e.enqueue(RequestId(1), req(2, 60, 40));
+        let mut ev = StepEvents::default();
+        let mut preempted = Vec::new();
+        let mut done = Vec::new();
+        while e.start_step(&mut ev).is_some() {
+            e.finish_step(&mut ev);
+            e.check().unwrap();
+            preempted.extend(ev.preempted.iter().copied());
+            done.extend(ev.finished.iter().copied());
+            ev.clear();
+        }
+        assert_eq!(preempted.first(), Some(&RequestId(1)));
+        assert_eq!(
+            done.iter().map(|f| f.id).collect::<Vec<_>>(),
+            vec![RequestId(0), RequestId(1)]
+        );
+        assert!(done[1].preemptions >= 1);
+        assert_eq!(e.preemptions(), preempted.len() as u64);
+    }
+
+    #[test]
+    fn prefix_cache_hit_is_capped_below_full_length() {
+        let mut e = VllmEngine::new(cfg(4, 8192, 100));
+        // Turn 1: 64-token prompt, 1 output token -> 4 full prompt blocks cached.
+        e.enqueue(RequestId(0), req(5, 64, 1));
+        drain(&mut e);
+        // Same 64-token prompt again: hit capped at floor(63/16)*16 = 48 tokens.
+        e.enqueue(RequestId(1), req(5, 64, 1));
+        let mut ev = StepEvents::default();
+        e.start_step(&mut ev).unwrap();
+        assert_eq!(ev.admitted, vec![(RequestId(1), 48)]);
+        e.finish_step(&mut ev);
+        drain(&mut e);
+        // A longer later turn of the same session hits all 4 blocks.
+        e.enqueue(RequestId(2), req(5, 100, 1));
+        ev.clear();
+        e.start_step(&mut ev).unwrap();
+        assert_eq!(ev.admitted, vec![(RequestId(2), 64)]);
+        assert_eq!(
+            e.cache_stats(),
+            PrefixCacheStats {
+                query_tokens: 64 + 64 + 100,
+                hit_tokens: 48 + 64
+            }
+        );
+    }
+
+    #[test]
+    fn chunked_prefill_respects_budget() {
+        let mut e = VllmEngine::new(cfg(4, 100, 1000));
+        e.enqueue(RequestId(0), req(1, 250, 2));
+        let mut ev = StepEvents::default();
+        let m = StepTimeModel::default();
+        assert_eq!(e.start_step(&mut ev), Some(m.step(100, 0)));
+        e.finish_step(&mut ev);
+        assert!(ev.first_tokens.is_empty());
+        assert_eq!(e.start_step(&mut ev), Some(m.step(100, 0)));
+        e.finish_step(&mut ev);
+        assert_eq!(e.start_step(&mut ev), Some(m.step(50, 0)));
+        e.finish_step(&mut ev);
+        assert_eq!(ev.first_tokens, vec![RequestId(0)]);
+    }
+}

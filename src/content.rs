@@ -1,0 +1,237 @@
+//! What a request's tokens *are*, abstractly, so caches can tell prefixes apart.
+//!
+//! The simulator never materialises text. A request's token sequence (prompt, then output)
+//! is a list of [`Segment`]s, each a run of positions `start..start+len` of one content
+//! *source*: a shared system prompt, a session's append-only conversation stream, or (for
+//! replayed traces) one hashed block. Two requests share a prefix exactly when their
+//! segment lists agree up to that point, which is what real token ids would give.
+//!
+//! From this, two derived views are hashed:
+//! * the engine's prefix cache: chained hashes of full `block_size_tokens` blocks
+//!   (vLLM: `hash(parent_hash, block token ids)`), see [`block_hashes`];
+//! * production-stack's `HashTrie`: the prompt *string* cut into fixed 128-character
+//!   chunks, each hashed on its own (upstream: `xxh64(chunk)`), see [`char_chunk_hashes`].
+//!   A token is `chars_per_token` characters long, so a chunk covers
+//!   `128 / chars_per_token` tokens when that divides evenly, and straddles tokens
+//!   (hashed at character granularity) when it does not. The last chunk may be partial,
+//!   exactly like upstream's last slice.
+
+use smallvec::SmallVec;
+
+/// A run of `len` consecutive positions `start..start + len` of content source `source`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Identity of the content stream (a hash of its name).
+    pub source: u64,
+    /// First position within the source.
+    pub start: u32,
+    /// Number of tokens.
+    pub len: u32,
+}
+
+/// A request's full token sequence: `prompt_tokens` of prompt followed by `output_tokens`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Content {
+    /// Segments covering exactly `prompt_tokens + output_tokens` tokens, in order.
+    pub segments: SmallVec<[Segment; 2]>,
+    /// Prompt length in tokens.
+    pub prompt_tokens: u32,
+    /// Output length in tokens.
+    pub output_tokens: u32,
+}
+
+/// A stable 64-bit id for a named content source.
+pub fn source_id(kind: &str, name: &str, index: u64) -> u64 {
+    let mut h = 0x243F_6A88_85A3_08D3u64;
+    for b in kind.bytes().chain([0xff]).chain(name.bytes()) {
+        h = mix(h, u64::from(b));
+    }
+    mix(h, index)
+}
+
+/// One mixing step (murmur3 finaliser over an xor-rotate); deterministic everywhere.
+#[inline]
+pub fn mix(h: u64, x: u64) -> u64 {
+    let mut k = h.rotate_left(27) ^ x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^ (k >> 33)
+}
+
+impl Content {
+    /// The usual multi-turn shape: an optional shared prefix, then a prefix of the session's
+    /// own stream which the output continues.
+    pub fn session_turn(
+        shared: Option<(u64, u32)>,
+        session_source: u64,
+        session_prompt_tokens: u32,
+        output_tokens: u32,
+    ) -> Content {
+        let mut segments = SmallVec::new();
+        let mut prompt_tokens = session_prompt_tokens;
+        if let Some((src, len)) = shared
+            && len > 0
+        {
+            segments.push(Segment {
+                source: src,
+                start: 0,
+                len,
+            });
+            prompt_tokens += len;
+        }
+        segments.push(Segment {
+            source: session_source,
+            start: 0,
+            len: session_prompt_tokens + output_tokens,
+        });
+        let c = Content {
+            segments,
+            prompt_tokens,
+            output_tokens,
+        };
+        c.assert_consistent();
+        c
+    }
+
+    /// Total tokens (prompt + output).
+    pub fn total_tokens(&self) -> u32 {
+        self.prompt_tokens + self.output_tokens
+    }
+
+    fn assert_consistent(&self) {
+        let sum: u64 = self.segments.iter().map(|s| u64::from(s.len)).sum();
+        assert_eq!(sum, u64::from(self.total_tokens()), "segments do not cover the content");
+    }
+
+    /// Calls `f(source, start, len)` for each piece of positions `from..to` (in units where
+    /// one token is `unit` units long, e.g. characters), in order.
+    fn for_each_piece(&self, unit: u32, from: u64, to: u64, mut f: impl FnMut(u64, u64, u64)) {
+        let unit = u64::from(unit);
+        let mut seg_begin = 0u64;
+        for s in &self.segments {
+            let seg_end = seg_begin + u64::from(s.len) * unit;
+            if seg_end > from && seg_begin < to {
+                let a = from.max(seg_begin);
+                let b = to.min(seg_end);
+                f(s.source, u64::from(s.start) * unit + (a - seg_begin), b - a);
+            }
+            if seg_end >= to {
+                break;
+            }
+            seg_begin = seg_end;
+        }
+    }
+}
+
+/// Chained hashes of the first `n_blocks` full blocks of `block_size` tokens.
+pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &mut Vec<u64>) {
+    out.clear();
+    assert!(n_blocks as u64 * u64::from(block_size) <= u64::from(content.total_tokens()));
+    out.reserve(n_blocks);
+    let mut prev = 0x5851_F42D_4C95_7F2Du64;
+    let bs = u64::from(block_size);
+    // Walk segments once; a block may span several segments.
+    let mut seg_idx = 0usize;
+    let mut seg_begin = 0u64;
+    for i in 0..n_blocks as u64 {
+        let (from, to) = (i * bs, (i + 1) * bs);
+        let mut h = prev;
+        let mut pos = from;
+        while pos < to {
+            let s = content.segments[seg_idx];
+            let seg_end = seg_begin + u64::from(s.len);
+            if pos >= seg_end {
+                seg_idx += 1;
+                seg_begin = seg_end;
+                continue;
+            }
+            let b = to.min(seg_end);
+            h = mix(mix(mix(h, s.source), u64::from(s.start) + (pos - seg_begin)), b - pos);
+            pos = b;
+        }
+        out.push(h);
+        prev = h;
+    }
+}
+
+/// Hashes of the prompt's `chunk_chars`-character chunks (the last one possibly partial).
+pub fn char_chunk_hashes(content: &Content, chars_per_token: u32, chunk_chars: u32, out: &mut Vec<u64>) {
+    out.clear();
+    let total = u64::from(content.prompt_tokens) * u64::from(chars_per_token);
+    let chunk = u64::from(chunk_chars);
+    let mut from = 0u64;
+    while from < total {
+        let to = (from + chunk).min(total);
+        let mut h = 0x1357_9BDF_2468_ACE0u64;
+        content.for_each_piece(chars_per_token, from, to, |src, start, len| {
+            h = mix(mix(mix(h, src), start), len);
+        });
+        out.push(h);
+        from = to;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(sys: u32, session: u64, prompt: u32, out: u32) -> Content {
+        Content::session_turn(Some((source_id("sys", "a", 0), sys)), session, prompt, out)
+    }
+
+    #[test]
+    fn later_turn_shares_earlier_prefix_blocks() {
+        // Turn 1: 40 prompt + 10 output; turn 2's prompt is turn 1's tokens plus 30 new ones.
+        let t1 = turn(32, 7, 40, 10);
+        let t2 = turn(32, 7, 80, 5);
+        let (mut h1, mut h2) = (Vec::new(), Vec::new());
+        block_hashes(&t1, 16, 5, &mut h1); // 82 tokens -> 5 full blocks
+        block_hashes(&t2, 16, 7, &mut h2);
+        assert_eq!(h1[..5], h2[..5]);
+        // Another session with the same system prompt shares only the 2 system blocks.
+        let other = turn(32, 8, 80, 5);
+        let mut h3 = Vec::new();
+        block_hashes(&other, 16, 7, &mut h3);
+        assert_eq!(h3[..2], h2[..2]);
+        assert_ne!(h3[2], h2[2]);
+    }
+
+    #[test]
+    fn chunks_match_upstream_slicing() {
+        // 4 chars/token: a 128-char chunk is 32 tokens; prompt 100 tokens = 400 chars =
+        // 3 full chunks + one 16-char partial chunk.
+        let a = Content::session_turn(None, 1, 100, 5);
+        let mut ca = Vec::new();
+        char_chunk_hashes(&a, 4, 128, &mut ca);
+        assert_eq!(ca.len(), 4);
+        let b = Content::session_turn(None, 1, 140, 5);
+        let mut cb = Vec::new();
+        char_chunk_hashes(&b, 4, 128, &mut cb);
+        assert_eq!(cb.len(), 5);
+        assert_eq!(ca[..3], cb[..3]);
+        // The partial chunk differs from the full chunk at the same position.
+        assert_ne!(ca[3], cb[3]);
+    }
+
+    #[test]
+    fn chunks_straddle_tokens_when_not_divisible() {
+        // 3 chars per token: chunk boundaries fall inside tokens; hashing still agrees on
+        // shared prefixes.
+        let a = Content::session_turn(None, 1, 100, 1);
+        let b = Content::session_turn(None, 1, 200, 1);
+        let (mut ca, mut cb) = (Vec::new(), Vec::new());
+        char_chunk_hashes(&a, 3, 128, &mut ca);
+        char_chunk_hashes(&b, 3, 128, &mut cb);
+        assert_eq!(ca.len(), 3); // 300 chars
+        assert_eq!(ca[..2], cb[..2]);
+    }
+
+    #[test]
+    fn segments_cover_content() {
+        let c = turn(10, 3, 20, 4);
+        assert_eq!(c.prompt_tokens, 30);
+        assert_eq!(c.total_tokens(), 34);
+    }
+}

@@ -1,0 +1,5 @@
+//! `sim`: see `fleetsim::cli`.
+
+fn main() -> std::process::ExitCode {
+    fleetsim::cli::main()
+}

@@ -1,0 +1,601 @@
+//! Ground-truth measurements: per-request records, time-integrated fleet imbalance, the
+//! decision audit log, and the run summary. Everything here is measured on the *live*
+//! backend state (what really happened), never on what the router believed.
+//!
+//! Definitions (all integrals over simulated time):
+//! * **Waiting** means in the scheduler's waiting queue: not admitted at the last scheduling
+//!   pass (or preempted). A request that reached the engine during the step in progress is
+//!   not waiting yet; counting it would turn every sub-step arrival into "stranding".
+//! * A backend has a **free slot** when it runs fewer than its slot limit (`max_num_seqs`,
+//!   or servers in queueing mode) *and* has nothing waiting (a backend with a queue but spare
+//!   slots is blocked on KV or the token budget, so its slots are not really free).
+//! * **idle_while_queued_s**: time during which some backend has a free slot while some
+//!   backend has a waiting request.
+//! * **stranded_slot_s**: integral of `min(total waiting, total free slots)`: request-seconds
+//!   of waiting that spare capacity elsewhere could have absorbed.
+//! * **latched_sessions**: sessions whose first turn went to a backend that was not among the
+//!   least loaded in truth at that instant (outstanding = dispatched and unfinished,
+//!   in transit included), and all of whose turns then stayed on that backend.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::ids::{BackendId, RequestId, SessionId};
+use crate::policy::Branch;
+use crate::router::ViewEntry;
+use crate::time::{SimDuration, SimTime, ns_to_secs};
+
+/// One request's life. Times are `None` until reached.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRec {
+    /// Session.
+    pub session: SessionId,
+    /// Turn index within the session.
+    pub turn: u32,
+    /// Backend it was routed to.
+    pub backend: BackendId,
+    /// Branch of the routing decision.
+    pub branch: Branch,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Output tokens.
+    pub output_tokens: u32,
+    /// Arrival at the router (= decision time).
+    pub t_router: SimTime,
+    /// Arrival at the engine.
+    pub t_engine: Option<SimTime>,
+    /// First scheduled by the engine.
+    pub t_admit: Option<SimTime>,
+    /// First output token sampled (engine side).
+    pub t_first_token: Option<SimTime>,
+    /// First chunk received by the router / client.
+    pub t_first_chunk: Option<SimTime>,
+    /// Last token sampled (engine side).
+    pub t_finish_engine: Option<SimTime>,
+    /// Stream complete at the router / client.
+    pub t_done: Option<SimTime>,
+    /// Prompt tokens served from the prefix cache at first admission.
+    pub cached_tokens: u32,
+    /// Times preempted.
+    pub preemptions: u32,
+}
+
+/// One row of the per-backend time series (written whenever running or waiting changes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TsRow {
+    /// When.
+    pub t: SimTime,
+    /// Which backend.
+    pub backend: BackendId,
+    /// Running requests.
+    pub running: u32,
+    /// Waiting requests.
+    pub waiting: u32,
+    /// KV blocks in use.
+    pub kv_used_blocks: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+struct BackendTrack {
+    running: u32,
+    waiting: u32,
+    slots: u32,
+    last: SimTime,
+    peak_running: u32,
+    peak_waiting: u32,
+    running_ns: u128,
+    waiting_ns: u128,
+    busy_ns: u128,
+    idle_ns: u128,
+}
+
+/// The moment of greatest stranding (first reached).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct WorstMoment {
+    /// When, seconds.
+    pub t_s: f64,
+    /// `min(total waiting, free slots)` at that moment.
+    pub stranded: u64,
+    /// Per backend `[running, waiting]` at that moment.
+    pub backends: Vec<[u32; 2]>,
+}
+
+/// Integrates fleet-level imbalance from backend state changes.
+pub struct FleetTracker {
+    backends: Vec<BackendTrack>,
+    last: SimTime,
+    total_waiting: u64,
+    free_slots: u64,
+    idle_while_queued_ns: u128,
+    stranded_ns: u128,
+    worst: Option<(SimTime, u64, Vec<[u32; 2]>)>,
+    series: Option<Vec<TsRow>>,
+}
+
+impl FleetTracker {
+    /// A tracker over backends with the given slot limits, all idle at time zero.
+    pub fn new(slots: &[u32], record_series: bool) -> Self {
+        FleetTracker {
+            backends: slots
+                .iter()
+                .map(|&s| BackendTrack {
+                    slots: s,
+                    ..Default::default()
+                })
+                .collect(),
+            last: SimTime::ZERO,
+            total_waiting: 0,
+            free_slots: slots.iter().map(|&s| u64::from(s)).sum(),
+            idle_while_queued_ns: 0,
+            stranded_ns: 0,
+            worst: None,
+            series: record_series.then(Vec::new),
+        }
+    }
+
+    /// Integrates the state that held over `[last, now)`. Only states that last a positive
+    /// time can become the worst moment (not transients inside one instant).
+    fn advance_fleet(&mut self, now: SimTime) {
+        let dt = u128::from((now - self.last).0);
+        if dt > 0 && self.total_waiting > 0 && self.free_slots > 0 {
+            let stranded = self.total_waiting.min(self.free_slots);
+            self.idle_while_queued_ns += dt;
+            self.stranded_ns += dt * u128::from(stranded);
+            if self.worst.as_ref().is_none_or(|w| stranded > w.1) {
+                let snap = self.backends.iter().map(|t| [t.running, t.waiting]).collect();
+                self.worst = Some((self.last, stranded, snap));
+            }
+        }
+        self.last = now;
+    }
+
+    fn advance_backend(t: &mut BackendTrack, now: SimTime) {
+        let dt = u128::from((now - t.last).0);
+        t.running_ns += dt * u128::from(t.running);
+        t.waiting_ns += dt * u128::from(t.waiting);
+        if t.running > 0 {
+            t.busy_ns += dt;
+        } else if t.waiting == 0 {
+            t.idle_ns += dt;
+        }
+        t.last = now;
+    }
+
+    fn free_of(t: &BackendTrack) -> u64 {
+        if t.waiting == 0 {
+            u64::from(t.slots - t.running.min(t.slots))
+        } else {
+            0
+        }
+    }
+
+    /// Records backend `b`'s live state at `now`.
+    pub fn set(&mut self, now: SimTime, b: BackendId, running: u32, waiting: u32, kv_used_blocks: u32) {
+        let t = &self.backends[b.index()];
+        if t.running == running && t.waiting == waiting {
+            return;
+        }
+        self.advance_fleet(now);
+        let t = &mut self.backends[b.index()];
+        Self::advance_backend(t, now);
+        self.total_waiting -= u64::from(t.waiting);
+        self.free_slots -= Self::free_of(t);
+        t.running = running;
+        t.waiting = waiting;
+        t.peak_running = t.peak_running.max(running);
+        t.peak_waiting = t.peak_waiting.max(waiting);
+        self.total_waiting += u64::from(waiting);
+        self.free_slots += Self::free_of(t);
+        if let Some(s) = &mut self.series {
+            s.push(TsRow {
+                t: now,
+                backend: b,
+                running,
+                waiting,
+                kv_used_blocks,
+            });
+        }
+    }
+
+    /// Closes all integrals at `end`.
+    pub fn finish(&mut self, end: SimTime) {
+        self.advance_fleet(end);
+        for t in &mut self.backends {
+            Self::advance_backend(t, end);
+        }
+    }
+
+    /// The recorded time series (empty if not recorded).
+    pub fn take_series(&mut self) -> Vec<TsRow> {
+        self.series.take().unwrap_or_default()
+    }
+}
+
+/// One routing decision, with offsets into the per-backend view and truth arrays.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecisionRow {
+    /// Decision time.
+    pub t: SimTime,
+    /// The request.
+    pub request: RequestId,
+    /// Its session.
+    pub session: SessionId,
+    /// Its turn.
+    pub turn: u32,
+    /// The pick.
+    pub backend: BackendId,
+    /// Branch taken.
+    pub branch: Branch,
+    /// Prefix match length (characters).
+    pub match_chars: u64,
+}
+
+/// Every decision with the view the policy saw and the truth at that instant.
+#[derive(Default)]
+pub struct DecisionLog {
+    /// Backends per decision (length of each view / truth slice).
+    pub n_backends: usize,
+    /// Decisions in order.
+    pub rows: Vec<DecisionRow>,
+    /// `rows.len() * n_backends` view entries.
+    pub views: Vec<ViewEntry>,
+    /// `rows.len() * n_backends` true outstanding counts.
+    pub truth: Vec<u32>,
+}
+
+impl DecisionLog {
+    /// View and truth slices of decision `i`.
+    pub fn detail(&self, i: usize) -> (&[ViewEntry], &[u32]) {
+        let r = i * self.n_backends..(i + 1) * self.n_backends;
+        (&self.views[r.clone()], &self.truth[r])
+    }
+}
+
+/// Summary statistics of a latency sample, seconds.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    /// Sample size.
+    pub count: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+/// Rounds to the microsecond (reports only).
+pub fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+/// Percentiles with linear interpolation between closest ranks (numpy's default).
+pub fn percentiles(mut xs: Vec<f64>) -> Percentiles {
+    if xs.is_empty() {
+        return Percentiles::default();
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| {
+        let idx = p * (xs.len() - 1) as f64;
+        let lo = idx.floor() as usize;
+        let hi = idx.ceil() as usize;
+        xs[lo] + (xs[hi] - xs[lo]) * (idx - lo as f64)
+    };
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    Percentiles {
+        count: xs.len() as u64,
+        mean: round6(mean),
+        p50: round6(q(0.5)),
+        p90: round6(q(0.9)),
+        p99: round6(q(0.99)),
+        max: round6(*xs.last().expect("non-empty")),
+    }
+}
+
+/// Request counts.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RequestCounts {
+    /// Turns planned by the workload.
+    pub planned: u64,
+    /// Sent to the router.
+    pub arrived: u64,
+    /// Completed.
+    pub finished: u64,
+    /// Arrived but not completed when the run ended.
+    pub in_flight: u64,
+}
+
+/// Per-backend results.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BackendSummary {
+    /// Name (`backend-{i}`).
+    pub name: String,
+    /// URL.
+    pub url: String,
+    /// Requests routed here.
+    pub requests: u64,
+    /// Sessions whose first turn was routed here.
+    pub first_turn_sessions: u64,
+    /// Sessions whose latest turn was routed here (where they ended up).
+    pub last_turn_sessions: u64,
+    /// Highest running count.
+    pub peak_running: u32,
+    /// Highest waiting count.
+    pub peak_waiting: u32,
+    /// Time-averaged running count.
+    pub mean_running: f64,
+    /// Time-averaged waiting count.
+    pub mean_waiting: f64,
+    /// Seconds with at least one request running.
+    pub busy_s: f64,
+    /// Seconds with nothing running or waiting.
+    pub idle_s: f64,
+    /// Engine steps executed.
+    pub steps: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Prefix cache hit rate (hit tokens / queried tokens).
+    pub prefix_cache_hit_rate: f64,
+}
+
+/// The run summary written to `summary.json`. Deterministic: wall-clock figures are not
+/// here (they go to `perf.json`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    /// Scenario name.
+    pub scenario: String,
+    /// Master seed.
+    pub seed: u64,
+    /// Policy description.
+    pub policy: String,
+    /// fleetsim version.
+    pub version: String,
+    /// Simulated seconds until the last event.
+    pub sim_time_s: f64,
+    /// Events processed.
+    pub events: u64,
+    /// Backends.
+    pub backend_count: u64,
+    /// Sessions.
+    pub sessions: u64,
+    /// Sessions cut short by the context limit.
+    pub sessions_hit_context_limit: u64,
+    /// Request counts.
+    pub requests: RequestCounts,
+    /// See module docs.
+    pub idle_while_queued_s: f64,
+    /// See module docs.
+    pub stranded_slot_s: f64,
+    /// See module docs.
+    pub latched_sessions: u64,
+    /// Decisions per branch (every branch listed, zeros included).
+    pub decisions_by_branch: BTreeMap<String, u64>,
+    /// Finished requests per simulated second.
+    pub throughput_rps: f64,
+    /// Output tokens of finished requests per simulated second.
+    pub output_tokens_per_s: f64,
+    /// Fleet prefix cache hit rate.
+    pub prefix_cache_hit_rate: f64,
+    /// Fleet preemptions.
+    pub preemptions: u64,
+    /// Engine arrival to first scheduled.
+    pub queue_wait_s: Percentiles,
+    /// Router arrival to first chunk at the client.
+    pub ttft_s: Percentiles,
+    /// Router arrival to stream end at the client.
+    pub e2e_s: Percentiles,
+    /// Per backend.
+    pub backends: Vec<BackendSummary>,
+    /// The moment of greatest stranding, if any.
+    pub worst_moment: Option<WorstMoment>,
+}
+
+/// Engine-side counters needed by the summary, per backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EngineCounters {
+    /// Steps.
+    pub steps: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Prefix-cache query tokens.
+    pub query_tokens: u64,
+    /// Prefix-cache hit tokens.
+    pub hit_tokens: u64,
+}
+
+/// Inputs of [`summarize`] besides the records.
+pub struct SummaryInputs<'a> {
+    /// Scenario name.
+    pub scenario: &'a str,
+    /// Seed.
+    pub seed: u64,
+    /// Policy description.
+    pub policy: String,
+    /// End of the run.
+    pub end: SimTime,
+    /// Events processed.
+    pub events: u64,
+    /// Backend names and URLs.
+    pub names: Vec<(String, String)>,
+    /// Engine counters per backend.
+    pub engines: Vec<EngineCounters>,
+    /// Planned requests.
+    pub planned: u64,
+    /// Sessions.
+    pub sessions: u64,
+    /// Sessions cut by the context limit.
+    pub sessions_hit_context_limit: u64,
+    /// Latched sessions (computed by the simulation, which knows the first-turn truth).
+    pub latched_sessions: u64,
+    /// Sessions per backend by first turn.
+    pub first_turns: Vec<u64>,
+    /// Sessions per backend by latest turn.
+    pub last_turns: Vec<u64>,
+}
+
+fn secs(ns: u128) -> f64 {
+    round6(ns as f64 / 1e9)
+}
+
+/// Builds the summary.
+pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRec], decisions: &[Branch]) -> Summary {
+    let end_s = inp.end.as_secs_f64();
+    let span = inp.end.0 as f64;
+    let n = inp.names.len();
+    let mut per_backend_requests = vec![0u64; n];
+    let mut finished = 0u64;
+    let mut out_tokens = 0u64;
+    let (mut qw, mut ttft, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
+    for r in requests {
+        per_backend_requests[r.backend.index()] += 1;
+        if let (Some(a), Some(b)) = (r.t_engine, r.t_admit) {
+            qw.push(ns_to_secs((b - a).0));
+        }
+        if let Some(f) = r.t_first_chunk {
+            ttft.push(ns_to_secs((f - r.t_router).0));
+        }
+        if let Some(d) = r.t_done {
+            e2e.push(ns_to_secs((d - r.t_router).0));
+            finished += 1;
+            out_tokens += u64::from(r.output_tokens);
+        }
+    }
+    let mut by_branch: BTreeMap<String, u64> = Branch::ALL.iter().map(|b| (b.as_str().to_string(), 0)).collect();
+    for b in decisions {
+        *by_branch.get_mut(b.as_str()).expect("all branches listed") += 1;
+    }
+    let ratio = |a: u64, b: u64| {
+        if b == 0 { 0.0 } else { round6(a as f64 / b as f64) }
+    };
+    let backends = (0..n)
+        .map(|i| {
+            let t = &fleet.backends[i];
+            let e = inp.engines[i];
+            BackendSummary {
+                name: inp.names[i].0.clone(),
+                url: inp.names[i].1.clone(),
+                requests: per_backend_requests[i],
+                first_turn_sessions: inp.first_turns[i],
+                last_turn_sessions: inp.last_turns[i],
+                peak_running: t.peak_running,
+                peak_waiting: t.peak_waiting,
+                mean_running: if span > 0.0 {
+                    round6(t.running_ns as f64 / span)
+                } else {
+                    0.0
+                },
+                mean_waiting: if span > 0.0 {
+                    round6(t.waiting_ns as f64 / span)
+                } else {
+                    0.0
+                },
+                busy_s: secs(t.busy_ns),
+                idle_s: secs(t.idle_ns),
+                steps: e.steps,
+                preemptions: e.preemptions,
+                prefix_cache_hit_rate: ratio(e.hit_tokens, e.query_tokens),
+            }
+        })
+        .collect();
+    let q: u64 = inp.engines.iter().map(|e| e.query_tokens).sum();
+    let h: u64 = inp.engines.iter().map(|e| e.hit_tokens).sum();
+    let arrived = requests.len() as u64;
+    Summary {
+        scenario: inp.scenario.to_string(),
+        seed: inp.seed,
+        policy: inp.policy,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        sim_time_s: round6(end_s),
+        events: inp.events,
+        backend_count: n as u64,
+        sessions: inp.sessions,
+        sessions_hit_context_limit: inp.sessions_hit_context_limit,
+        requests: RequestCounts {
+            planned: inp.planned,
+            arrived,
+            finished,
+            in_flight: arrived - finished,
+        },
+        idle_while_queued_s: secs(fleet.idle_while_queued_ns),
+        stranded_slot_s: secs(fleet.stranded_ns),
+        latched_sessions: inp.latched_sessions,
+        decisions_by_branch: by_branch,
+        throughput_rps: if end_s > 0.0 {
+            round6(finished as f64 / end_s)
+        } else {
+            0.0
+        },
+        output_tokens_per_s: if end_s > 0.0 {
+            round6(out_tokens as f64 / end_s)
+        } else {
+            0.0
+        },
+        prefix_cache_hit_rate: ratio(h, q),
+        preemptions: inp.engines.iter().map(|e| e.preemptions).sum(),
+        queue_wait_s: percentiles(qw),
+        ttft_s: percentiles(ttft),
+        e2e_s: percentiles(e2e),
+        backends,
+        worst_moment: fleet.worst.as_ref().map(|(t, s, b)| WorstMoment {
+            t_s: round6(t.as_secs_f64()),
+            stranded: *s,
+            backends: b.clone(),
+        }),
+    }
+}
+
+/// Duration helper for reports.
+pub fn dur_s(d: SimDuration) -> f64 {
+    round6(d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_like_numpy() {
+        let p = percentiles(vec![4.0, 1.0, 3.0, 2.0]);
+        // numpy.percentile([1,2,3,4], [50, 90, 99]) = 2.5, 3.7, 3.97
+        assert_eq!((p.p50, p.p90, p.p99, p.max, p.mean), (2.5, 3.7, 3.97, 4.0, 2.5));
+        assert_eq!(percentiles(vec![]).count, 0);
+    }
+
+    #[test]
+    fn idle_while_queued_and_stranded_integrals() {
+        // Two backends with 4 slots. 0..10: b1 runs 4 and queues 4, b0 idle -> both integrals
+        // accrue (stranded = min(4 waiting, 4 free) = 4). 10..20: b0 takes 2 -> 2 free on b0
+        // ... b1 still queues 2 -> stranded min(2, 2) = 2.
+        let mut f = FleetTracker::new(&[4, 4], true);
+        f.set(SimTime(0), BackendId(1), 4, 4, 0);
+        f.set(SimTime(10), BackendId(1), 4, 2, 0);
+        f.set(SimTime(10), BackendId(0), 2, 0, 0);
+        f.set(SimTime(20), BackendId(1), 4, 0, 0);
+        f.finish(SimTime(30));
+        assert_eq!(f.idle_while_queued_ns, 20);
+        assert_eq!(f.stranded_ns, 4 * 10 + 2 * 10);
+        let w = f.worst.clone().unwrap();
+        assert_eq!((w.0, w.1, w.2.clone()), (SimTime(0), 4, vec![[0, 0], [4, 4]]));
+        assert_eq!(f.backends[0].idle_ns, 10);
+        assert_eq!(f.backends[1].busy_ns, 30);
+        assert_eq!(f.backends[1].peak_waiting, 4);
+        assert_eq!(f.take_series().len(), 4);
+    }
+
+    #[test]
+    fn a_queue_behind_kv_is_not_a_free_slot() {
+        // b0 runs 1 of 4 slots but has a waiting request (KV-bound): its slots are not free,
+        // so its own queue does not count as stranded.
+        let mut f = FleetTracker::new(&[4, 4], false);
+        f.set(SimTime(0), BackendId(0), 1, 1, 0);
+        f.set(SimTime(0), BackendId(1), 4, 0, 0);
+        f.finish(SimTime(100));
+        assert_eq!(f.idle_while_queued_ns, 0);
+        assert!(f.worst.is_none(), "a zero-length transient is not the worst moment");
+    }
+}

@@ -1,0 +1,299 @@
+//! Routing policies. A policy sees only a [`RouterView`] (what the real router holds at that
+//! instant: the endpoint list, the last *published* engine stats with their read times,
+//! and router-local request stats) plus the request, and answers with a [`Decision`]. It
+//! can never read live backend state.
+//!
+//! Adding a policy: one file here, one variant in [`PolicyConfig`], one arm in [`build`].
+
+pub mod hashring;
+pub mod hashtrie;
+pub mod leastinflight;
+pub mod prefixaware;
+pub mod qps;
+pub mod roundrobin;
+pub mod session;
+
+use crate::ids::BackendId;
+use crate::rng::SimRng;
+use crate::router::engine_stats::EngineStatsEntry;
+use crate::router::request_stats::RequestStatsEntry;
+use crate::time::SimTime;
+
+/// An endpoint as service discovery lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointInfo {
+    /// The backend behind the URL.
+    pub backend: BackendId,
+    /// Its URL (sorted by `roundrobin`, hashed by `session`).
+    pub url: String,
+}
+
+/// Everything a policy may look at for one decision. All slices are parallel to
+/// `endpoints` (available endpoints in discovery order).
+pub struct RouterView<'a> {
+    /// Decision time.
+    pub now: SimTime,
+    /// Available endpoints, in discovery order (the order tie-breaks use).
+    pub endpoints: &'a [EndpointInfo],
+    /// Last published engine stats per endpoint (`None`: missing, as after a failed scrape).
+    pub engine_stats: &'a [Option<EngineStatsEntry>],
+    /// Router-local request stats per endpoint (`None`: endpoint never used).
+    pub request_stats: &'a [Option<RequestStatsEntry>],
+}
+
+/// The request as the router sees it.
+pub struct RequestInfo<'a> {
+    /// The session-key header value, if the client sends one.
+    pub session_key: Option<&'a str>,
+    /// Hashes of the prompt's fixed-size character chunks (filled only for policies whose
+    /// [`RoutingPolicy::needs_prompt_chunks`] is true).
+    pub prompt_chunks: &'a [u64],
+    /// Characters per chunk (`HashTrie` chunk size, 128 upstream).
+    pub chunk_chars: u32,
+}
+
+/// Which branch of its logic a policy took (reported per decision and in summaries).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Branch {
+    /// `roundrobin`.
+    RoundRobin,
+    /// `session`: hash ring owner of the session key.
+    SessionHash,
+    /// `session` without a key: `_qps_routing`.
+    SessionNoKeyQps,
+    /// `prefixaware`: random among endpoints sharing the longest match (>= threshold).
+    PrefixMatch,
+    /// `prefixaware` below threshold: `_qps_routing` (upstream today).
+    FallbackQps,
+    /// `prefixaware` below threshold: least-in-flight from engine stats (PR #1089).
+    FallbackLeastInflight,
+    /// `prefixaware` below threshold, least-in-flight wanted but some endpoint lacks engine
+    /// stats: `_qps_routing`.
+    FallbackNoStatsQps,
+    /// `leastinflight`.
+    LeastInflight,
+    /// `leastinflight` with missing engine stats: `_qps_routing`.
+    LeastInflightNoStatsQps,
+}
+
+impl Branch {
+    /// Every branch, in report order.
+    pub const ALL: [Branch; 9] = [
+        Branch::RoundRobin,
+        Branch::SessionHash,
+        Branch::SessionNoKeyQps,
+        Branch::PrefixMatch,
+        Branch::FallbackQps,
+        Branch::FallbackLeastInflight,
+        Branch::FallbackNoStatsQps,
+        Branch::LeastInflight,
+        Branch::LeastInflightNoStatsQps,
+    ];
+
+    /// Stable name used in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Branch::RoundRobin => "roundrobin",
+            Branch::SessionHash => "session_hash",
+            Branch::SessionNoKeyQps => "session_nokey_qps",
+            Branch::PrefixMatch => "prefix_match",
+            Branch::FallbackQps => "fallback_qps",
+            Branch::FallbackLeastInflight => "fallback_leastinflight",
+            Branch::FallbackNoStatsQps => "fallback_nostats_qps",
+            Branch::LeastInflight => "leastinflight",
+            Branch::LeastInflightNoStatsQps => "leastinflight_nostats_qps",
+        }
+    }
+
+    /// True for branches decided by `_qps_routing`.
+    pub fn is_qps(self) -> bool {
+        matches!(
+            self,
+            Branch::SessionNoKeyQps
+                | Branch::FallbackQps
+                | Branch::FallbackNoStatsQps
+                | Branch::LeastInflightNoStatsQps
+        )
+    }
+}
+
+/// A routing decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Index into `RouterView::endpoints`.
+    pub pos: usize,
+    /// The branch taken.
+    pub branch: Branch,
+    /// Prefix match length in characters (trie-based policies; 0 otherwise).
+    pub match_chars: u64,
+}
+
+/// A routing policy instance (owns its state: counters, rings, tries).
+pub trait RoutingPolicy: Send {
+    /// Picks an endpoint.
+    fn route(&mut self, req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision;
+
+    /// True if the policy reads `RequestInfo::prompt_chunks` (computing them costs time).
+    fn needs_prompt_chunks(&self) -> bool {
+        false
+    }
+}
+
+/// `prefixaware`'s below-threshold fallback.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// `_qps_routing` (production-stack main).
+    Qps,
+    /// Least-in-flight from engine stats, random within a band (PR #1089).
+    LeastInflight,
+}
+
+impl Fallback {
+    /// Name as written in scenarios.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Qps => "qps",
+            Fallback::LeastInflight => "leastinflight",
+        }
+    }
+}
+
+/// A validated policy configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicyConfig {
+    /// production-stack `RoundRobinRouter`.
+    RoundRobin,
+    /// production-stack `SessionRouter` (consistent hash ring on the session key).
+    Session,
+    /// production-stack `PrefixAwareRouter`.
+    PrefixAware {
+        /// `--prefix-min-match-length`, in characters (upstream default 0: threshold off).
+        prefix_min_match_length: u64,
+        /// Below-threshold fallback.
+        fallback: Fallback,
+        /// Least-in-flight tie band (+1 in PR #1089); unused with `fallback = "qps"`.
+        band: u32,
+    },
+    /// Least-in-flight from scraped engine stats on every request (the fix, standalone).
+    LeastInflight {
+        /// Tie band.
+        band: u32,
+    },
+}
+
+/// Valid `router.policy.kind` values.
+pub const POLICY_KINDS: &str = "roundrobin, session, prefixaware, leastinflight";
+
+impl PolicyConfig {
+    /// A one-line description for reports.
+    pub fn describe(&self) -> String {
+        match self {
+            PolicyConfig::RoundRobin => "roundrobin".into(),
+            PolicyConfig::Session => "session".into(),
+            PolicyConfig::PrefixAware {
+                prefix_min_match_length,
+                fallback,
+                band,
+            } => match fallback {
+                Fallback::Qps => {
+                    format!("prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = qps)")
+                }
+                Fallback::LeastInflight => format!(
+                    "prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = leastinflight, band = {band})"
+                ),
+            },
+            PolicyConfig::LeastInflight { band } => format!("leastinflight (band = {band})"),
+        }
+    }
+}
+
+/// Instantiates a policy.
+pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
+    match *cfg {
+        PolicyConfig::RoundRobin => Box::new(roundrobin::RoundRobin::default()),
+        PolicyConfig::Session => Box::new(session::Session::default()),
+        PolicyConfig::PrefixAware {
+            prefix_min_match_length,
+            fallback,
+            band,
+        } => Box::new(prefixaware::PrefixAware::new(prefix_min_match_length, fallback, band)),
+        PolicyConfig::LeastInflight { band } => Box::new(leastinflight::LeastInflight { band }),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testkit {
+    //! Hand-built views for policy unit tests.
+    use super::*;
+
+    /// Owned storage behind a `RouterView`.
+    pub struct ViewFixture {
+        pub endpoints: Vec<EndpointInfo>,
+        pub engine: Vec<Option<EngineStatsEntry>>,
+        pub requests: Vec<Option<RequestStatsEntry>>,
+    }
+
+    impl ViewFixture {
+        /// `n` endpoints `http://backend-{i}:8000`, no stats at all.
+        pub fn new(n: usize) -> Self {
+            ViewFixture {
+                endpoints: (0..n)
+                    .map(|i| EndpointInfo {
+                        backend: BackendId::from_index(i),
+                        url: format!("http://backend-{i}:8000"),
+                    })
+                    .collect(),
+                engine: vec![None; n],
+                requests: vec![None; n],
+            }
+        }
+
+        /// Sets engine loads (running, waiting) for every endpoint.
+        pub fn loads(mut self, loads: &[(u32, u32)]) -> Self {
+            self.engine = loads
+                .iter()
+                .map(|&(running, waiting)| {
+                    Some(EngineStatsEntry {
+                        running,
+                        waiting,
+                        read_at: SimTime(0),
+                    })
+                })
+                .collect();
+            self
+        }
+
+        /// Sets window dispatch counts (`None` = absent).
+        pub fn dispatches(mut self, d: &[Option<u32>]) -> Self {
+            self.requests = d
+                .iter()
+                .map(|c| {
+                    c.map(|n| RequestStatsEntry {
+                        window_dispatches: n,
+                        qps: f64::from(n) / 60.0,
+                        in_prefill: 0,
+                        in_decoding: 0,
+                    })
+                })
+                .collect();
+            self
+        }
+
+        pub fn view(&self) -> RouterView<'_> {
+            RouterView {
+                now: SimTime(0),
+                endpoints: &self.endpoints,
+                engine_stats: &self.engine,
+                request_stats: &self.requests,
+            }
+        }
+    }
+
+    pub fn req<'a>(key: Option<&'a str>, chunks: &'a [u64]) -> RequestInfo<'a> {
+        RequestInfo {
+            session_key: key,
+            prompt_chunks: chunks,
+            chunk_chars: 128,
+        }
+    }
+}

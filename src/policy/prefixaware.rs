@@ -1,0 +1,144 @@
+//! production-stack `PrefixAwareRouter` (main, after PRs #959 and #990), with the
+//! below-threshold fallback selectable as proposed in #1089.
+//!
+//! 1. `(match_len, matched) = hashtrie.longest_prefix_match(prompt, available)`; the length
+//!    is in characters, one full chunk (128) per matched node, a matched partial final
+//!    chunk included.
+//! 2. If `match_len < prefix_min_match_length`: the fallback picks (`_qps_routing`
+//!    upstream; least-in-flight within a band with #1089, itself falling back to QPS when
+//!    any endpoint lacks engine stats), and **the prompt is inserted into the trie under
+//!    that pick** (#990). This insertion is the latch: every later turn of the session
+//!    extends this prompt, matches it, and follows the first pick.
+//! 3. Else uniformly at random among the endpoints sharing the longest match; insert.
+//!
+//! With the default threshold 0 the fallback is unreachable and a new prefix is placed
+//! uniformly at random. Load is never consulted on the matched branch.
+
+use super::hashtrie::HashTrie;
+use super::leastinflight::least_inflight;
+use super::qps::qps_routing;
+use super::{Branch, Decision, Fallback, RequestInfo, RouterView, RoutingPolicy};
+use crate::dist::uniform_index;
+use crate::ids::BackendId;
+use crate::rng::SimRng;
+
+/// The policy state.
+pub struct PrefixAware {
+    trie: HashTrie,
+    min_match_chars: u64,
+    fallback: Fallback,
+    band: u32,
+}
+
+impl PrefixAware {
+    /// A router with an empty trie.
+    pub fn new(min_match_chars: u64, fallback: Fallback, band: u32) -> Self {
+        PrefixAware {
+            trie: HashTrie::new(),
+            min_match_chars,
+            fallback,
+            band,
+        }
+    }
+
+    /// Trie size (nodes), for reports.
+    pub fn trie_nodes(&self) -> usize {
+        self.trie.len()
+    }
+}
+
+impl RoutingPolicy for PrefixAware {
+    fn needs_prompt_chunks(&self) -> bool {
+        true
+    }
+
+    fn route(&mut self, req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision {
+        let available: Vec<BackendId> = view.endpoints.iter().map(|e| e.backend).collect();
+        let (min_match, fallback, band) = (self.min_match_chars, self.fallback, self.band);
+        self.trie
+            .match_then_insert(req.prompt_chunks, &available, |chunks, matched| {
+                let match_chars = chunks as u64 * u64::from(req.chunk_chars);
+                let (pos, branch) = if match_chars < min_match {
+                    match fallback {
+                        Fallback::Qps => (qps_routing(view), Branch::FallbackQps),
+                        Fallback::LeastInflight => match least_inflight(view, band, rng) {
+                            Some(pos) => (pos, Branch::FallbackLeastInflight),
+                            None => (qps_routing(view), Branch::FallbackNoStatsQps),
+                        },
+                    }
+                } else {
+                    let b = matched[uniform_index(rng, matched.len())];
+                    let pos = available
+                        .iter()
+                        .position(|x| *x == b)
+                        .expect("matched set is a subset of available");
+                    (pos, Branch::PrefixMatch)
+                };
+                // Inserted under the pick on both branches (PR #990): the latch.
+                (
+                    view.endpoints[pos].backend,
+                    Decision {
+                        pos,
+                        branch,
+                        match_chars,
+                    },
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::testkit::{ViewFixture, req};
+    use crate::rng::stream;
+
+    #[test]
+    fn below_threshold_uses_qps_and_latches() {
+        // Threshold 3 chunks (384 chars). Backend 1 has fewer dispatches, so QPS picks it;
+        // the prompt is inserted, so the next turn (which extends it) follows backend 1 even
+        // though backend 1 is now the busy one by every measure.
+        let mut p = PrefixAware::new(384, Fallback::Qps, 1);
+        let f = ViewFixture::new(2)
+            .dispatches(&[Some(10), Some(2)])
+            .loads(&[(0, 0), (8, 8)]);
+        let mut rng = stream(0, "t", 0);
+        let d1 = p.route(&req(None, &[1, 2, 3]), &f.view(), &mut rng);
+        assert_eq!((d1.pos, d1.branch, d1.match_chars), (1, Branch::FallbackQps, 0));
+        let f2 = ViewFixture::new(2).dispatches(&[Some(0), Some(50)]);
+        let d2 = p.route(&req(None, &[1, 2, 3, 4]), &f2.view(), &mut rng);
+        assert_eq!((d2.pos, d2.branch, d2.match_chars), (1, Branch::PrefixMatch, 384));
+    }
+
+    #[test]
+    fn below_threshold_leastinflight_and_nostats() {
+        let mut p = PrefixAware::new(10_000, Fallback::LeastInflight, 1);
+        let mut rng = stream(0, "t", 0);
+        let f = ViewFixture::new(3)
+            .loads(&[(4, 4), (1, 0), (4, 0)])
+            .dispatches(&[Some(0), Some(9), Some(9)]);
+        let d = p.route(&req(None, &[7]), &f.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (1, Branch::FallbackLeastInflight));
+        let mut f = f;
+        f.engine[2] = None;
+        let d = p.route(&req(None, &[8]), &f.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (0, Branch::FallbackNoStatsQps));
+    }
+
+    #[test]
+    fn threshold_zero_places_new_prefixes_at_random_then_follows() {
+        let mut p = PrefixAware::new(0, Fallback::Qps, 1);
+        let f = ViewFixture::new(2);
+        let mut rng = stream(3, "t", 0);
+        let mut first = [0u32; 2];
+        for s in 0..2000u64 {
+            let d = p.route(&req(None, &[s * 1000]), &f.view(), &mut rng);
+            assert_eq!(d.branch, Branch::PrefixMatch);
+            first[d.pos] += 1;
+            // The same prompt again always follows.
+            let again = p.route(&req(None, &[s * 1000, 1]), &f.view(), &mut rng);
+            assert_eq!(again.pos, d.pos);
+        }
+        assert!((first[0] as i64 - 1000).abs() < 120, "{first:?}");
+    }
+}

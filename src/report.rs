@@ -1,0 +1,127 @@
+//! The terminal summary of a run (plain text; data files are written by `export`).
+
+use std::fmt::Write;
+
+use crate::export::Perf;
+use crate::metrics::Summary;
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Renders the run summary as a short table.
+pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{}: {}", s.scenario, s.policy);
+    let _ = writeln!(
+        o,
+        "seed {}, {} backends, {} sessions, {} of {} requests finished, {:.1} s simulated",
+        s.seed, s.backend_count, s.sessions, s.requests.finished, s.requests.planned, s.sim_time_s
+    );
+    if let Some(p) = perf {
+        let _ = writeln!(
+            o,
+            "{} events in {:.3} s wall ({:.2} M events/s, {} requests/s)",
+            thousands(p.events),
+            p.wall_s,
+            p.events_per_s / 1e6,
+            thousands(p.requests_per_s as u64)
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<11} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>9}",
+        "backend",
+        "requests",
+        "sess 1st",
+        "sess last",
+        "peak run",
+        "peak wait",
+        "mean run",
+        "mean wait",
+        "busy s",
+        "idle s",
+        "cache hit"
+    );
+    for b in &s.backends {
+        let _ = writeln!(
+            o,
+            "{:<11} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8.2} {:>9.2} {:>8.1} {:>8.1} {:>8.1}%",
+            b.name,
+            b.requests,
+            b.first_turn_sessions,
+            b.last_turn_sessions,
+            b.peak_running,
+            b.peak_waiting,
+            b.mean_running,
+            b.mean_waiting,
+            b.busy_s,
+            b.idle_s,
+            b.prefix_cache_hit_rate * 100.0
+        );
+    }
+    let _ = writeln!(o);
+    match &s.worst_moment {
+        Some(w) => {
+            let parts: Vec<String> = w
+                .backends
+                .iter()
+                .enumerate()
+                .map(|(i, [r, q])| format!("backend-{i} {r} running + {q} waiting"))
+                .collect();
+            let _ = writeln!(o, "worst moment        t = {:.1} s: {}", w.t_s, parts.join(" | "));
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "worst moment        none: no request ever waited while a slot was free elsewhere"
+            );
+        }
+    }
+    let _ = writeln!(o, "idle_while_queued_s {:.1}", s.idle_while_queued_s);
+    let _ = writeln!(o, "stranded_slot_s     {:.1}", s.stranded_slot_s);
+    let _ = writeln!(o, "latched_sessions    {} of {}", s.latched_sessions, s.sessions);
+    let branches: Vec<String> = s
+        .decisions_by_branch
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(b, n)| format!("{b} {n}"))
+        .collect();
+    let _ = writeln!(o, "decisions           {}", branches.join(", "));
+    let _ = writeln!(
+        o,
+        "ttft p50/p90/p99    {:.3} / {:.3} / {:.3} s   (queue wait p99 {:.3} s, e2e p99 {:.3} s)",
+        s.ttft_s.p50, s.ttft_s.p90, s.ttft_s.p99, s.queue_wait_s.p99, s.e2e_s.p99
+    );
+    let _ = writeln!(
+        o,
+        "throughput          {:.3} req/s, {:.0} output tok/s, prefix cache hit {:.1}%, {} preemptions",
+        s.throughput_rps,
+        s.output_tokens_per_s,
+        s.prefix_cache_hit_rate * 100.0,
+        s.preemptions
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_separator() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(12345678), "12,345,678");
+    }
+}

@@ -1,0 +1,139 @@
+//! The engine-stats scraper, after production-stack `stats/engine_stats.py`.
+//!
+//! * A background loop: scrape every endpoint **sequentially** (`GET /metrics`, one after
+//!   the other, each taking `scrape_duration`), then sleep, then repeat. The first pass
+//!   starts at router start-up (t = 0).
+//! * Upstream sleeps `int(interval / 1)` one-second ticks, so the effective period is
+//!   `floor(interval) + sum of scrape durations`. We do the same for intervals of 1 s and
+//!   more; sub-second intervals (not expressible with upstream's integer flag) are used as
+//!   given, for exploration.
+//! * Results become visible to routing only when the whole pass ends: the dict is then
+//!   replaced, and an endpoint whose scrape failed is **deleted** (so "lacks engine stats"
+//!   means its last scrape failed, or it has not been scraped since start-up).
+//! * Each entry keeps the time its value was read, so a policy's view carries its real age.
+
+use crate::time::{NS_PER_S, SimDuration, SimTime};
+
+/// One endpoint's scraped engine stats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineStatsEntry {
+    /// `vllm:num_requests_running`.
+    pub running: u32,
+    /// `vllm:num_requests_waiting`.
+    pub waiting: u32,
+    /// When the value was read from the engine.
+    pub read_at: SimTime,
+}
+
+/// What happens after a read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScrapeNext {
+    /// Read endpoint at this position next.
+    Read(usize),
+    /// The pass is over; publish.
+    PassEnd,
+}
+
+/// Scraper state.
+pub struct EngineStatsScraper {
+    sleep: SimDuration,
+    scrape_duration: SimDuration,
+    published: Vec<Option<EngineStatsEntry>>,
+    collecting: Vec<Option<EngineStatsEntry>>,
+    passes: u64,
+}
+
+impl EngineStatsScraper {
+    /// A scraper for `n` endpoints.
+    pub fn new(n: usize, interval: SimDuration, scrape_duration: SimDuration) -> Self {
+        EngineStatsScraper {
+            sleep: upstream_sleep(interval),
+            scrape_duration,
+            published: vec![None; n],
+            collecting: vec![None; n],
+            passes: 0,
+        }
+    }
+
+    /// Time spent sleeping between passes.
+    pub fn sleep(&self) -> SimDuration {
+        self.sleep
+    }
+
+    /// Duration of one endpoint's scrape.
+    pub fn scrape_duration(&self) -> SimDuration {
+        self.scrape_duration
+    }
+
+    /// Records the read of endpoint `pos` (`None` = the scrape failed) and says what comes
+    /// next; the caller schedules it `scrape_duration` later.
+    pub fn record(&mut self, pos: usize, entry: Option<EngineStatsEntry>) -> ScrapeNext {
+        self.collecting[pos] = entry;
+        if pos + 1 < self.collecting.len() {
+            ScrapeNext::Read(pos + 1)
+        } else {
+            ScrapeNext::PassEnd
+        }
+    }
+
+    /// Ends the pass: the collected dict replaces the published one (failed = removed).
+    pub fn publish(&mut self) {
+        std::mem::swap(&mut self.published, &mut self.collecting);
+        self.collecting.iter_mut().for_each(|e| *e = None);
+        self.passes += 1;
+    }
+
+    /// The published stats of endpoint `pos`.
+    pub fn entry(&self, pos: usize) -> Option<EngineStatsEntry> {
+        self.published[pos]
+    }
+
+    /// Completed passes.
+    pub fn passes(&self) -> u64 {
+        self.passes
+    }
+}
+
+/// `_sleep_or_break`: `int(interval / 1)` sleeps of 1 s (sub-second intervals: as given).
+pub fn upstream_sleep(interval: SimDuration) -> SimDuration {
+    if interval.0 >= NS_PER_S {
+        SimDuration(interval.0 / NS_PER_S * NS_PER_S)
+    } else {
+        interval
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sleep_is_floored_like_upstream() {
+        assert_eq!(upstream_sleep(SimDuration(10 * NS_PER_S)), SimDuration(10 * NS_PER_S));
+        assert_eq!(upstream_sleep(SimDuration(2_500_000_000)), SimDuration(2 * NS_PER_S));
+        assert_eq!(upstream_sleep(SimDuration(500_000_000)), SimDuration(500_000_000));
+    }
+
+    #[test]
+    fn pass_publishes_atomically_and_drops_failures() {
+        let mut s = EngineStatsScraper::new(2, SimDuration(NS_PER_S), SimDuration(1));
+        let e = |r| {
+            Some(EngineStatsEntry {
+                running: r,
+                waiting: 0,
+                read_at: SimTime(0),
+            })
+        };
+        assert_eq!(s.record(0, e(3)), ScrapeNext::Read(1));
+        assert_eq!(s.entry(0), None, "not visible before the pass ends");
+        assert_eq!(s.record(1, e(4)), ScrapeNext::PassEnd);
+        s.publish();
+        assert_eq!(s.entry(0).unwrap().running, 3);
+        s.record(0, None);
+        s.record(1, e(5));
+        s.publish();
+        assert_eq!(s.entry(0), None, "a failed scrape deletes the entry");
+        assert_eq!(s.entry(1).unwrap().running, 5);
+        assert_eq!(s.passes(), 2);
+    }
+}

@@ -1,0 +1,855 @@
+//! Scenario files: the raw TOML layer ([`ScenarioFile`], serde with `deny_unknown_fields`
+//! and upstream defaults) and its validation into a runnable [`Scenario`] (units resolved,
+//! cross-field checks done). Every error names the key path, and the file and line where
+//! the key is written (see [`load`]).
+
+mod locate;
+mod overrides;
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::backend::perf::StepTimeModel;
+use crate::backend::vllm::VllmConfig;
+use crate::dist::{Dist, DistTable};
+use crate::policy::{Fallback, POLICY_KINDS, PolicyConfig};
+use crate::router::RouterConfig;
+use crate::sim::{BackendModel, SimConfig};
+use crate::time::{NS_PER_S, SimDuration, SimTime, secs_to_ns};
+use crate::workload::{Arrival, GroupConfig, Workload, generate};
+
+pub use overrides::parse_set;
+
+/// A scenario error: one line, naming file, line and key path.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ScenarioError {
+    /// The scenario file.
+    pub file: String,
+    /// 1-based line and column of the offending key, when it is written in the file.
+    pub location: Option<(usize, usize)>,
+    /// Dotted key path (`router.policy.fallback`, `workload.groups[0].turns`), or empty.
+    pub path: String,
+    /// What is wrong and, where possible, how to fix it.
+    pub message: String,
+}
+
+impl std::fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some((l, c)) = self.location {
+            write!(f, ":{l}:{c}")?;
+        }
+        if !self.path.is_empty() {
+            write!(f, ": {}", self.path)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// A validation failure before the file and line are attached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// Key path.
+    pub path: String,
+    /// Message.
+    pub message: String,
+}
+
+impl FieldError {
+    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+type Res<T> = Result<T, FieldError>;
+
+// ---------------------------------------------------------------------------------------
+// Raw layer
+// ---------------------------------------------------------------------------------------
+
+/// The scenario file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// Scenario name (default: the file stem). Results go to `results/<name>/`.
+    pub name: Option<String>,
+    /// Free text shown in reports.
+    #[serde(default)]
+    pub description: String,
+    /// Master seed.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Run limits.
+    #[serde(default)]
+    pub limits: LimitsFile,
+    /// The fleet.
+    pub backends: BackendsFile,
+    /// Network latencies.
+    #[serde(default)]
+    pub network: NetworkFile,
+    /// The router.
+    #[serde(default)]
+    pub router: RouterFile,
+    /// The workload.
+    pub workload: WorkloadFile,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+/// `[limits]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    /// Stop at this simulated time (default: when every session is done).
+    pub max_sim_time_s: Option<f64>,
+    /// Refuse runs longer than this many events.
+    #[serde(default = "default_max_events")]
+    pub max_events: u64,
+}
+
+impl Default for LimitsFile {
+    fn default() -> Self {
+        LimitsFile {
+            max_sim_time_s: None,
+            max_events: default_max_events(),
+        }
+    }
+}
+
+fn default_max_events() -> u64 {
+    1_000_000_000
+}
+
+/// `[backends]`: N identical backends.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendsFile {
+    /// Number of backends.
+    pub count: i64,
+    /// `"vllm"` (default) or `"queueing"`.
+    #[serde(default = "default_model")]
+    pub model: String,
+    /// Explicit endpoint URLs, in discovery order (default `http://backend-{i}:8000`).
+    pub urls: Option<Vec<String>>,
+    /// vLLM `--max-num-seqs` (default 1024: H100-class GPU, `vllm serve`).
+    pub max_num_seqs: Option<i64>,
+    /// vLLM `--max-num-batched-tokens` (default 8192: H100-class GPU, `vllm serve`).
+    pub max_num_batched_tokens: Option<i64>,
+    /// Usable KV blocks (default 29,205: Llama-3.1-8B on one H100, BLIS).
+    pub kv_blocks: Option<i64>,
+    /// Tokens per KV block (default 16).
+    pub block_size_tokens: Option<i64>,
+    /// Automatic prefix caching (default on).
+    pub prefix_caching: Option<bool>,
+    /// Step-time model coefficients.
+    pub step_time: Option<StepTimeFile>,
+    /// Delay between engine state and the value `/metrics` serves (default 0).
+    pub metrics_lag_s: Option<f64>,
+    /// Servers per backend (queueing model only).
+    pub slots: Option<i64>,
+}
+
+fn default_model() -> String {
+    "vllm".into()
+}
+
+/// `[backends.step_time]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepTimeFile {
+    /// µs per step.
+    pub beta0_us: Option<f64>,
+    /// µs per prefill token.
+    pub beta1_us: Option<f64>,
+    /// µs per decode token.
+    pub beta2_us: Option<f64>,
+}
+
+/// `[network]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkFile {
+    /// Router to engine queue (HTTP, API server, tokeniser); default 2 ms.
+    #[serde(default = "default_dispatch")]
+    pub dispatch_latency_s: f64,
+    /// Engine to router/client per chunk; default 1 ms.
+    #[serde(default = "default_response")]
+    pub response_latency_s: f64,
+}
+
+impl Default for NetworkFile {
+    fn default() -> Self {
+        NetworkFile {
+            dispatch_latency_s: default_dispatch(),
+            response_latency_s: default_response(),
+        }
+    }
+}
+
+fn default_dispatch() -> f64 {
+    0.002
+}
+fn default_response() -> f64 {
+    0.001
+}
+
+/// `[router]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterFile {
+    /// `--engine-stats-interval` (upstream default 30).
+    #[serde(default = "default_interval")]
+    pub engine_stats_interval_s: f64,
+    /// One `/metrics` round trip (default 10 ms).
+    #[serde(default = "default_scrape")]
+    pub scrape_duration_s: f64,
+    /// `--request-stats-window` (upstream default 60).
+    #[serde(default = "default_window")]
+    pub request_stats_window_s: f64,
+    /// Delay before a dispatch shows in request stats (upstream: 0).
+    #[serde(default)]
+    pub request_stats_lag_s: f64,
+    /// Characters per token for the prefix trie (default 4).
+    #[serde(default = "default_cpt")]
+    pub chars_per_token: i64,
+    /// `[router.policy]`, a table tagged by `kind`.
+    pub policy: Option<toml::Table>,
+}
+
+impl Default for RouterFile {
+    fn default() -> Self {
+        RouterFile {
+            engine_stats_interval_s: default_interval(),
+            scrape_duration_s: default_scrape(),
+            request_stats_window_s: default_window(),
+            request_stats_lag_s: 0.0,
+            chars_per_token: default_cpt(),
+            policy: None,
+        }
+    }
+}
+
+fn default_interval() -> f64 {
+    30.0
+}
+fn default_scrape() -> f64 {
+    0.01
+}
+fn default_window() -> f64 {
+    60.0
+}
+fn default_cpt() -> i64 {
+    4
+}
+
+/// `[router.policy]` for `kind = "prefixaware"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrefixAwareFile {
+    #[serde(default)]
+    prefix_min_match_length: i64,
+    #[serde(default = "default_fallback")]
+    fallback: String,
+    #[serde(default = "default_band")]
+    band: i64,
+}
+
+fn default_fallback() -> String {
+    "qps".into()
+}
+fn default_band() -> i64 {
+    1
+}
+
+/// `[router.policy]` for `kind = "leastinflight"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeastInflightFile {
+    #[serde(default = "default_band")]
+    band: i64,
+}
+
+/// `[router.policy]` for policies without parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+/// `[workload]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadFile {
+    /// Session groups.
+    pub groups: Vec<GroupFile>,
+}
+
+/// `[[workload.groups]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupFile {
+    /// Group name (unique).
+    pub name: String,
+    /// Number of sessions.
+    pub sessions: i64,
+    /// Arrival process table (`kind = "burst" | "poisson" | "interval"`).
+    pub arrival: toml::Value,
+    /// Turns per session (distribution).
+    #[serde(default = "one")]
+    pub turns: toml::Value,
+    /// Shared system prompt tokens.
+    #[serde(default)]
+    pub system_prompt_tokens: i64,
+    /// Shared prompt name (default: the group name).
+    pub system_prompt: Option<String>,
+    /// New tokens in turn 1 (default: `input_tokens`).
+    pub first_input_tokens: Option<toml::Value>,
+    /// New tokens per later turn.
+    pub input_tokens: toml::Value,
+    /// Output tokens per turn.
+    pub output_tokens: toml::Value,
+    /// Think time between turns, seconds.
+    #[serde(default = "zero")]
+    pub think_time_s: toml::Value,
+    /// Service time per request, seconds (queueing backends).
+    pub service_time_s: Option<toml::Value>,
+    /// Send the session key header (default true).
+    #[serde(default = "yes")]
+    pub sends_session_key: bool,
+    /// Per-session context cap in tokens.
+    pub max_context_tokens: Option<i64>,
+}
+
+fn one() -> toml::Value {
+    toml::Value::Integer(1)
+}
+fn zero() -> toml::Value {
+    toml::Value::Integer(0)
+}
+fn yes() -> bool {
+    true
+}
+
+// ---------------------------------------------------------------------------------------
+// Validated layer
+// ---------------------------------------------------------------------------------------
+
+/// A validated scenario.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Simulation settings.
+    pub sim: SimConfig,
+    /// Session groups.
+    pub groups: Vec<GroupConfig>,
+    /// Description.
+    pub description: String,
+    /// Largest request one engine can hold (tokens), `None` in queueing mode.
+    pub context_limit_tokens: Option<u32>,
+}
+
+impl Scenario {
+    /// Generates the workload for the scenario's seed.
+    pub fn workload(&self) -> Result<Workload, FieldError> {
+        generate(&self.groups, self.sim.seed, self.context_limit_tokens)
+            .map_err(|e| FieldError::new(format!("workload.groups[{}]", e.group), e.message))
+    }
+}
+
+fn from_value<T: DeserializeOwned>(v: &toml::Value, path: &str) -> Res<T> {
+    serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+        let inner = e.path().to_string();
+        let p = if inner == "." || inner.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}.{inner}")
+        };
+        FieldError::new(p, e.into_inner().message().trim().to_string())
+    })
+}
+
+fn secs(v: f64, path: &str, allow_zero: bool) -> Res<SimDuration> {
+    if !v.is_finite() || v < 0.0 || (!allow_zero && v == 0.0) {
+        let want = if allow_zero { ">= 0" } else { "> 0" };
+        return Err(FieldError::new(
+            path,
+            format!("must be a finite number of seconds {want}, got {v}"),
+        ));
+    }
+    if v > 1e9 {
+        return Err(FieldError::new(
+            path,
+            format!("{v} s is beyond the simulator's range (1e9 s)"),
+        ));
+    }
+    Ok(SimDuration(secs_to_ns(v)))
+}
+
+fn count(v: i64, path: &str, min: i64) -> Res<u32> {
+    if v < min || v > i64::from(u32::MAX) {
+        return Err(FieldError::new(path, format!("must be an integer >= {min}, got {v}")));
+    }
+    Ok(v as u32)
+}
+
+fn dist(v: &toml::Value, path: &str) -> Res<Dist> {
+    match v {
+        toml::Value::Integer(i) => Dist::constant(*i as f64).map_err(|m| FieldError::new(path, m)),
+        toml::Value::Float(f) => Dist::constant(*f).map_err(|m| FieldError::new(path, m)),
+        toml::Value::Table(_) => {
+            let t: DistTable = from_value(v, path)?;
+            Dist::from_table(&t).map_err(|(k, m)| FieldError::new(format!("{path}.{k}"), m))
+        }
+        other => Err(FieldError::new(
+            path,
+            format!(
+                "expected a number or a distribution table such as {{ dist = \"exponential\", mean = 1.0 }}, got {}",
+                other.type_str()
+            ),
+        )),
+    }
+}
+
+fn tag<'a>(t: &'a toml::Table, key: &str, path: &str, valid: &str) -> Res<&'a str> {
+    match t.get(key) {
+        Some(toml::Value::String(s)) => Ok(s),
+        Some(other) => Err(FieldError::new(
+            format!("{path}.{key}"),
+            format!("expected a string (one of {valid}), got {}", other.type_str()),
+        )),
+        None => Err(FieldError::new(path, format!("missing `{key}` (one of {valid})"))),
+    }
+}
+
+fn without(t: &toml::Table, key: &str) -> toml::Value {
+    let mut t = t.clone();
+    t.remove(key);
+    toml::Value::Table(t)
+}
+
+fn policy(t: Option<&toml::Table>) -> Res<PolicyConfig> {
+    let path = "router.policy";
+    let Some(t) = t else {
+        return Err(FieldError::new(
+            path,
+            format!("missing [router.policy] table with `kind` (one of {POLICY_KINDS})"),
+        ));
+    };
+    let kind = tag(t, "kind", path, POLICY_KINDS)?;
+    let rest = without(t, "kind");
+    match kind {
+        "roundrobin" => {
+            from_value::<NoParams>(&rest, path)?;
+            Ok(PolicyConfig::RoundRobin)
+        }
+        "session" => {
+            from_value::<NoParams>(&rest, path)?;
+            Ok(PolicyConfig::Session)
+        }
+        "prefixaware" => {
+            let p: PrefixAwareFile = from_value(&rest, path)?;
+            let fallback = match p.fallback.as_str() {
+                "qps" => Fallback::Qps,
+                "leastinflight" => Fallback::LeastInflight,
+                other => {
+                    return Err(FieldError::new(
+                        format!("{path}.fallback"),
+                        format!("unknown fallback `{other}`; expected `qps` (upstream) or `leastinflight` (PR #1089)"),
+                    ));
+                }
+            };
+            if p.prefix_min_match_length < 0 {
+                return Err(FieldError::new(
+                    format!("{path}.prefix_min_match_length"),
+                    format!("must be >= 0 characters, got {}", p.prefix_min_match_length),
+                ));
+            }
+            Ok(PolicyConfig::PrefixAware {
+                prefix_min_match_length: p.prefix_min_match_length as u64,
+                fallback,
+                band: count(p.band, &format!("{path}.band"), 0)?,
+            })
+        }
+        "leastinflight" => {
+            let p: LeastInflightFile = from_value(&rest, path)?;
+            Ok(PolicyConfig::LeastInflight {
+                band: count(p.band, &format!("{path}.band"), 0)?,
+            })
+        }
+        other => Err(FieldError::new(
+            format!("{path}.kind"),
+            format!("unknown policy `{other}`; expected one of {POLICY_KINDS}"),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BurstFile {
+    at_s: f64,
+    #[serde(default)]
+    spread_s: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoissonFile {
+    #[serde(default)]
+    start_s: f64,
+    rate_per_s: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IntervalFile {
+    #[serde(default)]
+    start_s: f64,
+    every_s: f64,
+}
+
+const ARRIVAL_KINDS: &str = "burst, poisson, interval";
+
+fn arrival(v: &toml::Value, path: &str) -> Res<Arrival> {
+    let Some(t) = v.as_table() else {
+        return Err(FieldError::new(
+            path,
+            "expected a table such as { kind = \"burst\", at_s = 30, spread_s = 2 }".to_string(),
+        ));
+    };
+    let kind = tag(t, "kind", path, ARRIVAL_KINDS)?;
+    let rest = without(t, "kind");
+    match kind {
+        "burst" => {
+            let b: BurstFile = from_value(&rest, path)?;
+            Ok(Arrival::Burst {
+                at: SimTime(secs(b.at_s, &format!("{path}.at_s"), true)?.0),
+                spread: secs(b.spread_s, &format!("{path}.spread_s"), true)?,
+            })
+        }
+        "poisson" => {
+            let p: PoissonFile = from_value(&rest, path)?;
+            if !(p.rate_per_s.is_finite() && p.rate_per_s > 0.0) {
+                return Err(FieldError::new(
+                    format!("{path}.rate_per_s"),
+                    format!("must be > 0, got {}", p.rate_per_s),
+                ));
+            }
+            Ok(Arrival::Poisson {
+                start: SimTime(secs(p.start_s, &format!("{path}.start_s"), true)?.0),
+                rate_per_s: p.rate_per_s,
+            })
+        }
+        "interval" => {
+            let p: IntervalFile = from_value(&rest, path)?;
+            Ok(Arrival::Interval {
+                start: SimTime(secs(p.start_s, &format!("{path}.start_s"), true)?.0),
+                every: secs(p.every_s, &format!("{path}.every_s"), false)?,
+            })
+        }
+        other => Err(FieldError::new(
+            format!("{path}.kind"),
+            format!("unknown arrival `{other}`; expected one of {ARRIVAL_KINDS}"),
+        )),
+    }
+}
+
+fn vllm_only(b: &BackendsFile) -> Vec<(&'static str, bool)> {
+    vec![
+        ("max_num_seqs", b.max_num_seqs.is_some()),
+        ("max_num_batched_tokens", b.max_num_batched_tokens.is_some()),
+        ("kv_blocks", b.kv_blocks.is_some()),
+        ("block_size_tokens", b.block_size_tokens.is_some()),
+        ("prefix_caching", b.prefix_caching.is_some()),
+        ("step_time", b.step_time.is_some()),
+    ]
+}
+
+/// Validates a parsed file. `stem` names the scenario when `name` is absent.
+pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
+    let name = f.name.clone().unwrap_or_else(|| stem.to_string());
+    if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." {
+        return Err(FieldError::new(
+            "name",
+            format!("`{name}` cannot be used as a results folder name"),
+        ));
+    }
+    let b = &f.backends;
+    let n = count(b.count, "backends.count", 1)?;
+    if n > 4096 {
+        return Err(FieldError::new(
+            "backends.count",
+            format!("{n} backends is above the supported 4096"),
+        ));
+    }
+    let urls: Vec<String> = match &b.urls {
+        Some(u) => {
+            if u.len() != n as usize {
+                return Err(FieldError::new(
+                    "backends.urls",
+                    format!("lists {} URLs but backends.count = {n}", u.len()),
+                ));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for (i, url) in u.iter().enumerate() {
+                if !seen.insert(url) {
+                    return Err(FieldError::new(
+                        format!("backends.urls[{i}]"),
+                        format!("duplicate URL `{url}`"),
+                    ));
+                }
+            }
+            u.clone()
+        }
+        None => (0..n).map(|i| format!("http://backend-{i}:8000")).collect(),
+    };
+    let names: Vec<(String, String)> = urls
+        .into_iter()
+        .enumerate()
+        .map(|(i, u)| (format!("backend-{i}"), u))
+        .collect();
+    let gauge_lag = secs(b.metrics_lag_s.unwrap_or(0.0), "backends.metrics_lag_s", true)?;
+    let (model, context_limit) = match b.model.as_str() {
+        "vllm" => {
+            if b.slots.is_some() {
+                return Err(FieldError::new(
+                    "backends.slots",
+                    "only applies to model = \"queueing\"; vLLM backends use max_num_seqs",
+                ));
+            }
+            let st = b.step_time.as_ref();
+            let coef = |v: Option<f64>, d: f64, k: &str| -> Res<f64> {
+                let x = v.unwrap_or(d);
+                if !x.is_finite() || x < 0.0 {
+                    return Err(FieldError::new(
+                        format!("backends.step_time.{k}"),
+                        format!("must be >= 0, got {x}"),
+                    ));
+                }
+                Ok(x)
+            };
+            let def = StepTimeModel::default();
+            let step_time = StepTimeModel {
+                beta0_us: coef(st.and_then(|s| s.beta0_us), def.beta0_us, "beta0_us")?,
+                beta1_us: coef(st.and_then(|s| s.beta1_us), def.beta1_us, "beta1_us")?,
+                beta2_us: coef(st.and_then(|s| s.beta2_us), def.beta2_us, "beta2_us")?,
+            };
+            let cfg = VllmConfig {
+                max_num_seqs: count(b.max_num_seqs.unwrap_or(1024), "backends.max_num_seqs", 1)?,
+                max_num_batched_tokens: count(
+                    b.max_num_batched_tokens.unwrap_or(8192),
+                    "backends.max_num_batched_tokens",
+                    1,
+                )?,
+                kv_blocks: count(b.kv_blocks.unwrap_or(29_205), "backends.kv_blocks", 1)?,
+                block_size_tokens: count(b.block_size_tokens.unwrap_or(16), "backends.block_size_tokens", 1)?,
+                prefix_caching: b.prefix_caching.unwrap_or(true),
+                step_time,
+            };
+            if cfg.kv_blocks >= u32::MAX / 2 {
+                return Err(FieldError::new("backends.kv_blocks", "too large"));
+            }
+            let limit = u64::from(cfg.kv_blocks) * u64::from(cfg.block_size_tokens);
+            (BackendModel::Vllm(cfg), Some(limit.min(u64::from(u32::MAX)) as u32))
+        }
+        "queueing" => {
+            if let Some((k, _)) = vllm_only(b).into_iter().find(|(_, set)| *set) {
+                return Err(FieldError::new(
+                    format!("backends.{k}"),
+                    "only applies to model = \"vllm\"",
+                ));
+            }
+            let slots = count(
+                b.slots
+                    .ok_or_else(|| FieldError::new("backends", "model = \"queueing\" needs `slots`"))?,
+                "backends.slots",
+                1,
+            )?;
+            (BackendModel::Queueing { slots }, None)
+        }
+        other => {
+            return Err(FieldError::new(
+                "backends.model",
+                format!("unknown model `{other}`; expected `vllm` or `queueing`"),
+            ));
+        }
+    };
+    let r = &f.router;
+    let router = RouterConfig {
+        engine_stats_interval: secs(r.engine_stats_interval_s, "router.engine_stats_interval_s", false)?,
+        scrape_duration: secs(r.scrape_duration_s, "router.scrape_duration_s", true)?,
+        request_stats_window: secs(r.request_stats_window_s, "router.request_stats_window_s", false)?,
+        request_stats_lag: secs(r.request_stats_lag_s, "router.request_stats_lag_s", true)?,
+        chars_per_token: count(r.chars_per_token, "router.chars_per_token", 1)?,
+        policy: policy(r.policy.as_ref())?,
+    };
+    if router.engine_stats_interval.0 + router.scrape_duration.0 * u64::from(n) == 0 {
+        return Err(FieldError::new(
+            "router.engine_stats_interval_s",
+            "a scrape period of zero would never advance",
+        ));
+    }
+    let limits = &f.limits;
+    let max_sim_time = match limits.max_sim_time_s {
+        Some(v) => Some(SimTime(secs(v, "limits.max_sim_time_s", false)?.0)),
+        None => None,
+    };
+    if limits.max_events == 0 {
+        return Err(FieldError::new("limits.max_events", "must be > 0"));
+    }
+    let net = &f.network;
+    let sim = SimConfig {
+        name,
+        seed: f.seed,
+        backends: names,
+        model,
+        router,
+        dispatch_latency: secs(net.dispatch_latency_s, "network.dispatch_latency_s", true)?,
+        response_latency: secs(net.response_latency_s, "network.response_latency_s", true)?,
+        gauge_lag,
+        max_sim_time,
+        max_events: limits.max_events,
+    };
+    let queueing = matches!(sim.model, BackendModel::Queueing { .. });
+    if f.workload.groups.is_empty() {
+        return Err(FieldError::new(
+            "workload.groups",
+            "needs at least one [[workload.groups]] table",
+        ));
+    }
+    let mut groups = Vec::new();
+    let mut names_seen = std::collections::BTreeSet::new();
+    for (i, g) in f.workload.groups.iter().enumerate() {
+        let p = format!("workload.groups[{i}]");
+        if g.name.is_empty() || !names_seen.insert(g.name.clone()) {
+            return Err(FieldError::new(
+                format!("{p}.name"),
+                format!("group names must be unique and non-empty, got `{}`", g.name),
+            ));
+        }
+        let sessions = count(g.sessions, &format!("{p}.sessions"), 1)?;
+        let service = match (&g.service_time_s, queueing) {
+            (Some(v), true) => Some(dist(v, &format!("{p}.service_time_s"))?),
+            (None, true) => {
+                return Err(FieldError::new(
+                    p,
+                    "queueing backends need `service_time_s` (a distribution in seconds)",
+                ));
+            }
+            (Some(_), false) => {
+                return Err(FieldError::new(
+                    format!("{p}.service_time_s"),
+                    "only applies to backends.model = \"queueing\"; vLLM service time comes from the step-time model",
+                ));
+            }
+            (None, false) => None,
+        };
+        let input = dist(&g.input_tokens, &format!("{p}.input_tokens"))?;
+        groups.push(GroupConfig {
+            name: g.name.clone(),
+            sessions,
+            arrival: arrival(&g.arrival, &format!("{p}.arrival"))?,
+            turns: dist(&g.turns, &format!("{p}.turns"))?,
+            system_prompt_tokens: count(g.system_prompt_tokens, &format!("{p}.system_prompt_tokens"), 0)?,
+            system_prompt: g.system_prompt.clone().unwrap_or_else(|| g.name.clone()),
+            first_input_tokens: match &g.first_input_tokens {
+                Some(v) => dist(v, &format!("{p}.first_input_tokens"))?,
+                None => input.clone(),
+            },
+            input_tokens: input,
+            output_tokens: dist(&g.output_tokens, &format!("{p}.output_tokens"))?,
+            think_time_s: dist(&g.think_time_s, &format!("{p}.think_time_s"))?,
+            service_time_s: service,
+            sends_session_key: g.sends_session_key,
+            max_context_tokens: match g.max_context_tokens {
+                Some(v) => Some(count(v, &format!("{p}.max_context_tokens"), 2)?),
+                None => None,
+            },
+        });
+    }
+    Ok(Scenario {
+        sim,
+        groups,
+        description: f.description,
+        context_limit_tokens: context_limit,
+    })
+}
+
+/// Loads, overrides (`--set path=value`, applied in order) and validates a scenario file.
+/// The workload is generated too, so errors in it (e.g. a request larger than the KV cache)
+/// surface here.
+pub fn load(path: &Path, sets: &[(String, String)]) -> Result<(Scenario, Workload, String), ScenarioError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        file: file.clone(),
+        location: None,
+        path: String::new(),
+        message: format!("cannot read the scenario: {e}"),
+    })?;
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("scenario")
+        .to_string();
+    load_str(&text, &file, &stem, sets)
+}
+
+/// [`load`] from a string (`file` is used in messages). Also returns the effective
+/// scenario text (after overrides), which results record.
+pub fn load_str(
+    text: &str,
+    file: &str,
+    stem: &str,
+    sets: &[(String, String)],
+) -> Result<(Scenario, Workload, String), ScenarioError> {
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| ScenarioError {
+        file: file.to_string(),
+        location: e.span().map(|s| locate::line_col(text, s.start)),
+        path: String::new(),
+        message: format!("invalid TOML: {}", e.message().trim()),
+    })?;
+    let mut set_paths = Vec::new();
+    for (k, v) in sets {
+        overrides::apply(&mut table, k, v).map_err(|m| ScenarioError {
+            file: file.to_string(),
+            location: None,
+            path: k.clone(),
+            message: format!("--set: {m}"),
+        })?;
+        set_paths.push(overrides::normalize(k));
+    }
+    let at = |e: FieldError| {
+        let from_set = set_paths
+            .iter()
+            .any(|p| e.path == *p || e.path.starts_with(&format!("{p}.")) || e.path.starts_with(&format!("{p}[")));
+        ScenarioError {
+            file: file.to_string(),
+            location: if from_set { None } else { locate::locate(text, &e.path) },
+            message: if from_set {
+                format!("{} (value from --set)", e.message)
+            } else {
+                e.message
+            },
+            path: e.path,
+        }
+    };
+    let raw: ScenarioFile = from_value(&toml::Value::Table(table.clone()), "").map_err(|mut e| {
+        e.path = e.path.trim_start_matches('.').to_string();
+        at(e)
+    })?;
+    let scenario = validate(raw, stem).map_err(at)?;
+    let workload = scenario.workload().map_err(at)?;
+    let effective = toml::to_string(&table).unwrap_or_default();
+    Ok((scenario, workload, effective))
+}
+
+/// Seconds per nanosecond-count, for error messages.
+pub fn ns_as_s(ns: u64) -> f64 {
+    ns as f64 / NS_PER_S as f64
+}
+
+#[cfg(test)]
+mod tests;

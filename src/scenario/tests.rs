@@ -1,0 +1,226 @@
+//! Scenario loading: defaults, overrides, and one-line errors naming file, line and key.
+
+use super::*;
+use crate::policy::{Fallback, PolicyConfig};
+use crate::sim::BackendModel;
+use crate::time::NS_PER_S;
+
+const MINIMAL: &str = r#"
+[backends]
+count = 2
+
+[router.policy]
+kind = "prefixaware"
+
+[[workload.groups]]
+name = "chat"
+sessions = 3
+arrival = { kind = "burst", at_s = 0 }
+input_tokens = 100
+output_tokens = 10
+"#;
+
+fn load_ok(text: &str, sets: &[(&str, &str)]) -> (Scenario, Workload) {
+    let sets: Vec<(String, String)> = sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let (s, w, _) = load_str(text, "t.toml", "t", &sets).unwrap_or_else(|e| panic!("{e}"));
+    (s, w)
+}
+
+fn load_err(text: &str, sets: &[(&str, &str)]) -> ScenarioError {
+    let sets: Vec<(String, String)> = sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    match load_str(text, "t.toml", "t", &sets) {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => {
+            assert!(!e.to_string().contains('\n'), "errors are one line: {e}");
+            e
+        }
+    }
+}
+
+#[test]
+fn upstream_defaults() {
+    let (s, w) = load_ok(MINIMAL, &[]);
+    assert_eq!(s.sim.name, "t");
+    let r = &s.sim.router;
+    assert_eq!(
+        r.engine_stats_interval.0,
+        30 * NS_PER_S,
+        "--engine-stats-interval default 30"
+    );
+    assert_eq!(
+        r.request_stats_window.0,
+        60 * NS_PER_S,
+        "--request-stats-window default 60"
+    );
+    assert_eq!(r.request_stats_lag.0, 0);
+    assert_eq!(
+        r.policy,
+        PolicyConfig::PrefixAware {
+            prefix_min_match_length: 0,
+            fallback: Fallback::Qps,
+            band: 1
+        },
+        "prefix_min_match_length defaults to 0 upstream; QPS is upstream's fallback"
+    );
+    let BackendModel::Vllm(v) = &s.sim.model else {
+        panic!("vllm is the default model")
+    };
+    assert_eq!(
+        (v.max_num_seqs, v.max_num_batched_tokens, v.block_size_tokens),
+        (1024, 8192, 16)
+    );
+    assert_eq!(v.kv_blocks, 29_205);
+    assert!(v.prefix_caching);
+    assert_eq!(
+        s.sim.backends[1],
+        ("backend-1".to_string(), "http://backend-1:8000".to_string())
+    );
+    assert_eq!(w.sessions.len(), 3);
+}
+
+#[test]
+fn overrides_apply_before_validation() {
+    let (s, _) = load_ok(
+        MINIMAL,
+        &[
+            ("router.policy.fallback", "leastinflight"),
+            ("router.policy.band", "0"),
+            ("router.engine_stats_interval_s", "10"),
+            ("workload.groups[0].sessions", "5"),
+            ("name", "renamed"),
+        ],
+    );
+    assert_eq!(
+        s.sim.router.policy,
+        PolicyConfig::PrefixAware {
+            prefix_min_match_length: 0,
+            fallback: Fallback::LeastInflight,
+            band: 0
+        }
+    );
+    assert_eq!(s.sim.router.engine_stats_interval.0, 10 * NS_PER_S);
+    assert_eq!(s.groups[0].sessions, 5);
+    assert_eq!(s.sim.name, "renamed");
+}
+
+#[test]
+fn malformed_toml_gives_line_and_column() {
+    let e = load_err("[backends]\ncount = = 2\n", &[]);
+    assert_eq!(e.location.map(|l| l.0), Some(2));
+    assert!(e.message.starts_with("invalid TOML"), "{e}");
+    assert!(e.to_string().starts_with("t.toml:2:"), "{e}");
+}
+
+#[test]
+fn unknown_key_names_path_and_line() {
+    let text = MINIMAL.replace("[backends]\ncount = 2", "[backends]\ncount = 2\nmax_num_seq = 4");
+    let e = load_err(&text, &[]);
+    assert_eq!(e.path, "backends.max_num_seq");
+    assert_eq!(e.location, Some((4, 1)));
+    assert!(e.message.contains("unknown field `max_num_seq`"), "{e}");
+    let text = MINIMAL.replace("kind = \"prefixaware\"", "kind = \"prefixaware\"\nbandd = 2");
+    let e = load_err(&text, &[]);
+    assert_eq!(e.path, "router.policy.bandd");
+    assert!(e.location.is_some());
+}
+
+#[test]
+fn wrong_types_name_the_key() {
+    let e = load_err(&MINIMAL.replace("count = 2", "count = \"two\""), &[]);
+    assert_eq!(e.path, "backends.count");
+    assert!(e.message.contains("invalid type"), "{e}");
+    let e = load_err(&MINIMAL.replace("output_tokens = 10", "output_tokens = \"ten\""), &[]);
+    assert_eq!(e.path, "workload.groups[0].output_tokens");
+}
+
+#[test]
+fn impossible_values_are_rejected() {
+    let e = load_err(&MINIMAL.replace("count = 2", "count = 0"), &[]);
+    assert_eq!((e.path.as_str(), e.location.map(|l| l.0)), ("backends.count", Some(3)));
+    let e = load_err(MINIMAL, &[("router.engine_stats_interval_s", "-1")]);
+    assert_eq!(e.path, "router.engine_stats_interval_s");
+    assert!(e.message.contains("(value from --set)"), "{e}");
+    let e = load_err(MINIMAL, &[("workload.groups[0].output_tokens", "-5")]);
+    assert!(e.message.contains(">= 0"), "{e}");
+    let e = load_err(
+        MINIMAL,
+        &[("workload.groups[0].arrival", "{ kind = \"poisson\", rate_per_s = 0 }")],
+    );
+    assert_eq!(e.path, "workload.groups[0].arrival.rate_per_s");
+}
+
+#[test]
+fn kv_smaller_than_one_request() {
+    // 4 blocks x 16 = 64 tokens; the first turn needs 100 + 10.
+    let e = load_err(MINIMAL, &[("backends.kv_blocks", "4")]);
+    assert_eq!(e.path, "workload.groups[0]");
+    assert!(
+        e.message.contains("needs 110 tokens") && e.message.contains("at most 64"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_policy_and_fallback_list_valid_values() {
+    let e = load_err(MINIMAL, &[("router.policy.kind", "leastload")]);
+    assert_eq!(e.path, "router.policy.kind");
+    assert!(
+        e.message.contains("roundrobin, session, prefixaware, leastinflight"),
+        "{e}"
+    );
+    let e = load_err(MINIMAL, &[("router.policy.fallback", "random")]);
+    assert!(
+        e.message.contains("`qps`") && e.message.contains("`leastinflight`"),
+        "{e}"
+    );
+    let e = load_err(&MINIMAL.replace("[router.policy]\nkind = \"prefixaware\"\n", ""), &[]);
+    assert_eq!(e.path, "router.policy");
+}
+
+#[test]
+fn bad_override_paths() {
+    let e = load_err(MINIMAL, &[("workload.groups[3].sessions", "1")]);
+    assert!(e.message.contains("out of range"), "{e}");
+    let e = load_err(MINIMAL, &[("router.polcy.kind", "session")]);
+    assert_eq!(e.path, "router.polcy");
+    assert!(e.message.contains("unknown field `polcy`"), "{e}");
+}
+
+#[test]
+fn queueing_model_rules() {
+    let text = MINIMAL.replace("count = 2", "count = 1\nmodel = \"queueing\"\nslots = 2");
+    let e = load_err(&text, &[]);
+    assert!(e.message.contains("service_time_s"), "{e}");
+    let (s, w) = load_ok(
+        &text,
+        &[(
+            "workload.groups[0].service_time_s",
+            "{ dist = \"exponential\", mean = 1.0 }",
+        )],
+    );
+    assert_eq!(s.sim.model, BackendModel::Queueing { slots: 2 });
+    assert!(w.sessions[0].turns[0].service.0 > 0);
+    let e = load_err(&text, &[("backends.max_num_seqs", "4")]);
+    assert_eq!(e.path, "backends.max_num_seqs");
+}
+
+#[test]
+fn duplicate_group_names_and_urls() {
+    let text = format!(
+        "{MINIMAL}\n[[workload.groups]]\nname = \"chat\"\nsessions = 1\narrival = {{ kind = \"burst\", at_s = 0 }}\ninput_tokens = 1\noutput_tokens = 1\n"
+    );
+    let e = load_err(&text, &[]);
+    assert_eq!(e.path, "workload.groups[1].name");
+    let e = load_err(MINIMAL, &[("backends.urls", "[\"http://a\", \"http://a\"]")]);
+    assert_eq!(e.path, "backends.urls[1]");
+}
+
+#[test]
+fn shipped_scenarios_load() {
+    for f in ["burst8.toml", "burst8-fixed.toml", "bench-10k.toml"] {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("scenarios")
+            .join(f);
+        load(&p, &[]).unwrap_or_else(|e| panic!("{e}"));
+    }
+}

@@ -1,0 +1,586 @@
+//! The simulation: owns every component and is the only place that touches several of them
+//! in one step (one `match` over [`Event`]).
+//!
+//! ```text
+//!  client sessions ──TurnArrival──▶ Router ──(dispatch latency)──▶ Backend (engine)
+//!        ▲                           │  ▲                             │ steps
+//!        │ think time                │  └──ScrapeRead (gauges)───────┤
+//!        └──────Complete◀── (response latency) ◀──FirstChunk/finish──┘
+//! ```
+//!
+//! Same-instant rule: events at one simulated time run in the order they were scheduled;
+//! session opens (the workload cursor) count as scheduled at time zero, so they run before
+//! any other event at the same instant.
+
+use crate::backend::Backend;
+use crate::backend::queueing::QueueingServer;
+use crate::backend::vllm::{StepEvents, VllmConfig, VllmEngine};
+use crate::engine::EventQueue;
+use crate::ids::{BackendId, RequestId, SessionId};
+use crate::metrics::{
+    DecisionLog, DecisionRow, EngineCounters, FleetTracker, RequestRec, Summary, SummaryInputs, TsRow, summarize,
+};
+use crate::policy::{Branch, EndpointInfo};
+use crate::rng::stream;
+use crate::router::engine_stats::{EngineStatsEntry, ScrapeNext};
+use crate::router::{Router, RouterConfig};
+use crate::time::{SimDuration, SimTime};
+use crate::workload::Workload;
+
+/// Backend model selection.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BackendModel {
+    /// vLLM v1 engines.
+    Vllm(VllmConfig),
+    /// c-server queues.
+    Queueing {
+        /// Servers per backend.
+        slots: u32,
+    },
+}
+
+/// Everything a run needs besides the workload (the validated scenario).
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Scenario name.
+    pub name: String,
+    /// Master seed.
+    pub seed: u64,
+    /// Backend names and URLs, in discovery order.
+    pub backends: Vec<(String, String)>,
+    /// Backend model (same for all backends).
+    pub model: BackendModel,
+    /// Router.
+    pub router: RouterConfig,
+    /// Router to engine: HTTP, API server, tokenisation.
+    pub dispatch_latency: SimDuration,
+    /// Engine to router / client, per response chunk.
+    pub response_latency: SimDuration,
+    /// How far behind the engine's state its `/metrics` values are.
+    pub gauge_lag: SimDuration,
+    /// Stop at this simulated time even if work remains.
+    pub max_sim_time: Option<SimTime>,
+    /// Refuse to process more than this many events.
+    pub max_events: u64,
+}
+
+/// Output switches.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    /// Keep the per-backend time series.
+    pub record_series: bool,
+    /// Keep the decision audit (views and truth per decision).
+    pub record_decisions: bool,
+    /// Check every invariant after every event (slow; for tests and `--invariants`).
+    pub check_invariants: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            record_series: true,
+            record_decisions: true,
+            check_invariants: false,
+        }
+    }
+}
+
+/// Why a run stopped early.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SimError {
+    /// The event cap was hit.
+    #[error(
+        "the run exceeded limits.max_events = {0} events at t = {1}; raise limits.max_events or shorten the workload"
+    )]
+    TooManyEvents(u64, SimTime),
+    /// An invariant check failed.
+    #[error("invariant violated at t = {0}: {1}")]
+    Invariant(SimTime, String),
+}
+
+/// A finished run.
+pub struct RunResult {
+    /// The summary.
+    pub summary: Summary,
+    /// Per-request records, by request id.
+    pub requests: Vec<RequestRec>,
+    /// Per-backend time series.
+    pub series: Vec<TsRow>,
+    /// Decision audit.
+    pub decisions: DecisionLog,
+    /// Session keys by session id (for files).
+    pub session_keys: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    TurnArrival { session: SessionId },
+    BackendArrival { request: RequestId },
+    StepDone { backend: BackendId },
+    ServiceDone { backend: BackendId, request: RequestId },
+    FirstChunk { request: RequestId },
+    Complete { request: RequestId },
+    RecordDispatch { request: RequestId },
+    ScrapeRead { pos: u32 },
+    ScrapePassEnd,
+}
+
+#[derive(Clone, Debug, Default)]
+struct SessionState {
+    next_turn: u32,
+    first_backend: Option<BackendId>,
+    last_backend: Option<BackendId>,
+    first_turn_suboptimal: bool,
+    stayed: bool,
+}
+
+/// Gauge values over time, for `gauge_lag` (kept only when the lag is positive).
+#[derive(Default)]
+struct GaugeHistory {
+    changes: std::collections::VecDeque<(SimTime, (u32, u32))>,
+}
+
+impl GaugeHistory {
+    fn push(&mut self, t: SimTime, g: (u32, u32)) {
+        if self.changes.back().is_none_or(|(_, v)| *v != g) {
+            self.changes.push_back((t, g));
+        }
+    }
+
+    /// Value as of `t`, pruning history no longer needed by later reads.
+    fn at(&mut self, t: SimTime) -> (u32, u32) {
+        while self.changes.len() > 1 && self.changes[1].0 <= t {
+            self.changes.pop_front();
+        }
+        match self.changes.front() {
+            Some((t0, v)) if *t0 <= t => *v,
+            _ => (0, 0),
+        }
+    }
+}
+
+/// Runs one scenario on its workload; returns the result and the wall time of the loop.
+pub fn run(
+    cfg: SimConfig,
+    workload: &Workload,
+    opts: RunOptions,
+) -> Result<(RunResult, std::time::Duration), SimError> {
+    let sim = Simulation::new(cfg, workload, opts);
+    let t0 = std::time::Instant::now();
+    let res = sim.run()?;
+    Ok((res, t0.elapsed()))
+}
+
+/// A simulation instance (one run).
+pub struct Simulation<'w> {
+    cfg: SimConfig,
+    opts: RunOptions,
+    workload: &'w Workload,
+    queue: EventQueue<Event>,
+    cursor: usize,
+    backends: Vec<Backend>,
+    router: Router,
+    step_events: StepEvents,
+    sessions: Vec<SessionState>,
+    requests: Vec<RequestRec>,
+    outstanding: Vec<u32>,
+    fleet: FleetTracker,
+    decisions: DecisionLog,
+    branches: Vec<Branch>,
+    gauges: Vec<GaugeHistory>,
+    finished: usize,
+    total: usize,
+    events: u64,
+}
+
+impl<'w> Simulation<'w> {
+    /// Builds the fleet, the router and the initial events.
+    pub fn new(cfg: SimConfig, workload: &'w Workload, opts: RunOptions) -> Self {
+        let n = cfg.backends.len();
+        assert!(n > 0, "no backends (validation missed it)");
+        let backends: Vec<Backend> = (0..n)
+            .map(|_| match &cfg.model {
+                BackendModel::Vllm(v) => Backend::Vllm(VllmEngine::new(v.clone())),
+                BackendModel::Queueing { slots } => Backend::Queueing(QueueingServer::new(*slots)),
+            })
+            .collect();
+        let endpoints = cfg
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(i, (_, url))| EndpointInfo {
+                backend: BackendId::from_index(i),
+                url: url.clone(),
+            })
+            .collect();
+        let router = Router::new(cfg.router.clone(), endpoints, stream(cfg.seed, "router.policy", 0));
+        let slots: Vec<u32> = backends.iter().map(Backend::slots).collect();
+        let mut queue = EventQueue::new();
+        queue.push(SimTime::ZERO, Event::ScrapeRead { pos: 0 });
+        Simulation {
+            fleet: FleetTracker::new(&slots, opts.record_series),
+            decisions: DecisionLog {
+                n_backends: n,
+                ..Default::default()
+            },
+            gauges: (0..n).map(|_| GaugeHistory::default()).collect(),
+            sessions: vec![SessionState::default(); workload.sessions.len()],
+            requests: Vec::with_capacity(workload.total_requests()),
+            outstanding: vec![0; n],
+            step_events: StepEvents::default(),
+            branches: Vec::with_capacity(workload.total_requests()),
+            total: workload.total_requests(),
+            finished: 0,
+            events: 0,
+            cursor: 0,
+            queue,
+            backends,
+            router,
+            workload,
+            opts,
+            cfg,
+        }
+    }
+
+    /// Runs to completion (all turns done), the time limit, or an error.
+    pub fn run(mut self) -> Result<RunResult, SimError> {
+        let mut now = SimTime::ZERO;
+        while self.finished < self.total {
+            let next_open = self
+                .workload
+                .open_order
+                .get(self.cursor)
+                .map(|s| (self.workload.sessions[s.index()].open_at, *s));
+            let next_heap = self.queue.peek_time();
+            let (t, ev) = match (next_open, next_heap) {
+                (None, None) => break,
+                (Some((to, s)), th) if th.is_none_or(|th| to <= th) => {
+                    self.cursor += 1;
+                    self.queue.advance_to(to);
+                    (to, Event::TurnArrival { session: s })
+                }
+                _ => self.queue.pop().expect("peeked"),
+            };
+            if self.cfg.max_sim_time.is_some_and(|m| t > m) {
+                now = self.cfg.max_sim_time.expect("checked");
+                break;
+            }
+            now = t;
+            self.events += 1;
+            if self.events > self.cfg.max_events {
+                return Err(SimError::TooManyEvents(self.cfg.max_events, now));
+            }
+            self.handle(now, ev);
+            if self.opts.check_invariants {
+                self.check_invariants(now).map_err(|e| SimError::Invariant(now, e))?;
+            }
+        }
+        Ok(self.finish(now))
+    }
+
+    fn handle(&mut self, now: SimTime, ev: Event) {
+        match ev {
+            Event::TurnArrival { session } => self.on_turn(now, session),
+            Event::BackendArrival { request } => self.on_backend_arrival(now, request),
+            Event::StepDone { backend } => self.on_step_done(now, backend),
+            Event::ServiceDone { backend, request } => self.on_service_done(now, backend, request),
+            Event::FirstChunk { request } => {
+                let r = &mut self.requests[request.index()];
+                r.t_first_chunk = Some(now);
+                self.router.on_request_response(r.backend);
+            }
+            Event::Complete { request } => self.on_complete(now, request),
+            Event::RecordDispatch { request } => {
+                let b = self.requests[request.index()].backend;
+                self.router.on_new_request(b, now);
+            }
+            Event::ScrapeRead { pos } => {
+                let b = self.router.endpoints()[pos as usize].backend;
+                let (running, waiting) = if self.cfg.gauge_lag.0 > 0 {
+                    self.gauges[b.index()].at(SimTime(now.0.saturating_sub(self.cfg.gauge_lag.0)))
+                } else {
+                    self.backends[b.index()].gauges()
+                };
+                let entry = EngineStatsEntry {
+                    running,
+                    waiting,
+                    read_at: now,
+                };
+                let (next, at) = self.router.scrape_read(now, pos as usize, Some(entry));
+                let ev = match next {
+                    ScrapeNext::Read(p) => Event::ScrapeRead { pos: p as u32 },
+                    ScrapeNext::PassEnd => Event::ScrapePassEnd,
+                };
+                self.queue.push(at, ev);
+            }
+            Event::ScrapePassEnd => {
+                let next = self.router.scrape_pass_end(now);
+                self.queue.push(next, Event::ScrapeRead { pos: 0 });
+            }
+        }
+    }
+
+    fn on_turn(&mut self, now: SimTime, s: SessionId) {
+        let plan = &self.workload.sessions[s.index()];
+        let turn = self.sessions[s.index()].next_turn;
+        let content = plan.content(turn as usize);
+        let rid = RequestId::from_index(self.requests.len());
+        let key = plan.sends_key.then_some(plan.key.as_str());
+        let audit = self.opts.record_decisions.then_some(&mut self.decisions.views);
+        let (b, d) = self.router.route(now, key, &content, audit);
+        if self.opts.record_decisions {
+            self.decisions.truth.extend_from_slice(&self.outstanding);
+            self.decisions.rows.push(DecisionRow {
+                t: now,
+                request: rid,
+                session: s,
+                turn,
+                backend: b,
+                branch: d.branch,
+                match_chars: d.match_chars,
+            });
+        }
+        self.branches.push(d.branch);
+        let st = &mut self.sessions[s.index()];
+        st.last_backend = Some(b);
+        if turn == 0 {
+            let min = *self.outstanding.iter().min().expect("backends");
+            st.first_backend = Some(b);
+            st.first_turn_suboptimal = self.outstanding[b.index()] > min;
+            st.stayed = true;
+        } else if st.first_backend != Some(b) {
+            st.stayed = false;
+        }
+        self.outstanding[b.index()] += 1;
+        self.requests.push(RequestRec {
+            session: s,
+            turn,
+            backend: b,
+            branch: d.branch,
+            prompt_tokens: content.prompt_tokens,
+            output_tokens: content.output_tokens,
+            t_router: now,
+            t_engine: None,
+            t_admit: None,
+            t_first_token: None,
+            t_first_chunk: None,
+            t_finish_engine: None,
+            t_done: None,
+            cached_tokens: 0,
+            preemptions: 0,
+        });
+        let lag = self.router.request_stats_lag();
+        if lag.0 == 0 {
+            self.router.on_new_request(b, now);
+        } else {
+            self.queue.push(now + lag, Event::RecordDispatch { request: rid });
+        }
+        self.queue
+            .push(now + self.cfg.dispatch_latency, Event::BackendArrival { request: rid });
+    }
+
+    fn on_backend_arrival(&mut self, now: SimTime, rid: RequestId) {
+        let r = &mut self.requests[rid.index()];
+        r.t_engine = Some(now);
+        let b = r.backend;
+        let plan = &self.workload.sessions[r.session.index()];
+        let turn = r.turn as usize;
+        match &mut self.backends[b.index()] {
+            Backend::Vllm(e) => {
+                if e.enqueue(rid, plan.content(turn)) {
+                    self.start_step(now, b);
+                }
+            }
+            Backend::Queueing(q) => {
+                let service = plan.turns[turn].service;
+                if let Some(d) = q.arrive(rid, service) {
+                    self.requests[rid.index()].t_admit = Some(now);
+                    self.queue.push(
+                        now + d,
+                        Event::ServiceDone {
+                            backend: b,
+                            request: rid,
+                        },
+                    );
+                }
+                self.note_gauges(now, b);
+            }
+        }
+        self.observe(now, b);
+    }
+
+    fn start_step(&mut self, now: SimTime, b: BackendId) {
+        let Backend::Vllm(e) = &mut self.backends[b.index()] else {
+            unreachable!("steps are vLLM-only")
+        };
+        self.step_events.clear();
+        if let Some(d) = e.start_step(&mut self.step_events) {
+            for &(rid, cached) in &self.step_events.admitted {
+                let r = &mut self.requests[rid.index()];
+                r.t_admit = Some(now);
+                r.cached_tokens = cached;
+            }
+            self.queue.push(now + d, Event::StepDone { backend: b });
+        }
+    }
+
+    fn on_step_done(&mut self, now: SimTime, b: BackendId) {
+        let Backend::Vllm(e) = &mut self.backends[b.index()] else {
+            unreachable!("steps are vLLM-only")
+        };
+        self.step_events.clear();
+        e.finish_step(&mut self.step_events);
+        let resp = self.cfg.response_latency;
+        for &rid in &self.step_events.first_tokens {
+            self.requests[rid.index()].t_first_token = Some(now);
+            self.queue.push(now + resp, Event::FirstChunk { request: rid });
+        }
+        for f in &self.step_events.finished {
+            let r = &mut self.requests[f.id.index()];
+            r.t_finish_engine = Some(now);
+            r.preemptions = f.preemptions;
+            self.outstanding[r.backend.index()] -= 1;
+            self.queue.push(now + resp, Event::Complete { request: f.id });
+        }
+        self.note_gauges(now, b);
+        self.start_step(now, b);
+        self.observe(now, b);
+    }
+
+    fn on_service_done(&mut self, now: SimTime, b: BackendId, rid: RequestId) {
+        let resp = self.cfg.response_latency;
+        let r = &mut self.requests[rid.index()];
+        r.t_first_token = Some(now);
+        r.t_finish_engine = Some(now);
+        self.outstanding[b.index()] -= 1;
+        self.queue.push(now + resp, Event::FirstChunk { request: rid });
+        self.queue.push(now + resp, Event::Complete { request: rid });
+        let Backend::Queueing(q) = &mut self.backends[b.index()] else {
+            unreachable!("service is queueing-only")
+        };
+        if let Some((next, d)) = q.complete() {
+            self.requests[next.index()].t_admit = Some(now);
+            self.queue.push(
+                now + d,
+                Event::ServiceDone {
+                    backend: b,
+                    request: next,
+                },
+            );
+        }
+        self.note_gauges(now, b);
+        self.observe(now, b);
+    }
+
+    fn on_complete(&mut self, now: SimTime, rid: RequestId) {
+        let r = &mut self.requests[rid.index()];
+        r.t_done = Some(now);
+        let (b, s) = (r.backend, r.session);
+        self.router.on_request_complete(b);
+        self.finished += 1;
+        let st = &mut self.sessions[s.index()];
+        st.next_turn += 1;
+        let plan = &self.workload.sessions[s.index()];
+        if let Some(next) = plan.turns.get(st.next_turn as usize) {
+            self.queue
+                .push(now + next.think_before, Event::TurnArrival { session: s });
+        }
+    }
+
+    fn note_gauges(&mut self, now: SimTime, b: BackendId) {
+        if self.cfg.gauge_lag.0 > 0 {
+            let g = self.backends[b.index()].gauges();
+            self.gauges[b.index()].push(now, g);
+        }
+    }
+
+    fn observe(&mut self, now: SimTime, b: BackendId) {
+        let be = &self.backends[b.index()];
+        self.fleet.set(now, b, be.running(), be.waiting(), be.kv_used_blocks());
+    }
+
+    fn check_invariants(&self, now: SimTime) -> Result<(), String> {
+        if now < self.queue.now() {
+            return Err("time went backwards".into());
+        }
+        for (i, b) in self.backends.iter().enumerate() {
+            b.check().map_err(|e| format!("backend {i}: {e}"))?;
+        }
+        let arrived = self.requests.len();
+        let in_flight = self.requests.iter().filter(|r| r.t_done.is_none()).count();
+        if arrived != self.finished + in_flight {
+            return Err(format!(
+                "arrived {arrived} != finished {} + in flight {in_flight}",
+                self.finished
+            ));
+        }
+        let outstanding: u32 = self.outstanding.iter().sum();
+        let at_engine: u32 = self
+            .backends
+            .iter()
+            .map(|b| b.running() + b.waiting() + b.pending())
+            .sum();
+        let in_transit = self.requests.iter().filter(|r| r.t_engine.is_none()).count() as u32;
+        if outstanding != at_engine + in_transit {
+            return Err(format!(
+                "outstanding {outstanding} != at engines {at_engine} + in transit {in_transit}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, end: SimTime) -> RunResult {
+        self.fleet.finish(end);
+        let n = self.backends.len();
+        let mut first_turns = vec![0u64; n];
+        let mut last_turns = vec![0u64; n];
+        let mut latched = 0;
+        for st in &self.sessions {
+            if let Some(b) = st.last_backend {
+                last_turns[b.index()] += 1;
+            }
+            if let Some(b) = st.first_backend {
+                first_turns[b.index()] += 1;
+                if st.first_turn_suboptimal && st.stayed {
+                    latched += 1;
+                }
+            }
+        }
+        let engines = self
+            .backends
+            .iter()
+            .map(|b| match b {
+                Backend::Vllm(e) => EngineCounters {
+                    steps: e.steps(),
+                    preemptions: e.preemptions(),
+                    query_tokens: e.cache_stats().query_tokens,
+                    hit_tokens: e.cache_stats().hit_tokens,
+                },
+                Backend::Queueing(_) => EngineCounters::default(),
+            })
+            .collect();
+        let inputs = SummaryInputs {
+            scenario: &self.cfg.name,
+            seed: self.cfg.seed,
+            policy: self.cfg.router.policy.describe(),
+            end,
+            events: self.events,
+            names: self.cfg.backends.clone(),
+            engines,
+            planned: self.total as u64,
+            sessions: self.workload.sessions.len() as u64,
+            sessions_hit_context_limit: self.workload.sessions.iter().filter(|s| s.hit_context_limit).count() as u64,
+            latched_sessions: latched,
+            first_turns,
+            last_turns,
+        };
+        let summary = summarize(inputs, &self.fleet, &self.requests, &self.branches);
+        RunResult {
+            summary,
+            series: self.fleet.take_series(),
+            requests: self.requests,
+            decisions: self.decisions,
+            session_keys: self.workload.sessions.iter().map(|s| s.key.clone()).collect(),
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! Synthetic multi-turn sessions, generated up front from per-session random streams.
+//!
+//! A workload is a list of *groups* (e.g. one chatty user and eight agents). Each group opens
+//! `sessions` sessions by an arrival process (a burst within a spread, Poisson, or a fixed
+//! interval). A session is closed-loop: turn `k + 1` is sent `think_time` after the
+//! response to turn `k` completes. Each turn's prompt is the previous prompt, plus the
+//! previous output, plus `input_tokens` new tokens (the first turn: an optional shared system
+//! prompt plus `first_input_tokens`), so later turns extend earlier ones and caches see
+//! real prefixes.
+//!
+//! Everything random about a session is drawn from its own stream, keyed by group name and
+//! session index, before the simulation starts: every policy compared on one seed sees the
+//! same sessions, token counts and think times (common random numbers); only timing differs.
+
+use crate::content::{Content, source_id};
+use crate::dist::Dist;
+use crate::ids::SessionId;
+use crate::rng::{SimRng, stream};
+use crate::time::{SimDuration, SimTime, secs_to_ns};
+
+/// How a group opens its sessions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arrival {
+    /// All sessions open at `at + U(0, spread)` (spread 0: all at once).
+    Burst {
+        /// Start of the burst.
+        at: SimTime,
+        /// Width of the burst.
+        spread: SimDuration,
+    },
+    /// A Poisson process from `start` with `rate_per_s` sessions per second.
+    Poisson {
+        /// First possible arrival.
+        start: SimTime,
+        /// Sessions per second.
+        rate_per_s: f64,
+    },
+    /// One session every `every`, from `start`.
+    Interval {
+        /// First session.
+        start: SimTime,
+        /// Gap between sessions.
+        every: SimDuration,
+    },
+}
+
+/// A validated session group.
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// Group name (session keys are `{name}-{index}`).
+    pub name: String,
+    /// Number of sessions.
+    pub sessions: u32,
+    /// Session arrival process.
+    pub arrival: Arrival,
+    /// Turns per session (>= 1).
+    pub turns: Dist,
+    /// Shared system prompt length in tokens (0: none).
+    pub system_prompt_tokens: u32,
+    /// Name of the shared prompt's content; groups naming the same prompt share it.
+    pub system_prompt: String,
+    /// New tokens in the first turn (after the system prompt).
+    pub first_input_tokens: Dist,
+    /// New tokens in each later turn (user message or tool output).
+    pub input_tokens: Dist,
+    /// Output tokens per turn (>= 1).
+    pub output_tokens: Dist,
+    /// Client think time between a response and the next turn, seconds.
+    pub think_time_s: Dist,
+    /// Service time per request in seconds (queueing backends only).
+    pub service_time_s: Option<Dist>,
+    /// Whether requests carry the session-key header.
+    pub sends_session_key: bool,
+    /// Largest context (prompt + output tokens) a session may reach; a session whose next
+    /// turn would exceed it ends there.
+    pub max_context_tokens: Option<u32>,
+}
+
+/// One turn, as planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TurnPlan {
+    /// Client think time before sending this turn (0 for the first).
+    pub think_before: SimDuration,
+    /// Prompt tokens from the session's own stream (excluding the shared prefix).
+    pub session_prompt_tokens: u32,
+    /// Output tokens.
+    pub output_tokens: u32,
+    /// Service time (queueing backends).
+    pub service: SimDuration,
+}
+
+/// One session, as planned.
+#[derive(Clone, Debug)]
+pub struct SessionPlan {
+    /// Index of the group in the workload.
+    pub group: u16,
+    /// Session key (`{group}-{index}`).
+    pub key: String,
+    /// When the first turn is sent.
+    pub open_at: SimTime,
+    /// Whether the key header is sent.
+    pub sends_key: bool,
+    /// Shared prefix (content source, tokens).
+    pub shared: Option<(u64, u32)>,
+    /// The session's own content stream.
+    pub source: u64,
+    /// Its turns.
+    pub turns: Vec<TurnPlan>,
+    /// True if the session was cut short by the context limit.
+    pub hit_context_limit: bool,
+}
+
+impl SessionPlan {
+    /// Token content of turn `t`.
+    pub fn content(&self, t: usize) -> Content {
+        let turn = &self.turns[t];
+        Content::session_turn(self.shared, self.source, turn.session_prompt_tokens, turn.output_tokens)
+    }
+}
+
+/// A generated workload.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Group names, by index.
+    pub groups: Vec<String>,
+    /// All sessions; `SessionId(i)` is `sessions[i]`.
+    pub sessions: Vec<SessionPlan>,
+    /// Session ids sorted by `(open_at, id)`: the order first turns are sent.
+    pub open_order: Vec<SessionId>,
+}
+
+impl Workload {
+    /// Total planned requests.
+    pub fn total_requests(&self) -> usize {
+        self.sessions.iter().map(|s| s.turns.len()).sum()
+    }
+}
+
+/// Why a workload cannot run (the caller adds the scenario key path).
+#[derive(Debug, PartialEq)]
+pub struct WorkloadError {
+    /// Group index.
+    pub group: usize,
+    /// Message.
+    pub message: String,
+}
+
+/// Generates the workload. `context_limit_tokens` is the engine's capacity for one request
+/// (vLLM's `max_model_len` cannot exceed the KV cache); `None` for queueing backends.
+pub fn generate(
+    groups: &[GroupConfig],
+    seed: u64,
+    context_limit_tokens: Option<u32>,
+) -> Result<Workload, WorkloadError> {
+    let mut sessions = Vec::new();
+    for (gi, g) in groups.iter().enumerate() {
+        let opens = open_times(g, &mut stream(seed, &format!("workload/{}/arrival", g.name), 0));
+        let shared = (g.system_prompt_tokens > 0)
+            .then(|| (source_id("system_prompt", &g.system_prompt, 0), g.system_prompt_tokens));
+        let limit = match (g.max_context_tokens, context_limit_tokens) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        for (i, open_at) in opens.into_iter().enumerate() {
+            let mut rng = stream(seed, &format!("workload/{}", g.name), i as u64);
+            let key = format!("{}-{i}", g.name);
+            let (turns, hit_limit) = plan_turns(g, &mut rng, limit).map_err(|message| WorkloadError {
+                group: gi,
+                message: format!("session {key}: {message}"),
+            })?;
+            sessions.push(SessionPlan {
+                group: gi as u16,
+                open_at,
+                sends_key: g.sends_session_key,
+                shared,
+                source: source_id("session", &g.name, i as u64),
+                turns,
+                hit_context_limit: hit_limit,
+                key,
+            });
+        }
+    }
+    let mut open_order: Vec<SessionId> = (0..sessions.len()).map(SessionId::from_index).collect();
+    open_order.sort_by_key(|s| (sessions[s.index()].open_at, *s));
+    Ok(Workload {
+        groups: groups.iter().map(|g| g.name.clone()).collect(),
+        sessions,
+        open_order,
+    })
+}
+
+fn open_times(g: &GroupConfig, rng: &mut SimRng) -> Vec<SimTime> {
+    let n = g.sessions as usize;
+    match g.arrival {
+        Arrival::Burst { at, spread } => (0..n)
+            .map(|_| {
+                let u: f64 = rand::RngExt::random(rng);
+                at + SimDuration((u * spread.0 as f64) as u64)
+            })
+            .collect(),
+        Arrival::Poisson { start, rate_per_s } => {
+            let gap = Dist::from_spec(crate::dist::DistSpec::Exponential { mean: 1.0 / rate_per_s })
+                .expect("rate validated > 0");
+            let mut t = start.0 as f64;
+            (0..n)
+                .map(|_| {
+                    t += gap.sample(rng) * 1e9;
+                    SimTime(t.round() as u64)
+                })
+                .collect()
+        }
+        Arrival::Interval { start, every } => (0..n).map(|i| start + SimDuration(every.0 * i as u64)).collect(),
+    }
+}
+
+/// Draws one session's turns. Draw order per turn is fixed (input, output, think, service)
+/// so that adding a parameter elsewhere never shifts these streams.
+fn plan_turns(g: &GroupConfig, rng: &mut SimRng, limit: Option<u32>) -> Result<(Vec<TurnPlan>, bool), String> {
+    let n_turns = g.turns.sample_count(rng, 1);
+    let mut turns = Vec::with_capacity(n_turns as usize);
+    let mut session_prompt: u64 = 0;
+    let mut prev_output: u64 = 0;
+    for k in 0..n_turns {
+        let new = if k == 0 {
+            g.first_input_tokens.sample_count(rng, 0)
+        } else {
+            g.input_tokens.sample_count(rng, 0)
+        };
+        let output = g.output_tokens.sample_count(rng, 1);
+        let think = if k == 0 { 0.0 } else { g.think_time_s.sample(rng) };
+        let service = g.service_time_s.as_ref().map_or(0.0, |d| d.sample(rng));
+        let prompt = session_prompt + prev_output + u64::from(new);
+        let total = u64::from(g.system_prompt_tokens) + prompt + u64::from(output);
+        if let Some(lim) = limit
+            && total > u64::from(lim)
+        {
+            if k == 0 {
+                return Err(format!(
+                    "its first turn needs {total} tokens (system prompt + input + output) but one request may hold at most {lim} tokens (the KV cache, backends.kv_blocks x backends.block_size_tokens, or max_context_tokens)"
+                ));
+            }
+            return Ok((turns, true));
+        }
+        if prompt + u64::from(g.system_prompt_tokens) == 0 {
+            return Err("a turn has an empty prompt (system_prompt_tokens and first_input_tokens are both 0)".into());
+        }
+        let prompt32 = u32::try_from(prompt).map_err(|_| "context exceeds 2^32 tokens".to_string())?;
+        turns.push(TurnPlan {
+            think_before: SimDuration(secs_to_ns(think)),
+            session_prompt_tokens: prompt32,
+            output_tokens: output,
+            service: SimDuration(secs_to_ns(service)),
+        });
+        session_prompt = prompt;
+        prev_output = u64::from(output);
+    }
+    Ok((turns, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(name: &str) -> GroupConfig {
+        GroupConfig {
+            name: name.into(),
+            sessions: 3,
+            arrival: Arrival::Burst {
+                at: SimTime(1000),
+                spread: SimDuration(0),
+            },
+            turns: Dist::constant(3.0).unwrap(),
+            system_prompt_tokens: 100,
+            system_prompt: "sys".into(),
+            first_input_tokens: Dist::constant(50.0).unwrap(),
+            input_tokens: Dist::constant(20.0).unwrap(),
+            output_tokens: Dist::constant(10.0).unwrap(),
+            think_time_s: Dist::constant(2.0).unwrap(),
+            service_time_s: None,
+            sends_session_key: true,
+            max_context_tokens: None,
+        }
+    }
+
+    #[test]
+    fn context_grows_by_output_and_input() {
+        let w = generate(&[group("a")], 1, None).unwrap();
+        let s = &w.sessions[0];
+        let p: Vec<u32> = s.turns.iter().map(|t| t.session_prompt_tokens).collect();
+        assert_eq!(p, vec![50, 80, 110]);
+        assert_eq!(s.turns[0].think_before, SimDuration::ZERO);
+        assert_eq!(s.turns[1].think_before, SimDuration(2_000_000_000));
+        assert_eq!(s.content(1).prompt_tokens, 180);
+        assert_eq!(w.total_requests(), 9);
+        assert_eq!(s.key, "a-0");
+    }
+
+    #[test]
+    fn context_limit_ends_sessions_or_rejects_first_turn() {
+        let w = generate(&[group("a")], 1, Some(200)).unwrap();
+        // Turn 2 would need 100 + 80 + 10 = 190 <= 200; turn 3: 100 + 110 + 10 = 220 > 200.
+        assert_eq!(w.sessions[0].turns.len(), 2);
+        assert!(w.sessions[0].hit_context_limit);
+        let e = generate(&[group("a")], 1, Some(100)).unwrap_err();
+        assert_eq!(e.group, 0);
+        assert!(e.message.contains("first turn needs 160 tokens"), "{}", e.message);
+    }
+
+    #[test]
+    fn sessions_are_common_random_numbers_per_group() {
+        let mut g = group("b");
+        g.output_tokens = Dist::from_spec(crate::dist::DistSpec::Exponential { mean: 100.0 }).unwrap();
+        let alone = generate(std::slice::from_ref(&g), 9, None).unwrap();
+        let with_other = generate(&[group("a"), g], 9, None).unwrap();
+        assert_eq!(alone.sessions[1].turns, with_other.sessions[4].turns);
+    }
+
+    #[test]
+    fn burst_spread_and_open_order() {
+        let mut g = group("a");
+        g.sessions = 50;
+        g.arrival = Arrival::Burst {
+            at: SimTime(5),
+            spread: SimDuration(1000),
+        };
+        let w = generate(&[g], 3, None).unwrap();
+        assert!(
+            w.sessions
+                .iter()
+                .all(|s| s.open_at >= SimTime(5) && s.open_at < SimTime(1005))
+        );
+        let times: Vec<SimTime> = w.open_order.iter().map(|s| w.sessions[s.index()].open_at).collect();
+        assert!(times.windows(2).all(|p| p[0] <= p[1]));
+    }
+}

@@ -1,0 +1,141 @@
+//! `sim` as users call it: exit codes, one-line errors, files written.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn sim() -> Command {
+    let mut c = Command::cargo_bin("sim").unwrap();
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn run_burst8_prints_the_split_and_writes_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    sim()
+        .args(["run", "scenarios/burst8.toml", "--out"])
+        .arg(tmp.path())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "backend-0 0 running + 0 waiting | backend-1 4 running + 4 waiting",
+        ))
+        .stdout(predicate::str::contains("idle_while_queued_s"));
+    for f in [
+        "summary.json",
+        "requests.csv",
+        "timeseries.csv",
+        "decisions.csv",
+        "scenario.toml",
+        "perf.json",
+    ] {
+        assert!(tmp.path().join(f).exists(), "{f} missing");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["backends"][1]["peak_waiting"], 4);
+    assert!(summary["idle_while_queued_s"].as_f64().unwrap() > 100.0);
+}
+
+#[test]
+fn set_overrides_and_no_files() {
+    sim()
+        .args([
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
+            "router.policy.fallback=leastinflight",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("fallback = leastinflight"))
+        .stdout(predicate::str::contains("wrote").not());
+}
+
+#[test]
+fn bad_key_exits_2_with_file_line_and_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/burst8.toml"))
+        .unwrap()
+        .replace("engine_stats_interval_s = 10", "engine_stats_interval = 10");
+    let p = write(tmp.path(), "bad.toml", &text);
+    let out = sim().arg("run").arg(&p).arg("--no-files").assert().code(2);
+    let stderr = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("bad.toml:") && stderr.contains("router.engine_stats_interval"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unknown field"), "{stderr}");
+}
+
+#[test]
+fn bad_values_and_overrides_exit_2() {
+    for (set, needle) in [
+        ("backends.count=0", "backends.count: must be an integer >= 1"),
+        ("router.engine_stats_interval_s=-1", "router.engine_stats_interval_s"),
+        ("backends.kv_blocks=10", "at most 160 tokens"),
+        ("router.policy.kind=magic", "unknown policy `magic`"),
+        ("workload.groups[9].turns=1", "out of range"),
+    ] {
+        sim()
+            .args(["run", "scenarios/burst8.toml", "--no-files", "--set", set])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(needle).and(predicate::str::contains("panicked").not()));
+    }
+}
+
+#[test]
+fn malformed_toml_and_missing_file_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write(tmp.path(), "broken.toml", "[backends\ncount = 2\n");
+    sim()
+        .arg("run")
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("broken.toml:1:").and(predicate::str::contains("invalid TOML")));
+    sim()
+        .args(["run", "no/such/file.toml"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot read the scenario"));
+    sim()
+        .args(["run", "scenarios/burst8.toml", "--set", "novalue"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn bench_reports_throughput() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("bench.json");
+    sim()
+        .args(["bench", "scenarios/burst8.toml", "--runs", "2", "--json"])
+        .arg(&json)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("M events/s"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    assert_eq!(v["runs"], 2);
+    assert!(v["events_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn help_and_version() {
+    sim()
+        .arg("--help")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("run"));
+    sim().arg("--version").assert().success();
+    sim().arg("frobnicate").assert().code(2);
+}

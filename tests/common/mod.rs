@@ -1,0 +1,56 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use fleetsim::scenario::{Scenario, load, load_str};
+use fleetsim::sim::{RunOptions, RunResult, run};
+use fleetsim::workload::Workload;
+
+/// Path of a shipped scenario.
+pub fn scenario_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(name)
+}
+
+fn owned(sets: &[(&str, &str)]) -> Vec<(String, String)> {
+    sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// Loads a shipped scenario with overrides.
+pub fn shipped(name: &str, sets: &[(&str, &str)]) -> (Scenario, Workload) {
+    let (s, w, _) = load(&scenario_path(name), &owned(sets)).unwrap_or_else(|e| panic!("{e}"));
+    (s, w)
+}
+
+/// Loads a scenario from text with overrides.
+pub fn inline(text: &str, sets: &[(&str, &str)]) -> (Scenario, Workload) {
+    let (s, w, _) = load_str(text, "inline.toml", "inline", &owned(sets)).unwrap_or_else(|e| panic!("{e}"));
+    (s, w)
+}
+
+/// Runs with the given options.
+pub fn run_with(s: &Scenario, w: &Workload, opts: RunOptions) -> RunResult {
+    run(s.sim.clone(), w, opts).unwrap_or_else(|e| panic!("{e}")).0
+}
+
+/// Runs with all outputs recorded.
+pub fn run_full(s: &Scenario, w: &Workload) -> RunResult {
+    run_with(s, w, RunOptions::default())
+}
+
+/// Per backend, how many sessions of `group` (key prefix) had their latest turn there.
+pub fn final_placement(res: &RunResult, group: &str, backends: usize) -> Vec<u32> {
+    let mut last = vec![None; res.session_keys.len()];
+    for r in &res.requests {
+        last[r.session.index()] = Some(r.backend);
+    }
+    let mut out = vec![0; backends];
+    for (i, b) in last.iter().enumerate() {
+        if res.session_keys[i].starts_with(&format!("{group}-")) {
+            if let Some(b) = b {
+                out[b.index()] += 1;
+            }
+        }
+    }
+    out
+}

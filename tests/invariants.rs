@@ -1,0 +1,84 @@
+//! Property tests: on random small fleets, workloads and policies, every invariant holds
+//! after every event (conservation of requests, KV accounting within capacity, running <=
+//! slots, no event in the past) and every planned request finishes.
+
+mod common;
+use common::*;
+use proptest::prelude::*;
+
+const POLICIES: [&str; 5] = [
+    "kind = \"roundrobin\"",
+    "kind = \"session\"",
+    "kind = \"prefixaware\"\nprefix_min_match_length = 256",
+    "kind = \"prefixaware\"\nprefix_min_match_length = 256\nfallback = \"leastinflight\"\nband = 0",
+    "kind = \"leastinflight\"",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_at_every_event(
+        backends in 1u32..4,
+        seqs in 1u32..6,
+        budget in 8u32..300,
+        kv_blocks in 40u32..160,
+        policy in 0usize..5,
+        interval_s in 0.05f64..3.0,
+        sessions in 1u32..10,
+        turns in 1u32..4,
+        sys in 0u32..80,
+        input in 1u32..120,
+        output in 1u32..100,
+        think_s in 0.01f64..2.0,
+        spread_s in 0.0f64..3.0,
+        seed in 0u64..1000,
+    ) {
+        let text = format!(
+            r#"
+[backends]
+count = {backends}
+max_num_seqs = {seqs}
+max_num_batched_tokens = {budget}
+kv_blocks = {kv_blocks}
+[router]
+engine_stats_interval_s = {interval_s}
+[router.policy]
+{policy}
+[[workload.groups]]
+name = "g"
+sessions = {sessions}
+arrival = {{ kind = "burst", at_s = 0.5, spread_s = {spread_s} }}
+turns = {{ dist = "uniform", min = 1, max = {turns_max} }}
+system_prompt_tokens = {sys}
+first_input_tokens = {{ dist = "uniform", min = 1, max = {input1} }}
+input_tokens = {{ dist = "uniform", min = 0, max = {input} }}
+output_tokens = {{ dist = "uniform", min = 1, max = {output1} }}
+think_time_s = {{ dist = "exponential", mean = {think_s} }}
+max_context_tokens = {ctx}
+"#,
+            policy = POLICIES[policy],
+            turns_max = turns + 1,
+            input1 = input + 1,
+            output1 = output + 1,
+            ctx = kv_blocks * 16,
+        );
+        let (s, w) = inline(&text, &[("seed", &seed.to_string())]);
+        let opts = fleetsim::sim::RunOptions { record_series: true, record_decisions: true, check_invariants: true };
+        let res = fleetsim::sim::run(s.sim.clone(), &w, opts);
+        let res = match res { Ok(r) => r.0, Err(e) => panic!("{e}\n{text}") };
+        prop_assert_eq!(res.summary.requests.finished, res.summary.requests.planned);
+        prop_assert_eq!(res.summary.requests.in_flight, 0);
+        // Time series rows are in time order and never exceed the slot limit.
+        prop_assert!(res.series.windows(2).all(|p| p[0].t <= p[1].t));
+        prop_assert!(res.series.iter().all(|r| r.running <= seqs && r.kv_used_blocks <= kv_blocks));
+        // Every request's timestamps are causally ordered.
+        for r in &res.requests {
+            let e = r.t_engine.unwrap();
+            prop_assert!(r.t_router <= e && e <= r.t_admit.unwrap());
+            prop_assert!(r.t_admit.unwrap() < r.t_first_token.unwrap());
+            prop_assert!(r.t_first_token.unwrap() <= r.t_finish_engine.unwrap());
+            prop_assert!(r.t_first_chunk.unwrap() <= r.t_done.unwrap());
+        }
+    }
+}
