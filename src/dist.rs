@@ -280,15 +280,6 @@ impl Dist {
         }
     }
 
-    /// The largest value a draw can take, if bounded (used to validate sizes up front).
-    pub fn upper_bound(&self) -> Option<f64> {
-        match self.spec {
-            DistSpec::Constant { value } => Some(value),
-            DistSpec::Uniform { max, .. } => Some(max),
-            _ => None,
-        }
-    }
-
     /// The distribution mean (before clamping at zero).
     pub fn mean(&self) -> f64 {
         match self.spec {

@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::ids::{BackendId, RequestId, SessionId};
 use crate::policy::Branch;
 use crate::router::ViewEntry;
-use crate::time::{SimDuration, SimTime, ns_to_secs};
+use crate::time::{SimTime, ns_to_secs};
 
 /// One request's life. Times are `None` until reached.
 #[derive(Clone, Debug, PartialEq)]
@@ -547,11 +547,6 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
             backends: b.clone(),
         }),
     }
-}
-
-/// Duration helper for reports.
-pub fn dur_s(d: SimDuration) -> f64 {
-    round6(d.as_secs_f64())
 }
 
 #[cfg(test)]

@@ -584,3 +584,26 @@ impl<'w> Simulation<'w> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauge_history_serves_the_value_as_of_a_past_time() {
+        let mut h = GaugeHistory::default();
+        assert_eq!(h.at(SimTime(5)), (0, 0), "before any step the gauges read zero");
+        h.push(SimTime(10), (1, 0));
+        h.push(SimTime(10), (1, 0)); // unchanged values are not stored twice
+        h.push(SimTime(20), (2, 3));
+        h.push(SimTime(30), (0, 0));
+        assert_eq!(h.changes.len(), 3);
+        assert_eq!(h.at(SimTime(9)), (0, 0));
+        assert_eq!(h.at(SimTime(15)), (1, 0));
+        assert_eq!(h.at(SimTime(20)), (2, 3));
+        assert_eq!(h.at(SimTime(29)), (2, 3));
+        // Reads move forward; history older than the last read is pruned.
+        assert_eq!(h.changes.len(), 2);
+        assert_eq!(h.at(SimTime(31)), (0, 0));
+    }
+}

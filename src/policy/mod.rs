@@ -104,17 +104,6 @@ impl Branch {
             Branch::LeastInflightNoStatsQps => "leastinflight_nostats_qps",
         }
     }
-
-    /// True for branches decided by `_qps_routing`.
-    pub fn is_qps(self) -> bool {
-        matches!(
-            self,
-            Branch::SessionNoKeyQps
-                | Branch::FallbackQps
-                | Branch::FallbackNoStatsQps
-                | Branch::LeastInflightNoStatsQps
-        )
-    }
 }
 
 /// A routing decision.

@@ -40,11 +40,6 @@ impl PrefixAware {
             band,
         }
     }
-
-    /// Trie size (nodes), for reports.
-    pub fn trie_nodes(&self) -> usize {
-        self.trie.len()
-    }
 }
 
 impl RoutingPolicy for PrefixAware {

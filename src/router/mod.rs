@@ -160,11 +160,6 @@ impl Router {
         now + self.scraper.sleep()
     }
 
-    /// Completed scrape passes.
-    pub fn scrape_passes(&self) -> u64 {
-        self.scraper.passes()
-    }
-
     /// Request-stats lag.
     pub fn request_stats_lag(&self) -> SimDuration {
         self.cfg.request_stats_lag

@@ -4,7 +4,7 @@
 //!   += 1`, and the dispatch time enters the endpoint's QPS window.
 //! * `on_request_response` (first response chunk): `in_prefill -= 1` (floored), `in_decoding
 //!   += 1`.
-//! * `on_request_complete` (stream end): `in_decoding -= 1` (floored), `finished += 1`.
+//! * `on_request_complete` (stream end): `in_decoding -= 1` (floored).
 //! * `qps = dispatches in [now - W, now] / W`: it counts router dispatches, not completions.
 //! * An endpoint that never received a request is *absent* from the stats, not zero; that is
 //!   what `_qps_routing`'s "first endpoint without stats" rule keys on.
@@ -33,7 +33,6 @@ struct EndpointStats {
     dispatches: VecDeque<SimTime>,
     in_prefill: u32,
     in_decoding: u32,
-    finished: u64,
 }
 
 /// The router's `RequestStatsMonitor`.
@@ -71,7 +70,6 @@ impl RequestStatsMonitor {
     pub fn on_request_complete(&mut self, b: BackendId) {
         let e = &mut self.eps[b.index()];
         e.in_decoding = e.in_decoding.saturating_sub(1);
-        e.finished += 1;
     }
 
     /// The stats of `b` as `get_request_stats(now)` returns them (`None` = absent).
@@ -95,11 +93,6 @@ impl RequestStatsMonitor {
             in_prefill: e.in_prefill,
             in_decoding: e.in_decoding,
         })
-    }
-
-    /// Completed streams per backend.
-    pub fn finished(&self, b: BackendId) -> u64 {
-        self.eps[b.index()].finished
     }
 }
 

@@ -17,7 +17,7 @@ use crate::dist::{Dist, DistTable};
 use crate::policy::{Fallback, POLICY_KINDS, PolicyConfig};
 use crate::router::RouterConfig;
 use crate::sim::{BackendModel, SimConfig};
-use crate::time::{NS_PER_S, SimDuration, SimTime, secs_to_ns};
+use crate::time::{SimDuration, SimTime, secs_to_ns};
 use crate::workload::{Arrival, GroupConfig, Workload, generate};
 
 pub use overrides::parse_set;
@@ -844,11 +844,6 @@ pub fn load_str(
     let workload = scenario.workload().map_err(at)?;
     let effective = toml::to_string(&table).unwrap_or_default();
     Ok((scenario, workload, effective))
-}
-
-/// Seconds per nanosecond-count, for error messages.
-pub fn ns_as_s(ns: u64) -> f64 {
-    ns as f64 / NS_PER_S as f64
 }
 
 #[cfg(test)]
