@@ -40,8 +40,8 @@ enum Command {
 struct ScenarioArgs {
     /// Scenario file (TOML).
     scenario: PathBuf,
-    /// Override the scenario's master seed.
-    #[arg(long)]
+    /// Override the scenario's master seed (0 to 2^63 - 1, the range of a TOML integer).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=i64::MAX as u64))]
     seed: Option<u64>,
     /// Override any scenario key: --set router.engine_stats_interval_s=10 (repeatable).
     #[arg(long = "set", value_name = "PATH=VALUE", value_parser = parse_set)]

@@ -469,9 +469,9 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
     for b in decisions {
         *by_branch.get_mut(b.as_str()).expect("all branches listed") += 1;
     }
-    let ratio = |a: u64, b: u64| {
-        if b == 0 { 0.0 } else { round6(a as f64 / b as f64) }
-    };
+    // a / b, rounded for reports; 0 when there is nothing to divide by.
+    let per = |a: f64, b: f64| if b > 0.0 { round6(a / b) } else { 0.0 };
+    let ratio = |a: u64, b: u64| per(a as f64, b as f64);
     let backends = (0..n)
         .map(|i| {
             let t = &fleet.backends[i];
@@ -484,16 +484,8 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
                 last_turn_sessions: inp.last_turns[i],
                 peak_running: t.peak_running,
                 peak_waiting: t.peak_waiting,
-                mean_running: if span > 0.0 {
-                    round6(t.running_ns as f64 / span)
-                } else {
-                    0.0
-                },
-                mean_waiting: if span > 0.0 {
-                    round6(t.waiting_ns as f64 / span)
-                } else {
-                    0.0
-                },
+                mean_running: per(t.running_ns as f64, span),
+                mean_waiting: per(t.waiting_ns as f64, span),
                 busy_s: secs(t.busy_ns),
                 idle_s: secs(t.idle_ns),
                 steps: e.steps,
@@ -525,16 +517,8 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
         stranded_slot_s: secs(fleet.stranded_ns),
         latched_sessions: inp.latched_sessions,
         decisions_by_branch: by_branch,
-        throughput_rps: if end_s > 0.0 {
-            round6(finished as f64 / end_s)
-        } else {
-            0.0
-        },
-        output_tokens_per_s: if end_s > 0.0 {
-            round6(out_tokens as f64 / end_s)
-        } else {
-            0.0
-        },
+        throughput_rps: per(finished as f64, end_s),
+        output_tokens_per_s: per(out_tokens as f64, end_s),
         prefix_cache_hit_rate: ratio(h, q),
         preemptions: inp.engines.iter().map(|e| e.preemptions).sum(),
         queue_wait_s: percentiles(qw),

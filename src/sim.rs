@@ -93,6 +93,11 @@ pub enum SimError {
         "the run exceeded limits.max_events = {0} events at t = {1}; raise limits.max_events or shorten the workload"
     )]
     TooManyEvents(u64, SimTime),
+    /// The run would pass the simulator's time horizon.
+    #[error(
+        "the run reached the time horizon (1e18 ns, about 31.7 years of simulated time) at t = {0}; check the scenario's durations"
+    )]
+    Horizon(SimTime),
     /// An invariant check failed.
     #[error("invariant violated at t = {0}: {1}")]
     Invariant(SimTime, String),
@@ -124,6 +129,11 @@ enum Event {
     ScrapeRead { pos: u32 },
     ScrapePassEnd,
 }
+
+/// Per-request progress of router-side request stats (bit flags).
+const STATS_RECORDED: u8 = 1;
+const STATS_RESPONSE: u8 = 2;
+const STATS_COMPLETE: u8 = 4;
 
 #[derive(Clone, Debug, Default)]
 struct SessionState {
@@ -191,6 +201,9 @@ pub struct Simulation<'w> {
     finished: usize,
     total: usize,
     events: u64,
+    past_horizon: bool,
+    /// Router request-stats progress per request (`STATS_*` flags).
+    stats_state: Vec<u8>,
 }
 
 impl<'w> Simulation<'w> {
@@ -232,6 +245,8 @@ impl<'w> Simulation<'w> {
             total: workload.total_requests(),
             finished: 0,
             events: 0,
+            past_horizon: false,
+            stats_state: Vec::with_capacity(workload.total_requests()),
             cursor: 0,
             queue,
             backends,
@@ -271,11 +286,22 @@ impl<'w> Simulation<'w> {
                 return Err(SimError::TooManyEvents(self.cfg.max_events, now));
             }
             self.handle(now, ev);
+            if self.past_horizon {
+                return Err(SimError::Horizon(now));
+            }
             if self.opts.check_invariants {
                 self.check_invariants(now).map_err(|e| SimError::Invariant(now, e))?;
             }
         }
         Ok(self.finish(now))
+    }
+
+    /// Schedules `ev` after `d`; past the horizon the run stops with an error instead.
+    fn schedule(&mut self, now: SimTime, d: SimDuration, ev: Event) {
+        match now.checked_add(d) {
+            Some(t) => self.queue.push(t, ev),
+            None => self.past_horizon = true,
+        }
     }
 
     fn handle(&mut self, now: SimTime, ev: Event) {
@@ -287,12 +313,20 @@ impl<'w> Simulation<'w> {
             Event::FirstChunk { request } => {
                 let r = &mut self.requests[request.index()];
                 r.t_first_chunk = Some(now);
-                self.router.on_request_response(r.backend);
+                let b = r.backend;
+                self.router_stats_event(request, b, STATS_RESPONSE);
             }
             Event::Complete { request } => self.on_complete(now, request),
             Event::RecordDispatch { request } => {
                 let b = self.requests[request.index()].backend;
                 self.router.on_new_request(b, now);
+                let pending = std::mem::replace(&mut self.stats_state[request.index()], STATS_RECORDED);
+                if pending & STATS_RESPONSE != 0 {
+                    self.router.on_request_response(b);
+                }
+                if pending & STATS_COMPLETE != 0 {
+                    self.router.on_request_complete(b);
+                }
             }
             Event::ScrapeRead { pos } => {
                 let b = self.router.endpoints()[pos as usize].backend;
@@ -306,16 +340,16 @@ impl<'w> Simulation<'w> {
                     waiting,
                     read_at: now,
                 };
-                let (next, at) = self.router.scrape_read(now, pos as usize, Some(entry));
+                let (next, after) = self.router.scrape_read(pos as usize, Some(entry));
                 let ev = match next {
                     ScrapeNext::Read(p) => Event::ScrapeRead { pos: p as u32 },
                     ScrapeNext::PassEnd => Event::ScrapePassEnd,
                 };
-                self.queue.push(at, ev);
+                self.schedule(now, after, ev);
             }
             Event::ScrapePassEnd => {
-                let next = self.router.scrape_pass_end(now);
-                self.queue.push(next, Event::ScrapeRead { pos: 0 });
+                let sleep = self.router.scrape_pass_end();
+                self.schedule(now, sleep, Event::ScrapeRead { pos: 0 });
             }
         }
     }
@@ -372,11 +406,12 @@ impl<'w> Simulation<'w> {
         let lag = self.router.request_stats_lag();
         if lag.0 == 0 {
             self.router.on_new_request(b, now);
+            self.stats_state.push(STATS_RECORDED);
         } else {
-            self.queue.push(now + lag, Event::RecordDispatch { request: rid });
+            self.stats_state.push(0);
+            self.schedule(now, lag, Event::RecordDispatch { request: rid });
         }
-        self.queue
-            .push(now + self.cfg.dispatch_latency, Event::BackendArrival { request: rid });
+        self.schedule(now, self.cfg.dispatch_latency, Event::BackendArrival { request: rid });
     }
 
     fn on_backend_arrival(&mut self, now: SimTime, rid: RequestId) {
@@ -395,8 +430,9 @@ impl<'w> Simulation<'w> {
                 let service = plan.turns[turn].service;
                 if let Some(d) = q.arrive(rid, service) {
                     self.requests[rid.index()].t_admit = Some(now);
-                    self.queue.push(
-                        now + d,
+                    self.schedule(
+                        now,
+                        d,
                         Event::ServiceDone {
                             backend: b,
                             request: rid,
@@ -420,7 +456,7 @@ impl<'w> Simulation<'w> {
                 r.t_admit = Some(now);
                 r.cached_tokens = cached;
             }
-            self.queue.push(now + d, Event::StepDone { backend: b });
+            self.schedule(now, d, Event::StepDone { backend: b });
         }
     }
 
@@ -428,20 +464,22 @@ impl<'w> Simulation<'w> {
         let Backend::Vllm(e) = &mut self.backends[b.index()] else {
             unreachable!("steps are vLLM-only")
         };
-        self.step_events.clear();
-        e.finish_step(&mut self.step_events);
+        let mut ev = std::mem::take(&mut self.step_events);
+        ev.clear();
+        e.finish_step(&mut ev);
         let resp = self.cfg.response_latency;
-        for &rid in &self.step_events.first_tokens {
+        for &rid in &ev.first_tokens {
             self.requests[rid.index()].t_first_token = Some(now);
-            self.queue.push(now + resp, Event::FirstChunk { request: rid });
+            self.schedule(now, resp, Event::FirstChunk { request: rid });
         }
-        for f in &self.step_events.finished {
+        for f in &ev.finished {
             let r = &mut self.requests[f.id.index()];
             r.t_finish_engine = Some(now);
             r.preemptions = f.preemptions;
             self.outstanding[r.backend.index()] -= 1;
-            self.queue.push(now + resp, Event::Complete { request: f.id });
+            self.schedule(now, resp, Event::Complete { request: f.id });
         }
+        self.step_events = ev;
         self.note_gauges(now, b);
         self.start_step(now, b);
         self.observe(now, b);
@@ -453,15 +491,16 @@ impl<'w> Simulation<'w> {
         r.t_first_token = Some(now);
         r.t_finish_engine = Some(now);
         self.outstanding[b.index()] -= 1;
-        self.queue.push(now + resp, Event::FirstChunk { request: rid });
-        self.queue.push(now + resp, Event::Complete { request: rid });
+        self.schedule(now, resp, Event::FirstChunk { request: rid });
+        self.schedule(now, resp, Event::Complete { request: rid });
         let Backend::Queueing(q) = &mut self.backends[b.index()] else {
             unreachable!("service is queueing-only")
         };
         if let Some((next, d)) = q.complete() {
             self.requests[next.index()].t_admit = Some(now);
-            self.queue.push(
-                now + d,
+            self.schedule(
+                now,
+                d,
                 Event::ServiceDone {
                     backend: b,
                     request: next,
@@ -472,11 +511,24 @@ impl<'w> Simulation<'w> {
         self.observe(now, b);
     }
 
+    /// Applies a response-side request-stats update, or, if the dispatch itself has not
+    /// reached the stats yet (`request_stats_lag_s`), defers it so updates stay in order.
+    fn router_stats_event(&mut self, rid: RequestId, b: BackendId, what: u8) {
+        let st = &mut self.stats_state[rid.index()];
+        if *st & STATS_RECORDED == 0 {
+            *st |= what;
+        } else if what == STATS_RESPONSE {
+            self.router.on_request_response(b);
+        } else {
+            self.router.on_request_complete(b);
+        }
+    }
+
     fn on_complete(&mut self, now: SimTime, rid: RequestId) {
         let r = &mut self.requests[rid.index()];
         r.t_done = Some(now);
         let (b, s) = (r.backend, r.session);
-        self.router.on_request_complete(b);
+        self.router_stats_event(rid, b, STATS_COMPLETE);
         self.finished += 1;
         let st = &mut self.sessions[s.index()];
         st.next_turn += 1;

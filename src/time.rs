@@ -9,6 +9,11 @@ use std::ops::{Add, AddAssign, Sub};
 /// Nanoseconds per second.
 pub const NS_PER_S: u64 = 1_000_000_000;
 
+/// The latest instant a simulation may reach (1e18 ns, about 31.7 years): far beyond any
+/// real scenario, and far enough below `u64::MAX` that sums of validated durations cannot
+/// overflow on the way.
+pub const HORIZON: SimTime = SimTime(1_000_000_000_000_000_000);
+
 /// An instant of simulated time, in nanoseconds since the simulation started.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SimTime(pub u64);
@@ -24,6 +29,11 @@ impl SimTime {
     /// Seconds since the start, for reports only.
     pub fn as_secs_f64(self) -> f64 {
         ns_to_secs(self.0)
+    }
+
+    /// `self + d`, or `None` past the [`HORIZON`].
+    pub fn checked_add(self, d: SimDuration) -> Option<SimTime> {
+        self.0.checked_add(d.0).map(SimTime).filter(|t| *t <= HORIZON)
     }
 
     /// Time elapsed since `earlier`; zero if `earlier` is later (never negative).
@@ -122,6 +132,9 @@ mod tests {
         assert_eq!(t, SimTime(15));
         assert_eq!(t - SimTime(10), SimDuration(5));
         assert_eq!(SimTime(3).saturating_since(SimTime(9)), SimDuration::ZERO);
+        assert_eq!(SimTime(1).checked_add(SimDuration(2)), Some(SimTime(3)));
+        assert_eq!(HORIZON.checked_add(SimDuration(1)), None);
+        assert_eq!(SimTime(u64::MAX).checked_add(SimDuration(1)), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::content::{Content, source_id};
 use crate::dist::Dist;
 use crate::ids::SessionId;
 use crate::rng::{SimRng, stream};
-use crate::time::{SimDuration, SimTime, secs_to_ns};
+use crate::time::{HORIZON, SimDuration, SimTime, secs_to_ns};
 
 /// How a group opens its sessions.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,7 +93,7 @@ pub struct TurnPlan {
 #[derive(Clone, Debug)]
 pub struct SessionPlan {
     /// Index of the group in the workload.
-    pub group: u16,
+    pub group: u32,
     /// Session key (`{group}-{index}`).
     pub key: String,
     /// When the first turn is sent.
@@ -121,8 +121,6 @@ impl SessionPlan {
 /// A generated workload.
 #[derive(Clone, Debug)]
 pub struct Workload {
-    /// Group names, by index.
-    pub groups: Vec<String>,
     /// All sessions; `SessionId(i)` is `sessions[i]`.
     pub sessions: Vec<SessionPlan>,
     /// Session ids sorted by `(open_at, id)`: the order first turns are sent.
@@ -154,7 +152,8 @@ pub fn generate(
 ) -> Result<Workload, WorkloadError> {
     let mut sessions = Vec::new();
     for (gi, g) in groups.iter().enumerate() {
-        let opens = open_times(g, &mut stream(seed, &format!("workload/{}/arrival", g.name), 0));
+        let opens = open_times(g, &mut stream(seed, &format!("workload/{}/arrival", g.name), 0))
+            .map_err(|message| WorkloadError { group: gi, message })?;
         let shared = (g.system_prompt_tokens > 0)
             .then(|| (source_id("system_prompt", &g.system_prompt, 0), g.system_prompt_tokens));
         let limit = match (g.max_context_tokens, context_limit_tokens) {
@@ -168,8 +167,17 @@ pub fn generate(
                 group: gi,
                 message: format!("session {key}: {message}"),
             })?;
+            let think_total = turns.iter().try_fold(SimDuration::ZERO, |acc, t| {
+                acc.0.checked_add(t.think_before.0).map(SimDuration)
+            });
+            if think_total.and_then(|d| open_at.checked_add(d)).is_none() {
+                return Err(WorkloadError {
+                    group: gi,
+                    message: format!("session {key}: {}", beyond_horizon("its think times alone")),
+                });
+            }
             sessions.push(SessionPlan {
-                group: gi as u16,
+                group: gi as u32,
                 open_at,
                 sends_key: g.sends_session_key,
                 shared,
@@ -182,20 +190,23 @@ pub fn generate(
     }
     let mut open_order: Vec<SessionId> = (0..sessions.len()).map(SessionId::from_index).collect();
     open_order.sort_by_key(|s| (sessions[s.index()].open_at, *s));
-    Ok(Workload {
-        groups: groups.iter().map(|g| g.name.clone()).collect(),
-        sessions,
-        open_order,
-    })
+    Ok(Workload { sessions, open_order })
 }
 
-fn open_times(g: &GroupConfig, rng: &mut SimRng) -> Vec<SimTime> {
+/// Most turns one session may have (a guard against absurd distributions).
+pub const MAX_TURNS: u32 = 1_000_000;
+
+fn beyond_horizon(what: &str) -> String {
+    format!("{what} would fall beyond the simulator's horizon (about 31.7 years of simulated time)")
+}
+
+fn open_times(g: &GroupConfig, rng: &mut SimRng) -> Result<Vec<SimTime>, String> {
     let n = g.sessions as usize;
-    match g.arrival {
+    let times: Vec<Option<SimTime>> = match g.arrival {
         Arrival::Burst { at, spread } => (0..n)
             .map(|_| {
                 let u: f64 = rand::RngExt::random(rng);
-                at + SimDuration((u * spread.0 as f64) as u64)
+                at.checked_add(SimDuration((u * spread.0 as f64) as u64))
             })
             .collect(),
         Arrival::Poisson { start, rate_per_s } => {
@@ -205,19 +216,34 @@ fn open_times(g: &GroupConfig, rng: &mut SimRng) -> Vec<SimTime> {
             (0..n)
                 .map(|_| {
                     t += gap.sample(rng) * 1e9;
-                    SimTime(t.round() as u64)
+                    (t <= HORIZON.0 as f64).then(|| SimTime(t.round() as u64))
                 })
                 .collect()
         }
-        Arrival::Interval { start, every } => (0..n).map(|i| start + SimDuration(every.0 * i as u64)).collect(),
-    }
+        Arrival::Interval { start, every } => (0..n)
+            .map(|i| {
+                every
+                    .0
+                    .checked_mul(i as u64)
+                    .and_then(|d| start.checked_add(SimDuration(d)))
+            })
+            .collect(),
+    };
+    times
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| t.ok_or_else(|| beyond_horizon(&format!("the opening of session {}-{i}", g.name))))
+        .collect()
 }
 
 /// Draws one session's turns. Draw order per turn is fixed (input, output, think, service)
 /// so that adding a parameter elsewhere never shifts these streams.
 fn plan_turns(g: &GroupConfig, rng: &mut SimRng, limit: Option<u32>) -> Result<(Vec<TurnPlan>, bool), String> {
     let n_turns = g.turns.sample_count(rng, 1);
-    let mut turns = Vec::with_capacity(n_turns as usize);
+    if n_turns > MAX_TURNS {
+        return Err(format!("drew {n_turns} turns; a session may have at most {MAX_TURNS}"));
+    }
+    let mut turns = Vec::with_capacity(n_turns.min(1024) as usize);
     let mut session_prompt: u64 = 0;
     let mut prev_output: u64 = 0;
     for k in 0..n_turns {
@@ -229,6 +255,13 @@ fn plan_turns(g: &GroupConfig, rng: &mut SimRng, limit: Option<u32>) -> Result<(
         let output = g.output_tokens.sample_count(rng, 1);
         let think = if k == 0 { 0.0 } else { g.think_time_s.sample(rng) };
         let service = g.service_time_s.as_ref().map_or(0.0, |d| d.sample(rng));
+        for (name, v) in [("think_time_s", think), ("service_time_s", service)] {
+            if !(v.is_finite() && v <= 1e9) {
+                return Err(format!(
+                    "turn {k} drew {name} = {v}; durations must be finite and at most 1e9 s"
+                ));
+            }
+        }
         let prompt = session_prompt + prev_output + u64::from(new);
         let total = u64::from(g.system_prompt_tokens) + prompt + u64::from(output);
         if let Some(lim) = limit
@@ -241,10 +274,15 @@ fn plan_turns(g: &GroupConfig, rng: &mut SimRng, limit: Option<u32>) -> Result<(
             }
             return Ok((turns, true));
         }
+        if total > u64::from(u32::MAX) {
+            return Err(format!(
+                "turn {k} needs {total} tokens; a request may hold at most 2^32 - 1"
+            ));
+        }
         if prompt + u64::from(g.system_prompt_tokens) == 0 {
             return Err("a turn has an empty prompt (system_prompt_tokens and first_input_tokens are both 0)".into());
         }
-        let prompt32 = u32::try_from(prompt).map_err(|_| "context exceeds 2^32 tokens".to_string())?;
+        let prompt32 = prompt as u32; // <= total <= u32::MAX, checked above
         turns.push(TurnPlan {
             think_before: SimDuration(secs_to_ns(think)),
             session_prompt_tokens: prompt32,

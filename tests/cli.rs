@@ -139,3 +139,81 @@ fn help_and_version() {
     sim().arg("--version").assert().success();
     sim().arg("frobnicate").assert().code(2);
 }
+
+#[test]
+fn extreme_values_are_errors_not_panics() {
+    let g = "workload.groups[1]";
+    let cases: Vec<(String, &str)> = vec![
+        ("workload.groups[0]]=1".into(), "unexpected"),
+        ("router.request_stats_window_s=1e-12".into(), "1 ns resolution"),
+        (format!("{g}.think_time_s=1e11"), "at most 1e9 s"),
+        (
+            format!("{g}.think_time_s={{ dist = \"lognormal\", mu = 800, sigma = 1 }}"),
+            "at most 1e9 s",
+        ),
+        (
+            format!("{g}.output_tokens={{ dist = \"lognormal\", mu = 800, sigma = 1 }}"),
+            "first turn needs",
+        ),
+        ("backends.step_time.beta0_us=1e25".into(), "between 0 and 1e6"),
+        (
+            format!("{g}.arrival={{ kind = \"poisson\", rate_per_s = 1e-15 }}"),
+            "horizon",
+        ),
+        (
+            format!("{g}.arrival={{ kind = \"interval\", every_s = 1e9 }}"),
+            "horizon",
+        ),
+        (format!("{g}.turns=4e9"), "at most 1000000"),
+        ("router.chars_per_token=4000000000".into(), "at most 64"),
+    ];
+    for (set, needle) in cases {
+        sim()
+            .args(["run", "scenarios/burst8.toml", "--no-files", "--set", &set])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(needle).and(predicate::str::contains("panicked").not()));
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/burst8.toml"))
+        .unwrap()
+        .replace("[router]\n", "[router]\n\"x[0]]\" = 1\n");
+    let p = write(tmp.path(), "odd_key.toml", &text);
+    sim()
+        .arg("run")
+        .arg(&p)
+        .arg("--no-files")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown field"));
+    // Without a KV limit (queueing backends) huge token counts are still bounded.
+    let q = write(
+        tmp.path(),
+        "q.toml",
+        "[backends]\ncount = 1\nmodel = \"queueing\"\nslots = 1\n[router.policy]\nkind = \"roundrobin\"\n\
+         [[workload.groups]]\nname = \"g\"\nsessions = 1\narrival = { kind = \"burst\", at_s = 0 }\n\
+         system_prompt_tokens = 4000000000\ninput_tokens = 1000000000\noutput_tokens = 1\nservice_time_s = 1\n",
+    );
+    sim()
+        .arg("run")
+        .arg(&q)
+        .arg("--no-files")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("2^32 - 1"));
+    sim()
+        .args(["run", "scenarios/burst8.toml", "--seed", "9223372036854775808"])
+        .assert()
+        .code(2);
+    sim()
+        .args([
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "-q",
+            "--seed",
+            "9223372036854775807",
+        ])
+        .assert()
+        .success();
+}

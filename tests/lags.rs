@@ -96,3 +96,23 @@ fn metrics_lag_delays_what_the_scraper_reads() {
         }
     }
 }
+
+#[test]
+fn request_stats_stay_consistent_when_responses_beat_the_lagged_dispatch() {
+    // Short requests every 10 s, dispatches recorded 5 s late: each response and completion
+    // reaches the router before its dispatch does. The updates must still apply in order, so
+    // by the next decision nothing is counted as in flight.
+    let text = BURST.replace(
+        "arrival = { kind = \"interval\", start_s = 1, every_s = 0.05 }",
+        "arrival = { kind = \"interval\", start_s = 1, every_s = 10 }",
+    );
+    let (s, w) = inline(&text, &[("router.request_stats_lag_s", "5")]);
+    let res = run_full(&s, &w);
+    assert_eq!(res.summary.requests.finished, 8);
+    for i in 1..res.decisions.rows.len() {
+        let (view, _) = res.decisions.detail(i);
+        for v in view.iter().filter_map(|v| v.requests.as_ref()) {
+            assert_eq!((v.in_prefill, v.in_decoding), (0, 0), "decision {i}: {v:?}");
+        }
+    }
+}

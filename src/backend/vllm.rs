@@ -113,14 +113,13 @@ pub struct VllmEngine {
     waiting: VecDeque<u32>,
     inbox: Vec<u32>,
     stepping: bool,
-    /// (slot, is_decode) scheduled in the step in progress.
+    /// Slots scheduled in the step in progress.
     batch: Vec<u32>,
     gauge_running: u32,
     gauge_waiting: u32,
     steps: u64,
     preemptions: u64,
     cache_stats: PrefixCacheStats,
-    hash_scratch: Vec<u64>,
     hit_blocks: Vec<u32>,
 }
 
@@ -143,7 +142,6 @@ impl VllmEngine {
             steps: 0,
             preemptions: 0,
             cache_stats: PrefixCacheStats::default(),
-            hash_scratch: Vec::new(),
             hit_blocks: Vec::new(),
         }
     }
@@ -252,10 +250,7 @@ impl VllmEngine {
     /// (the engine then idles until the next arrival).
     pub fn start_step(&mut self, ev: &mut StepEvents) -> Option<SimDuration> {
         assert!(!self.stepping, "start_step while a step is running");
-        let inbox = std::mem::take(&mut self.inbox);
-        self.waiting.extend(inbox.iter().copied());
-        self.inbox = inbox;
-        self.inbox.clear();
+        self.waiting.extend(self.inbox.drain(..));
         if self.running.is_empty() && self.waiting.is_empty() {
             return None;
         }
@@ -383,24 +378,26 @@ impl VllmEngine {
             }
         }
         if any_finished {
-            let mut k = 0;
-            while k < self.running.len() {
-                let s = self.running[k];
-                let sl = self.slot(s);
-                if sl.generated == sl.content.output_tokens {
-                    self.running.remove(k);
-                    let sl = self.slots[s as usize].take().expect("dangling slot");
-                    for &b in sl.blocks.iter().rev() {
-                        self.pool.release(b);
-                    }
-                    ev.finished.push(Finished {
-                        id: sl.id,
-                        preemptions: sl.preemptions,
-                    });
-                    self.free_slots.push(s);
-                } else {
-                    k += 1;
+            // Finished requests leave the running list (order of the rest kept) and free
+            // their blocks, tail first.
+            let mut done = Vec::new();
+            let slots = &self.slots;
+            self.running.retain(|&s| {
+                let sl = slots[s as usize].as_ref().expect("dangling slot");
+                let finished = sl.generated == sl.content.output_tokens;
+                if finished {
+                    done.push(s);
                 }
+                !finished
+            });
+            for s in done {
+                let sl = self.slots[s as usize].take().expect("dangling slot");
+                self.release_blocks(&sl.blocks);
+                ev.finished.push(Finished {
+                    id: sl.id,
+                    preemptions: sl.preemptions,
+                });
+                self.free_slots.push(s);
             }
         }
         self.batch = batch;
@@ -413,17 +410,15 @@ impl VllmEngine {
     /// request in slot `s`, and how many of those blocks are currently unreferenced.
     fn lookup_prefix(&mut self, s: u32) -> (u32, u32) {
         self.hit_blocks.clear();
-        if !self.cfg.prefix_caching || self.slot(s).computed != 0 {
+        debug_assert_eq!(self.slot(s).computed, 0, "waiting requests hold no computed tokens");
+        if !self.cfg.prefix_caching {
             return (0, 0);
         }
         let bs = self.cfg.block_size_tokens;
         if self.slot(s).hashes.is_empty() {
             let total_full = (self.slot(s).content.total_tokens() / bs) as usize;
-            let mut h = std::mem::take(&mut self.hash_scratch);
-            block_hashes(&self.slot(s).content, bs, total_full, &mut h);
-            let sl = self.slot_mut(s);
-            sl.hashes.extend_from_slice(&h);
-            self.hash_scratch = h;
+            let sl = self.slots[s as usize].as_mut().expect("dangling slot");
+            block_hashes(&sl.content, bs, total_full, &mut sl.hashes);
         }
         let sl = self.slots[s as usize].as_ref().expect("dangling slot");
         let max_hit = (((sl.num_tokens - 1) / bs) as usize).min(sl.hashes.len());
@@ -451,11 +446,16 @@ impl VllmEngine {
         }
     }
 
-    fn preempt(&mut self, s: u32, ev: &mut StepEvents) {
-        let blocks = std::mem::take(&mut self.slot_mut(s).blocks);
+    /// Releases a request's blocks in reverse order, so its tail is evicted before its prefix.
+    fn release_blocks(&mut self, blocks: &[u32]) {
         for &b in blocks.iter().rev() {
             self.pool.release(b);
         }
+    }
+
+    fn preempt(&mut self, s: u32, ev: &mut StepEvents) {
+        let blocks = std::mem::take(&mut self.slot_mut(s).blocks);
+        self.release_blocks(&blocks);
         let sl = self.slot_mut(s);
         sl.blocks = blocks;
         sl.blocks.clear();

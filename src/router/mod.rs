@@ -148,16 +148,15 @@ impl Router {
         self.req_stats.on_request_complete(b);
     }
 
-    /// Records the scrape of endpoint `pos`; returns what to schedule next and when.
-    pub fn scrape_read(&mut self, now: SimTime, pos: usize, entry: Option<EngineStatsEntry>) -> (ScrapeNext, SimTime) {
-        let next = self.scraper.record(pos, entry);
-        (next, now + self.scraper.scrape_duration())
+    /// Records the scrape of endpoint `pos`; returns what comes next and after how long.
+    pub fn scrape_read(&mut self, pos: usize, entry: Option<EngineStatsEntry>) -> (ScrapeNext, SimDuration) {
+        (self.scraper.record(pos, entry), self.scraper.scrape_duration())
     }
 
-    /// Ends a scrape pass: publishes, and returns when the next pass starts.
-    pub fn scrape_pass_end(&mut self, now: SimTime) -> SimTime {
+    /// Ends a scrape pass: publishes, and returns how long until the next pass starts.
+    pub fn scrape_pass_end(&mut self) -> SimDuration {
         self.scraper.publish();
-        now + self.scraper.sleep()
+        self.scraper.sleep()
     }
 
     /// Request-stats lag.

@@ -3,6 +3,8 @@
 
 use toml_edit::{Document, Item, Table, Value};
 
+use super::overrides::{Seg, segments};
+
 /// 1-based line and column of byte offset `pos` in `text`.
 pub fn line_col(text: &str, pos: usize) -> (usize, usize) {
     let pos = pos.min(text.len());
@@ -10,31 +12,6 @@ pub fn line_col(text: &str, pos: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)
-}
-
-enum Seg<'a> {
-    Key(&'a str),
-    Index(usize),
-}
-
-fn segments(path: &str) -> Vec<Seg<'_>> {
-    let mut out = Vec::new();
-    for part in path.split('.').filter(|p| !p.is_empty()) {
-        let (key, mut rest) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
-        };
-        if !key.is_empty() {
-            out.push(Seg::Key(key));
-        }
-        while let Some(end) = rest.find(']') {
-            if let Ok(i) = rest[1..end].parse() {
-                out.push(Seg::Index(i));
-            }
-            rest = &rest[end + 1..];
-        }
-    }
-    out
 }
 
 /// A position in the document while walking a path.
@@ -47,7 +24,7 @@ enum Node<'a> {
 
 type Span = std::ops::Range<usize>;
 
-fn step<'a>(node: Node<'a>, seg: &Seg<'_>) -> Option<(Node<'a>, Option<Span>)> {
+fn step<'a>(node: Node<'a>, seg: &Seg) -> Option<(Node<'a>, Option<Span>)> {
     match (node, seg) {
         (Node::Item(Item::Table(t)) | Node::Table(t), Seg::Key(k)) => t
             .get_key_value(k)
@@ -69,7 +46,7 @@ pub fn locate(text: &str, path: &str) -> Option<(usize, usize)> {
     let doc = Document::parse(text).ok()?;
     let mut best: Option<Span> = None;
     let mut node = Node::Item(doc.as_item());
-    for seg in segments(path) {
+    for seg in segments(path).ok()? {
         let Some((next, span)) = step(node, &seg) else {
             break;
         };
@@ -96,5 +73,7 @@ mod tests {
         // Missing leaf: the deepest existing key.
         assert_eq!(locate(TEXT, "router.policy.band"), locate(TEXT, "router.policy"));
         assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        // A path that cannot be parsed has no location (and does not panic).
+        assert_eq!(locate(TEXT, "router.x[0]]"), None);
     }
 }

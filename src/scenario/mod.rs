@@ -386,7 +386,14 @@ fn secs(v: f64, path: &str, allow_zero: bool) -> Res<SimDuration> {
             format!("{v} s is beyond the simulator's range (1e9 s)"),
         ));
     }
-    Ok(SimDuration(secs_to_ns(v)))
+    let ns = secs_to_ns(v);
+    if !allow_zero && ns == 0 {
+        return Err(FieldError::new(
+            path,
+            format!("{v} s is below the simulator's 1 ns resolution"),
+        ));
+    }
+    Ok(SimDuration(ns))
 }
 
 fn count(v: i64, path: &str, min: i64) -> Res<u32> {
@@ -623,10 +630,10 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             let st = b.step_time.as_ref();
             let coef = |v: Option<f64>, d: f64, k: &str| -> Res<f64> {
                 let x = v.unwrap_or(d);
-                if !x.is_finite() || x < 0.0 {
+                if !x.is_finite() || !(0.0..=1e6).contains(&x) {
                     return Err(FieldError::new(
                         format!("backends.step_time.{k}"),
-                        format!("must be >= 0, got {x}"),
+                        format!("must be between 0 and 1e6 µs, got {x}"),
                     ));
                 }
                 Ok(x)
@@ -683,7 +690,15 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         scrape_duration: secs(r.scrape_duration_s, "router.scrape_duration_s", true)?,
         request_stats_window: secs(r.request_stats_window_s, "router.request_stats_window_s", false)?,
         request_stats_lag: secs(r.request_stats_lag_s, "router.request_stats_lag_s", true)?,
-        chars_per_token: count(r.chars_per_token, "router.chars_per_token", 1)?,
+        chars_per_token: match count(r.chars_per_token, "router.chars_per_token", 1)? {
+            c if c > 64 => {
+                return Err(FieldError::new(
+                    "router.chars_per_token",
+                    format!("must be at most 64, got {c}"),
+                ));
+            }
+            c => c,
+        },
         policy: policy(r.policy.as_ref())?,
     };
     if router.engine_stats_interval.0 + router.scrape_duration.0 * u64::from(n) == 0 {

@@ -19,12 +19,14 @@ pub fn parse_set(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.trim().to_string()))
 }
 
-enum Seg {
+/// One component of a key path.
+pub(super) enum Seg {
     Key(String),
     Index(usize),
 }
 
-fn segments(path: &str) -> Result<Vec<Seg>, String> {
+/// Parses `a.b[0].c` (or `a.b.0.c`) into components.
+pub(super) fn segments(path: &str) -> Result<Vec<Seg>, String> {
     let mut out = Vec::new();
     for part in path.split('.') {
         if part.is_empty() {
@@ -41,12 +43,15 @@ fn segments(path: &str) -> Result<Vec<Seg>, String> {
             }
         }
         while !rest.is_empty() {
-            let end = rest.find(']').ok_or_else(|| format!("unclosed `[` in `{path}`"))?;
-            let idx = rest[1..end]
+            let inner = rest
+                .strip_prefix('[')
+                .ok_or_else(|| format!("unexpected `{rest}` in `{path}`"))?;
+            let end = inner.find(']').ok_or_else(|| format!("unclosed `[` in `{path}`"))?;
+            let idx = inner[..end]
                 .parse()
-                .map_err(|_| format!("bad index `{}` in `{path}`", &rest[1..end]))?;
+                .map_err(|_| format!("bad index `{}` in `{path}`", &inner[..end]))?;
             out.push(Seg::Index(idx));
-            rest = &rest[end + 1..];
+            rest = &inner[end + 1..];
         }
     }
     Ok(out)
@@ -158,5 +163,9 @@ mod tests {
         assert_eq!(parse_set("a.b=c"), Ok(("a.b".into(), "c".into())));
         assert!(parse_set("novalue").is_err());
         assert_eq!(normalize("workload.groups.0.turns"), "workload.groups[0].turns");
+        // Malformed brackets (including multi-byte characters after them) are errors.
+        assert!(apply(&mut t, "b[0]]", "1").unwrap_err().contains("unexpected"));
+        assert!(apply(&mut t, "b[0]é", "1").unwrap_err().contains("unexpected"));
+        assert!(apply(&mut t, "b[x]", "1").unwrap_err().contains("bad index"));
     }
 }
