@@ -321,12 +321,7 @@ impl<'w> Simulation<'w> {
                 let b = self.requests[request.index()].backend;
                 self.router.on_new_request(b, now);
                 let pending = std::mem::replace(&mut self.stats_state[request.index()], STATS_RECORDED);
-                if pending & STATS_RESPONSE != 0 {
-                    self.router.on_request_response(b);
-                }
-                if pending & STATS_COMPLETE != 0 {
-                    self.router.on_request_complete(b);
-                }
+                self.apply_response_stats(b, pending);
             }
             Event::ScrapeRead { pos } => {
                 let b = self.router.endpoints()[pos as usize].backend;
@@ -517,9 +512,17 @@ impl<'w> Simulation<'w> {
         let st = &mut self.stats_state[rid.index()];
         if *st & STATS_RECORDED == 0 {
             *st |= what;
-        } else if what == STATS_RESPONSE {
-            self.router.on_request_response(b);
         } else {
+            self.apply_response_stats(b, what);
+        }
+    }
+
+    /// Applies the response-side updates named by `flags`, first chunk before completion.
+    fn apply_response_stats(&mut self, b: BackendId, flags: u8) {
+        if flags & STATS_RESPONSE != 0 {
+            self.router.on_request_response(b);
+        }
+        if flags & STATS_COMPLETE != 0 {
             self.router.on_request_complete(b);
         }
     }

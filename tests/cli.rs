@@ -9,6 +9,15 @@ fn sim() -> Command {
     c
 }
 
+/// Runs `sim ARGS` and asserts a clean input error: exit code 2, `needle` on stderr, no panic.
+fn rejects<S: AsRef<std::ffi::OsStr>>(args: &[S], needle: &str) {
+    sim()
+        .args(args)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(needle).and(predicate::str::contains("panicked").not()));
+}
+
 fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
@@ -85,11 +94,7 @@ fn bad_values_and_overrides_exit_2() {
         ("router.policy.kind=magic", "unknown policy `magic`"),
         ("workload.groups[9].turns=1", "out of range"),
     ] {
-        sim()
-            .args(["run", "scenarios/burst8.toml", "--no-files", "--set", set])
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains(needle).and(predicate::str::contains("panicked").not()));
+        rejects(&["run", "scenarios/burst8.toml", "--no-files", "--set", set], needle);
     }
 }
 
@@ -97,17 +102,10 @@ fn bad_values_and_overrides_exit_2() {
 fn malformed_toml_and_missing_file_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
     let p = write(tmp.path(), "broken.toml", "[backends\ncount = 2\n");
-    sim()
-        .arg("run")
-        .arg(&p)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("broken.toml:1:").and(predicate::str::contains("invalid TOML")));
-    sim()
-        .args(["run", "no/such/file.toml"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("cannot read the scenario"));
+    let p = p.to_str().unwrap();
+    rejects(&["run", p], "broken.toml:1:");
+    rejects(&["run", p], "invalid TOML");
+    rejects(&["run", "no/such/file.toml"], "cannot read the scenario");
     sim()
         .args(["run", "scenarios/burst8.toml", "--set", "novalue"])
         .assert()
@@ -168,24 +166,14 @@ fn extreme_values_are_errors_not_panics() {
         ("router.chars_per_token=4000000000".into(), "at most 64"),
     ];
     for (set, needle) in cases {
-        sim()
-            .args(["run", "scenarios/burst8.toml", "--no-files", "--set", &set])
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains(needle).and(predicate::str::contains("panicked").not()));
+        rejects(&["run", "scenarios/burst8.toml", "--no-files", "--set", &set], needle);
     }
     let tmp = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/burst8.toml"))
         .unwrap()
         .replace("[router]\n", "[router]\n\"x[0]]\" = 1\n");
     let p = write(tmp.path(), "odd_key.toml", &text);
-    sim()
-        .arg("run")
-        .arg(&p)
-        .arg("--no-files")
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("unknown field"));
+    rejects(&["run", p.to_str().unwrap(), "--no-files"], "unknown field");
     // Without a KV limit (queueing backends) huge token counts are still bounded.
     let q = write(
         tmp.path(),
@@ -194,13 +182,7 @@ fn extreme_values_are_errors_not_panics() {
          [[workload.groups]]\nname = \"g\"\nsessions = 1\narrival = { kind = \"burst\", at_s = 0 }\n\
          system_prompt_tokens = 4000000000\ninput_tokens = 1000000000\noutput_tokens = 1\nservice_time_s = 1\n",
     );
-    sim()
-        .arg("run")
-        .arg(&q)
-        .arg("--no-files")
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("2^32 - 1"));
+    rejects(&["run", q.to_str().unwrap(), "--no-files"], "2^32 - 1");
     sim()
         .args(["run", "scenarios/burst8.toml", "--seed", "9223372036854775808"])
         .assert()

@@ -121,6 +121,8 @@ pub struct VllmEngine {
     preemptions: u64,
     cache_stats: PrefixCacheStats,
     hit_blocks: Vec<u32>,
+    /// Scratch: slots that finished in the step being applied.
+    done: Vec<u32>,
 }
 
 impl VllmEngine {
@@ -143,6 +145,7 @@ impl VllmEngine {
             preemptions: 0,
             cache_stats: PrefixCacheStats::default(),
             hit_blocks: Vec::new(),
+            done: Vec::new(),
         }
     }
 
@@ -380,7 +383,7 @@ impl VllmEngine {
         if any_finished {
             // Finished requests leave the running list (order of the rest kept) and free
             // their blocks, tail first.
-            let mut done = Vec::new();
+            let mut done = std::mem::take(&mut self.done);
             let slots = &self.slots;
             self.running.retain(|&s| {
                 let sl = slots[s as usize].as_ref().expect("dangling slot");
@@ -390,7 +393,7 @@ impl VllmEngine {
                 }
                 !finished
             });
-            for s in done {
+            for s in done.drain(..) {
                 let sl = self.slots[s as usize].take().expect("dangling slot");
                 self.release_blocks(&sl.blocks);
                 ev.finished.push(Finished {
@@ -399,6 +402,7 @@ impl VllmEngine {
                 });
                 self.free_slots.push(s);
             }
+            self.done = done;
         }
         self.batch = batch;
         self.batch.clear();
