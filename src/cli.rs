@@ -1,7 +1,8 @@
-//! Command-line interface (`sim run`, `sim bench`).
+//! Command-line interface (`sim run`, `sim sweep`, `sim merge`, `sim bench`).
 //!
-//! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`); 2 bad input
-//! or any other error (one line on stderr naming the file, key path and line).
+//! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
+//! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
+//! and line).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,9 +11,14 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::export::{Perf, write_all, write_json};
+use crate::plot::save;
+use crate::plot::series::BackendSeries;
 use crate::report::render;
-use crate::scenario::{Scenario, load, parse_set};
+use crate::scenario::{Scenario, Source, load, parse_set};
 use crate::sim::{RunOptions, SimError, run};
+use crate::sweep::exec::{ExecOptions, PartialSink, execute, failure_error, owned_runs, shard_path, validate_points};
+use crate::sweep::spec::{CliAxes, plan};
+use crate::sweep::table::{self, SweepFile};
 use crate::workload::Workload;
 
 /// fleetsim: deterministic simulator of vLLM fleets behind a router with a stale view.
@@ -29,6 +35,20 @@ enum Command {
     ///
     /// Example: sim run scenarios/burst8.toml --set router.policy.fallback=leastinflight
     Run(RunArgs),
+    /// Run a grid of scenario variants x seeds in parallel; write sweep.csv, sweep.json,
+    /// aggregate.csv, aggregate.md and heatmap/line plots.
+    ///
+    /// Axes come from the scenario's [sweep] table and from -L/-P (which replace file axes
+    /// of the same name). Points are the Cartesian product, first axis slowest; seeds vary
+    /// fastest. Output is byte-identical for any --jobs and for --shard + sim merge.
+    ///
+    /// Example: sim sweep scenarios/burst8.toml -L router.policy.fallback qps,leastinflight
+    ///          -P router.engine_stats_interval_s 1 10 -D 1 --seeds 20
+    Sweep(Box<SweepArgs>),
+    /// Combine `sim sweep --shard K/N` outputs into the files one unsharded sweep writes.
+    ///
+    /// Example: sim merge results/sweep-scrape-band/shards/*.json
+    Merge(MergeArgs),
     /// Measure simulator speed (events/s, requests/s) on a scenario; writes nothing unless
     /// --json is given.
     ///
@@ -62,6 +82,82 @@ struct RunArgs {
     #[arg(long)]
     invariants: bool,
     /// Print nothing on success (files are still written).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct SweepArgs {
+    #[command(flatten)]
+    scenario: ScenarioArgs,
+    /// Axis with explicit values: -L router.policy.band 0,1,2,4 (repeatable; values are
+    /// TOML, split at top-level commas, so inline tables work).
+    #[arg(short = 'L', long = "parameter-list", num_args = 2, value_names = ["PATH", "VALUES"], action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    lists: Vec<String>,
+    /// Decimal scan: -P router.engine_stats_interval_s 0.5 30 -D 0.5 (repeatable).
+    #[arg(short = 'P', long = "parameter-scan", num_args = 3, value_names = ["PATH", "MIN", "MAX"], action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    scans: Vec<String>,
+    /// Step of the -P scans: one for all, or one per -P in order (default 1).
+    #[arg(
+        short = 'D',
+        long = "parameter-step",
+        value_name = "STEP",
+        allow_hyphen_values = true
+    )]
+    steps: Vec<String>,
+    /// Seeds per point: the scenario seed and the next N-1 (common random numbers: a seed
+    /// gives every point the same workload draws).
+    #[arg(long)]
+    seeds: Option<u64>,
+    /// Worker threads (default: all cores).
+    #[arg(long, short)]
+    jobs: Option<usize>,
+    /// Run only shard K of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/N); writes
+    /// <out>/shards/shard-K-of-N.json for `sim merge`.
+    #[arg(long, value_name = "K/N", value_parser = crate::sweep::exec::parse_shard)]
+    shard: Option<(u64, u64)>,
+    /// Results folder (default: results/<scenario name>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Keep the runs already in the results folder (same sweep) and run only the rest.
+    #[arg(long)]
+    resume: bool,
+    /// Metric for the Markdown table and plots (repeatable; default: idle_while_queued_s,
+    /// ttft_s.p99, ...; plots use the first two).
+    #[arg(long = "metric", value_name = "METRIC")]
+    metrics: Vec<String>,
+    /// Axes of the heatmap, by axis name: --heatmap engine_stats_interval_s,band.
+    #[arg(long, value_name = "X,Y")]
+    heatmap: Option<String>,
+    /// Axes of the line plot: --line engine_stats_interval_s,fallback.
+    #[arg(long, value_name = "X[,SERIES]")]
+    line: Option<String>,
+    /// Refuse grids above this many runs (points x seeds).
+    #[arg(long, default_value_t = crate::sweep::spec::DEFAULT_MAX_RUNS)]
+    max_runs: u64,
+    /// Print the grid (points and their axis values) and exit without running.
+    #[arg(long)]
+    list: bool,
+    /// Do not draw plots.
+    #[arg(long)]
+    no_plots: bool,
+    /// No progress bar, no table on stdout.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct MergeArgs {
+    /// Shard files written by `sim sweep --shard K/N`.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Results folder (default: the folder that holds `shards/`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Do not draw plots.
+    #[arg(long)]
+    no_plots: bool,
+    /// No table on stdout.
     #[arg(long, short)]
     quiet: bool,
 }
@@ -103,6 +199,8 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run(a) => cmd_run(a),
+        Command::Sweep(a) => cmd_sweep(*a),
+        Command::Merge(a) => cmd_merge(a),
         Command::Bench(a) => cmd_bench(a),
     }
 }
@@ -151,7 +249,9 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             .out
             .clone()
             .unwrap_or_else(|| Path::new("results").join(&scenario.sim.name));
-        let written = write_all(&dir, &res, &effective, &perf)?;
+        let mut written = write_all(&dir, &res, &effective, &perf)?;
+        let fig = BackendSeries::new(&res.summary, &res.series);
+        written.extend(save(&fig, &dir.join("timeseries"))?);
         if !a.quiet {
             let names: Vec<String> = written
                 .iter()
@@ -223,6 +323,223 @@ fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     );
     if let Some(p) = &a.json {
         write_json(p, &rep).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn file_names(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[derive(serde::Serialize)]
+struct SweepPerf {
+    runs: u64,
+    jobs: usize,
+    wall_s: f64,
+    runs_per_s: f64,
+    events: u64,
+    events_per_s: f64,
+}
+
+fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
+    let mut sets = a.scenario.sets.clone();
+    if let Some(seed) = a.scenario.seed {
+        sets.push(("seed".into(), seed.to_string()));
+    }
+    let mut src = Source::read(&a.scenario.scenario)?;
+    src.apply(&sets, "--set")?;
+    let base = src.scenario()?;
+    let cli = CliAxes {
+        lists: a.lists.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect(),
+        scans: a
+            .scans
+            .chunks(3)
+            .map(|c| (c[0].clone(), c[1].clone(), c[2].clone()))
+            .collect(),
+        steps: a.steps.clone(),
+        seeds: a.seeds,
+        metrics: a.metrics.clone(),
+        heatmap: a.heatmap.clone(),
+        line: a.line.clone(),
+    };
+    let file = a.scenario.scenario.display().to_string();
+    let plan = plan(&src, &cli, a.max_runs).map_err(|m| {
+        if m.starts_with(&file) {
+            anyhow::anyhow!(m)
+        } else {
+            anyhow::anyhow!("{file}: {m}")
+        }
+    })?;
+    validate_points(&src, &plan)?;
+    if a.list {
+        let mut out = String::new();
+        let mut head = vec!["point".to_string()];
+        head.extend(plan.axes.iter().map(|ax| ax.name.clone()));
+        out.push_str(&head.join("\t"));
+        out.push('\n');
+        for p in 0..plan.points() {
+            let mut row = vec![p.to_string()];
+            row.extend(plan.labels(p).into_iter().map(str::to_string));
+            out.push_str(&row.join("\t"));
+            out.push('\n');
+        }
+        print!("{out}");
+        eprintln!(
+            "{} points x {} seeds = {} runs",
+            plan.points(),
+            plan.seeds.len(),
+            plan.runs()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let meta = crate::sweep::meta(&src, &base.sim.name, &sets, plan);
+    let dir = a
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("results").join(&base.sim.name));
+    let target = match a.shard {
+        Some((k, n)) => shard_path(&dir, k, n),
+        None => dir.join("sweep.json"),
+    };
+    let mut done = Vec::new();
+    if a.resume && target.exists() {
+        let prev = table::read(&target)?;
+        anyhow::ensure!(
+            prev.meta == meta,
+            "{}: written by a different sweep (scenario, version, overrides, axes or seeds differ); remove it or drop --resume",
+            target.display()
+        );
+        done = prev.rows;
+    }
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
+    let owned = owned_runs(&meta.plan, a.shard).len() as u64;
+    let skipped = done.len();
+    let partial_meta = meta.clone();
+    let partial_dir = dir.clone();
+    let shard = a.shard;
+    let on_partial: PartialSink = Box::new(move |rows| {
+        let f = SweepFile {
+            meta: partial_meta.clone(),
+            shard: shard.map(|(k, n)| [k, n]),
+            complete: false,
+            rows: rows.to_vec(),
+        };
+        match shard {
+            Some((k, n)) => write_shard(&shard_path(&partial_dir, k, n), &f),
+            None => table::write_tables(&partial_dir, &f).map(|_| ()),
+        }
+    });
+    if !a.quiet && skipped > 0 {
+        eprintln!("resuming: {skipped} of {owned} runs already in {}", target.display());
+    }
+    let (result, wall) = match execute(
+        &src,
+        &meta,
+        ExecOptions {
+            jobs,
+            shard: a.shard,
+            progress: !a.quiet,
+            done,
+            on_partial: Some(on_partial),
+        },
+    ) {
+        Ok(r) => r,
+        Err(f) => {
+            eprintln!("error: {file}: {}", failure_error(&f));
+            if f.invariant {
+                eprintln!("partial results kept in {}", dir.display());
+                return Ok(ExitCode::from(1));
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let ran = result.rows.len().saturating_sub(skipped) as u64;
+    let events: u64 = result
+        .rows
+        .iter()
+        .filter_map(|r| r.metrics.get("events").and_then(serde_json::Value::as_u64))
+        .sum();
+    let wall_s = wall.as_secs_f64().max(1e-9);
+    let perf = SweepPerf {
+        runs: ran,
+        jobs,
+        wall_s,
+        runs_per_s: ran as f64 / wall_s,
+        events,
+        events_per_s: events as f64 / wall_s,
+    };
+    let written = match a.shard {
+        Some((k, n)) => {
+            let p = shard_path(&dir, k, n);
+            write_shard(&p, &result)?;
+            vec![p]
+        }
+        None => crate::sweep::write_outputs(&dir, &result, !a.no_plots)?,
+    };
+    write_json(&dir.join("sweep-perf.json"), &perf)?;
+    if !a.quiet {
+        if a.shard.is_none() {
+            print!("{}", String::from_utf8_lossy(&md_table(&result)?));
+            println!("wrote {}/{{{}}}", dir.display(), file_names(&written));
+        } else {
+            println!(
+                "wrote {} ({} runs); when every shard is done: sim merge {}/shards/*.json",
+                written[0].display(),
+                result.rows.len(),
+                dir.display()
+            );
+        }
+        eprintln!(
+            "{ran} runs in {wall_s:.2} s on {jobs} threads: {:.0} runs/s, {:.2} M events/s",
+            perf.runs_per_s,
+            perf.events_per_s / 1e6
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn md_table(f: &SweepFile) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    table::write_aggregate_md(&mut out, &f.meta, &table::aggregate(&f.rows))?;
+    Ok(out)
+}
+
+fn write_shard(p: &Path, f: &SweepFile) -> Result<()> {
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    table::write_atomic(p, |o| table::write_json_to(o, f))
+}
+
+fn cmd_merge(a: MergeArgs) -> Result<ExitCode> {
+    let mut files = Vec::new();
+    for p in &a.files {
+        files.push((p.clone(), table::read(p)?));
+    }
+    let merged = table::merge(&files)?;
+    let dir = match &a.out {
+        Some(d) => d.clone(),
+        None => {
+            let parent = a.files[0]
+                .parent()
+                .filter(|d| d.file_name().is_some_and(|n| n == "shards"));
+            parent
+                .and_then(Path::parent)
+                .map(Path::to_path_buf)
+                .with_context(|| format!("{}: not inside a shards/ folder; give --out", a.files[0].display()))?
+        }
+    };
+    let written = crate::sweep::write_outputs(&dir, &merged, !a.no_plots)?;
+    if !a.quiet {
+        print!("{}", String::from_utf8_lossy(&md_table(&merged)?));
+        println!("wrote {}/{{{}}}", dir.display(), file_names(&written));
     }
     Ok(ExitCode::SUCCESS)
 }

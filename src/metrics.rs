@@ -298,7 +298,7 @@ pub fn percentiles(mut xs: Vec<f64>) -> Percentiles {
 }
 
 /// Request counts.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct RequestCounts {
     /// Turns planned by the workload.
     pub planned: u64,
@@ -311,12 +311,14 @@ pub struct RequestCounts {
 }
 
 /// Per-backend results.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct BackendSummary {
     /// Name (`backend-{i}`).
     pub name: String,
     /// URL.
     pub url: String,
+    /// Concurrent-request slots (`max_num_seqs`).
+    pub slots: u32,
     /// Requests routed here.
     pub requests: u64,
     /// Sessions whose first turn was routed here.
@@ -345,7 +347,7 @@ pub struct BackendSummary {
 
 /// The run summary written to `summary.json`. Deterministic: wall-clock figures are not
 /// here (they go to `perf.json`).
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Summary {
     /// Scenario name.
     pub scenario: String,
@@ -479,6 +481,7 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
             BackendSummary {
                 name: inp.names[i].0.clone(),
                 url: inp.names[i].1.clone(),
+                slots: t.slots,
                 requests: per_backend_requests[i],
                 first_turn_sessions: inp.first_turns[i],
                 last_turn_sessions: inp.last_turns[i],

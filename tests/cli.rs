@@ -43,6 +43,8 @@ fn run_burst8_prints_the_split_and_writes_files() {
         "decisions.csv",
         "scenario.toml",
         "perf.json",
+        "timeseries.svg",
+        "timeseries.png",
     ] {
         assert!(tmp.path().join(f).exists(), "{f} missing");
     }

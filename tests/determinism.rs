@@ -17,12 +17,14 @@ fn run_into(dir: &Path, extra: &[&str]) {
         .success();
 }
 
-const FILES: [&str; 5] = [
+const FILES: [&str; 7] = [
     "summary.json",
     "requests.csv",
     "timeseries.csv",
     "decisions.csv",
     "scenario.toml",
+    "timeseries.svg",
+    "timeseries.png",
 ];
 
 #[test]

@@ -20,7 +20,7 @@ use crate::sim::{BackendModel, SimConfig};
 use crate::time::{SimDuration, SimTime, secs_to_ns};
 use crate::workload::{Arrival, GroupConfig, Workload, generate};
 
-pub use overrides::parse_set;
+pub use overrides::{normalize, parse_set};
 
 /// A scenario error: one line, naming file, line and key path.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -58,7 +58,8 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+    /// An error at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         FieldError {
             path: path.into(),
             message: message.into(),
@@ -793,23 +794,146 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
     })
 }
 
+/// Top-level tables that belong to other commands (`sim sweep`, `sim check`): a scenario may
+/// carry them, `sim run` ignores them, and they never reach validation.
+pub const TOOL_TABLES: [&str; 2] = ["sweep", "expect"];
+
+/// A parsed scenario file with overrides applied but not yet validated: the starting point
+/// of `sim run` and of every sweep point. Keeps the original text so that any error can be
+/// located at its line.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The file name used in messages.
+    pub file: String,
+    /// Names the scenario when the file has no `name`.
+    pub stem: String,
+    /// The text as read.
+    pub text: String,
+    /// The scenario table (overrides applied, [`TOOL_TABLES`] removed).
+    pub table: toml::Table,
+    /// The [`TOOL_TABLES`] present in the file.
+    pub tools: toml::Table,
+    /// Normalized paths set by overrides, with where each value came from.
+    overridden: Vec<(String, String)>,
+}
+
+impl Source {
+    /// Reads and parses `path`.
+    pub fn read(path: &Path) -> Result<Source, ScenarioError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: file.clone(),
+            location: None,
+            path: String::new(),
+            message: format!("cannot read the scenario: {e}"),
+        })?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
+        Source::parse(&text, &file, stem)
+    }
+
+    /// Parses `text` (`file` is used in messages).
+    pub fn parse(text: &str, file: &str, stem: &str) -> Result<Source, ScenarioError> {
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| ScenarioError {
+            file: file.to_string(),
+            location: e.span().map(|s| locate::line_col(text, s.start)),
+            path: String::new(),
+            message: format!("invalid TOML: {}", e.message().trim()),
+        })?;
+        let mut tools = toml::Table::new();
+        for k in TOOL_TABLES {
+            if let Some(v) = table.remove(k) {
+                tools.insert(k.to_string(), v);
+            }
+        }
+        Ok(Source {
+            file: file.to_string(),
+            stem: stem.to_string(),
+            text: text.to_string(),
+            table,
+            tools,
+            overridden: Vec::new(),
+        })
+    }
+
+    /// Applies `path=value` overrides in order; `origin` (`--set`, `sweep axis band`) is
+    /// named in any error the values later cause.
+    pub fn apply(&mut self, sets: &[(String, String)], origin: &str) -> Result<(), ScenarioError> {
+        for (k, v) in sets {
+            overrides::apply(&mut self.table, k, v).map_err(|m| ScenarioError {
+                file: self.file.clone(),
+                location: None,
+                path: overrides::normalize(k),
+                message: format!("{origin}: {m}"),
+            })?;
+            self.overridden.push((overrides::normalize(k), origin.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Attaches file, line and override origin to a validation error.
+    pub fn error(&self, e: FieldError) -> ScenarioError {
+        let under =
+            |p: &str| e.path == *p || e.path.starts_with(&format!("{p}.")) || e.path.starts_with(&format!("{p}["));
+        // The latest override of a path is the one in effect.
+        let origin = self.overridden.iter().rev().find(|(p, _)| under(p)).map(|(_, o)| o);
+        ScenarioError {
+            file: self.file.clone(),
+            location: if origin.is_some() {
+                None
+            } else {
+                locate::locate(&self.text, &e.path)
+            },
+            message: match origin {
+                Some(o) => format!("{} (value from {o})", e.message),
+                None => e.message,
+            },
+            path: e.path,
+        }
+    }
+
+    /// `file:line:col: path: message` for a key of this file.
+    pub fn message(&self, path: &str, message: &str) -> String {
+        self.error(FieldError::new(path, message)).to_string()
+    }
+
+    /// Validates the scenario without generating its workload.
+    pub fn scenario(&self) -> Result<Scenario, ScenarioError> {
+        let raw: ScenarioFile = from_value(&toml::Value::Table(self.table.clone()), "").map_err(|mut e| {
+            e.path = e.path.trim_start_matches('.').to_string();
+            self.error(e)
+        })?;
+        validate(raw, &self.stem).map_err(|e| self.error(e))
+    }
+
+    /// Validates and generates the workload; also returns the effective scenario text
+    /// (overrides applied, tool tables removed), which results record.
+    pub fn build(&self) -> Result<(Scenario, Workload, String), ScenarioError> {
+        let scenario = self.scenario()?;
+        let workload = scenario.workload().map_err(|e| self.error(e))?;
+        Ok((scenario, workload, self.effective()))
+    }
+
+    /// The effective scenario text.
+    pub fn effective(&self) -> String {
+        toml::to_string(&self.table).unwrap_or_default()
+    }
+
+    /// Deserializes a tool table (`sweep`), with errors located like scenario keys.
+    pub fn tool<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, ScenarioError> {
+        match self.tools.get(name) {
+            None => Ok(None),
+            Some(v) => from_value(v, name).map(Some).map_err(|e| self.error(e)),
+        }
+    }
+}
+
 /// Loads, overrides (`--set path=value`, applied in order) and validates a scenario file.
 /// The workload is generated too, so errors in it (e.g. a request larger than the KV cache)
 /// surface here.
 pub fn load(path: &Path, sets: &[(String, String)]) -> Result<(Scenario, Workload, String), ScenarioError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-        file: file.clone(),
-        location: None,
-        path: String::new(),
-        message: format!("cannot read the scenario: {e}"),
-    })?;
-    let stem = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("scenario")
-        .to_string();
-    load_str(&text, &file, &stem, sets)
+    let mut src = Source::read(path)?;
+    src.apply(sets, "--set")?;
+    src.build()
 }
 
 /// [`load`] from a string (`file` is used in messages). Also returns the effective
@@ -820,45 +944,9 @@ pub fn load_str(
     stem: &str,
     sets: &[(String, String)],
 ) -> Result<(Scenario, Workload, String), ScenarioError> {
-    let mut table: toml::Table = toml::from_str(text).map_err(|e| ScenarioError {
-        file: file.to_string(),
-        location: e.span().map(|s| locate::line_col(text, s.start)),
-        path: String::new(),
-        message: format!("invalid TOML: {}", e.message().trim()),
-    })?;
-    let mut set_paths = Vec::new();
-    for (k, v) in sets {
-        overrides::apply(&mut table, k, v).map_err(|m| ScenarioError {
-            file: file.to_string(),
-            location: None,
-            path: k.clone(),
-            message: format!("--set: {m}"),
-        })?;
-        set_paths.push(overrides::normalize(k));
-    }
-    let at = |e: FieldError| {
-        let from_set = set_paths
-            .iter()
-            .any(|p| e.path == *p || e.path.starts_with(&format!("{p}.")) || e.path.starts_with(&format!("{p}[")));
-        ScenarioError {
-            file: file.to_string(),
-            location: if from_set { None } else { locate::locate(text, &e.path) },
-            message: if from_set {
-                format!("{} (value from --set)", e.message)
-            } else {
-                e.message
-            },
-            path: e.path,
-        }
-    };
-    let raw: ScenarioFile = from_value(&toml::Value::Table(table.clone()), "").map_err(|mut e| {
-        e.path = e.path.trim_start_matches('.').to_string();
-        at(e)
-    })?;
-    let scenario = validate(raw, stem).map_err(at)?;
-    let workload = scenario.workload().map_err(at)?;
-    let effective = toml::to_string(&table).unwrap_or_default();
-    Ok((scenario, workload, effective))
+    let mut src = Source::parse(text, file, stem)?;
+    src.apply(sets, "--set")?;
+    src.build()
 }
 
 #[cfg(test)]

@@ -1,0 +1,194 @@
+//! `sim run`'s per-backend plot: running and waiting requests over time, one panel per
+//! backend, with the slot limit drawn, so the picture of burst8 (one backend idle while the
+//! other runs 4 and queues 4) is visible at a glance.
+
+use anyhow::Result;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::{Figure, PALETTE, font, pe};
+use crate::metrics::{Summary, TsRow};
+use crate::time::ns_to_secs;
+
+/// Backends drawn at most (the title says when more exist).
+const MAX_BACKENDS: usize = 16;
+/// Above this many changes per backend, the series is reduced to per-bin maxima.
+const MAX_POINTS: usize = 4000;
+const BINS: usize = 2000;
+
+/// One backend's step series: `(t_s, running, waiting)` at each change.
+type Steps = Vec<(f64, u32, u32)>;
+
+/// Running/waiting per backend over time.
+pub struct BackendSeries {
+    title: String,
+    end_s: f64,
+    panels: Vec<(String, u32, Steps)>,
+}
+
+/// Reduces a step series to at most [`BINS`] bins keeping each bin's maxima, so peaks
+/// (the thing to see) survive.
+fn reduce(steps: Steps, end_s: f64) -> Steps {
+    if steps.len() <= MAX_POINTS || end_s <= 0.0 {
+        return steps;
+    }
+    let width = end_s / BINS as f64;
+    let mut out: Steps = Vec::with_capacity(BINS + 1);
+    let (mut cur_r, mut cur_w) = (0u32, 0u32);
+    let mut it = steps.into_iter().peekable();
+    for b in 0..BINS {
+        let (lo, hi) = (b as f64 * width, (b + 1) as f64 * width);
+        let (mut mr, mut mw) = (cur_r, cur_w);
+        while let Some(&(t, r, w)) = it.peek() {
+            if t >= hi {
+                break;
+            }
+            (cur_r, cur_w) = (r, w);
+            mr = mr.max(r);
+            mw = mw.max(w);
+            it.next();
+        }
+        out.push((lo, mr, mw));
+    }
+    out.push((end_s, cur_r, cur_w));
+    out
+}
+
+impl BackendSeries {
+    /// From a run's summary and time series (rows in time order).
+    pub fn new(summary: &Summary, rows: &[TsRow]) -> BackendSeries {
+        let end_s = summary.sim_time_s;
+        let n = summary.backends.len();
+        let mut per: Vec<Steps> = vec![vec![(0.0, 0, 0)]; n.min(MAX_BACKENDS)];
+        for r in rows {
+            if let Some(s) = per.get_mut(r.backend.index()) {
+                s.push((ns_to_secs(r.t.0), r.running, r.waiting));
+            }
+        }
+        let more = if n > MAX_BACKENDS {
+            format!(" (first {MAX_BACKENDS} of {n} backends)")
+        } else {
+            String::new()
+        };
+        BackendSeries {
+            title: format!("{}: running and waiting requests per backend{more}", summary.scenario),
+            end_s,
+            panels: per
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let b = &summary.backends[i];
+                    (b.name.clone(), b.slots, reduce(s, end_s))
+                })
+                .collect(),
+        }
+    }
+}
+
+const PANEL_H: u32 = 150;
+const TOP: u32 = 36;
+const WIDTH: u32 = 1000;
+
+impl Figure for BackendSeries {
+    fn size(&self) -> (u32, u32) {
+        (WIDTH, PANEL_H * self.panels.len().max(1) as u32 + TOP + 30)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let (title, body) = root.split_vertically(TOP);
+        title
+            .draw(&Text::new(self.title.clone(), (10, 10), font(16.0)))
+            .map_err(pe)?;
+        let top = self
+            .panels
+            .iter()
+            .map(|(_, slots, s)| s.iter().map(|p| p.1.max(p.2)).max().unwrap_or(0).max(*slots))
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
+        let areas = body.split_evenly((self.panels.len().max(1), 1));
+        let last = self.panels.len().saturating_sub(1);
+        for (k, ((name, slots, steps), area)) in self.panels.iter().zip(&areas).enumerate() {
+            let mut chart = ChartBuilder::on(area)
+                .margin(4)
+                .x_label_area_size(if k == last { 34 } else { 4 })
+                .y_label_area_size(50)
+                .build_cartesian_2d(0f64..self.end_s.max(1e-9), 0f64..top * 1.1)
+                .map_err(pe)?;
+            let mut mesh = chart.configure_mesh();
+            mesh.y_labels(5)
+                .y_label_formatter(&|v| format!("{v:.0}"))
+                .y_desc(name.clone())
+                .label_style(font(11.0))
+                .axis_desc_style(font(12.0))
+                .light_line_style(TRANSPARENT)
+                .bold_line_style(RGBColor(225, 225, 225));
+            if k == last {
+                mesh.x_desc("simulated time (s)");
+            } else {
+                mesh.x_labels(0);
+            }
+            mesh.draw().map_err(pe)?;
+            let step_path = |pick: fn(&(f64, u32, u32)) -> u32| {
+                let mut pts = Vec::with_capacity(steps.len() * 2 + 1);
+                for (i, p) in steps.iter().enumerate() {
+                    if i > 0 {
+                        pts.push((p.0, pick(&steps[i - 1]) as f64));
+                    }
+                    pts.push((p.0, pick(p) as f64));
+                }
+                pts.push((self.end_s, steps.last().map_or(0, pick) as f64));
+                pts
+            };
+            let grey = RGBColor(150, 150, 150);
+            chart
+                .draw_series(LineSeries::new(
+                    [(0.0, *slots as f64), (self.end_s, *slots as f64)],
+                    grey.stroke_width(1),
+                ))
+                .map_err(pe)?
+                .label("slots (max_num_seqs)")
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(1)));
+            let (run_c, wait_c) = (PALETTE[0], PALETTE[1]);
+            chart
+                .draw_series(LineSeries::new(step_path(|p| p.1), run_c.stroke_width(2)))
+                .map_err(pe)?
+                .label("running")
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], run_c.stroke_width(2)));
+            chart
+                .draw_series(LineSeries::new(step_path(|p| p.2), wait_c.stroke_width(2)))
+                .map_err(pe)?
+                .label("waiting")
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], wait_c.stroke_width(2)));
+            if k == 0 {
+                chart
+                    .configure_series_labels()
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(RGBColor(180, 180, 180))
+                    .label_font(font(11.0))
+                    .position(SeriesLabelPosition::UpperRight)
+                    .draw()
+                    .map_err(pe)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reduction_keeps_peaks() {
+        let mut s: Steps = vec![(0.0, 0, 0)];
+        for i in 0..10_000 {
+            let t = i as f64 * 0.01;
+            s.push((t, if i == 5_000 { 9 } else { 1 }, 0));
+        }
+        let r = reduce(s, 100.0);
+        assert!(r.len() <= BINS + 1);
+        assert_eq!(r.iter().map(|p| p.1).max(), Some(9), "the one-sample spike survives");
+        assert_eq!(r.last().unwrap().1, 1);
+    }
+}

@@ -1,0 +1,261 @@
+//! Runs a sweep's runs on a rayon pool and collects them in run order.
+//!
+//! Workers only simulate; the calling thread owns the results, the progress bar and the
+//! partial files, which it rewrites at most once per [`PARTIAL_EVERY`] from the rows done so
+//! far (in run order), so an interrupted sweep keeps its work and `--resume` picks it up.
+//! Each run is a pure function of (scenario, point, seed), so the rows, and every file
+//! written from them, do not depend on `--jobs` or on the order in which runs finish.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
+
+use super::spec::Plan;
+use super::table::{Meta, RunRow, SweepFile, flatten};
+use crate::scenario::Source;
+use crate::sim::{RunOptions, run};
+
+/// Minimum time between partial-file rewrites.
+pub const PARTIAL_EVERY: Duration = Duration::from_secs(2);
+
+/// Receives the rows done so far (run order) when a partial rewrite is due.
+pub type PartialSink = Box<dyn FnMut(&[RunRow]) -> Result<()>>;
+
+/// How to execute.
+pub struct ExecOptions {
+    /// Worker threads.
+    pub jobs: usize,
+    /// `(K, N)`: run only shard K of N.
+    pub shard: Option<(u64, u64)>,
+    /// Draw a progress bar (only shown when stderr is a terminal).
+    pub progress: bool,
+    /// Rows already done (from `--resume`), in any order.
+    pub done: Vec<RunRow>,
+    /// Called with the rows so far (run order) when a partial rewrite is due.
+    pub on_partial: Option<PartialSink>,
+}
+
+/// What went wrong in one run.
+#[derive(Debug)]
+pub struct RunFailure {
+    /// The run.
+    pub run: u64,
+    /// Description including the point's axis values and seed.
+    pub message: String,
+    /// Whether it was an invariant violation (a simulator bug, exit 1) rather than input.
+    pub invariant: bool,
+}
+
+/// Validates every point (scenario keys, axis values) before anything runs, so a bad value
+/// is reported at once with exit code 2 rather than after hours of work.
+pub fn validate_points(base: &Source, plan: &Plan) -> Result<()> {
+    for p in 0..plan.points() {
+        let src = plan.source_for(base, p)?;
+        src.scenario()?;
+    }
+    Ok(())
+}
+
+fn describe(plan: &Plan, point: u64, seed: u64) -> String {
+    let parts: Vec<String> = plan
+        .axes
+        .iter()
+        .zip(plan.labels(point))
+        .map(|(a, l)| format!("{}={l}", a.name))
+        .collect();
+    format!("point {point} ({}) seed {seed}", parts.join(", "))
+}
+
+fn run_one(base: &Source, plan: &Plan, i: u64) -> Result<RunRow, RunFailure> {
+    let (point, seed) = plan.run_at(i);
+    let fail = |m: String, invariant| RunFailure {
+        run: i,
+        message: format!("{}: {m}", describe(plan, point, seed)),
+        invariant,
+    };
+    let src = plan.source_for(base, point).map_err(|e| fail(e.to_string(), false))?;
+    let mut sc = src.scenario().map_err(|e| fail(e.to_string(), false))?;
+    sc.sim.seed = seed;
+    let wl = sc.workload().map_err(|e| fail(src.error(e).to_string(), false))?;
+    let opts = RunOptions {
+        record_series: false,
+        record_decisions: false,
+        check_invariants: false,
+    };
+    let (res, _) = run(sc.sim, &wl, opts).map_err(|e| {
+        let inv = matches!(e, crate::sim::SimError::Invariant(..));
+        fail(e.to_string(), inv)
+    })?;
+    Ok(RunRow {
+        run: i,
+        point,
+        seed,
+        metrics: flatten(&res.summary),
+    })
+}
+
+/// The runs this invocation owns, in run order.
+pub fn owned_runs(plan: &Plan, shard: Option<(u64, u64)>) -> Vec<u64> {
+    (0..plan.runs())
+        .filter(|i| shard.is_none_or(|(k, n)| i % n == k))
+        .collect()
+}
+
+/// Executes the owned runs not yet done. Returns the file (complete when every owned run
+/// finished) and the wall time, or the first failure in run order.
+pub fn execute(base: &Source, meta: &Meta, mut opts: ExecOptions) -> Result<(SweepFile, Duration), RunFailure> {
+    let start = Instant::now();
+    let plan = &meta.plan;
+    let owned = owned_runs(plan, opts.shard);
+    let mut slots: Vec<Option<RunRow>> = vec![None; plan.runs() as usize];
+    for r in std::mem::take(&mut opts.done) {
+        let keep = owned.binary_search(&r.run).is_ok();
+        if let Some(slot) = slots.get_mut(r.run as usize).filter(|_| keep) {
+            *slot = Some(r);
+        }
+    }
+    let todo: Vec<u64> = owned.iter().copied().filter(|&i| slots[i as usize].is_none()).collect();
+
+    let bar = if opts.progress {
+        ProgressBar::with_draw_target(Some(todo.len() as u64), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {per_sec}  ETA {eta}  {msg}").expect("valid template"),
+    );
+
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.jobs.max(1))
+        .build()
+        .map_err(|e| RunFailure {
+            run: 0,
+            message: format!("cannot start {} worker threads: {e}", opts.jobs),
+            invariant: false,
+        })?;
+    let abort = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<Result<RunRow, RunFailure>>();
+    let mut failures: Vec<RunFailure> = Vec::new();
+    let mut partial_err: Option<String> = None;
+    std::thread::scope(|scope| {
+        let todo = &todo;
+        let abort = &abort;
+        scope.spawn(move || {
+            pool.install(|| {
+                todo.par_iter().for_each_with(tx, |tx, &i| {
+                    if abort.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let r = run_one(base, plan, i);
+                    if r.is_err() {
+                        abort.store(true, Ordering::Relaxed);
+                    }
+                    // The receiver lives until every sender is dropped.
+                    let _ = tx.send(r);
+                });
+            });
+        });
+        let mut last_partial = Instant::now();
+        for r in rx {
+            match r {
+                Ok(row) => {
+                    let i = row.run as usize;
+                    slots[i] = Some(row);
+                    bar.inc(1);
+                }
+                Err(f) => failures.push(f),
+            }
+            if last_partial.elapsed() >= PARTIAL_EVERY
+                && let Some(cb) = opts.on_partial.as_mut()
+            {
+                let rows: Vec<RunRow> = slots.iter().flatten().cloned().collect();
+                if let Err(e) = cb(&rows) {
+                    partial_err.get_or_insert(format!("{e:#}"));
+                }
+                last_partial = Instant::now();
+            }
+        }
+    });
+    bar.finish_and_clear();
+    let rows: Vec<RunRow> = slots.into_iter().flatten().collect();
+    if let Some(cb) = opts.on_partial.as_mut()
+        && (!failures.is_empty() || partial_err.is_some())
+    {
+        // Keep what was done before reporting the failure.
+        let _ = cb(&rows);
+    }
+    if let Some(f) = failures.into_iter().min_by_key(|f| f.run) {
+        return Err(f);
+    }
+    if let Some(e) = partial_err {
+        return Err(RunFailure {
+            run: 0,
+            message: format!("writing partial results: {e}"),
+            invariant: false,
+        });
+    }
+    let complete = rows.len() == owned.len();
+    Ok((
+        SweepFile {
+            meta: meta.clone(),
+            shard: opts.shard.map(|(k, n)| [k, n]),
+            complete,
+            rows,
+        },
+        start.elapsed(),
+    ))
+}
+
+/// `shards/shard-K-of-N.json` under `dir`.
+pub fn shard_path(dir: &std::path::Path, k: u64, n: u64) -> PathBuf {
+    dir.join("shards").join(format!("shard-{k}-of-{n}.json"))
+}
+
+/// Parses `K/N` (0-based K, as Slurm array and Kubernetes Indexed Job indices are).
+pub fn parse_shard(s: &str) -> Result<(u64, u64), String> {
+    let (k, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("expected K/N (e.g. 0/4), got `{s}`"))?;
+    let k: u64 = k
+        .trim()
+        .parse()
+        .map_err(|_| format!("shard index `{k}` is not a number"))?;
+    let n: u64 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("shard count `{n}` is not a number"))?;
+    if n == 0 {
+        return Err("shard count must be at least 1".into());
+    }
+    if k >= n {
+        return Err(format!(
+            "shard index {k} is out of range 0..{n} (indices start at 0, like SLURM_ARRAY_TASK_ID and JOB_COMPLETION_INDEX)"
+        ));
+    }
+    Ok((k, n))
+}
+
+/// Turns a failure into the CLI's error (exit code decided by the caller).
+pub fn failure_error(f: &RunFailure) -> anyhow::Error {
+    anyhow!("{}", f.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_syntax() {
+        assert_eq!(parse_shard("0/4"), Ok((0, 4)));
+        assert_eq!(parse_shard("3/4"), Ok((3, 4)));
+        assert!(parse_shard("4/4").unwrap_err().contains("out of range"));
+        assert!(parse_shard("1/0").unwrap_err().contains("at least 1"));
+        assert!(parse_shard("1-4").unwrap_err().contains("K/N"));
+        assert!(parse_shard("a/4").unwrap_err().contains("not a number"));
+    }
+}

@@ -1,0 +1,47 @@
+//! `sim sweep`: a grid of scenario variants x seeds, run in parallel, collected in grid
+//! order, exported as tables and plots; shardable over a batch cluster and merged back.
+//!
+//! * [`spec`]: axes, seeds and the grid order (what runs);
+//! * [`exec`]: the rayon pool, progress and partial files (how it runs);
+//! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows.
+
+pub mod exec;
+pub mod spec;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use sha2::{Digest, Sha256};
+
+use crate::scenario::Source;
+use spec::Plan;
+use table::{Meta, SweepFile, aggregate, write_tables};
+
+/// Hex SHA-256 of the scenario file's bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The identity of a sweep of `src` (with `--set` overrides `sets`) over `plan`.
+pub fn meta(src: &Source, scenario_name: &str, sets: &[(String, String)], plan: Plan) -> Meta {
+    Meta {
+        fleetsim_version: env!("CARGO_PKG_VERSION").to_string(),
+        scenario: scenario_name.to_string(),
+        scenario_sha256: sha256_hex(src.text.as_bytes()),
+        sets: sets.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        points: plan.points(),
+        runs: plan.runs(),
+        plan,
+    }
+}
+
+/// Writes the tables and (unless `plots` is false) the plots of a sweep.
+pub fn write_outputs(dir: &Path, file: &SweepFile, plots: bool) -> Result<Vec<PathBuf>> {
+    let mut written = write_tables(dir, file)?;
+    if plots {
+        let agg = aggregate(&file.rows);
+        written.extend(crate::plot::sweep::write_sweep_plots(dir, &file.meta, &agg)?);
+    }
+    Ok(written)
+}

@@ -1,0 +1,479 @@
+//! Sweep results as data: one [`RunRow`] per (point, seed), the [`Meta`] that identifies the
+//! sweep, per-point aggregates, and the files they are written to. Everything here is a
+//! pure function of `(meta, rows)`, which is what makes `--jobs`, `--shard` + `sim merge`
+//! and `--resume` byte-identical to one sequential run.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+use super::spec::Plan;
+use crate::metrics::Summary;
+
+/// Identifies a sweep; shards and resumed runs must agree on all of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// fleetsim version that produced the rows.
+    pub fleetsim_version: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// SHA-256 of the scenario file's bytes.
+    pub scenario_sha256: String,
+    /// `--set` overrides applied before the axes.
+    pub sets: Vec<String>,
+    /// Axes, seeds, headline metrics and plots.
+    pub plan: Plan,
+    /// Points in the grid.
+    pub points: u64,
+    /// Runs (points x seeds).
+    pub runs: u64,
+}
+
+/// One run's metrics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRow {
+    /// Run index (grid order).
+    pub run: u64,
+    /// Point index.
+    pub point: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Flattened numeric summary metrics, in summary order.
+    pub metrics: Map<String, Value>,
+}
+
+/// A sweep results file (`sweep.json`, a shard file, or a partial file).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SweepFile {
+    /// What sweep this is.
+    pub meta: Meta,
+    /// `[K, N]` for a shard file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<[u64; 2]>,
+    /// False while runs are missing (an interrupted or partial file).
+    pub complete: bool,
+    /// Rows in run order.
+    pub rows: Vec<RunRow>,
+}
+
+/// Summary keys that identify rather than measure.
+const NOT_METRICS: [&str; 5] = ["scenario", "seed", "policy", "version", "worst_moment"];
+
+/// The summary's numbers as `key.sub[i].leaf` -> value (strings and identifiers left out).
+pub fn flatten(s: &Summary) -> Map<String, Value> {
+    fn walk(prefix: &str, v: &Value, out: &mut Map<String, Value>) {
+        match v {
+            Value::Number(_) => {
+                out.insert(prefix.to_string(), v.clone());
+            }
+            Value::Bool(b) => {
+                out.insert(prefix.to_string(), Value::from(u8::from(*b)));
+            }
+            Value::Object(m) => {
+                for (k, x) in m {
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&p, x, out);
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    walk(&format!("{prefix}[{i}]"), x, out);
+                }
+            }
+            Value::String(_) | Value::Null => {}
+        }
+    }
+    let mut out = Map::new();
+    if let Value::Object(m) = serde_json::to_value(s).expect("a summary serializes") {
+        for (k, v) in m {
+            if !NOT_METRICS.contains(&k.as_str()) {
+                walk(&k, &v, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Metric columns: the union over rows, in order of first appearance.
+pub fn columns(rows: &[RunRow]) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for r in rows {
+        for k in r.metrics.keys() {
+            if seen.insert(k.as_str()) {
+                out.push(k.clone());
+            }
+        }
+    }
+    out
+}
+
+fn num(v: &Value) -> String {
+    // serde_json prints integers as integers and floats in shortest round-trip form.
+    v.to_string()
+}
+
+fn seeds_text(seeds: &[u64]) -> String {
+    let contiguous = seeds.windows(2).all(|w| w[1] == w[0] + 1);
+    match (seeds.first(), seeds.last()) {
+        (Some(a), Some(b)) if contiguous && seeds.len() > 2 => format!("{a}-{b}"),
+        _ => seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(" "),
+    }
+}
+
+/// Per-point statistics of one metric over its seeds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stat {
+    /// Runs that reported the metric.
+    pub n: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Sample standard deviation (n - 1); NaN when n < 2.
+    pub std: f64,
+    /// Half-width of the 95% Student-t confidence interval of the mean; NaN when n < 2.
+    pub ci95: f64,
+}
+
+impl Stat {
+    /// Statistics of `xs`.
+    pub fn of(xs: &[f64]) -> Stat {
+        let n = xs.len();
+        if n == 0 {
+            return Stat {
+                n: 0,
+                mean: f64::NAN,
+                std: f64::NAN,
+                ci95: f64::NAN,
+            };
+        }
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        if n < 2 {
+            return Stat {
+                n: 1,
+                mean,
+                std: f64::NAN,
+                ci95: f64::NAN,
+            };
+        }
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        let std = var.sqrt();
+        let t = StudentsT::new(0.0, 1.0, (n - 1) as f64)
+            .expect("degrees of freedom >= 1")
+            .inverse_cdf(0.975);
+        Stat {
+            n: n as u64,
+            mean,
+            std,
+            ci95: t * std / (n as f64).sqrt(),
+        }
+    }
+}
+
+/// Rounds for tables: 6 significant digits, no `-0`, empty for NaN.
+pub fn fmt_stat(x: f64) -> String {
+    if x.is_nan() {
+        return String::new();
+    }
+    if x == 0.0 {
+        return "0".into();
+    }
+    let digits = 6 - 1 - x.abs().log10().floor() as i32;
+    let s = if digits > 0 {
+        format!("{:.*}", digits.min(12) as usize, x)
+    } else {
+        format!("{}", x.round())
+    };
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    };
+    if s == "-0" { "0".into() } else { s }
+}
+
+/// `mean ± ci` with the interval to 2 significant digits and the mean to the same decimal
+/// place, so a table shows only the digits the seeds support.
+pub fn fmt_mean_ci(mean: f64, ci: f64) -> String {
+    if ci.is_nan() {
+        return fmt_stat(mean);
+    }
+    if ci == 0.0 || !ci.is_finite() {
+        return format!("{} ± 0", fmt_stat(mean));
+    }
+    let decimals = (1 - ci.abs().log10().floor() as i32).clamp(0, 12) as usize;
+    let m = format!("{mean:.decimals$}");
+    let c = format!("{ci:.decimals$}");
+    let m = if m.trim_start_matches('-').chars().all(|c| c == '0' || c == '.') {
+        m.trim_start_matches('-').to_string()
+    } else {
+        m
+    };
+    format!("{m} ± {c}")
+}
+
+/// Aggregated rows: per point, per metric column.
+pub struct Aggregate {
+    /// Metric columns.
+    pub columns: Vec<String>,
+    /// `(point, stats per column)` for every point with at least one row, in point order.
+    pub points: Vec<(u64, Vec<Stat>)>,
+}
+
+/// Aggregates `rows` (in run order) per point.
+pub fn aggregate(rows: &[RunRow]) -> Aggregate {
+    let columns = columns(rows);
+    let mut points = Vec::new();
+    let mut i = 0;
+    while i < rows.len() {
+        let p = rows[i].point;
+        let j = rows[i..]
+            .iter()
+            .position(|r| r.point != p)
+            .map_or(rows.len(), |k| i + k);
+        let stats = columns
+            .iter()
+            .map(|c| {
+                let xs: Vec<f64> = rows[i..j]
+                    .iter()
+                    .filter_map(|r| r.metrics.get(c).and_then(Value::as_f64))
+                    .collect();
+                Stat::of(&xs)
+            })
+            .collect();
+        points.push((p, stats));
+        i = j;
+    }
+    Aggregate { columns, points }
+}
+
+fn param_header(plan: &Plan) -> Vec<String> {
+    plan.axes.iter().map(|a| format!("param_{}", a.name)).collect()
+}
+
+/// Writes to `path.tmp` then renames, so a reader (or an interrupted sweep) never sees a
+/// half-written file.
+pub fn write_atomic(path: &Path, f: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> Result<()> {
+    let mut buf = Vec::new();
+    f(&mut buf)?;
+    let tmp = path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    fs::write(&tmp, &buf).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// `sweep.csv`: one row per run.
+pub fn write_runs_csv(out: &mut Vec<u8>, meta: &Meta, rows: &[RunRow]) -> Result<()> {
+    let cols = columns(rows);
+    let mut w = csv::Writer::from_writer(out);
+    let mut head = vec!["run".to_string(), "point".into(), "seed".into()];
+    head.extend(param_header(&meta.plan));
+    head.extend(cols.iter().cloned());
+    head.extend(["scenario_sha256".to_string(), "fleetsim_version".into()]);
+    w.write_record(&head)?;
+    for r in rows {
+        let mut rec = vec![r.run.to_string(), r.point.to_string(), r.seed.to_string()];
+        rec.extend(meta.plan.labels(r.point).into_iter().map(str::to_string));
+        rec.extend(cols.iter().map(|c| r.metrics.get(c).map(num).unwrap_or_default()));
+        rec.extend([meta.scenario_sha256.clone(), meta.fleetsim_version.clone()]);
+        w.write_record(&rec)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// `aggregate.csv`: one row per point, `<metric>_mean`, `_std`, `_ci95` for every metric.
+pub fn write_aggregate_csv(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Result<()> {
+    let mut w = csv::Writer::from_writer(out);
+    let mut head = vec!["point".to_string()];
+    head.extend(param_header(&meta.plan));
+    head.push("runs".into());
+    for c in &agg.columns {
+        head.extend([format!("{c}_mean"), format!("{c}_std"), format!("{c}_ci95")]);
+    }
+    head.extend(["seeds".to_string(), "scenario_sha256".into(), "fleetsim_version".into()]);
+    w.write_record(&head)?;
+    let seeds = seeds_text(&meta.plan.seeds);
+    for (p, stats) in &agg.points {
+        let mut rec = vec![p.to_string()];
+        rec.extend(meta.plan.labels(*p).into_iter().map(str::to_string));
+        rec.push(stats.iter().map(|s| s.n).max().unwrap_or(0).to_string());
+        for s in stats {
+            rec.extend([fmt_stat(s.mean), fmt_stat(s.std), fmt_stat(s.ci95)]);
+        }
+        rec.extend([
+            seeds.clone(),
+            meta.scenario_sha256.clone(),
+            meta.fleetsim_version.clone(),
+        ]);
+        w.write_record(&rec)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// `aggregate.md`: the headline metrics as `mean ± ci95` per point.
+pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Result<()> {
+    let plan = &meta.plan;
+    writeln!(
+        out,
+        "Sweep of `{}` (scenario sha256 `{}`), {} points x {} seeds ({}), fleetsim {}. Cells: mean ± 95% CI half-width over seeds.\n",
+        meta.scenario,
+        &meta.scenario_sha256[..12.min(meta.scenario_sha256.len())],
+        meta.points,
+        plan.seeds.len(),
+        seeds_text(&plan.seeds),
+        meta.fleetsim_version
+    )?;
+    let shown: Vec<(usize, &String)> = plan
+        .metrics
+        .iter()
+        .filter_map(|m| agg.columns.iter().position(|c| c == m).map(|i| (i, m)))
+        .collect();
+    let mut head: Vec<String> = plan.axes.iter().map(|a| a.name.clone()).collect();
+    head.extend(shown.iter().map(|(_, m)| m.to_string()));
+    writeln!(out, "| {} |", head.join(" | "))?;
+    writeln!(out, "|{}", head.iter().map(|_| "---|").collect::<String>())?;
+    for (p, stats) in &agg.points {
+        let mut cells: Vec<String> = plan.labels(*p).into_iter().map(|l| format!("`{l}`")).collect();
+        for (i, _) in &shown {
+            let s = stats[*i];
+            cells.push(fmt_mean_ci(s.mean, s.ci95));
+        }
+        writeln!(out, "| {} |", cells.join(" | "))?;
+    }
+    Ok(())
+}
+
+/// Pretty JSON plus a newline.
+pub fn write_json_to<T: Serialize>(out: &mut Vec<u8>, v: &T) -> Result<()> {
+    serde_json::to_writer_pretty(&mut *out, v)?;
+    out.push(b'\n');
+    Ok(())
+}
+
+/// Writes the tables of a (possibly partial) sweep; returns the paths written.
+pub fn write_tables(dir: &Path, file: &SweepFile) -> Result<Vec<PathBuf>> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let agg = aggregate(&file.rows);
+    let mut written = Vec::new();
+    let mut put = |name: &str, f: &dyn Fn(&mut Vec<u8>) -> Result<()>| -> Result<()> {
+        let p = dir.join(name);
+        write_atomic(&p, f)?;
+        written.push(p);
+        Ok(())
+    };
+    put("sweep.json", &|o| write_json_to(o, file))?;
+    put("sweep.csv", &|o| write_runs_csv(o, &file.meta, &file.rows))?;
+    put("aggregate.csv", &|o| write_aggregate_csv(o, &file.meta, &agg))?;
+    put("aggregate.md", &|o| write_aggregate_md(o, &file.meta, &agg))?;
+    Ok(written)
+}
+
+/// Reads a sweep or shard file.
+pub fn read(path: &Path) -> Result<SweepFile> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not a fleetsim sweep file", path.display()))
+}
+
+/// Combines shard files into the complete sweep; every run must appear exactly once and
+/// every file must describe the same sweep.
+pub fn merge(files: &[(PathBuf, SweepFile)]) -> Result<SweepFile> {
+    let Some((first_path, first)) = files.first() else {
+        bail!("no shard files given");
+    };
+    let mut rows: Vec<Option<RunRow>> = vec![None; first.meta.runs as usize];
+    for (p, f) in files {
+        if f.meta != first.meta {
+            bail!(
+                "{} describes a different sweep than {} (scenario, version, overrides, axes or seeds differ)",
+                p.display(),
+                first_path.display()
+            );
+        }
+        for r in &f.rows {
+            let slot = rows
+                .get_mut(r.run as usize)
+                .with_context(|| format!("{}: run {} is outside the grid", p.display(), r.run))?;
+            if slot.is_some() {
+                bail!("{}: run {} appears in more than one file", p.display(), r.run);
+            }
+            *slot = Some(r.clone());
+        }
+    }
+    let missing: Vec<usize> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_none())
+        .map(|(i, _)| i)
+        .collect();
+    if let Some(&m) = missing.first() {
+        let shard_hint = first
+            .shard
+            .map(|[_, n]| format!(" (run {m} belongs to shard {}/{n})", m as u64 % n))
+            .unwrap_or_default();
+        bail!(
+            "{} of {} runs are missing{shard_hint}: run every shard, then merge all their files",
+            missing.len(),
+            rows.len()
+        );
+    }
+    Ok(SweepFile {
+        meta: first.meta.clone(),
+        shard: None,
+        complete: true,
+        rows: rows.into_iter().flatten().collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_match_hand_computation() {
+        let s = Stat::of(&[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(s.mean, 2.5);
+        assert!((s.std - 1.2909944487).abs() < 1e-9);
+        // t(0.975, 3) = 3.182446305
+        assert!((s.ci95 - 3.182446305 * 1.2909944487 / 2.0).abs() < 1e-6);
+        assert!(Stat::of(&[5.0]).std.is_nan());
+        assert_eq!(Stat::of(&[]).n, 0);
+    }
+
+    #[test]
+    fn formats_six_significant_digits() {
+        assert_eq!(fmt_stat(204.912345678), "204.912");
+        assert_eq!(fmt_stat(0.000123456789), "0.000123457");
+        assert_eq!(fmt_stat(1234567.0), "1234567");
+        assert_eq!(fmt_stat(2.0), "2");
+        assert_eq!(fmt_stat(-0.0000000000001), "0");
+        assert_eq!(fmt_stat(f64::NAN), "");
+    }
+
+    #[test]
+    fn mean_ci_shows_supported_digits() {
+        assert_eq!(fmt_mean_ci(205.473, 9.04541), "205.5 ± 9.0");
+        assert_eq!(fmt_mean_ci(0.954034, 0.000809488), "0.95403 ± 0.00081");
+        assert_eq!(fmt_mean_ci(663.64, 32.4638), "664 ± 32");
+        assert_eq!(fmt_mean_ci(6.75, f64::NAN), "6.75");
+        assert_eq!(fmt_mean_ci(2.0, 0.0), "2 ± 0");
+    }
+
+    #[test]
+    fn seeds_are_compact() {
+        assert_eq!(seeds_text(&[1, 2, 3, 4]), "1-4");
+        assert_eq!(seeds_text(&[1, 5]), "1 5");
+    }
+}
