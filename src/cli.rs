@@ -515,7 +515,10 @@ fn write_shard(p: &Path, f: &SweepFile) -> Result<()> {
     if let Some(d) = p.parent() {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
-    table::write_atomic(p, |o| table::write_json_to(o, f))
+    table::write_atomic(p, |o| {
+        o.extend(f.to_bytes()?);
+        Ok(())
+    })
 }
 
 fn cmd_merge(a: MergeArgs) -> Result<ExitCode> {

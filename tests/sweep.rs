@@ -334,3 +334,80 @@ fn bad_grids_are_input_errors() {
         "both give the seeds",
     );
 }
+
+/// The committed sweep's reading, on a reduced grid (8 backends x 8 slots, 64 agents):
+/// QPS ignores the scrape interval and the band exactly; strict argmin on a view older
+/// than the burst dogpiles; a wider band spreads the dogpile.
+#[test]
+fn stale_strict_argmin_dogpiles_and_qps_ignores_engine_stats() {
+    let t = tempfile::tempdir().unwrap();
+    sim()
+        .args([
+            "sweep",
+            "scenarios/burst8.toml",
+            "--set",
+            "backends.count=8",
+            "--set",
+            "backends.max_num_seqs=8",
+            "--set",
+            "workload.groups[0].sessions=4",
+            "--set",
+            "workload.groups[1].sessions=64",
+            "-L",
+            "router.policy.fallback",
+            "qps,leastinflight",
+            "-L",
+            "router.policy.band",
+            "0,4",
+            "-L",
+            "router.engine_stats_interval_s",
+            "0.5,5",
+            "--seeds",
+            "4",
+            "--no-plots",
+            "--quiet",
+            "--out",
+        ])
+        .arg(t.path())
+        .assert()
+        .success();
+    let mut r = csv::Reader::from_path(t.path().join("sweep.csv")).unwrap();
+    let head = r.headers().unwrap().clone();
+    let col = |n: &str| head.iter().position(|h| h == n).unwrap();
+    let (fb, band, int, seed) = (
+        col("param_fallback"),
+        col("param_band"),
+        col("param_engine_stats_interval_s"),
+        col("seed"),
+    );
+    let metrics = ["idle_while_queued_s", "stranded_slot_s", "ttft_s.p99"].map(col);
+    let rows: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
+    // QPS: identical outcomes for a seed whatever the band and interval.
+    for s in ["1", "2", "3", "4"] {
+        let qps: Vec<Vec<String>> = rows
+            .iter()
+            .filter(|x| &x[fb] == "qps" && &x[seed] == s)
+            .map(|x| metrics.iter().map(|&c| x[c].to_string()).collect())
+            .collect();
+        assert_eq!(qps.len(), 4);
+        assert!(qps.windows(2).all(|w| w[0] == w[1]), "seed {s}: {qps:?}");
+    }
+    let mean_iwq = |f: &str, b: &str, i: &str| {
+        let xs: Vec<f64> = rows
+            .iter()
+            .filter(|x| &x[fb] == f && &x[band] == b && &x[int] == i)
+            .map(|x| x[metrics[0]].parse().unwrap())
+            .collect();
+        xs.iter().sum::<f64>() / xs.len() as f64
+    };
+    let qps = mean_iwq("qps", "0", "5");
+    let (fresh0, stale0, stale4) = (
+        mean_iwq("leastinflight", "0", "0.5"),
+        mean_iwq("leastinflight", "0", "5"),
+        mean_iwq("leastinflight", "4", "5"),
+    );
+    assert!(stale0 > 2.0 * fresh0, "stale argmin {stale0} vs fresh {fresh0}");
+    assert!(stale0 > qps, "stale argmin {stale0} vs qps {qps}");
+    assert!(stale4 < stale0, "band 4 {stale4} vs band 0 {stale0}");
+    assert!(fresh0 < qps, "fresh least-in-flight {fresh0} vs qps {qps}");
+}

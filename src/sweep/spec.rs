@@ -210,18 +210,12 @@ fn label_of(raw: &str) -> String {
     }
 }
 
-/// A TOML value as inline TOML text.
+/// A TOML value as inline TOML text (strings without quotes, for labels).
 fn toml_literal(v: &toml::Value) -> String {
     match v {
         toml::Value::String(s) => s.clone(),
-        // `toml` writes floats like 1.0 and 0.5 as such; integers without a point.
-        other => {
-            let mut t = toml::Table::new();
-            t.insert("v".into(), other.clone());
-            toml::to_string(&t)
-                .map(|s| s.trim_start_matches("v = ").trim_end().to_string())
-                .unwrap_or_default()
-        }
+        // `Value`'s Display writes inline TOML: `0.5`, `[1, 2]`, `{ kind = "roundrobin" }`.
+        other => other.to_string(),
     }
 }
 
@@ -653,6 +647,8 @@ mod tests {
         assert_eq!(label_of("\"qps\""), "qps");
         assert_eq!(label_of("qps"), "qps");
         assert_eq!(label_of("0.5"), "0.5");
+        assert_eq!(label_of("{ kind = \"roundrobin\" }"), "{ kind = \"roundrobin\" }");
+        assert_eq!(label_of("[1, 2]"), "[1, 2]");
     }
 
     #[test]

@@ -47,18 +47,90 @@ pub struct RunRow {
     pub metrics: Map<String, Value>,
 }
 
-/// A sweep results file (`sweep.json`, a shard file, or a partial file).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// A sweep results file (`sweep.json`, a shard file, or a partial file). On disk the rows
+/// are columnar (`columns` once, then one `[run, point, seed, [values]]` line per run,
+/// `null` where a run lacks a column), which keeps large sweeps small and diffable.
+#[derive(Clone, Debug)]
 pub struct SweepFile {
     /// What sweep this is.
     pub meta: Meta,
     /// `[K, N]` for a shard file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<[u64; 2]>,
     /// False while runs are missing (an interrupted or partial file).
     pub complete: bool,
     /// Rows in run order.
     pub rows: Vec<RunRow>,
+}
+
+/// The on-disk shape of [`SweepFile`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    meta: Meta,
+    #[serde(default)]
+    shard: Option<[u64; 2]>,
+    complete: bool,
+    columns: Vec<String>,
+    rows: Vec<(u64, u64, u64, Vec<Value>)>,
+}
+
+impl SweepFile {
+    /// Serializes: the metadata pretty-printed, then one line per row.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let cols = columns(&self.rows);
+        let mut out = Vec::new();
+        let meta = serde_json::to_string_pretty(&self.meta)?.replace('\n', "\n  ");
+        write!(out, "{{\n  \"meta\": {meta},\n")?;
+        if let Some(sh) = self.shard {
+            writeln!(out, "  \"shard\": {},", serde_json::to_string(&sh)?)?;
+        }
+        writeln!(out, "  \"complete\": {},", self.complete)?;
+        write!(out, "  \"columns\": {},\n  \"rows\": [", serde_json::to_string(&cols)?)?;
+        for (i, r) in self.rows.iter().enumerate() {
+            let vals: Vec<&Value> = cols.iter().map(|c| r.metrics.get(c).unwrap_or(&Value::Null)).collect();
+            let sep = if i == 0 { "" } else { "," };
+            write!(
+                out,
+                "{sep}\n    [{}, {}, {}, {}]",
+                r.run,
+                r.point,
+                r.seed,
+                serde_json::to_string(&vals)?
+            )?;
+        }
+        out.extend_from_slice(b"\n  ]\n}\n");
+        Ok(out)
+    }
+
+    /// Parses [`SweepFile::to_bytes`] output.
+    pub fn from_slice(bytes: &[u8]) -> Result<SweepFile> {
+        let w: Wire = serde_json::from_slice(bytes)?;
+        let mut rows = Vec::with_capacity(w.rows.len());
+        for (run, point, seed, vals) in w.rows {
+            if vals.len() != w.columns.len() {
+                bail!("run {run} has {} values for {} columns", vals.len(), w.columns.len());
+            }
+            let metrics = w
+                .columns
+                .iter()
+                .zip(vals)
+                .filter(|(_, v)| !v.is_null())
+                .map(|(c, v)| (c.clone(), v))
+                .collect();
+            rows.push(RunRow {
+                run,
+                point,
+                seed,
+                metrics,
+            });
+        }
+        Ok(SweepFile {
+            meta: w.meta,
+            shard: w.shard,
+            complete: w.complete,
+            rows,
+        })
+    }
 }
 
 /// Summary keys that identify rather than measure.
@@ -346,7 +418,11 @@ pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Re
     writeln!(out, "| {} |", head.join(" | "))?;
     writeln!(out, "|{}", head.iter().map(|_| "---|").collect::<String>())?;
     for (p, stats) in &agg.points {
-        let mut cells: Vec<String> = plan.labels(*p).into_iter().map(|l| format!("`{l}`")).collect();
+        let mut cells: Vec<String> = plan
+            .labels(*p)
+            .into_iter()
+            .map(|l| format!("`{}`", l.replace('|', "\\|")))
+            .collect();
         for (i, _) in &shown {
             let s = stats[*i];
             cells.push(fmt_mean_ci(s.mean, s.ci95));
@@ -374,7 +450,10 @@ pub fn write_tables(dir: &Path, file: &SweepFile) -> Result<Vec<PathBuf>> {
         written.push(p);
         Ok(())
     };
-    put("sweep.json", &|o| write_json_to(o, file))?;
+    put("sweep.json", &|o| {
+        o.extend(file.to_bytes()?);
+        Ok(())
+    })?;
     put("sweep.csv", &|o| write_runs_csv(o, &file.meta, &file.rows))?;
     put("aggregate.csv", &|o| write_aggregate_csv(o, &file.meta, &agg))?;
     put("aggregate.md", &|o| write_aggregate_md(o, &file.meta, &agg))?;
@@ -383,8 +462,8 @@ pub fn write_tables(dir: &Path, file: &SweepFile) -> Result<Vec<PathBuf>> {
 
 /// Reads a sweep or shard file.
 pub fn read(path: &Path) -> Result<SweepFile> {
-    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{}: not a fleetsim sweep file", path.display()))
+    let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    SweepFile::from_slice(&bytes).with_context(|| format!("{}: not a fleetsim sweep file", path.display()))
 }
 
 /// Combines shard files into the complete sweep; every run must appear exactly once and
