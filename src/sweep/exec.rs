@@ -127,7 +127,11 @@ pub fn execute(base: &Source, meta: &Meta, mut opts: ExecOptions) -> Result<(Swe
         ProgressBar::hidden()
     };
     bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {per_sec}  ETA {eta}  {msg}").expect("valid template"),
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {rate}  ETA {eta}  {msg}")
+            .expect("valid template")
+            .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0} runs/s", s.per_sec());
+            }),
     );
 
     let pool = rayon::ThreadPoolBuilder::new()
