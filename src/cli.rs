@@ -10,6 +10,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use crate::check::golden::{Golden, Tolerance, compare, golden_path, load_metrics};
+use crate::check::{CheckOptions, check_file, expand};
 use crate::export::{Perf, write_all, write_json};
 use crate::plot::save;
 use crate::plot::series::BackendSeries;
@@ -49,6 +51,16 @@ enum Command {
     ///
     /// Example: sim merge results/sweep-scrape-band/shards/*.json
     Merge(MergeArgs),
+    /// Run scenarios and evaluate their [expect] bounds; print a pass/fail table, write
+    /// JUnit XML; exit 1 if any bound fails, 2 on bad input.
+    ///
+    /// Example: sim check scenarios/ --determinism
+    Check(CheckArgs),
+    /// Compare two results (golden files, summary.json files or results folders) metric by
+    /// metric; exit 1 if any differs beyond the tolerance.
+    ///
+    /// Example: sim compare results/golden/burst8.json results/burst8 --rel-tol 0.01
+    Compare(CompareArgs),
     /// Measure simulator speed (events/s, requests/s) on a scenario; writes nothing unless
     /// --json is given.
     ///
@@ -84,6 +96,54 @@ struct RunArgs {
     /// Print nothing on success (files are still written).
     #[arg(long, short)]
     quiet: bool,
+    /// Also store a compact golden summary (flattened metrics) as DIR/<scenario>.json,
+    /// for `sim compare` (DIR defaults to results/golden).
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "results/golden")]
+    save_golden: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// Scenario files or folders of them (default: scenarios/).
+    paths: Vec<PathBuf>,
+    /// Override a key in every scenario (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE", value_parser = parse_set)]
+    sets: Vec<(String, String)>,
+    /// Also run each scenario twice and compare event logs; report where they diverge.
+    #[arg(long)]
+    determinism: bool,
+    /// Also check the conservation invariants after every event (slow).
+    #[arg(long)]
+    invariants: bool,
+    /// JUnit XML report.
+    #[arg(long, value_name = "FILE", default_value = "results/check/junit.xml")]
+    junit: PathBuf,
+    /// Worker threads for the seeds of a scenario (default: all cores).
+    #[arg(long, short)]
+    jobs: Option<usize>,
+    /// Print only failures and the totals.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct CompareArgs {
+    /// Baseline: golden file, summary.json, or results folder.
+    a: PathBuf,
+    /// New results, same kinds.
+    b: PathBuf,
+    /// Relative tolerance (of the baseline value).
+    #[arg(long, default_value_t = 0.0)]
+    rel_tol: f64,
+    /// Absolute tolerance.
+    #[arg(long, default_value_t = 1e-9)]
+    abs_tol: f64,
+    /// Compare only these metrics (repeatable).
+    #[arg(long = "metric", value_name = "METRIC")]
+    metrics: Vec<String>,
+    /// Also list metrics that changed within tolerance.
+    #[arg(long)]
+    all: bool,
 }
 
 #[derive(Args, Debug)]
@@ -201,6 +261,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Run(a) => cmd_run(a),
         Command::Sweep(a) => cmd_sweep(*a),
         Command::Merge(a) => cmd_merge(a),
+        Command::Check(a) => cmd_check(a),
+        Command::Compare(a) => cmd_compare(a),
         Command::Bench(a) => cmd_bench(a),
     }
 }
@@ -229,6 +291,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         record_series: !a.no_files,
         record_decisions: !a.no_files,
         check_invariants: a.invariants,
+        record_event_log: false,
     };
     let seed = scenario.sim.seed;
     let file = a.scenario.scenario.display().to_string();
@@ -243,6 +306,14 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let perf = perf_of(wall, res.summary.events, res.summary.requests.arrived);
     if !a.quiet {
         print!("{}", render(&res.summary, Some(&perf)));
+    }
+    if let Some(dir) = &a.save_golden {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let p = golden_path(dir, &res.summary.scenario);
+        write_json(&p, &Golden::of(&res.summary, &effective)).with_context(|| format!("writing {}", p.display()))?;
+        if !a.quiet {
+            println!("golden: {}", p.display());
+        }
     }
     if !a.no_files {
         let dir = a
@@ -280,11 +351,7 @@ struct BenchReport {
 fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     anyhow::ensure!(a.runs >= 1, "--runs must be at least 1");
     let (scenario, workload, _) = load_scenario(&a.scenario)?;
-    let opts = RunOptions {
-        record_series: false,
-        record_decisions: false,
-        check_invariants: false,
-    };
+    let opts = RunOptions::summary_only();
     let mut walls = Vec::new();
     let mut last = None;
     for _ in 0..a.runs {
@@ -545,4 +612,78 @@ fn cmd_merge(a: MergeArgs) -> Result<ExitCode> {
         println!("wrote {}/{{{}}}", dir.display(), file_names(&written));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
+    let paths = if a.paths.is_empty() {
+        vec![PathBuf::from("scenarios")]
+    } else {
+        a.paths.clone()
+    };
+    let files = expand(&paths)?;
+    let opts = CheckOptions {
+        determinism: a.determinism,
+        invariants: a.invariants,
+        jobs: a
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+    };
+    let mut reports = Vec::new();
+    for f in &files {
+        reports.push(check_file(f, &a.sets, opts)?);
+    }
+    let table = crate::check::render(&reports);
+    let failed = reports.iter().flat_map(|r| &r.outcomes).any(|o| !o.pass);
+    if a.quiet {
+        for line in table.lines().filter(|l| l.contains("FAIL")) {
+            println!("{line}");
+        }
+        println!("{}", table.lines().last().unwrap_or_default());
+    } else {
+        print!("{table}");
+    }
+    if let Some(d) = a.junit.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let xml = crate::check::junit::to_xml(&reports)?;
+    std::fs::write(&a.junit, xml).with_context(|| format!("writing {}", a.junit.display()))?;
+    if !a.quiet {
+        println!("junit: {}", a.junit.display());
+    }
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
+    anyhow::ensure!(
+        a.rel_tol >= 0.0 && a.abs_tol >= 0.0 && a.rel_tol.is_finite() && a.abs_tol.is_finite(),
+        "tolerances must be finite and >= 0"
+    );
+    let (la, ma) = load_metrics(&a.a)?;
+    let (lb, mb) = load_metrics(&a.b)?;
+    if let Some(bad) = a.metrics.iter().find(|m| !ma.contains_key(*m) && !mb.contains_key(*m)) {
+        anyhow::bail!("--metric {bad}: neither side reports it");
+    }
+    let deltas = compare(
+        &ma,
+        &mb,
+        Tolerance {
+            abs: a.abs_tol,
+            rel: a.rel_tol,
+        },
+        &a.metrics,
+    );
+    print!(
+        "{}",
+        crate::check::golden::render(
+            &deltas,
+            &format!("{} [{}]", a.a.display(), la),
+            &format!("{} [{}]", a.b.display(), lb),
+            a.all
+        )
+    );
+    Ok(if deltas.iter().all(|d| d.ok) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

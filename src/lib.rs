@@ -26,6 +26,7 @@
 //! seed, and no hash map is ever iterated into anything observable.
 
 pub mod backend;
+pub mod check;
 pub mod cli;
 pub mod content;
 pub mod dist;

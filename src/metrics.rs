@@ -375,6 +375,9 @@ pub struct Summary {
     pub stranded_slot_s: f64,
     /// See module docs.
     pub latched_sessions: u64,
+    /// The most sessions any one backend ended up holding (by latest turn): 8 when all of
+    /// burst8's agents pile onto one backend.
+    pub peak_backend_sessions: u64,
     /// Decisions per branch (every branch listed, zeros included).
     pub decisions_by_branch: BTreeMap<String, u64>,
     /// Finished requests per simulated second.
@@ -519,6 +522,7 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
         idle_while_queued_s: secs(fleet.idle_while_queued_ns),
         stranded_slot_s: secs(fleet.stranded_ns),
         latched_sessions: inp.latched_sessions,
+        peak_backend_sessions: inp.last_turns.iter().copied().max().unwrap_or(0),
         decisions_by_branch: by_branch,
         throughput_rps: per(finished as f64, end_s),
         output_tokens_per_s: per(out_tokens as f64, end_s),
@@ -534,6 +538,68 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
             backends: b.clone(),
         }),
     }
+}
+
+/// Summary keys that identify rather than measure.
+const NOT_METRICS: [&str; 5] = ["scenario", "seed", "policy", "version", "worst_moment"];
+
+/// The summary's numbers as `key.sub[i].leaf` -> value (strings and identifiers left out).
+pub fn flatten(s: &Summary) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::{Map, Value};
+    fn walk(prefix: &str, v: &Value, out: &mut Map<String, Value>) {
+        match v {
+            Value::Number(_) => {
+                out.insert(prefix.to_string(), v.clone());
+            }
+            Value::Bool(b) => {
+                out.insert(prefix.to_string(), Value::from(u8::from(*b)));
+            }
+            Value::Object(m) => {
+                for (k, x) in m {
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&p, x, out);
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    walk(&format!("{prefix}[{i}]"), x, out);
+                }
+            }
+            Value::String(_) | Value::Null => {}
+        }
+    }
+    let mut out = Map::new();
+    if let Value::Object(m) = serde_json::to_value(s).expect("a summary serializes") {
+        for (k, v) in m {
+            if !NOT_METRICS.contains(&k.as_str()) {
+                walk(&k, &v, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `name` is a metric a run reports: a fleet-level summary key (`ttft_s.p99`) or a
+/// per-backend one (`backends[3].peak_waiting`).
+pub fn known_metric(name: &str) -> bool {
+    use std::sync::OnceLock;
+    static KEYS: OnceLock<Vec<String>> = OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        let mut s = Summary::default();
+        s.backends.push(Default::default());
+        flatten(&s).keys().cloned().collect()
+    });
+    if let Some(rest) = name.strip_prefix("backends[")
+        && let Some((idx, field)) = rest.split_once("].")
+        && idx.parse::<u32>().is_ok()
+    {
+        return keys.iter().any(|k| k.strip_prefix("backends[0].") == Some(field));
+    }
+    keys.iter().any(|k| k == name)
 }
 
 #[cfg(test)]

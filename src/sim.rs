@@ -73,6 +73,8 @@ pub struct RunOptions {
     pub record_decisions: bool,
     /// Check every invariant after every event (slow; for tests and `--invariants`).
     pub check_invariants: bool,
+    /// Keep the log of every event processed (`sim check --determinism`).
+    pub record_event_log: bool,
 }
 
 impl Default for RunOptions {
@@ -81,7 +83,69 @@ impl Default for RunOptions {
             record_series: true,
             record_decisions: true,
             check_invariants: false,
+            record_event_log: false,
         }
+    }
+}
+
+impl RunOptions {
+    /// Summary only: no series, decisions, event log or checks (sweeps, benchmarks).
+    pub fn summary_only() -> Self {
+        RunOptions {
+            record_series: false,
+            record_decisions: false,
+            check_invariants: false,
+            record_event_log: false,
+        }
+    }
+}
+
+/// One processed event: when, what kind, and the ids it carries. Two runs of the same
+/// inputs produce identical logs; the first differing entry is where they diverged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    /// Simulated time.
+    pub t: SimTime,
+    /// Event kind (see [`EventRecord::kind_name`]).
+    pub kind: u8,
+    /// First id (session, request, backend or scrape position).
+    pub a: u32,
+    /// Second id (the request of a `ServiceDone`), else 0.
+    pub b: u32,
+}
+
+impl EventRecord {
+    /// The event kind's name.
+    pub fn kind_name(&self) -> &'static str {
+        [
+            "TurnArrival",
+            "BackendArrival",
+            "StepDone",
+            "ServiceDone",
+            "FirstChunk",
+            "Complete",
+            "RecordDispatch",
+            "ScrapeRead",
+            "ScrapePassEnd",
+        ]
+        .get(self.kind as usize)
+        .copied()
+        .unwrap_or("?")
+    }
+
+    fn of(t: SimTime, ev: &Event) -> EventRecord {
+        let (kind, a, b) = match *ev {
+            Event::TurnArrival { session } => (0, session.0, 0),
+            Event::BackendArrival { request } => (1, request.0, 0),
+            Event::StepDone { backend } => (2, backend.0, 0),
+            Event::ServiceDone { backend, request } => (3, backend.0, request.0),
+            Event::FirstChunk { request } => (4, request.0, 0),
+            Event::Complete { request } => (5, request.0, 0),
+            Event::RecordDispatch { request } => (6, request.0, 0),
+            Event::ScrapeRead { pos } => (7, pos, 0),
+            Event::ScrapePassEnd => (8, 0, 0),
+        };
+        EventRecord { t, kind, a, b }
     }
 }
 
@@ -115,6 +179,8 @@ pub struct RunResult {
     pub decisions: DecisionLog,
     /// Session keys by session id (for files).
     pub session_keys: Vec<String>,
+    /// Every event processed, when [`RunOptions::record_event_log`] is set.
+    pub event_log: Vec<EventRecord>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -201,6 +267,7 @@ pub struct Simulation<'w> {
     finished: usize,
     total: usize,
     events: u64,
+    event_log: Vec<EventRecord>,
     past_horizon: bool,
     /// Router request-stats progress per request (`STATS_*` flags).
     stats_state: Vec<u8>,
@@ -254,6 +321,7 @@ impl<'w> Simulation<'w> {
             workload,
             opts,
             cfg,
+            event_log: Vec::new(),
         }
     }
 
@@ -284,6 +352,9 @@ impl<'w> Simulation<'w> {
             self.events += 1;
             if self.events > self.cfg.max_events {
                 return Err(SimError::TooManyEvents(self.cfg.max_events, now));
+            }
+            if self.opts.record_event_log {
+                self.event_log.push(EventRecord::of(now, &ev));
             }
             self.handle(now, ev);
             if self.past_horizon {
@@ -636,6 +707,7 @@ impl<'w> Simulation<'w> {
             requests: self.requests,
             decisions: self.decisions,
             session_keys: self.workload.sessions.iter().map(|s| s.key.clone()).collect(),
+            event_log: self.event_log,
         }
     }
 }

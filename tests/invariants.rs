@@ -64,7 +64,7 @@ max_context_tokens = {ctx}
             ctx = kv_blocks * 16,
         );
         let (s, w) = inline(&text, &[("seed", &seed.to_string())]);
-        let opts = fleetsim::sim::RunOptions { record_series: true, record_decisions: true, check_invariants: true };
+        let opts = fleetsim::sim::RunOptions { record_series: true, record_decisions: true, check_invariants: true, record_event_log: false };
         let res = fleetsim::sim::run(s.sim.clone(), &w, opts);
         let res = match res { Ok(r) => r.0, Err(e) => panic!("{e}\n{text}") };
         prop_assert_eq!(res.summary.requests.finished, res.summary.requests.planned);

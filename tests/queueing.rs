@@ -31,11 +31,7 @@ service_time_s = {service}
 "#
     );
     let (s, w) = inline(&text, &[]);
-    let opts = fleetsim::sim::RunOptions {
-        record_series: false,
-        record_decisions: false,
-        check_invariants: false,
-    };
+    let opts = fleetsim::sim::RunOptions::summary_only();
     run_with(&s, &w, opts).summary
 }
 

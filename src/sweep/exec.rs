@@ -82,11 +82,7 @@ fn run_one(base: &Source, plan: &Plan, i: u64) -> Result<RunRow, RunFailure> {
     let mut sc = src.scenario().map_err(|e| fail(e.to_string(), false))?;
     sc.sim.seed = seed;
     let wl = sc.workload().map_err(|e| fail(src.error(e).to_string(), false))?;
-    let opts = RunOptions {
-        record_series: false,
-        record_decisions: false,
-        check_invariants: false,
-    };
+    let opts = RunOptions::summary_only();
     let (res, _) = run(sc.sim, &wl, opts).map_err(|e| {
         let inv = matches!(e, crate::sim::SimError::Invariant(..));
         fail(e.to_string(), inv)

@@ -52,7 +52,7 @@ pub struct SweepFile {
     pub plot: PlotFile,
 }
 
-/// `seeds = 20` or `seeds = [1, 2, 3]`.
+/// `seeds = 20` or `seeds = [1, 2, 3]` (also used by `[expect]`).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum SeedsFile {
@@ -117,27 +117,8 @@ pub struct Plan {
     pub plot: PlotFile,
 }
 
-/// Whether `name` is a metric a run reports: a fleet-level summary key (`ttft_s.p99`) or a
-/// per-backend one (`backends[3].peak_waiting`).
-pub fn known_metric(name: &str) -> bool {
-    use std::sync::OnceLock;
-    static KEYS: OnceLock<Vec<String>> = OnceLock::new();
-    let keys = KEYS.get_or_init(|| {
-        let mut s = crate::metrics::Summary::default();
-        s.backends.push(Default::default());
-        super::table::flatten(&s).keys().cloned().collect()
-    });
-    if let Some(rest) = name.strip_prefix("backends[")
-        && let Some((idx, field)) = rest.split_once("].")
-        && idx.parse::<u32>().is_ok()
-    {
-        return keys.iter().any(|k| k.strip_prefix("backends[0].") == Some(field));
-    }
-    keys.iter().any(|k| k == name)
-}
-
 fn check_metrics(list: &[String], what: &str) -> Result<(), String> {
-    if let Some(bad) = list.iter().find(|m| !known_metric(m)) {
+    if let Some(bad) = list.iter().find(|m| !crate::metrics::known_metric(m)) {
         return Err(format!(
             "{what}: `{bad}` is not a summary metric (e.g. idle_while_queued_s, ttft_s.p99, backends[1].peak_waiting; sweep.csv lists them all)"
         ));
@@ -545,7 +526,7 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
     })
 }
 
-fn count_seeds(base: i64, n: u64) -> Result<Vec<u64>, String> {
+pub fn count_seeds(base: i64, n: u64) -> Result<Vec<u64>, String> {
     if n == 0 {
         return Err("at least one seed is needed".into());
     }
@@ -559,7 +540,7 @@ fn count_seeds(base: i64, n: u64) -> Result<Vec<u64>, String> {
         .collect()
 }
 
-fn check_seeds(seeds: &[u64]) -> Result<(), String> {
+pub fn check_seeds(seeds: &[u64]) -> Result<(), String> {
     if seeds.is_empty() {
         return Err("at least one seed is needed".into());
     }

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::spec::Plan;
-use crate::metrics::Summary;
+pub use crate::metrics::flatten;
 
 /// Identifies a sweep; shards and resumed runs must agree on all of it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -131,48 +131,6 @@ impl SweepFile {
             rows,
         })
     }
-}
-
-/// Summary keys that identify rather than measure.
-const NOT_METRICS: [&str; 5] = ["scenario", "seed", "policy", "version", "worst_moment"];
-
-/// The summary's numbers as `key.sub[i].leaf` -> value (strings and identifiers left out).
-pub fn flatten(s: &Summary) -> Map<String, Value> {
-    fn walk(prefix: &str, v: &Value, out: &mut Map<String, Value>) {
-        match v {
-            Value::Number(_) => {
-                out.insert(prefix.to_string(), v.clone());
-            }
-            Value::Bool(b) => {
-                out.insert(prefix.to_string(), Value::from(u8::from(*b)));
-            }
-            Value::Object(m) => {
-                for (k, x) in m {
-                    let p = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    walk(&p, x, out);
-                }
-            }
-            Value::Array(a) => {
-                for (i, x) in a.iter().enumerate() {
-                    walk(&format!("{prefix}[{i}]"), x, out);
-                }
-            }
-            Value::String(_) | Value::Null => {}
-        }
-    }
-    let mut out = Map::new();
-    if let Value::Object(m) = serde_json::to_value(s).expect("a summary serializes") {
-        for (k, v) in m {
-            if !NOT_METRICS.contains(&k.as_str()) {
-                walk(&k, &v, &mut out);
-            }
-        }
-    }
-    out
 }
 
 /// Metric columns: the union over rows, in order of first appearance.

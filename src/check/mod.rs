@@ -1,0 +1,413 @@
+//! `sim check`: run scenarios, evaluate their `[expect]` bounds, optionally prove
+//! determinism (two runs, identical event logs) and invariants, and report pass/fail as a
+//! table and as JUnit XML for CI systems.
+//!
+//! ```toml
+//! [expect]
+//! seeds = 10                     # or [1, 5, 9]; default: the scenario's seed
+//! checks = [
+//!   "min(peak_backend_sessions) == 8",
+//!   "mean(idle_while_queued_s) >= 150",
+//!   "backends[0].peak_waiting == 0",   # no aggregate: must hold on every seed
+//! ]
+//! ```
+
+pub mod expr;
+pub mod golden;
+pub mod junit;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use rayon::prelude::*;
+use serde::Deserialize;
+
+use crate::metrics::flatten;
+use crate::scenario::{Scenario, Source};
+use crate::sim::{EventRecord, RunOptions, SimError, run};
+use crate::sweep::spec::{SeedsFile, check_seeds, count_seeds};
+use expr::Check;
+
+/// `[expect]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectFile {
+    /// Seeds to check over.
+    pub seeds: Option<SeedsFile>,
+    /// Bound expressions.
+    pub checks: Vec<String>,
+}
+
+/// A scenario's validated expectations.
+#[derive(Clone, Debug)]
+pub struct Expectations {
+    /// Seeds.
+    pub seeds: Vec<u64>,
+    /// Each bound with its text as written.
+    pub checks: Vec<(String, Check)>,
+}
+
+/// Reads and validates `[expect]`; errors name the file, line and `expect.checks[i]`.
+pub fn expectations(src: &Source, base_seed: u64) -> Result<Option<Expectations>> {
+    let Some(f) = src.tool::<ExpectFile>("expect")? else {
+        return Ok(None);
+    };
+    let seeds = match &f.seeds {
+        None => vec![base_seed],
+        Some(SeedsFile::Count(n)) => {
+            count_seeds(base_seed as i64, *n).map_err(|m| anyhow::anyhow!(src.message("expect.seeds", &m)))?
+        }
+        Some(SeedsFile::List(l)) => l.clone(),
+    };
+    check_seeds(&seeds).map_err(|m| anyhow::anyhow!(src.message("expect.seeds", &m)))?;
+    if f.checks.is_empty() {
+        anyhow::bail!(src.message("expect.checks", "lists no checks"));
+    }
+    let mut checks = Vec::new();
+    for (i, text) in f.checks.iter().enumerate() {
+        let c = expr::parse(text).map_err(|m| anyhow::anyhow!(src.message(&format!("expect.checks[{i}]"), &m)))?;
+        checks.push((text.trim().to_string(), c));
+    }
+    Ok(Some(Expectations { seeds, checks }))
+}
+
+/// Options of `sim check`.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckOptions {
+    /// Run each scenario twice and compare event logs.
+    pub determinism: bool,
+    /// Check invariants at every event.
+    pub invariants: bool,
+    /// Worker threads.
+    pub jobs: usize,
+}
+
+/// One line of the report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// What was checked (the bound as written, `determinism`, `invariants`).
+    pub name: String,
+    /// The measured value, when the check has one.
+    pub value: Option<f64>,
+    /// Pass or fail.
+    pub pass: bool,
+    /// Extra explanation (failure details, seeds).
+    pub detail: String,
+}
+
+/// The report of one scenario.
+#[derive(Clone, Debug)]
+pub struct ScenarioReport {
+    /// Scenario file.
+    pub file: String,
+    /// Scenario name.
+    pub name: String,
+    /// Outcomes; empty when the scenario has nothing to check.
+    pub outcomes: Vec<Outcome>,
+    /// Wall seconds spent.
+    pub wall_s: f64,
+}
+
+/// Expands directories into their `*.toml` files (sorted, not recursive).
+pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "toml"))
+                .collect();
+            files.sort();
+            anyhow::ensure!(!files.is_empty(), "{}: no .toml scenarios in this folder", p.display());
+            out.extend(files);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn pool(jobs: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs.max(1))
+        .build()
+        .context("starting worker threads")
+}
+
+/// Where two event logs first differ: `(index, a's record, b's record)`.
+pub fn first_divergence(
+    a: &[EventRecord],
+    b: &[EventRecord],
+) -> Option<(usize, Option<EventRecord>, Option<EventRecord>)> {
+    let n = a.len().max(b.len());
+    (0..n)
+        .find(|&i| a.get(i) != b.get(i))
+        .map(|i| (i, a.get(i).copied(), b.get(i).copied()))
+}
+
+/// SHA-256 of an event log.
+pub fn event_log_hash(log: &[EventRecord]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for e in log {
+        h.update(e.t.0.to_le_bytes());
+        h.update([e.kind]);
+        h.update(e.a.to_le_bytes());
+        h.update(e.b.to_le_bytes());
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn describe_event(e: Option<EventRecord>) -> String {
+    match e {
+        None => "(log ended)".into(),
+        Some(e) => format!("{} {} {}", e.kind_name(), e.a, e.b),
+    }
+}
+
+/// Checks the determinism of `scenario` at `seed`: two runs, compared event by event.
+pub fn determinism(scenario: &Scenario, seed: u64) -> Result<Outcome> {
+    let once = || -> Result<(Vec<EventRecord>, serde_json::Map<String, serde_json::Value>)> {
+        let mut sc = scenario.clone();
+        sc.sim.seed = seed;
+        let wl = sc
+            .workload()
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?;
+        let opts = RunOptions {
+            record_event_log: true,
+            ..RunOptions::summary_only()
+        };
+        let (res, _) = run(sc.sim, &wl, opts)?;
+        Ok((res.event_log, flatten(&res.summary)))
+    };
+    let (a, sa) = once()?;
+    let (b, sb) = once()?;
+    Ok(match first_divergence(&a, &b) {
+        None if sa == sb => Outcome {
+            name: "determinism".into(),
+            value: None,
+            pass: true,
+            detail: format!(
+                "seed {seed}: 2 runs, {} events, event-log sha256 {}",
+                a.len(),
+                event_log_hash(&a)
+            ),
+        },
+        None => Outcome {
+            name: "determinism".into(),
+            value: None,
+            pass: false,
+            detail: format!("seed {seed}: identical event logs but different summaries"),
+        },
+        Some((i, x, y)) => {
+            let t = x.or(y).map_or(0.0, |e| e.t.as_secs_f64());
+            Outcome {
+                name: "determinism".into(),
+                value: None,
+                pass: false,
+                detail: format!(
+                    "seed {seed}: runs diverge at event #{i}, t = {t:.9} s: run 1 {} vs run 2 {}",
+                    describe_event(x),
+                    describe_event(y)
+                ),
+            }
+        }
+    })
+}
+
+/// Runs one scenario's checks.
+pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) -> Result<ScenarioReport> {
+    let start = std::time::Instant::now();
+    let mut src = Source::read(path)?;
+    src.apply(sets, "--set")?;
+    let (scenario, _, _) = src.build()?;
+    let exp = expectations(&src, scenario.sim.seed)?;
+    let file = path.display().to_string();
+    let mut outcomes = Vec::new();
+    let pool = pool(opts.jobs)?;
+    if let Some(exp) = &exp {
+        // Per seed: the metrics, or the error and whether it is an invariant violation.
+        type SeedRun = Result<serde_json::Map<String, serde_json::Value>, (u64, String, bool)>;
+        let runs: Vec<SeedRun> = pool.install(|| {
+            exp.seeds
+                .par_iter()
+                .map(|&seed| {
+                    let mut sc = scenario.clone();
+                    sc.sim.seed = seed;
+                    let wl = sc.workload().map_err(|e| (seed, src.error(e).to_string(), false))?;
+                    let ropts = RunOptions {
+                        check_invariants: opts.invariants,
+                        ..RunOptions::summary_only()
+                    };
+                    run(sc.sim, &wl, ropts)
+                        .map(|(r, _)| flatten(&r.summary))
+                        .map_err(|e| (seed, e.to_string(), matches!(e, SimError::Invariant(..))))
+                })
+                .collect()
+        });
+        let mut metrics = Vec::new();
+        for r in runs {
+            match r {
+                Ok(m) => metrics.push(m),
+                Err((seed, e, true)) => outcomes.push(Outcome {
+                    name: "invariants".into(),
+                    value: None,
+                    pass: false,
+                    detail: format!("seed {seed}: {e}"),
+                }),
+                Err((seed, e, false)) => anyhow::bail!("{file}: seed {seed}: {e}"),
+            }
+        }
+        if opts.invariants && outcomes.is_empty() {
+            outcomes.push(Outcome {
+                name: "invariants".into(),
+                value: None,
+                pass: true,
+                detail: format!("checked after every event on {} seeds", exp.seeds.len()),
+            });
+        }
+        if metrics.len() == exp.seeds.len() {
+            for (text, c) in &exp.checks {
+                let mut values = Vec::new();
+                for (m, seed) in metrics.iter().zip(&exp.seeds) {
+                    let v = m.get(&c.metric).and_then(serde_json::Value::as_f64).with_context(|| {
+                        format!(
+                            "{file}: `{}` in `{text}`: this scenario does not report it (seed {seed})",
+                            c.metric
+                        )
+                    })?;
+                    values.push(v);
+                }
+                let (value, pass) = expr::evaluate(c, &values);
+                let seeds = if exp.seeds.len() == 1 {
+                    format!("seed {}", exp.seeds[0])
+                } else {
+                    format!("{} seeds", exp.seeds.len())
+                };
+                outcomes.push(Outcome {
+                    name: text.clone(),
+                    value: Some(value),
+                    pass,
+                    detail: seeds,
+                });
+            }
+        }
+    } else if opts.invariants {
+        let wl = scenario
+            .workload()
+            .map_err(|e| anyhow::anyhow!("{file}: {}", e.message))?;
+        let ropts = RunOptions {
+            check_invariants: true,
+            ..RunOptions::summary_only()
+        };
+        let o = match run(scenario.sim.clone(), &wl, ropts) {
+            Ok(_) => Outcome {
+                name: "invariants".into(),
+                value: None,
+                pass: true,
+                detail: format!("checked after every event, seed {}", scenario.sim.seed),
+            },
+            Err(e @ SimError::Invariant(..)) => Outcome {
+                name: "invariants".into(),
+                value: None,
+                pass: false,
+                detail: e.to_string(),
+            },
+            Err(e) => anyhow::bail!("{file}: {e}"),
+        };
+        outcomes.push(o);
+    }
+    if opts.determinism {
+        outcomes.push(determinism(&scenario, scenario.sim.seed).with_context(|| file.clone())?);
+    }
+    Ok(ScenarioReport {
+        file,
+        name: scenario.sim.name.clone(),
+        outcomes,
+        wall_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The pass/fail table.
+pub fn render(reports: &[ScenarioReport]) -> String {
+    let mut rows = vec![[
+        "scenario".to_string(),
+        "check".into(),
+        "value".into(),
+        "result".into(),
+        "".into(),
+    ]];
+    for r in reports {
+        if r.outcomes.is_empty() {
+            rows.push([
+                r.name.clone(),
+                "(no [expect] table)".into(),
+                String::new(),
+                "skip".into(),
+                String::new(),
+            ]);
+        }
+        for o in &r.outcomes {
+            rows.push([
+                r.name.clone(),
+                o.name.clone(),
+                o.value.map(crate::sweep::table::fmt_stat).unwrap_or_default(),
+                if o.pass { "pass".into() } else { "FAIL".into() },
+                o.detail.clone(),
+            ]);
+        }
+    }
+    let widths: Vec<usize> = (0..5)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    let all: Vec<&Outcome> = reports.iter().flat_map(|r| &r.outcomes).collect();
+    let failed = all.iter().filter(|o| !o.pass).count();
+    out.push_str(&format!(
+        "{} scenarios, {} checks: {} passed, {failed} failed\n",
+        reports.len(),
+        all.len(),
+        all.len() - failed
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::SimTime;
+
+    fn rec(t: u64, kind: u8) -> EventRecord {
+        EventRecord {
+            t: SimTime(t),
+            kind,
+            a: 1,
+            b: 0,
+        }
+    }
+
+    #[test]
+    fn divergence_is_the_first_differing_event() {
+        let a = vec![rec(1, 0), rec(2, 2), rec(3, 5)];
+        let mut b = a.clone();
+        assert_eq!(first_divergence(&a, &b), None);
+        b[1] = rec(2, 3);
+        let (i, x, y) = first_divergence(&a, &b).unwrap();
+        assert_eq!(
+            (i, x.unwrap().kind_name(), y.unwrap().kind_name()),
+            (1, "StepDone", "ServiceDone")
+        );
+        assert_eq!(
+            first_divergence(&a, &a[..2]).map(|d| d.0),
+            Some(2),
+            "a shorter log diverges where it ends"
+        );
+        assert_ne!(event_log_hash(&a), event_log_hash(&b));
+    }
+}
