@@ -12,9 +12,9 @@
 //! session opens (the workload cursor) count as scheduled at time zero, so they run before
 //! any other event at the same instant.
 
-use crate::backend::Backend;
 use crate::backend::queueing::QueueingServer;
 use crate::backend::vllm::{StepEvents, VllmConfig, VllmEngine};
+use crate::backend::{Backend, Gauges};
 use crate::engine::EventQueue;
 use crate::ids::{BackendId, RequestId, SessionId};
 use crate::metrics::{
@@ -213,24 +213,24 @@ struct SessionState {
 /// Gauge values over time, for `gauge_lag` (kept only when the lag is positive).
 #[derive(Default)]
 struct GaugeHistory {
-    changes: std::collections::VecDeque<(SimTime, (u32, u32))>,
+    changes: std::collections::VecDeque<(SimTime, Gauges)>,
 }
 
 impl GaugeHistory {
-    fn push(&mut self, t: SimTime, g: (u32, u32)) {
+    fn push(&mut self, t: SimTime, g: Gauges) {
         if self.changes.back().is_none_or(|(_, v)| *v != g) {
             self.changes.push_back((t, g));
         }
     }
 
     /// Value as of `t`, pruning history no longer needed by later reads.
-    fn at(&mut self, t: SimTime) -> (u32, u32) {
+    fn at(&mut self, t: SimTime) -> Gauges {
         while self.changes.len() > 1 && self.changes[1].0 <= t {
             self.changes.pop_front();
         }
         match self.changes.front() {
             Some((t0, v)) if *t0 <= t => *v,
-            _ => (0, 0),
+            _ => Gauges::default(),
         }
     }
 }
@@ -396,14 +396,16 @@ impl<'w> Simulation<'w> {
             }
             Event::ScrapeRead { pos } => {
                 let b = self.router.endpoints()[pos as usize].backend;
-                let (running, waiting) = if self.cfg.gauge_lag.0 > 0 {
+                let g = if self.cfg.gauge_lag.0 > 0 {
                     self.gauges[b.index()].at(SimTime(now.0.saturating_sub(self.cfg.gauge_lag.0)))
                 } else {
                     self.backends[b.index()].gauges()
                 };
                 let entry = EngineStatsEntry {
-                    running,
-                    waiting,
+                    running: g.running,
+                    waiting: g.waiting,
+                    kv_used_blocks: g.kv_used_blocks,
+                    kv_total_blocks: g.kv_total_blocks,
                     read_at: now,
                 };
                 let (next, after) = self.router.scrape_read(pos as usize, Some(entry));
@@ -719,18 +721,23 @@ mod tests {
     #[test]
     fn gauge_history_serves_the_value_as_of_a_past_time() {
         let mut h = GaugeHistory::default();
-        assert_eq!(h.at(SimTime(5)), (0, 0), "before any step the gauges read zero");
-        h.push(SimTime(10), (1, 0));
-        h.push(SimTime(10), (1, 0)); // unchanged values are not stored twice
-        h.push(SimTime(20), (2, 3));
-        h.push(SimTime(30), (0, 0));
+        let g = |running, waiting| Gauges {
+            running,
+            waiting,
+            ..Gauges::default()
+        };
+        assert_eq!(h.at(SimTime(5)), g(0, 0), "before any step the gauges read zero");
+        h.push(SimTime(10), g(1, 0));
+        h.push(SimTime(10), g(1, 0)); // unchanged values are not stored twice
+        h.push(SimTime(20), g(2, 3));
+        h.push(SimTime(30), g(0, 0));
         assert_eq!(h.changes.len(), 3);
-        assert_eq!(h.at(SimTime(9)), (0, 0));
-        assert_eq!(h.at(SimTime(15)), (1, 0));
-        assert_eq!(h.at(SimTime(20)), (2, 3));
-        assert_eq!(h.at(SimTime(29)), (2, 3));
+        assert_eq!(h.at(SimTime(9)), g(0, 0));
+        assert_eq!(h.at(SimTime(15)), g(1, 0));
+        assert_eq!(h.at(SimTime(20)), g(2, 3));
+        assert_eq!(h.at(SimTime(29)), g(2, 3));
         // Reads move forward; history older than the last read is pruned.
         assert_eq!(h.changes.len(), 2);
-        assert_eq!(h.at(SimTime(31)), (0, 0));
+        assert_eq!(h.at(SimTime(31)), g(0, 0));
     }
 }

@@ -20,6 +20,31 @@ pub enum Backend {
     Queueing(QueueingServer),
 }
 
+/// What vLLM's `/metrics` reports: `vllm:num_requests_running`, `vllm:num_requests_waiting`
+/// and `vllm:kv_cache_usage_perc` (as used / total blocks), all set once per engine step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// `vllm:num_requests_running`.
+    pub running: u32,
+    /// `vllm:num_requests_waiting`.
+    pub waiting: u32,
+    /// Blocks in use at the last step end.
+    pub kv_used_blocks: u32,
+    /// Blocks in the pool (0 when the model has no KV cache).
+    pub kv_total_blocks: u32,
+}
+
+impl Gauges {
+    /// `vllm:kv_cache_usage_perc` in [0, 1].
+    pub fn kv_usage(&self) -> f64 {
+        if self.kv_total_blocks == 0 {
+            0.0
+        } else {
+            f64::from(self.kv_used_blocks) / f64::from(self.kv_total_blocks)
+        }
+    }
+}
+
 impl Backend {
     /// Live running requests.
     pub fn running(&self) -> u32 {
@@ -53,12 +78,17 @@ impl Backend {
         }
     }
 
-    /// `(num_requests_running, num_requests_waiting)` as `/metrics` would serve them now.
-    /// The queueing model has no engine steps, so its gauges are live.
-    pub fn gauges(&self) -> (u32, u32) {
+    /// The gauges as `/metrics` would serve them now. The queueing model has no engine
+    /// steps and no KV cache, so its gauges are live and its KV usage is 0.
+    pub fn gauges(&self) -> Gauges {
         match self {
             Backend::Vllm(e) => e.gauges(),
-            Backend::Queueing(q) => (q.running(), q.waiting()),
+            Backend::Queueing(q) => Gauges {
+                running: q.running(),
+                waiting: q.waiting(),
+                kv_used_blocks: 0,
+                kv_total_blocks: 0,
+            },
         }
     }
 

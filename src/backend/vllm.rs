@@ -115,8 +115,7 @@ pub struct VllmEngine {
     stepping: bool,
     /// Slots scheduled in the step in progress.
     batch: Vec<u32>,
-    gauge_running: u32,
-    gauge_waiting: u32,
+    gauges: super::Gauges,
     steps: u64,
     preemptions: u64,
     cache_stats: PrefixCacheStats,
@@ -139,8 +138,7 @@ impl VllmEngine {
             inbox: Vec::new(),
             stepping: false,
             batch: Vec::new(),
-            gauge_running: 0,
-            gauge_waiting: 0,
+            gauges: super::Gauges::default(),
             steps: 0,
             preemptions: 0,
             cache_stats: PrefixCacheStats::default(),
@@ -211,8 +209,8 @@ impl VllmEngine {
     }
 
     /// `(vllm:num_requests_running, vllm:num_requests_waiting)` as last published.
-    pub fn gauges(&self) -> (u32, u32) {
-        (self.gauge_running, self.gauge_waiting)
+    pub fn gauges(&self) -> super::Gauges {
+        self.gauges
     }
 
     /// KV blocks referenced by requests.
@@ -406,8 +404,12 @@ impl VllmEngine {
         }
         self.batch = batch;
         self.batch.clear();
-        self.gauge_running = self.running.len() as u32;
-        self.gauge_waiting = self.waiting.len() as u32;
+        self.gauges = super::Gauges {
+            running: self.running.len() as u32,
+            waiting: self.waiting.len() as u32,
+            kv_used_blocks: self.pool.num_used(),
+            kv_total_blocks: self.pool.capacity(),
+        };
     }
 
     /// Longest cached prefix (in blocks, left in `self.hit_blocks`) usable by the waiting
@@ -581,19 +583,23 @@ mod tests {
         for i in 0..3 {
             e.enqueue(RequestId(i), req(u64::from(i) + 10, 50, 10));
         }
-        assert_eq!(e.gauges(), (0, 0), "gauges change only at step end");
+        assert_eq!(
+            (e.gauges().running, e.gauges().waiting),
+            (0, 0),
+            "gauges change only at step end"
+        );
         assert_eq!((e.waiting(), e.pending()), (0, 3), "not seen by the scheduler yet");
         let mut ev = StepEvents::default();
         e.start_step(&mut ev).unwrap();
         assert_eq!((e.running(), e.waiting()), (2, 1));
-        assert_eq!(e.gauges(), (0, 0));
+        assert_eq!((e.gauges().running, e.gauges().waiting), (0, 0));
         e.finish_step(&mut ev);
-        assert_eq!(e.gauges(), (2, 1));
+        assert_eq!((e.gauges().running, e.gauges().waiting), (2, 1));
         // An arrival during a step is not in the gauge published at that step's end.
         e.start_step(&mut ev).unwrap();
         e.enqueue(RequestId(9), req(99, 10, 2));
         e.finish_step(&mut ev);
-        assert_eq!(e.gauges(), (2, 1));
+        assert_eq!((e.gauges().running, e.gauges().waiting), (2, 1));
         assert_eq!((e.waiting(), e.pending()), (1, 1));
     }
 

@@ -245,6 +245,8 @@ pub(crate) mod testkit {
                     Some(EngineStatsEntry {
                         running,
                         waiting,
+                        kv_used_blocks: 0,
+                        kv_total_blocks: 0,
                         read_at: SimTime(0),
                     })
                 })

@@ -21,8 +21,23 @@ pub struct EngineStatsEntry {
     pub running: u32,
     /// `vllm:num_requests_waiting`.
     pub waiting: u32,
+    /// `vllm:kv_cache_usage_perc` numerator: KV blocks in use.
+    pub kv_used_blocks: u32,
+    /// ... and its denominator (0 for a backend without a KV cache).
+    pub kv_total_blocks: u32,
     /// When the value was read from the engine.
     pub read_at: SimTime,
+}
+
+impl EngineStatsEntry {
+    /// `vllm:kv_cache_usage_perc` in [0, 1].
+    pub fn kv_usage(&self) -> f64 {
+        if self.kv_total_blocks == 0 {
+            0.0
+        } else {
+            f64::from(self.kv_used_blocks) / f64::from(self.kv_total_blocks)
+        }
+    }
 }
 
 /// What happens after a read.
@@ -121,6 +136,8 @@ mod tests {
             Some(EngineStatsEntry {
                 running: r,
                 waiting: 0,
+                kv_used_blocks: 0,
+                kv_total_blocks: 0,
                 read_at: SimTime(0),
             })
         };
