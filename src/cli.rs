@@ -61,6 +61,9 @@ enum Command {
     ///
     /// Example: sim compare results/golden/burst8.json results/burst8 --rel-tol 0.01
     Compare(CompareArgs),
+    /// List every routing policy: parameters with upstream defaults, the signals it reads
+    /// and their freshness, and the upstream code it reproduces.
+    Policies,
     /// Measure simulator speed (events/s, requests/s) on a scenario; writes nothing unless
     /// --json is given.
     ///
@@ -262,6 +265,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Sweep(a) => cmd_sweep(*a),
         Command::Merge(a) => cmd_merge(a),
         Command::Check(a) => cmd_check(a),
+        Command::Policies => {
+            print!("{}", crate::policy::catalogue::render());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Compare(a) => cmd_compare(a),
         Command::Bench(a) => cmd_bench(a),
     }

@@ -201,3 +201,54 @@ fn extreme_values_are_errors_not_panics() {
         .assert()
         .success();
 }
+
+#[test]
+fn policy_parameters_are_validated_and_listed() {
+    rejects(
+        &[
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
+            "router.policy={ kind = \"power_of_d\", d = 0 }",
+        ],
+        "router.policy.d: must be an integer >= 1",
+    );
+    rejects(
+        &[
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
+            "router.policy={ kind = \"sglang_cache_aware\", cache_threshold = 2 }",
+        ],
+        "router.policy.cache_threshold: must be in [0, 1]",
+    );
+    rejects(
+        &[
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
+            "router.policy={ kind = \"llmd\", queue_weigth = 1 }",
+        ],
+        "unknown field `queue_weigth`",
+    );
+    rejects(
+        &[
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
+            "router.policy={ kind = \"nope\" }",
+        ],
+        "unknown policy `nope`; expected one of roundrobin, session, prefixaware, leastinflight, random",
+    );
+    sim()
+        .arg("policies")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("sglang_cache_aware\n  source:  SGLang"))
+        .stdout(predicate::str::contains("balance_abs_threshold = 64"))
+        .stdout(predicate::str::contains("every 50 ms"));
+}

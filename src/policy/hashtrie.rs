@@ -36,6 +36,8 @@ pub struct HashTrie {
     more: FxHashMap<(u32, u64), u32>,
     /// Scratch: nodes on the last walked path.
     path: Vec<u32>,
+    /// Nodes (root excluded) that gained the endpoint in the last insert.
+    last_added: usize,
 }
 
 impl Default for HashTrie {
@@ -55,6 +57,7 @@ impl HashTrie {
             }],
             more: FxHashMap::default(),
             path: Vec::new(),
+            last_added: 0,
         }
     }
 
@@ -97,10 +100,19 @@ impl HashTrie {
         id
     }
 
-    fn add(set: &mut EndpointSet, b: BackendId) {
-        if !set.contains(&b) {
+    fn add(set: &mut EndpointSet, b: BackendId) -> bool {
+        if set.contains(&b) {
+            false
+        } else {
             set.push(b);
+            true
         }
+    }
+
+    /// Nodes (root excluded) that gained the endpoint in the last insert: the characters
+    /// the insert added to that endpoint's share of the tree, in chunks.
+    pub fn last_insert_added(&self) -> usize {
+        self.last_added
     }
 
     /// Records that `endpoint` served a prompt with these chunk hashes.
@@ -130,14 +142,17 @@ impl HashTrie {
     fn insert_walked(&mut self, chunks: &[u64], endpoint: BackendId) {
         Self::add(&mut self.nodes[0].endpoints, endpoint);
         let path = std::mem::take(&mut self.path);
+        let mut added = 0;
         for &n in &path {
-            Self::add(&mut self.nodes[n as usize].endpoints, endpoint);
+            added += usize::from(Self::add(&mut self.nodes[n as usize].endpoints, endpoint));
         }
         let mut node = path.last().copied().unwrap_or(0);
         for &h in &chunks[path.len()..] {
             node = self.new_child(node, h);
             self.nodes[node as usize].endpoints.push(endpoint);
+            added += 1;
         }
+        self.last_added = added;
         self.path = path;
     }
 

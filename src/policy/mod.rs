@@ -5,11 +5,17 @@
 //!
 //! Adding a policy: one file here, one variant in [`PolicyConfig`], one arm in [`build`].
 
+pub mod cacheaware;
+pub mod catalogue;
 pub mod hashring;
 pub mod hashtrie;
 pub mod leastinflight;
+pub mod leastrequest;
+pub mod llmd;
+pub mod powerofd;
 pub mod prefixaware;
 pub mod qps;
+pub mod random;
 pub mod roundrobin;
 pub mod session;
 
@@ -45,11 +51,13 @@ pub struct RouterView<'a> {
 pub struct RequestInfo<'a> {
     /// The session-key header value, if the client sends one.
     pub session_key: Option<&'a str>,
-    /// Hashes of the prompt's fixed-size character chunks (filled only for policies whose
-    /// [`RoutingPolicy::needs_prompt_chunks`] is true).
+    /// Hashes of the prompt's fixed-size character chunks, the last one possibly partial
+    /// (filled only for policies whose [`RoutingPolicy::prompt_chunk_chars`] is set).
     pub prompt_chunks: &'a [u64],
-    /// Characters per chunk (`HashTrie` chunk size, 128 upstream).
+    /// Characters per chunk (`HashTrie`: 128 upstream).
     pub chunk_chars: u32,
+    /// Characters in the prompt.
+    pub prompt_chars: u64,
 }
 
 /// Which branch of its logic a policy took (reported per decision and in summaries).
@@ -74,11 +82,25 @@ pub enum Branch {
     LeastInflight,
     /// `leastinflight` with missing engine stats: `_qps_routing`.
     LeastInflightNoStatsQps,
+    /// `random`.
+    Random,
+    /// `least_request`.
+    LeastRequest,
+    /// `power_of_d`.
+    PowerOfD,
+    /// SGLang `cache_aware`: match rate above the threshold, to a holder of the prefix.
+    CacheAwareHit,
+    /// SGLang `cache_aware`: miss, to the worker with the smallest tree.
+    CacheAwareSmallestTree,
+    /// SGLang `cache_aware`: loads imbalanced, to the least-loaded worker.
+    CacheAwareImbalanced,
+    /// llm-d EPP: highest weighted score.
+    LlmdScore,
 }
 
 impl Branch {
     /// Every branch, in report order.
-    pub const ALL: [Branch; 9] = [
+    pub const ALL: [Branch; 16] = [
         Branch::RoundRobin,
         Branch::SessionHash,
         Branch::SessionNoKeyQps,
@@ -88,6 +110,13 @@ impl Branch {
         Branch::FallbackNoStatsQps,
         Branch::LeastInflight,
         Branch::LeastInflightNoStatsQps,
+        Branch::Random,
+        Branch::LeastRequest,
+        Branch::PowerOfD,
+        Branch::CacheAwareHit,
+        Branch::CacheAwareSmallestTree,
+        Branch::CacheAwareImbalanced,
+        Branch::LlmdScore,
     ];
 
     /// Stable name used in files.
@@ -102,6 +131,13 @@ impl Branch {
             Branch::FallbackNoStatsQps => "fallback_nostats_qps",
             Branch::LeastInflight => "leastinflight",
             Branch::LeastInflightNoStatsQps => "leastinflight_nostats_qps",
+            Branch::Random => "random",
+            Branch::LeastRequest => "least_request",
+            Branch::PowerOfD => "power_of_d",
+            Branch::CacheAwareHit => "cache_aware_hit",
+            Branch::CacheAwareSmallestTree => "cache_aware_smallest_tree",
+            Branch::CacheAwareImbalanced => "cache_aware_imbalanced",
+            Branch::LlmdScore => "llmd_score",
         }
     }
 }
@@ -122,9 +158,10 @@ pub trait RoutingPolicy: Send {
     /// Picks an endpoint.
     fn route(&mut self, req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision;
 
-    /// True if the policy reads `RequestInfo::prompt_chunks` (computing them costs time).
-    fn needs_prompt_chunks(&self) -> bool {
-        false
+    /// The chunk size in characters if the policy reads `RequestInfo::prompt_chunks`
+    /// (computing them costs time, so policies that do not read them say `None`).
+    fn prompt_chunk_chars(&self) -> Option<u32> {
+        None
     }
 }
 
@@ -168,10 +205,29 @@ pub enum PolicyConfig {
         /// Tie band.
         band: u32,
     },
+    /// Uniform random.
+    Random,
+    /// Fewest router-local in-flight requests.
+    LeastRequest {
+        /// Tie rule.
+        tie: leastrequest::Tie,
+    },
+    /// Best of `d` sampled.
+    PowerOfD {
+        /// Sample size.
+        d: u32,
+        /// Load signal.
+        load: powerofd::LoadSource,
+    },
+    /// SGLang `cache_aware`.
+    SglangCacheAware(cacheaware::CacheAwareParams),
+    /// llm-d EPP default profile.
+    Llmd(llmd::LlmdParams),
 }
 
 /// Valid `router.policy.kind` values.
-pub const POLICY_KINDS: &str = "roundrobin, session, prefixaware, leastinflight";
+pub const POLICY_KINDS: &str =
+    "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd";
 
 impl PolicyConfig {
     /// A one-line description for reports.
@@ -192,6 +248,34 @@ impl PolicyConfig {
                 ),
             },
             PolicyConfig::LeastInflight { band } => format!("leastinflight (band = {band})"),
+            PolicyConfig::Random => "random".into(),
+            PolicyConfig::LeastRequest { tie } => format!(
+                "least_request (tie = {})",
+                match tie {
+                    leastrequest::Tie::Random => "random",
+                    leastrequest::Tie::First => "first",
+                }
+            ),
+            PolicyConfig::PowerOfD { d, load } => format!("power_of_d (d = {d}, load = {})", load.as_str()),
+            PolicyConfig::SglangCacheAware(p) => format!(
+                "sglang_cache_aware (cache_threshold = {}, balance_abs_threshold = {}, balance_rel_threshold = {})",
+                p.cache_threshold, p.balance_abs_threshold, p.balance_rel_threshold
+            ),
+            PolicyConfig::Llmd(p) => format!(
+                "llmd (queue x{}, kv-cache-utilization x{}, prefix-cache x{})",
+                p.queue_weight, p.kv_weight, p.prefix_weight
+            ),
+        }
+    }
+
+    /// The engine-stats refresh interval the real router uses by default, when the
+    /// scenario does not set `router.engine_stats_interval_s`.
+    pub fn default_engine_stats_interval_s(&self) -> f64 {
+        match self {
+            // llm-d `--refresh-metrics-interval`.
+            PolicyConfig::Llmd(_) => 0.05,
+            // production-stack `--engine-stats-interval`.
+            _ => 30.0,
         }
     }
 }
@@ -207,6 +291,11 @@ pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
             band,
         } => Box::new(prefixaware::PrefixAware::new(prefix_min_match_length, fallback, band)),
         PolicyConfig::LeastInflight { band } => Box::new(leastinflight::LeastInflight { band }),
+        PolicyConfig::Random => Box::new(random::Random),
+        PolicyConfig::LeastRequest { tie } => Box::new(leastrequest::LeastRequest { tie }),
+        PolicyConfig::PowerOfD { d, load } => Box::new(powerofd::PowerOfD { d, load }),
+        PolicyConfig::SglangCacheAware(p) => Box::new(cacheaware::CacheAware::new(p)),
+        PolicyConfig::Llmd(p) => Box::new(llmd::Llmd::new(p)),
     }
 }
 
@@ -270,6 +359,22 @@ pub(crate) mod testkit {
             self
         }
 
+        /// Sets router-local in-flight counts (`None` = endpoint never used).
+        pub fn in_flight(mut self, c: &[Option<u32>]) -> Self {
+            self.requests = c
+                .iter()
+                .map(|c| {
+                    c.map(|n| RequestStatsEntry {
+                        window_dispatches: n,
+                        qps: f64::from(n) / 60.0,
+                        in_prefill: n,
+                        in_decoding: 0,
+                    })
+                })
+                .collect();
+            self
+        }
+
         pub fn view(&self) -> RouterView<'_> {
             RouterView {
                 now: SimTime(0),
@@ -285,6 +390,17 @@ pub(crate) mod testkit {
             session_key: key,
             prompt_chunks: chunks,
             chunk_chars: 128,
+            prompt_chars: chunks.len() as u64 * 128,
+        }
+    }
+
+    /// A request of `prompt_chars` characters in chunks of `chunk_chars`.
+    pub fn req_chars(chunks: &[u64], chunk_chars: u32, prompt_chars: u64) -> RequestInfo<'_> {
+        RequestInfo {
+            session_key: None,
+            prompt_chunks: chunks,
+            chunk_chars,
+            prompt_chars,
         }
     }
 }

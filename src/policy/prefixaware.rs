@@ -43,8 +43,8 @@ impl PrefixAware {
 }
 
 impl RoutingPolicy for PrefixAware {
-    fn needs_prompt_chunks(&self) -> bool {
-        true
+    fn prompt_chunk_chars(&self) -> Option<u32> {
+        Some(crate::router::CHUNK_CHARS)
     }
 
     fn route(&mut self, req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision {

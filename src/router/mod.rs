@@ -106,10 +106,10 @@ impl Router {
             self.engine_view.push(self.scraper.entry(pos));
             self.request_view.push(self.req_stats.entry(ep.backend, now));
         }
-        if self.policy.needs_prompt_chunks() {
-            char_chunk_hashes(content, self.cfg.chars_per_token, CHUNK_CHARS, &mut self.chunks);
-        } else {
-            self.chunks.clear();
+        let chunk_chars = self.policy.prompt_chunk_chars();
+        match chunk_chars {
+            Some(c) => char_chunk_hashes(content, self.cfg.chars_per_token, c, &mut self.chunks),
+            None => self.chunks.clear(),
         }
         let view = RouterView {
             now,
@@ -120,7 +120,8 @@ impl Router {
         let req = RequestInfo {
             session_key,
             prompt_chunks: &self.chunks,
-            chunk_chars: CHUNK_CHARS,
+            chunk_chars: chunk_chars.unwrap_or(CHUNK_CHARS),
+            prompt_chars: u64::from(content.prompt_tokens) * u64::from(self.cfg.chars_per_token),
         };
         let d = self.policy.route(&req, &view, &mut self.rng);
         assert!(d.pos < self.endpoints.len(), "policy returned an endpoint out of range");

@@ -5,6 +5,7 @@
 
 mod locate;
 mod overrides;
+mod policy_tables;
 
 use std::path::Path;
 
@@ -205,9 +206,9 @@ fn default_response() -> f64 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouterFile {
-    /// `--engine-stats-interval` (upstream default 30).
-    #[serde(default = "default_interval")]
-    pub engine_stats_interval_s: f64,
+    /// Engine-stats refresh interval (default: the policy's upstream value, 30 s for
+    /// production-stack's `--engine-stats-interval`, 0.05 s for llm-d).
+    pub engine_stats_interval_s: Option<f64>,
     /// One `/metrics` round trip (default 10 ms).
     #[serde(default = "default_scrape")]
     pub scrape_duration_s: f64,
@@ -227,7 +228,7 @@ pub struct RouterFile {
 impl Default for RouterFile {
     fn default() -> Self {
         RouterFile {
-            engine_stats_interval_s: default_interval(),
+            engine_stats_interval_s: None,
             scrape_duration_s: default_scrape(),
             request_stats_window_s: default_window(),
             request_stats_lag_s: 0.0,
@@ -237,9 +238,6 @@ impl Default for RouterFile {
     }
 }
 
-fn default_interval() -> f64 {
-    30.0
-}
 fn default_scrape() -> f64 {
     0.01
 }
@@ -488,10 +486,12 @@ fn policy(t: Option<&toml::Table>) -> Res<PolicyConfig> {
                 band: count(p.band, &format!("{path}.band"), 0)?,
             })
         }
-        other => Err(FieldError::new(
-            format!("{path}.kind"),
-            format!("unknown policy `{other}`; expected one of {POLICY_KINDS}"),
-        )),
+        other => policy_tables::parse(other, &rest, path).unwrap_or_else(|| {
+            Err(FieldError::new(
+                format!("{path}.kind"),
+                format!("unknown policy `{other}`; expected one of {POLICY_KINDS}"),
+            ))
+        }),
     }
 }
 
@@ -686,8 +686,14 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         }
     };
     let r = &f.router;
+    let policy = policy(r.policy.as_ref())?;
     let router = RouterConfig {
-        engine_stats_interval: secs(r.engine_stats_interval_s, "router.engine_stats_interval_s", false)?,
+        engine_stats_interval: secs(
+            r.engine_stats_interval_s
+                .unwrap_or_else(|| policy.default_engine_stats_interval_s()),
+            "router.engine_stats_interval_s",
+            false,
+        )?,
         scrape_duration: secs(r.scrape_duration_s, "router.scrape_duration_s", true)?,
         request_stats_window: secs(r.request_stats_window_s, "router.request_stats_window_s", false)?,
         request_stats_lag: secs(r.request_stats_lag_s, "router.request_stats_lag_s", true)?,
@@ -700,7 +706,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             }
             c => c,
         },
-        policy: policy(r.policy.as_ref())?,
+        policy,
     };
     if router.engine_stats_interval.0 + router.scrape_duration.0 * u64::from(n) == 0 {
         return Err(FieldError::new(

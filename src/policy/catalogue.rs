@@ -1,0 +1,190 @@
+//! What `sim policies` prints: every policy with its parameters, upstream defaults, the
+//! signals it reads and how fresh they are, and where its semantics come from.
+
+/// One parameter.
+pub struct ParamDoc {
+    /// Key under `[router.policy]`.
+    pub key: &'static str,
+    /// Default as written in TOML.
+    pub default: &'static str,
+    /// What it does.
+    pub meaning: &'static str,
+}
+
+/// One policy.
+pub struct PolicyDoc {
+    /// `router.policy.kind`.
+    pub kind: &'static str,
+    /// The router and code it reproduces.
+    pub source: &'static str,
+    /// Signals read, with their freshness.
+    pub signals: &'static str,
+    /// Parameters.
+    pub params: &'static [ParamDoc],
+}
+
+const fn p(key: &'static str, default: &'static str, meaning: &'static str) -> ParamDoc {
+    ParamDoc { key, default, meaning }
+}
+
+/// Every policy, in `POLICY_KINDS` order.
+pub const CATALOGUE: &[PolicyDoc] = &[
+    PolicyDoc {
+        kind: "roundrobin",
+        source: "vLLM production-stack RoundRobinRouter (src/vllm_router/routers/routing_logic.py)",
+        signals: "none (a counter over the URL-sorted endpoint list)",
+        params: &[],
+    },
+    PolicyDoc {
+        kind: "session",
+        source: "production-stack SessionRouter: uhashring consistent hash of the session header",
+        signals: "session key; without one, _qps_routing on router-local request stats",
+        params: &[],
+    },
+    PolicyDoc {
+        kind: "prefixaware",
+        source: "production-stack PrefixAwareRouter + HashTrie (PR #990); fallback leastinflight = PR #1089",
+        signals: "router-local trie of 128-char chunks (zero staleness); below the threshold: _qps_routing \
+                  (request stats, window 60 s) or scraped engine stats (router.engine_stats_interval_s, 30 s)",
+        params: &[
+            p(
+                "prefix_min_match_length",
+                "0",
+                "characters of trie match needed to follow the trie",
+            ),
+            p(
+                "fallback",
+                "\"qps\"",
+                "below the threshold: \"qps\" (upstream) or \"leastinflight\" (PR #1089)",
+            ),
+            p("band", "1", "leastinflight fallback: random among loads <= min + band"),
+        ],
+    },
+    PolicyDoc {
+        kind: "leastinflight",
+        source: "PR #1089's least-in-flight rule on every request",
+        signals: "scraped running + waiting (router.engine_stats_interval_s, 30 s); missing stats -> _qps_routing",
+        params: &[p("band", "1", "random among loads <= min + band")],
+    },
+    PolicyDoc {
+        kind: "random",
+        source: "SGLang random, AIBrix random",
+        signals: "none",
+        params: &[],
+    },
+    PolicyDoc {
+        kind: "least_request",
+        source: "AIBrix least-request (gateway realtime_num_requests_running); SGLang shortest queue with tie = first",
+        signals: "router-local in-flight requests (zero staleness, this router's traffic only)",
+        params: &[p(
+            "tie",
+            "\"random\"",
+            "\"random\" (AIBrix) or \"first\" in discovery order (SGLang min_by_key)",
+        )],
+    },
+    PolicyDoc {
+        kind: "power_of_d",
+        source: "SGLang power_of_two / AIBrix power-of-two generalised to d samples (tie -> first sampled)",
+        signals: "load = \"local\" (router in-flight, fresh), \"scraped\" (running + waiting, \
+                  router.engine_stats_interval_s), or \"sglang_monitor\" (GET /get_load every 10 s, which vLLM \
+                  does not serve: -1 everywhere, so uniform random)",
+        params: &[
+            p("d", "2", "endpoints sampled per decision"),
+            p("load", "\"local\"", "\"local\", \"scraped\" or \"sglang_monitor\""),
+        ],
+    },
+    PolicyDoc {
+        kind: "sglang_cache_aware",
+        source: "SGLang classic sgl-router cache_aware (src/policies/cache_aware.rs, tree.rs; PR #2114), RouterArgs defaults",
+        signals: "router-local in-flight (fresh) and a router-local approximate radix tree of request text",
+        params: &[
+            p(
+                "cache_threshold",
+                "0.3",
+                "match rate above which the request follows the tree",
+            ),
+            p("balance_abs_threshold", "64", "imbalanced iff max - min > this ..."),
+            p(
+                "balance_rel_threshold",
+                "1.5",
+                "... and max > min x this: then shortest queue",
+            ),
+            p("tree_chunk_chars", "16", "tree granularity (upstream: 1 character)"),
+        ],
+    },
+    PolicyDoc {
+        kind: "llmd",
+        source: "llm-d / Gateway API Inference Extension EPP default profile (pkg/epp/config/loader/defaults.go)",
+        signals: "scraped waiting and kv_cache_usage_perc every 50 ms (--refresh-metrics-interval, the default \
+                  router.engine_stats_interval_s for this policy); router-local approximate prefix index",
+        params: &[
+            p("queue_weight", "2", "queue-scorer weight"),
+            p("kv_cache_utilization_weight", "2", "kv-cache-utilization-scorer weight"),
+            p("prefix_cache_weight", "3", "prefix-cache-scorer weight"),
+            p(
+                "block_size_tokens",
+                "16",
+                "index block = block_size_tokens x 4 characters",
+            ),
+            p("max_prefix_blocks", "256", "maxPrefixBlocksToMatch"),
+            p("lru_capacity_per_pod", "31250", "index entries per pod"),
+        ],
+    },
+];
+
+/// The catalogue as text.
+pub fn render() -> String {
+    let mut out = String::new();
+    for d in CATALOGUE {
+        out.push_str(&format!(
+            "{}\n  source:  {}\n  signals: {}\n",
+            d.kind, d.source, d.signals
+        ));
+        if d.params.is_empty() {
+            out.push_str("  params:  none\n");
+        }
+        for prm in d.params {
+            out.push_str(&format!("  {} = {}  ({})\n", prm.key, prm.default, prm.meaning));
+        }
+        out.push('\n');
+    }
+    out.push_str("Set with [router.policy] kind = \"...\" plus the parameters above; defaults are upstream's.\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::POLICY_KINDS;
+
+    #[test]
+    fn every_kind_is_documented_in_order_and_its_defaults_parse() {
+        let kinds: Vec<&str> = POLICY_KINDS.split(", ").collect();
+        let documented: Vec<&str> = CATALOGUE.iter().map(|d| d.kind).collect();
+        assert_eq!(kinds, documented);
+        for d in CATALOGUE {
+            // Writing every documented default explicitly gives the same policy as omitting it.
+            let explicit: String = d
+                .params
+                .iter()
+                .map(|p| format!("{} = {}\n", p.key, p.default))
+                .collect();
+            let base = include_str!("../../scenarios/burst8.toml");
+            let cut = base.find("[router.policy]").unwrap();
+            let end = base[cut..].find("\n\n").unwrap() + cut;
+            let with = |body: &str| {
+                format!(
+                    "{}[router.policy]\nkind = \"{}\"\n{body}{}",
+                    &base[..cut],
+                    d.kind,
+                    &base[end..]
+                )
+            };
+            let a = crate::scenario::load_str(&with(&explicit), "t.toml", "t", &[])
+                .unwrap_or_else(|e| panic!("{}: {e}", d.kind));
+            let b =
+                crate::scenario::load_str(&with(""), "t.toml", "t", &[]).unwrap_or_else(|e| panic!("{}: {e}", d.kind));
+            assert_eq!(a.0.sim.router.policy, b.0.sim.router.policy, "{}", d.kind);
+        }
+    }
+}

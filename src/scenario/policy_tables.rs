@@ -1,0 +1,166 @@
+//! `[router.policy]` tables of the policies beyond production-stack's own (random,
+//! least_request, power_of_d, SGLang, llm-d): raw layer with upstream defaults, and
+//! validation into [`PolicyConfig`].
+
+use serde::Deserialize;
+
+use super::{FieldError, Res, count, from_value};
+use crate::policy::PolicyConfig;
+use crate::policy::cacheaware::CacheAwareParams;
+use crate::policy::leastrequest::Tie;
+use crate::policy::llmd::LlmdParams;
+use crate::policy::powerofd::LoadSource;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeastRequestFile {
+    #[serde(default = "default_tie")]
+    tie: String,
+}
+
+fn default_tie() -> String {
+    "random".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PowerOfDFile {
+    #[serde(default = "default_d")]
+    d: i64,
+    #[serde(default = "default_load")]
+    load: String,
+}
+
+fn default_d() -> i64 {
+    2
+}
+fn default_load() -> String {
+    "local".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CacheAwareFile {
+    cache_threshold: Option<f64>,
+    balance_abs_threshold: Option<i64>,
+    balance_rel_threshold: Option<f64>,
+    tree_chunk_chars: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LlmdFile {
+    queue_weight: Option<f64>,
+    kv_cache_utilization_weight: Option<f64>,
+    prefix_cache_weight: Option<f64>,
+    block_size_tokens: Option<i64>,
+    max_prefix_blocks: Option<i64>,
+    lru_capacity_per_pod: Option<i64>,
+}
+
+fn unit(v: f64, path: &str) -> Res<f64> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(FieldError::new(path, format!("must be in [0, 1], got {v}")))
+    }
+}
+
+fn weight(v: f64, path: &str) -> Res<f64> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(FieldError::new(path, format!("must be a finite weight >= 0, got {v}")))
+    }
+}
+
+/// Validates the table of `kind` (without the `kind` key); `None` if `kind` is not one of
+/// these policies.
+pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str) -> Option<Res<PolicyConfig>> {
+    let at = |k: &str| format!("{path}.{k}");
+    Some(match kind {
+        "random" => from_value::<super::NoParams>(rest, path).map(|_| PolicyConfig::Random),
+        "least_request" => from_value::<LeastRequestFile>(rest, path).and_then(|f| {
+            let tie = match f.tie.as_str() {
+                "random" => Tie::Random,
+                "first" => Tie::First,
+                other => {
+                    return Err(FieldError::new(
+                        at("tie"),
+                        format!("unknown tie rule `{other}`; expected `random` (AIBrix) or `first` (SGLang)"),
+                    ));
+                }
+            };
+            Ok(PolicyConfig::LeastRequest { tie })
+        }),
+        "power_of_d" => from_value::<PowerOfDFile>(rest, path).and_then(|f| {
+            let load = match f.load.as_str() {
+                "local" => LoadSource::Local,
+                "scraped" => LoadSource::Scraped,
+                "sglang_monitor" => LoadSource::SglangMonitor,
+                other => {
+                    return Err(FieldError::new(
+                        at("load"),
+                        format!("unknown load `{other}`; expected `local`, `scraped` or `sglang_monitor`"),
+                    ));
+                }
+            };
+            Ok(PolicyConfig::PowerOfD {
+                d: count(f.d, &at("d"), 1)?,
+                load,
+            })
+        }),
+        "sglang_cache_aware" => from_value::<CacheAwareFile>(rest, path).and_then(|f| {
+            let d = CacheAwareParams::default();
+            let rel = f.balance_rel_threshold.unwrap_or(d.balance_rel_threshold);
+            if !rel.is_finite() || rel < 0.0 {
+                return Err(FieldError::new(
+                    at("balance_rel_threshold"),
+                    format!("must be a finite number >= 0, got {rel}"),
+                ));
+            }
+            Ok(PolicyConfig::SglangCacheAware(CacheAwareParams {
+                cache_threshold: unit(f.cache_threshold.unwrap_or(d.cache_threshold), &at("cache_threshold"))?,
+                balance_abs_threshold: u64::from(count(
+                    f.balance_abs_threshold.unwrap_or(d.balance_abs_threshold as i64),
+                    &at("balance_abs_threshold"),
+                    0,
+                )?),
+                balance_rel_threshold: rel,
+                tree_chunk_chars: count(
+                    f.tree_chunk_chars.unwrap_or(i64::from(d.tree_chunk_chars)),
+                    &at("tree_chunk_chars"),
+                    1,
+                )?,
+            }))
+        }),
+        "llmd" => from_value::<LlmdFile>(rest, path).and_then(|f| {
+            let d = LlmdParams::default();
+            let block_tokens = count(f.block_size_tokens.unwrap_or(16), &at("block_size_tokens"), 1)?;
+            Ok(PolicyConfig::Llmd(LlmdParams {
+                queue_weight: weight(f.queue_weight.unwrap_or(d.queue_weight), &at("queue_weight"))?,
+                kv_weight: weight(
+                    f.kv_cache_utilization_weight.unwrap_or(d.kv_weight),
+                    &at("kv_cache_utilization_weight"),
+                )?,
+                prefix_weight: weight(
+                    f.prefix_cache_weight.unwrap_or(d.prefix_weight),
+                    &at("prefix_cache_weight"),
+                )?,
+                // `blockSizeTokens x 4` characters per block, as upstream.
+                block_chars: block_tokens.saturating_mul(4),
+                max_prefix_blocks: count(
+                    f.max_prefix_blocks.unwrap_or(i64::from(d.max_prefix_blocks)),
+                    &at("max_prefix_blocks"),
+                    1,
+                )?,
+                lru_capacity_per_pod: count(
+                    f.lru_capacity_per_pod.unwrap_or(i64::from(d.lru_capacity_per_pod)),
+                    &at("lru_capacity_per_pod"),
+                    1,
+                )?,
+            }))
+        }),
+        _ => return None,
+    })
+}

@@ -1,0 +1,101 @@
+//! Each catalogue policy's characteristic strength or failure on the burst8 workload (8
+//! agents sharing a 2000-token system prompt, opened in a burst, next to a chatty user),
+//! over several seeds so no outcome is a coin flip.
+
+mod common;
+
+use common::{run_with, shipped};
+use fleetsim::sim::RunOptions;
+
+/// Summary of burst8 under `policy` (an inline TOML table) for `seed`.
+fn burst8(policy: &str, seed: u64) -> fleetsim::metrics::Summary {
+    let seed = seed.to_string();
+    let (s, w) = shipped("burst8.toml", &[("router.policy", policy), ("seed", &seed)]);
+    run_with(&s, &w, RunOptions::summary_only()).summary
+}
+
+fn mean(policy: &str, f: impl Fn(&fleetsim::metrics::Summary) -> f64) -> f64 {
+    (1..=6).map(|s| f(&burst8(policy, s))).sum::<f64>() / 6.0
+}
+
+/// SGLang cache_aware: the shared system prompt is 2/3 of every agent's first prompt, above
+/// the 0.3 cache threshold, so every agent follows the first one's worker, and router-local
+/// loads never differ by the 64 that would trigger balancing: all 8 on one backend.
+#[test]
+fn sglang_cache_aware_concentrates_a_hot_shared_prefix() {
+    for seed in 1..=6 {
+        let s = burst8("{ kind = \"sglang_cache_aware\" }", seed);
+        assert!(s.peak_backend_sessions >= 8, "seed {seed}: {}", s.peak_backend_sessions);
+        assert_eq!(s.decisions_by_branch["cache_aware_imbalanced"], 0);
+        assert!(
+            s.decisions_by_branch["cache_aware_hit"] >= 190,
+            "{:?}",
+            s.decisions_by_branch
+        );
+    }
+    // With a balance threshold below the burst, the shortest-queue branch takes over.
+    let s = burst8(
+        "{ kind = \"sglang_cache_aware\", balance_abs_threshold = 1, balance_rel_threshold = 1.0 }",
+        1,
+    );
+    assert!(s.decisions_by_branch["cache_aware_imbalanced"] > 0);
+    assert!(s.peak_backend_sessions < 8, "{}", s.peak_backend_sessions);
+}
+
+/// llm-d's default profile: prefix-cache x3 outweighs queue x2 when the holder's queue is
+/// the longest, the documented hot-spotting of prefix-cache-scorer + max-score picker; and
+/// the queue scorer's blindness to running requests.
+#[test]
+fn llmd_default_profile_hot_spots_a_shared_prefix() {
+    let full = mean("{ kind = \"llmd\" }", |s| s.idle_while_queued_s);
+    assert!(full > 150.0, "{full}");
+    // Without the prefix scorer it is better, but the queue scorer reads only *waiting*:
+    // a backend running 4 and one running 0 both score 1 until something queues, so half
+    // the picks still land on the full one, fresh 50 ms metrics or not.
+    let no_prefix = mean("{ kind = \"llmd\", prefix_cache_weight = 0 }", |s| {
+        s.idle_while_queued_s
+    });
+    let least = mean("{ kind = \"least_request\" }", |s| s.idle_while_queued_s);
+    assert!(no_prefix < 0.8 * full, "{no_prefix} vs {full}");
+    assert!(no_prefix > 3.0 * least, "{no_prefix} vs least_request {least}");
+}
+
+/// Router-local in-flight counts are exact at decision time: least_request and power-of-two
+/// on local load place the burst almost perfectly.
+#[test]
+fn fresh_local_load_spreads_the_burst() {
+    for p in ["{ kind = \"least_request\" }", "{ kind = \"power_of_d\", d = 2 }"] {
+        let iwq = mean(p, |s| s.idle_while_queued_s);
+        assert!(iwq < 15.0, "{p}: {iwq}");
+        let peak = mean(p, |s| s.peak_backend_sessions as f64);
+        assert!(peak <= 6.0, "{p}: {peak}");
+    }
+}
+
+/// SGLang power_of_two against vLLM: /get_load is not served, every load is -1, and the
+/// policy is as blind as random.
+#[test]
+fn sglang_power_of_two_is_blind_on_vllm() {
+    let blind = mean("{ kind = \"power_of_d\", load = \"sglang_monitor\" }", |s| {
+        s.idle_while_queued_s
+    });
+    let random = mean("{ kind = \"random\" }", |s| s.idle_while_queued_s);
+    let local = mean("{ kind = \"power_of_d\" }", |s| s.idle_while_queued_s);
+    assert!(blind > 5.0 * local, "blind {blind} vs local {local}");
+    assert!(
+        (blind - random).abs() < 0.5 * random,
+        "blind {blind} vs random {random}"
+    );
+}
+
+/// The llm-d policy refreshes metrics every 50 ms unless the scenario says otherwise;
+/// production-stack policies keep the 30 s default.
+#[test]
+fn policies_bring_their_upstream_metrics_interval() {
+    let text = std::fs::read_to_string(common::scenario_path("burst8.toml")).unwrap();
+    let text = text.replace("engine_stats_interval_s = 10", "");
+    let (s, _) = common::inline(&text, &[("router.policy", "{ kind = \"llmd\" }")]);
+    assert_eq!(s.sim.router.engine_stats_interval.0, 50_000_000);
+    let (s, _) = common::inline(&text, &[]);
+    assert_eq!(s.sim.router.engine_stats_interval.0, 30_000_000_000);
+}
