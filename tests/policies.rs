@@ -99,3 +99,18 @@ fn policies_bring_their_upstream_metrics_interval() {
     let (s, _) = common::inline(&text, &[]);
     assert_eq!(s.sim.router.engine_stats_interval.0, 30_000_000_000);
 }
+
+/// AIBrix prefix-cache on two pods: the stddev band never rejects the holder (with two
+/// values, max = mean + 1 sd exactly), so only the `max - min > 8` gate could stop the pile,
+/// and 8 agents never open a gap of 9.
+#[test]
+fn aibrix_prefix_cache_on_two_pods_relies_on_the_gate() {
+    for seed in 1..=4 {
+        let s = burst8("{ kind = \"aibrix_prefix_cache\" }", seed);
+        assert!(s.peak_backend_sessions >= 8, "seed {seed}");
+        assert_eq!(s.decisions_by_branch["aibrix_least_request"] + s.decisions_by_branch["aibrix_prefix_hit"], 200);
+    }
+    // A gate of 2 requests splits the burst.
+    let peak = mean("{ kind = \"aibrix_prefix_cache\", imbalance_abs_count = 2 }", |s| s.peak_backend_sessions as f64);
+    assert!(peak < 7.0, "{peak}");
+}

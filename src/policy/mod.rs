@@ -5,6 +5,7 @@
 //!
 //! Adding a policy: one file here, one variant in [`PolicyConfig`], one arm in [`build`].
 
+pub mod aibrix;
 pub mod cacheaware;
 pub mod catalogue;
 pub mod hashring;
@@ -96,11 +97,15 @@ pub enum Branch {
     CacheAwareImbalanced,
     /// llm-d EPP: highest weighted score.
     LlmdScore,
+    /// AIBrix `prefix-cache`: a matched pod within the load band.
+    AibrixPrefixHit,
+    /// AIBrix `prefix-cache`: no match (or none within the band): least-request.
+    AibrixLeastRequest,
 }
 
 impl Branch {
     /// Every branch, in report order.
-    pub const ALL: [Branch; 16] = [
+    pub const ALL: [Branch; 18] = [
         Branch::RoundRobin,
         Branch::SessionHash,
         Branch::SessionNoKeyQps,
@@ -117,6 +122,8 @@ impl Branch {
         Branch::CacheAwareSmallestTree,
         Branch::CacheAwareImbalanced,
         Branch::LlmdScore,
+        Branch::AibrixPrefixHit,
+        Branch::AibrixLeastRequest,
     ];
 
     /// Stable name used in files.
@@ -138,6 +145,8 @@ impl Branch {
             Branch::CacheAwareSmallestTree => "cache_aware_smallest_tree",
             Branch::CacheAwareImbalanced => "cache_aware_imbalanced",
             Branch::LlmdScore => "llmd_score",
+            Branch::AibrixPrefixHit => "aibrix_prefix_hit",
+            Branch::AibrixLeastRequest => "aibrix_least_request",
         }
     }
 }
@@ -223,11 +232,13 @@ pub enum PolicyConfig {
     SglangCacheAware(cacheaware::CacheAwareParams),
     /// llm-d EPP default profile.
     Llmd(llmd::LlmdParams),
+    /// AIBrix `prefix-cache` with its load gates.
+    AibrixPrefixCache(aibrix::AibrixParams),
 }
 
 /// Valid `router.policy.kind` values.
 pub const POLICY_KINDS: &str =
-    "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd";
+    "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd, aibrix_prefix_cache";
 
 impl PolicyConfig {
     /// A one-line description for reports.
@@ -265,6 +276,10 @@ impl PolicyConfig {
                 "llmd (queue x{}, kv-cache-utilization x{}, prefix-cache x{})",
                 p.queue_weight, p.kv_weight, p.prefix_weight
             ),
+            PolicyConfig::AibrixPrefixCache(p) => format!(
+                "aibrix_prefix_cache (imbalance_abs_count = {}, std_dev_factor = {})",
+                p.imbalance_abs_count, p.std_dev_factor
+            ),
         }
     }
 
@@ -296,6 +311,7 @@ pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
         PolicyConfig::PowerOfD { d, load } => Box::new(powerofd::PowerOfD { d, load }),
         PolicyConfig::SglangCacheAware(p) => Box::new(cacheaware::CacheAware::new(p)),
         PolicyConfig::Llmd(p) => Box::new(llmd::Llmd::new(p)),
+        PolicyConfig::AibrixPrefixCache(p) => Box::new(aibrix::AibrixPrefixCache::new(p)),
     }
 }
 

@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use super::{FieldError, Res, count, from_value};
 use crate::policy::PolicyConfig;
+use crate::policy::aibrix::AibrixParams;
 use crate::policy::cacheaware::CacheAwareParams;
 use crate::policy::leastrequest::Tie;
 use crate::policy::llmd::LlmdParams;
@@ -56,6 +57,16 @@ struct LlmdFile {
     block_size_tokens: Option<i64>,
     max_prefix_blocks: Option<i64>,
     lru_capacity_per_pod: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AibrixFile {
+    block_chars: Option<i64>,
+    max_blocks: Option<i64>,
+    block_ttl_s: Option<f64>,
+    imbalance_abs_count: Option<i64>,
+    std_dev_factor: Option<f64>,
 }
 
 fn unit(v: f64, path: &str) -> Res<f64> {
@@ -159,6 +170,24 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str) -> Option<Res<Po
                     &at("lru_capacity_per_pod"),
                     1,
                 )?,
+            }))
+        }),
+        "aibrix_prefix_cache" => from_value::<AibrixFile>(rest, path).and_then(|f| {
+            let d = AibrixParams::default();
+            let k = f.std_dev_factor.unwrap_or(d.std_dev_factor);
+            if !k.is_finite() || k < 0.0 {
+                return Err(FieldError::new(at("std_dev_factor"), format!("must be a finite number >= 0, got {k}")));
+            }
+            Ok(PolicyConfig::AibrixPrefixCache(AibrixParams {
+                block_chars: count(f.block_chars.unwrap_or(i64::from(d.block_chars)), &at("block_chars"), 1)?,
+                max_blocks: count(f.max_blocks.unwrap_or(i64::from(d.max_blocks)), &at("max_blocks"), 1)?,
+                block_ttl: super::secs(f.block_ttl_s.unwrap_or(1200.0), &at("block_ttl_s"), false)?,
+                imbalance_abs_count: u64::from(count(
+                    f.imbalance_abs_count.unwrap_or(d.imbalance_abs_count as i64),
+                    &at("imbalance_abs_count"),
+                    0,
+                )?),
+                std_dev_factor: k,
             }))
         }),
         _ => return None,
