@@ -108,9 +108,14 @@ fn aibrix_prefix_cache_on_two_pods_relies_on_the_gate() {
     for seed in 1..=4 {
         let s = burst8("{ kind = \"aibrix_prefix_cache\" }", seed);
         assert!(s.peak_backend_sessions >= 8, "seed {seed}");
-        assert_eq!(s.decisions_by_branch["aibrix_least_request"] + s.decisions_by_branch["aibrix_prefix_hit"], 200);
+        assert_eq!(
+            s.decisions_by_branch["aibrix_least_request"] + s.decisions_by_branch["aibrix_prefix_hit"],
+            200
+        );
     }
     // A gate of 2 requests splits the burst.
-    let peak = mean("{ kind = \"aibrix_prefix_cache\", imbalance_abs_count = 2 }", |s| s.peak_backend_sessions as f64);
+    let peak = mean("{ kind = \"aibrix_prefix_cache\", imbalance_abs_count = 2 }", |s| {
+        s.peak_backend_sessions as f64
+    });
     assert!(peak < 7.0, "{peak}");
 }

@@ -294,6 +294,7 @@ impl Figure for Heatmap {
 /// A metric against one axis, one line per level of a series axis, with 95% CI bands.
 pub struct Lines {
     title: String,
+    metric: String,
     x_name: String,
     x_labels: Vec<String>,
     series_labels: Vec<String>,
@@ -344,6 +345,7 @@ impl Lines {
         let pad = ((hi - lo) * 0.08).max(1e-9);
         Some(Lines {
             title: title_of(meta, metric, "mean ± 95% CI", shown, total),
+            metric: metric.to_string(),
             x_name: plan.axes[x].name.clone(),
             x_labels: labels(plan, x),
             series_labels: series.map_or_else(
@@ -446,10 +448,105 @@ impl Lines {
     }
 }
 
+impl Lines {
+    /// Whether the x axis holds numbers (joined by lines) rather than names (policies,
+    /// fleets: a line between names means nothing, so they get a horizontal dot plot).
+    fn numeric(&self) -> bool {
+        self.x_labels.iter().all(|l| l.parse::<f64>().is_ok())
+    }
+
+    /// Names down the y axis, the metric across, a dot per series with its CI as a bar.
+    fn draw_dots<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        caption: &str,
+        lines: &[Vec<Option<Stat>>],
+        legend: bool,
+    ) -> Result<()> {
+        let n = self.x_labels.len();
+        let labels = self.x_labels.clone();
+        let name_width = labels.iter().map(|l| l.chars().count().min(24)).max().unwrap_or(4) as u32 * 7 + 16;
+        let mut chart = ChartBuilder::on(area)
+            .caption(clip(caption, 60), font(13.0))
+            .margin(8)
+            .x_label_area_size(40)
+            .y_label_area_size(name_width)
+            .build_cartesian_2d(self.range.0..self.range.1, (n as f64 - 0.5)..-0.5f64)
+            .map_err(pe)?;
+        chart
+            .configure_mesh()
+            .y_labels(n)
+            .y_label_formatter(&|v| {
+                let r = v.round();
+                if (v - r).abs() < 1e-6 && r >= 0.0 && (r as usize) < labels.len() {
+                    clip(&labels[r as usize], 24)
+                } else {
+                    String::new()
+                }
+            })
+            .x_label_formatter(&|v| fmt_stat(*v))
+            .x_desc(self.metric.clone())
+            .label_style(font(11.0))
+            .axis_desc_style(font(12.0))
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(RGBColor(225, 225, 225))
+            .draw()
+            .map_err(pe)?;
+        let k = lines.len().max(1) as f64;
+        for (s, line) in lines.iter().enumerate() {
+            let colour = PALETTE[s % PALETTE.len()];
+            // Several series share a row, offset slightly so they do not hide each other.
+            let dy = if k > 1.0 {
+                (s as f64 - (k - 1.0) / 2.0) * 0.6 / k
+            } else {
+                0.0
+            };
+            let pts: Vec<(f64, Stat)> = line
+                .iter()
+                .enumerate()
+                .filter_map(|(i, st)| st.map(|st| (i as f64 + dy, st)))
+                .collect();
+            let ci = |st: &Stat| if st.ci95.is_nan() { 0.0 } else { st.ci95 };
+            chart
+                .draw_series(pts.iter().map(|(y, st)| {
+                    PathElement::new(
+                        vec![(st.mean - ci(st), *y), (st.mean + ci(st), *y)],
+                        colour.stroke_width(2),
+                    )
+                }))
+                .map_err(pe)?;
+            let series = chart
+                .draw_series(pts.iter().map(|(y, st)| Circle::new((st.mean, *y), 4, colour.filled())))
+                .map_err(pe)?;
+            if legend && lines.len() > 1 {
+                series
+                    .label(clip(&self.series_labels[s], 28))
+                    .legend(move |(x, y)| Circle::new((x + 9, y), 4, colour.filled()));
+            }
+        }
+        if legend && lines.len() > 1 {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(180, 180, 180))
+                .label_font(font(11.0))
+                .position(SeriesLabelPosition::LowerRight)
+                .draw()
+                .map_err(pe)?;
+        }
+        Ok(())
+    }
+}
+
 impl Figure for Lines {
     fn size(&self) -> (u32, u32) {
         let (rows, cols) = grid_shape(self.panels.len());
-        (LN_PANEL.0 * cols as u32, LN_PANEL.1 * rows as u32 + LN_TOP)
+        if self.numeric() {
+            (LN_PANEL.0 * cols as u32, LN_PANEL.1 * rows as u32 + LN_TOP)
+        } else {
+            let h = (self.x_labels.len() as u32 * 26 + 90).max(LN_PANEL.1);
+            ((LN_PANEL.0 + 200) * cols as u32, h * rows as u32 + LN_TOP)
+        }
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
@@ -464,7 +561,11 @@ impl Figure for Lines {
         let (rows, cols) = grid_shape(self.panels.len());
         let areas = body.split_evenly((rows, cols));
         for (k, ((caption, lines), area)) in self.panels.iter().zip(&areas).enumerate() {
-            self.draw_panel(area, caption, lines, k == 0)?;
+            if self.numeric() {
+                self.draw_panel(area, caption, lines, k == 0)?;
+            } else {
+                self.draw_dots(area, caption, lines, k == 0)?;
+            }
         }
         Ok(())
     }

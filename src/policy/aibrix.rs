@@ -115,7 +115,11 @@ impl RoutingPolicy for AibrixPrefixCache {
         let mut pct = vec![0u64; n];
         for (i, h) in blocks.iter().enumerate() {
             let Some(e) = self.index.peek(h) else { break };
-            let holders: Vec<usize> = candidates.iter().copied().filter(|&c| e.pods.contains(&pod_of(c))).collect();
+            let holders: Vec<usize> = candidates
+                .iter()
+                .copied()
+                .filter(|&c| e.pods.contains(&pod_of(c)))
+                .collect();
             if holders.is_empty() {
                 break;
             }
@@ -179,7 +183,10 @@ mod tests {
         // Same prompt, loads 1/1/1: the holder is within mean + sd.
         let f = ViewFixture::new(3).in_flight(&[Some(1), Some(1), Some(1)]);
         let d = p.route(&req_chars(&h, 4, 16), &f.view(), &mut rng);
-        assert_eq!((d.pos, d.branch, d.match_chars), (first.pos, Branch::AibrixPrefixHit, 16));
+        assert_eq!(
+            (d.pos, d.branch, d.match_chars),
+            (first.pos, Branch::AibrixPrefixHit, 16)
+        );
         // The holder far above the band (mean + 1 sd): least-request instead.
         let mut loads = [Some(0), Some(0), Some(0)];
         loads[first.pos] = Some(6);

@@ -135,11 +135,23 @@ pub const CATALOGUE: &[PolicyDoc] = &[
         source: "AIBrix gateway prefix-cache (pkg/plugins/gateway/algorithms/prefix_cache.go) with the load gates of PR #933 / #1906",
         signals: "gateway in-flight requests (router-local, fresh) and a router-local LRU index of 4-byte prompt blocks",
         params: &[
-            p("block_chars", "4", "AIBRIX_PREFIX_CACHE_BLOCK_SIZE (character tokenizer)"),
+            p(
+                "block_chars",
+                "4",
+                "AIBRIX_PREFIX_CACHE_BLOCK_SIZE (character tokenizer)",
+            ),
             p("max_blocks", "200000", "blocks in the index LRU"),
             p("block_ttl_s", "1200", "entries idle longer than this are evicted"),
-            p("imbalance_abs_count", "8", "max - min in-flight above this: only the least-loaded pods are candidates"),
-            p("std_dev_factor", "1", "a matched pod must run <= mean + factor x stddev"),
+            p(
+                "imbalance_abs_count",
+                "8",
+                "max - min in-flight above this: only the least-loaded pods are candidates",
+            ),
+            p(
+                "std_dev_factor",
+                "1",
+                "a matched pod must run <= mean + factor x stddev",
+            ),
         ],
     },
 ];

@@ -237,8 +237,7 @@ pub enum PolicyConfig {
 }
 
 /// Valid `router.policy.kind` values.
-pub const POLICY_KINDS: &str =
-    "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd, aibrix_prefix_cache";
+pub const POLICY_KINDS: &str = "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd, aibrix_prefix_cache";
 
 impl PolicyConfig {
     /// A one-line description for reports.

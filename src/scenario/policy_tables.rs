@@ -176,7 +176,10 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str) -> Option<Res<Po
             let d = AibrixParams::default();
             let k = f.std_dev_factor.unwrap_or(d.std_dev_factor);
             if !k.is_finite() || k < 0.0 {
-                return Err(FieldError::new(at("std_dev_factor"), format!("must be a finite number >= 0, got {k}")));
+                return Err(FieldError::new(
+                    at("std_dev_factor"),
+                    format!("must be a finite number >= 0, got {k}"),
+                ));
             }
             Ok(PolicyConfig::AibrixPrefixCache(AibrixParams {
                 block_chars: count(f.block_chars.unwrap_or(i64::from(d.block_chars)), &at("block_chars"), 1)?,
