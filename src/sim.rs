@@ -294,6 +294,14 @@ impl<'w> Simulation<'w> {
             })
             .collect();
         let router = Router::new(cfg.router.clone(), endpoints, stream(cfg.seed, "router.policy", 0));
+        let mut backends = backends;
+        if router.wants_kv_events() {
+            for b in &mut backends {
+                if let Backend::Vllm(e) = b {
+                    e.enable_kv_events();
+                }
+            }
+        }
         let slots: Vec<u32> = backends.iter().map(Backend::slots).collect();
         let mut queue = EventQueue::new();
         queue.push(SimTime::ZERO, Event::ScrapeRead { pos: 0 });
@@ -382,6 +390,7 @@ impl<'w> Simulation<'w> {
             Event::StepDone { backend } => self.on_step_done(now, backend),
             Event::ServiceDone { backend, request } => self.on_service_done(now, backend, request),
             Event::FirstChunk { request } => {
+                self.router.on_first_token(request);
                 let r = &mut self.requests[request.index()];
                 r.t_first_chunk = Some(now);
                 let b = r.backend;
@@ -429,7 +438,7 @@ impl<'w> Simulation<'w> {
         let rid = RequestId::from_index(self.requests.len());
         let key = plan.sends_key.then_some(plan.key.as_str());
         let audit = self.opts.record_decisions.then_some(&mut self.decisions.views);
-        let (b, d) = self.router.route(now, key, &content, audit);
+        let (b, d) = self.router.route(now, rid, key, &content, audit);
         if self.opts.record_decisions {
             self.decisions.truth.extend_from_slice(&self.outstanding);
             self.decisions.rows.push(DecisionRow {
@@ -601,6 +610,7 @@ impl<'w> Simulation<'w> {
     }
 
     fn on_complete(&mut self, now: SimTime, rid: RequestId) {
+        self.router.on_finished(rid);
         let r = &mut self.requests[rid.index()];
         r.t_done = Some(now);
         let (b, s) = (r.backend, r.session);
@@ -623,8 +633,15 @@ impl<'w> Simulation<'w> {
     }
 
     fn observe(&mut self, now: SimTime, b: BackendId) {
-        let be = &self.backends[b.index()];
+        let be = &mut self.backends[b.index()];
         self.fleet.set(now, b, be.running(), be.waiting(), be.kv_used_blocks());
+        if self.router.wants_kv_events() {
+            let mut ev = Vec::new();
+            be.drain_kv_events(&mut ev);
+            if !ev.is_empty() {
+                self.router.publish_kv_events(now, b, ev);
+            }
+        }
     }
 
     fn check_invariants(&self, now: SimTime) -> Result<(), String> {

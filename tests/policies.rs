@@ -119,3 +119,25 @@ fn aibrix_prefix_cache_on_two_pods_relies_on_the_gate() {
     });
     assert!(peak < 7.0, "{peak}");
 }
+
+/// production-stack kvaware reads no load: the shared system prompt's holder takes every
+/// agent. PR #1035's loadaware keeps the hit rate and spreads the load; Dynamo's cost
+/// (prefill blocks + active blocks) does too.
+#[test]
+fn kv_event_fed_policies_hot_prefix_vs_load_terms() {
+    for seed in 1..=4 {
+        let s = burst8("{ kind = \"kvaware\" }", seed);
+        assert!(s.peak_backend_sessions >= 8, "seed {seed}: {}", s.peak_backend_sessions);
+        assert!(s.decisions_by_branch["kv_hit"] > 150, "{:?}", s.decisions_by_branch);
+    }
+    let iwq = mean("{ kind = \"loadaware\" }", |s| s.idle_while_queued_s);
+    let hit = mean("{ kind = \"loadaware\" }", |s| s.prefix_cache_hit_rate);
+    assert!(iwq < 30.0, "loadaware {iwq}");
+    assert!(hit > 0.92, "loadaware hit rate {hit}");
+    let iwq = mean("{ kind = \"dynamo\" }", |s| s.idle_while_queued_s);
+    assert!(iwq < 15.0, "dynamo {iwq}");
+    // PR #884 with a small threshold balances on scraped stats, 10 s stale here.
+    let s = burst8("{ kind = \"load_balanced_kvaware\", imbalanced_threshold = 2 }", 1);
+    assert!(s.decisions_by_branch["kv_imbalanced"] > 0);
+    assert!(s.peak_backend_sessions < 8);
+}

@@ -31,6 +31,16 @@ struct Block {
     hash: u64,
 }
 
+/// A KV cache event: a full block's content hash entered (`stored`) or left the prefix
+/// cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvEvent {
+    /// True for `BlockStored`, false for `BlockRemoved`.
+    pub stored: bool,
+    /// The block's content hash.
+    pub hash: u64,
+}
+
 /// The block pool of one engine.
 pub struct BlockPool {
     blocks: Vec<Block>,
@@ -40,6 +50,9 @@ pub struct BlockPool {
     /// Cached blocks, found by content hash (the key is `blocks[id].hash`). Never iterated
     /// into anything observable.
     index: HashTable<u32>,
+    /// KV events (`BlockStored` / `BlockRemoved`, as vLLM publishes them to KV-aware
+    /// routers), recorded only when enabled.
+    events: Option<Vec<KvEvent>>,
 }
 
 impl BlockPool {
@@ -60,6 +73,7 @@ impl BlockPool {
             head: NIL,
             tail: NIL,
             free: 0,
+            events: None,
             index: HashTable::with_capacity(n as usize),
         };
         for b in 0..n {
@@ -143,6 +157,9 @@ impl BlockPool {
             if let Ok(e) = self.index.find_entry(hash, |&x| x == b) {
                 e.remove();
             }
+            if let Some(ev) = self.events.as_mut() {
+                ev.push(KvEvent { stored: false, hash });
+            }
         }
         self.blocks[b as usize].ref_cnt = 1;
         b
@@ -172,6 +189,21 @@ impl BlockPool {
         blk.hash = hash;
         let blocks = &self.blocks;
         self.index.insert_unique(hash, block, |&b| blocks[b as usize].hash);
+        if let Some(ev) = self.events.as_mut() {
+            ev.push(KvEvent { stored: true, hash });
+        }
+    }
+
+    /// Starts recording [`KvEvent`]s.
+    pub fn enable_events(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves the events recorded since the last call into `out` (in order).
+    pub fn drain_events(&mut self, out: &mut Vec<KvEvent>) {
+        if let Some(ev) = self.events.as_mut() {
+            out.append(ev);
+        }
     }
 
     fn push_tail(&mut self, b: u32) {

@@ -46,6 +46,13 @@ impl Gauges {
 }
 
 impl Backend {
+    /// KV events since the last drain (none for the queueing model, which has no cache).
+    pub fn drain_kv_events(&mut self, out: &mut Vec<kv::KvEvent>) {
+        if let Backend::Vllm(e) = self {
+            e.drain_kv_events(out);
+        }
+    }
+
     /// Live running requests.
     pub fn running(&self) -> u32 {
         match self {

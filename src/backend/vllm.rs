@@ -213,6 +213,16 @@ impl VllmEngine {
         self.gauges
     }
 
+    /// Publishes KV events from now on (for KV-event-fed routers).
+    pub fn enable_kv_events(&mut self) {
+        self.pool.enable_events();
+    }
+
+    /// KV events since the last drain, in order.
+    pub fn drain_kv_events(&mut self, out: &mut Vec<super::kv::KvEvent>) {
+        self.pool.drain_events(out);
+    }
+
     /// KV blocks referenced by requests.
     pub fn kv_used_blocks(&self) -> u32 {
         self.pool.num_used()

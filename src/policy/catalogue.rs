@@ -154,6 +154,58 @@ pub const CATALOGUE: &[PolicyDoc] = &[
             ),
         ],
     },
+    PolicyDoc {
+        kind: "kvaware",
+        source: "production-stack KvawareRouter (LMCache controller lookup)",
+        signals: "cached prefix per engine from KV events (router.kv_event_lag_s, 10 ms) standing in for the LMCache \
+                  controller; no load at all; fallback: session ring, else _qps_routing",
+        params: &[p(
+            "kv_aware_threshold",
+            "2000",
+            "route to the holder unless more than this many prompt tokens are uncached",
+        )],
+    },
+    PolicyDoc {
+        kind: "load_balanced_kvaware",
+        source: "production-stack PR #884 LoadBalancedKvawareRouter",
+        signals: "as kvaware, plus scraped running + waiting (router.engine_stats_interval_s, 30 s; missing = 0)",
+        params: &[
+            p("kv_aware_threshold", "2000", "as kvaware"),
+            p(
+                "imbalanced_threshold",
+                "(required)",
+                "max - min scraped load >= this: argmin instead (upstream default +inf = kvaware)",
+            ),
+        ],
+    },
+    PolicyDoc {
+        kind: "loadaware",
+        source: "production-stack PR #1035 LoadAwareRouter",
+        signals: "cached prefix from KV events (10 ms) and router-local in-flight (fresh)",
+        params: &[p(
+            "beta",
+            "1.0",
+            "score = hit fraction - beta x (load - mean) / max(1, mean)",
+        )],
+    },
+    PolicyDoc {
+        kind: "dynamo",
+        source: "NVIDIA Dynamo KV router (lib/llm/src/kv_router), KvRouterConfig defaults",
+        signals: "overlap from engine KV events (router.kv_event_lag_s, 10 ms); router-tracked active prompt tokens and \
+                  KV blocks (fresh, per replica)",
+        params: &[
+            p(
+                "overlap_score_weight",
+                "1.0",
+                "cost = weight x prefill blocks + decode blocks",
+            ),
+            p(
+                "router_temperature",
+                "0.0",
+                "0: argmin (ties: smaller tree, then random); > 0: softmax sampling",
+            ),
+        ],
+    },
 ];
 
 /// The catalogue as text.
@@ -188,11 +240,20 @@ mod tests {
         assert_eq!(kinds, documented);
         for d in CATALOGUE {
             // Writing every documented default explicitly gives the same policy as omitting it.
+            // Required parameters (no upstream default) get a value in both versions.
+            let required: String = d
+                .params
+                .iter()
+                .filter(|p| p.default == "(required)")
+                .map(|p| format!("{} = 5\n", p.key))
+                .collect();
             let explicit: String = d
                 .params
                 .iter()
+                .filter(|p| p.default != "(required)")
                 .map(|p| format!("{} = {}\n", p.key, p.default))
-                .collect();
+                .collect::<String>()
+                + &required;
             let base = include_str!("../../scenarios/burst8.toml");
             let cut = base.find("[router.policy]").unwrap();
             let end = base[cut..].find("\n\n").unwrap() + cut;
@@ -206,8 +267,8 @@ mod tests {
             };
             let a = crate::scenario::load_str(&with(&explicit), "t.toml", "t", &[])
                 .unwrap_or_else(|e| panic!("{}: {e}", d.kind));
-            let b =
-                crate::scenario::load_str(&with(""), "t.toml", "t", &[]).unwrap_or_else(|e| panic!("{}: {e}", d.kind));
+            let b = crate::scenario::load_str(&with(&required), "t.toml", "t", &[])
+                .unwrap_or_else(|e| panic!("{}: {e}", d.kind));
             assert_eq!(a.0.sim.router.policy, b.0.sim.router.policy, "{}", d.kind);
         }
     }

@@ -8,11 +8,14 @@
 pub mod aibrix;
 pub mod cacheaware;
 pub mod catalogue;
+pub mod dynamo;
 pub mod hashring;
 pub mod hashtrie;
+pub mod kvaware;
 pub mod leastinflight;
 pub mod leastrequest;
 pub mod llmd;
+pub mod loadaware;
 pub mod powerofd;
 pub mod prefixaware;
 pub mod qps;
@@ -20,9 +23,10 @@ pub mod random;
 pub mod roundrobin;
 pub mod session;
 
-use crate::ids::BackendId;
+use crate::ids::{BackendId, RequestId};
 use crate::rng::SimRng;
 use crate::router::engine_stats::EngineStatsEntry;
+use crate::router::kv_feed::KvFeed;
 use crate::router::request_stats::RequestStatsEntry;
 use crate::time::SimTime;
 
@@ -46,10 +50,20 @@ pub struct RouterView<'a> {
     pub engine_stats: &'a [Option<EngineStatsEntry>],
     /// Router-local request stats per endpoint (`None`: endpoint never used).
     pub request_stats: &'a [Option<RequestStatsEntry>],
+    /// The engines' KV-event feed as delivered so far (KV-event-fed policies only).
+    pub kv: Option<&'a KvFeed>,
 }
 
 /// The request as the router sees it.
 pub struct RequestInfo<'a> {
+    /// Its id (for policies that track their own requests until they finish).
+    pub request: RequestId,
+    /// Chained hashes of the prompt's full KV blocks (KV-event-fed policies only).
+    pub block_hashes: &'a [u64],
+    /// The engines' block size.
+    pub block_size_tokens: u32,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
     /// The session-key header value, if the client sends one.
     pub session_key: Option<&'a str>,
     /// Hashes of the prompt's fixed-size character chunks, the last one possibly partial
@@ -101,11 +115,23 @@ pub enum Branch {
     AibrixPrefixHit,
     /// AIBrix `prefix-cache`: no match (or none within the band): least-request.
     AibrixLeastRequest,
+    /// `kvaware`: the holder of the longest cached prefix.
+    KvHit,
+    /// KV-aware policies' upstream fallback with a session key: the hash ring.
+    KvFallbackSession,
+    /// KV-aware policies' upstream fallback without a key: `_qps_routing`.
+    KvFallbackQps,
+    /// `load_balanced_kvaware`: scraped loads spread past the threshold, argmin.
+    KvImbalanced,
+    /// `loadaware`: best hit-minus-load score.
+    LoadAwareScore,
+    /// Dynamo: lowest cost (or softmax sample).
+    DynamoCost,
 }
 
 impl Branch {
     /// Every branch, in report order.
-    pub const ALL: [Branch; 18] = [
+    pub const ALL: [Branch; 24] = [
         Branch::RoundRobin,
         Branch::SessionHash,
         Branch::SessionNoKeyQps,
@@ -124,6 +150,12 @@ impl Branch {
         Branch::LlmdScore,
         Branch::AibrixPrefixHit,
         Branch::AibrixLeastRequest,
+        Branch::KvHit,
+        Branch::KvFallbackSession,
+        Branch::KvFallbackQps,
+        Branch::KvImbalanced,
+        Branch::LoadAwareScore,
+        Branch::DynamoCost,
     ];
 
     /// Stable name used in files.
@@ -147,6 +179,12 @@ impl Branch {
             Branch::LlmdScore => "llmd_score",
             Branch::AibrixPrefixHit => "aibrix_prefix_hit",
             Branch::AibrixLeastRequest => "aibrix_least_request",
+            Branch::KvHit => "kv_hit",
+            Branch::KvFallbackSession => "kv_fallback_session",
+            Branch::KvFallbackQps => "kv_fallback_qps",
+            Branch::KvImbalanced => "kv_imbalanced",
+            Branch::LoadAwareScore => "loadaware_score",
+            Branch::DynamoCost => "dynamo_cost",
         }
     }
 }
@@ -172,6 +210,17 @@ pub trait RoutingPolicy: Send {
     fn prompt_chunk_chars(&self) -> Option<u32> {
         None
     }
+
+    /// True if the policy reads `RouterView::kv` and `RequestInfo::block_hashes`.
+    fn needs_kv_events(&self) -> bool {
+        false
+    }
+
+    /// The first output token of a request this policy routed reached the router.
+    fn on_first_token(&mut self, _request: RequestId) {}
+
+    /// A request's stream ended.
+    fn on_finished(&mut self, _request: RequestId) {}
 }
 
 /// `prefixaware`'s below-threshold fallback.
@@ -234,10 +283,24 @@ pub enum PolicyConfig {
     Llmd(llmd::LlmdParams),
     /// AIBrix `prefix-cache` with its load gates.
     AibrixPrefixCache(aibrix::AibrixParams),
+    /// production-stack `kvaware` (and PR #884's `load_balanced_kvaware` with a threshold).
+    KvAware {
+        /// `--kv-aware-threshold`, tokens.
+        threshold_tokens: u64,
+        /// PR #884 `--imbalanced-threshold` (None = +inf).
+        imbalanced_threshold: Option<u64>,
+    },
+    /// production-stack PR #1035 `loadaware`.
+    LoadAware {
+        /// `beta`.
+        beta: f64,
+    },
+    /// NVIDIA Dynamo KV router.
+    Dynamo(dynamo::DynamoParams),
 }
 
 /// Valid `router.policy.kind` values.
-pub const POLICY_KINDS: &str = "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd, aibrix_prefix_cache";
+pub const POLICY_KINDS: &str = "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd, aibrix_prefix_cache, kvaware, load_balanced_kvaware, loadaware, dynamo";
 
 impl PolicyConfig {
     /// A one-line description for reports.
@@ -279,6 +342,19 @@ impl PolicyConfig {
                 "aibrix_prefix_cache (imbalance_abs_count = {}, std_dev_factor = {})",
                 p.imbalance_abs_count, p.std_dev_factor
             ),
+            PolicyConfig::KvAware {
+                threshold_tokens,
+                imbalanced_threshold: None,
+            } => format!("kvaware (kv_aware_threshold = {threshold_tokens})"),
+            PolicyConfig::KvAware {
+                threshold_tokens,
+                imbalanced_threshold: Some(t),
+            } => format!("load_balanced_kvaware (kv_aware_threshold = {threshold_tokens}, imbalanced_threshold = {t})"),
+            PolicyConfig::LoadAware { beta } => format!("loadaware (beta = {beta})"),
+            PolicyConfig::Dynamo(p) => format!(
+                "dynamo (overlap_score_weight = {}, router_temperature = {})",
+                p.overlap_score_weight, p.temperature
+            ),
         }
     }
 
@@ -311,6 +387,12 @@ pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
         PolicyConfig::SglangCacheAware(p) => Box::new(cacheaware::CacheAware::new(p)),
         PolicyConfig::Llmd(p) => Box::new(llmd::Llmd::new(p)),
         PolicyConfig::AibrixPrefixCache(p) => Box::new(aibrix::AibrixPrefixCache::new(p)),
+        PolicyConfig::KvAware {
+            threshold_tokens,
+            imbalanced_threshold,
+        } => Box::new(kvaware::KvAware::new(threshold_tokens, imbalanced_threshold)),
+        PolicyConfig::LoadAware { beta } => Box::new(loadaware::LoadAware::new(beta)),
+        PolicyConfig::Dynamo(p) => Box::new(dynamo::Dynamo::new(p)),
     }
 }
 
@@ -324,6 +406,7 @@ pub(crate) mod testkit {
         pub endpoints: Vec<EndpointInfo>,
         pub engine: Vec<Option<EngineStatsEntry>>,
         pub requests: Vec<Option<RequestStatsEntry>>,
+        pub kv: Option<KvFeed>,
     }
 
     impl ViewFixture {
@@ -338,6 +421,7 @@ pub(crate) mod testkit {
                     .collect(),
                 engine: vec![None; n],
                 requests: vec![None; n],
+                kv: None,
             }
         }
 
@@ -396,12 +480,17 @@ pub(crate) mod testkit {
                 endpoints: &self.endpoints,
                 engine_stats: &self.engine,
                 request_stats: &self.requests,
+                kv: self.kv.as_ref(),
             }
         }
     }
 
     pub fn req<'a>(key: Option<&'a str>, chunks: &'a [u64]) -> RequestInfo<'a> {
         RequestInfo {
+            request: RequestId(0),
+            block_hashes: &[],
+            block_size_tokens: 16,
+            prompt_tokens: chunks.len() as u32 * 32,
             session_key: key,
             prompt_chunks: chunks,
             chunk_chars: 128,
@@ -412,6 +501,10 @@ pub(crate) mod testkit {
     /// A request of `prompt_chars` characters in chunks of `chunk_chars`.
     pub fn req_chars(chunks: &[u64], chunk_chars: u32, prompt_chars: u64) -> RequestInfo<'_> {
         RequestInfo {
+            request: RequestId(0),
+            block_hashes: &[],
+            block_size_tokens: 16,
+            prompt_tokens: (prompt_chars / 4) as u32,
             session_key: None,
             prompt_chunks: chunks,
             chunk_chars,

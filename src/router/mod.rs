@@ -9,13 +9,16 @@
 //! results when scrape events fire.
 
 pub mod engine_stats;
+pub mod kv_feed;
 pub mod request_stats;
 
 use engine_stats::{EngineStatsEntry, EngineStatsScraper, ScrapeNext};
+use kv_feed::KvFeed;
 use request_stats::{RequestStatsEntry, RequestStatsMonitor};
 
-use crate::content::{Content, char_chunk_hashes};
-use crate::ids::BackendId;
+use crate::backend::kv::KvEvent;
+use crate::content::{Content, block_hashes, char_chunk_hashes};
+use crate::ids::{BackendId, RequestId};
 use crate::policy::{Decision, EndpointInfo, PolicyConfig, RequestInfo, RouterView, RoutingPolicy, build};
 use crate::rng::SimRng;
 use crate::time::{SimDuration, SimTime};
@@ -36,6 +39,10 @@ pub struct RouterConfig {
     pub request_stats_lag: SimDuration,
     /// Characters per token when the prompt is seen as a string.
     pub chars_per_token: u32,
+    /// Transport delay of engine KV events to the router (KV-event-fed policies only).
+    pub kv_event_lag: SimDuration,
+    /// The engines' KV block size, for the request's block hashes.
+    pub block_size_tokens: u32,
     /// The policy.
     pub policy: PolicyConfig,
 }
@@ -60,6 +67,8 @@ pub struct Router {
     engine_view: Vec<Option<EngineStatsEntry>>,
     request_view: Vec<Option<RequestStatsEntry>>,
     chunks: Vec<u64>,
+    blocks: Vec<u64>,
+    kv: Option<KvFeed>,
 }
 
 impl Router {
@@ -69,10 +78,13 @@ impl Router {
         for (i, e) in endpoints.iter().enumerate() {
             assert_eq!(e.backend.index(), i, "endpoints must be listed in backend order");
         }
+        let policy = build(&cfg.policy);
         Router {
             scraper: EngineStatsScraper::new(n, cfg.engine_stats_interval, cfg.scrape_duration),
             req_stats: RequestStatsMonitor::new(n, cfg.request_stats_window),
-            policy: build(&cfg.policy),
+            kv: policy.needs_kv_events().then(|| KvFeed::new(n, cfg.kv_event_lag)),
+            blocks: Vec::new(),
+            policy,
             rng,
             engine_view: Vec::with_capacity(n),
             request_view: Vec::with_capacity(n),
@@ -92,10 +104,33 @@ impl Router {
         &self.endpoints
     }
 
+    /// True if the policy consumes engine KV events (the simulation then publishes them).
+    pub fn wants_kv_events(&self) -> bool {
+        self.kv.is_some()
+    }
+
+    /// KV events an engine published at `now`.
+    pub fn publish_kv_events(&mut self, now: SimTime, b: BackendId, events: Vec<KvEvent>) {
+        if let Some(kv) = self.kv.as_mut() {
+            kv.publish(now, b, events);
+        }
+    }
+
+    /// The first output token of `request` reached the router.
+    pub fn on_first_token(&mut self, request: RequestId) {
+        self.policy.on_first_token(request);
+    }
+
+    /// `request`'s stream ended.
+    pub fn on_finished(&mut self, request: RequestId) {
+        self.policy.on_finished(request);
+    }
+
     /// Routes one request. The view the policy saw is appended to `audit` if given.
     pub fn route(
         &mut self,
         now: SimTime,
+        request: RequestId,
         session_key: Option<&str>,
         content: &Content,
         audit: Option<&mut Vec<ViewEntry>>,
@@ -111,13 +146,23 @@ impl Router {
             Some(c) => char_chunk_hashes(content, self.cfg.chars_per_token, c, &mut self.chunks),
             None => self.chunks.clear(),
         }
+        if let Some(kv) = self.kv.as_mut() {
+            kv.advance(now);
+            let bs = self.cfg.block_size_tokens.max(1);
+            block_hashes(content, bs, (content.prompt_tokens / bs) as usize, &mut self.blocks);
+        }
         let view = RouterView {
             now,
             endpoints: &self.endpoints,
             engine_stats: &self.engine_view,
             request_stats: &self.request_view,
+            kv: self.kv.as_ref(),
         };
         let req = RequestInfo {
+            request,
+            block_hashes: &self.blocks,
+            block_size_tokens: self.cfg.block_size_tokens,
+            prompt_tokens: content.prompt_tokens,
             session_key,
             prompt_chunks: &self.chunks,
             chunk_chars: chunk_chars.unwrap_or(CHUNK_CHARS),

@@ -221,6 +221,9 @@ pub struct RouterFile {
     /// Characters per token for the prefix trie (default 4).
     #[serde(default = "default_cpt")]
     pub chars_per_token: i64,
+    /// Transport delay of engine KV events to KV-event-fed routers (default 10 ms).
+    #[serde(default = "default_kv_lag")]
+    pub kv_event_lag_s: f64,
     /// `[router.policy]`, a table tagged by `kind`.
     pub policy: Option<toml::Table>,
 }
@@ -233,6 +236,7 @@ impl Default for RouterFile {
             request_stats_window_s: default_window(),
             request_stats_lag_s: 0.0,
             chars_per_token: default_cpt(),
+            kv_event_lag_s: default_kv_lag(),
             policy: None,
         }
     }
@@ -243,6 +247,9 @@ fn default_scrape() -> f64 {
 }
 fn default_window() -> f64 {
     60.0
+}
+fn default_kv_lag() -> f64 {
+    0.01
 }
 fn default_cpt() -> i64 {
     4
@@ -706,6 +713,8 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             }
             c => c,
         },
+        kv_event_lag: secs(r.kv_event_lag_s, "router.kv_event_lag_s", true)?,
+        block_size_tokens: count(b.block_size_tokens.unwrap_or(16), "backends.block_size_tokens", 1)?,
         policy,
     };
     if router.engine_stats_interval.0 + router.scrape_duration.0 * u64::from(n) == 0 {

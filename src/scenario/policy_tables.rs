@@ -8,6 +8,7 @@ use super::{FieldError, Res, count, from_value};
 use crate::policy::PolicyConfig;
 use crate::policy::aibrix::AibrixParams;
 use crate::policy::cacheaware::CacheAwareParams;
+use crate::policy::dynamo::DynamoParams;
 use crate::policy::leastrequest::Tie;
 use crate::policy::llmd::LlmdParams;
 use crate::policy::powerofd::LoadSource;
@@ -67,6 +68,32 @@ struct AibrixFile {
     block_ttl_s: Option<f64>,
     imbalance_abs_count: Option<i64>,
     std_dev_factor: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KvAwareFile {
+    kv_aware_threshold: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LbKvAwareFile {
+    kv_aware_threshold: Option<i64>,
+    imbalanced_threshold: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadAwareFile {
+    beta: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DynamoFile {
+    overlap_score_weight: Option<f64>,
+    router_temperature: Option<f64>,
 }
 
 fn unit(v: f64, path: &str) -> Res<f64> {
@@ -191,6 +218,45 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str) -> Option<Res<Po
                     0,
                 )?),
                 std_dev_factor: k,
+            }))
+        }),
+        "kvaware" => from_value::<KvAwareFile>(rest, path).and_then(|f| {
+            Ok(PolicyConfig::KvAware {
+                threshold_tokens: u64::from(count(
+                    f.kv_aware_threshold.unwrap_or(2000),
+                    &at("kv_aware_threshold"),
+                    0,
+                )?),
+                imbalanced_threshold: None,
+            })
+        }),
+        "load_balanced_kvaware" => from_value::<LbKvAwareFile>(rest, path).and_then(|f| {
+            Ok(PolicyConfig::KvAware {
+                threshold_tokens: u64::from(count(
+                    f.kv_aware_threshold.unwrap_or(2000),
+                    &at("kv_aware_threshold"),
+                    0,
+                )?),
+                imbalanced_threshold: Some(u64::from(count(
+                    f.imbalanced_threshold,
+                    &at("imbalanced_threshold"),
+                    1,
+                )?)),
+            })
+        }),
+        "loadaware" => from_value::<LoadAwareFile>(rest, path).and_then(|f| {
+            Ok(PolicyConfig::LoadAware {
+                beta: weight(f.beta.unwrap_or(1.0), &at("beta"))?,
+            })
+        }),
+        "dynamo" => from_value::<DynamoFile>(rest, path).and_then(|f| {
+            let d = DynamoParams::default();
+            Ok(PolicyConfig::Dynamo(DynamoParams {
+                overlap_score_weight: weight(
+                    f.overlap_score_weight.unwrap_or(d.overlap_score_weight),
+                    &at("overlap_score_weight"),
+                )?,
+                temperature: weight(f.router_temperature.unwrap_or(d.temperature), &at("router_temperature"))?,
             }))
         }),
         _ => return None,
