@@ -142,8 +142,8 @@ impl EventRecord {
             Event::FirstChunk { request } => (4, request.0, 0),
             Event::Complete { request } => (5, request.0, 0),
             Event::RecordDispatch { request } => (6, request.0, 0),
-            Event::ScrapeRead { pos } => (7, pos, 0),
-            Event::ScrapePassEnd => (8, 0, 0),
+            Event::ScrapeRead { replica, pos } => (7, pos, u32::from(replica)),
+            Event::ScrapePassEnd { replica } => (8, 0, u32::from(replica)),
         };
         EventRecord { t, kind, a, b }
     }
@@ -192,8 +192,63 @@ enum Event {
     FirstChunk { request: RequestId },
     Complete { request: RequestId },
     RecordDispatch { request: RequestId },
-    ScrapeRead { pos: u32 },
-    ScrapePassEnd,
+    ScrapeRead { replica: u16, pos: u32 },
+    ScrapePassEnd { replica: u16 },
+}
+
+/// How requests are spread over router replicas (the load balancer in front of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrontBalancer {
+    /// Round robin over replicas.
+    RoundRobin,
+    /// Uniformly random.
+    Random,
+    /// By a hash of the session key (sticky), round robin for requests without one.
+    SessionHash,
+}
+
+impl FrontBalancer {
+    /// Name as written in scenarios.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FrontBalancer::RoundRobin => "round_robin",
+            FrontBalancer::Random => "random",
+            FrontBalancer::SessionHash => "session_hash",
+        }
+    }
+}
+
+/// The front balancer's counter and random stream.
+struct FrontState {
+    kind: FrontBalancer,
+    next: usize,
+    rng: crate::rng::SimRng,
+}
+
+impl FrontState {
+    fn new(kind: FrontBalancer, rng: crate::rng::SimRng) -> Self {
+        FrontState { kind, next: 0, rng }
+    }
+
+    fn pick(&mut self, key: Option<&str>, replicas: usize) -> usize {
+        if replicas == 1 {
+            return 0;
+        }
+        match (self.kind, key) {
+            (FrontBalancer::Random, _) => crate::dist::uniform_index(&mut self.rng, replicas),
+            (FrontBalancer::SessionHash, Some(k)) => {
+                let h = k
+                    .bytes()
+                    .fold(0xcbf2_9ce4_8422_2325u64, |h, b| crate::content::mix(h, u64::from(b)));
+                (h % replicas as u64) as usize
+            }
+            _ => {
+                let r = self.next % replicas;
+                self.next += 1;
+                r
+            }
+        }
+    }
 }
 
 /// Per-request progress of router-side request stats (bit flags).
@@ -255,7 +310,12 @@ pub struct Simulation<'w> {
     queue: EventQueue<Event>,
     cursor: usize,
     backends: Vec<Backend>,
-    router: Router,
+    /// Router replicas (one unless `router.replicas` says otherwise).
+    routers: Vec<Router>,
+    /// The replica that routed each request.
+    replica_of: Vec<u16>,
+    /// The front load balancer's state.
+    front: FrontState,
     step_events: StepEvents,
     sessions: Vec<SessionState>,
     requests: Vec<RequestRec>,
@@ -284,7 +344,7 @@ impl<'w> Simulation<'w> {
                 BackendModel::Queueing { slots } => Backend::Queueing(QueueingServer::new(*slots)),
             })
             .collect();
-        let endpoints = cfg
+        let endpoints: Vec<EndpointInfo> = cfg
             .backends
             .iter()
             .enumerate()
@@ -293,9 +353,17 @@ impl<'w> Simulation<'w> {
                 url: url.clone(),
             })
             .collect();
-        let router = Router::new(cfg.router.clone(), endpoints, stream(cfg.seed, "router.policy", 0));
+        let routers: Vec<Router> = (0..cfg.router.replicas.max(1))
+            .map(|r| {
+                Router::new(
+                    cfg.router.clone(),
+                    endpoints.clone(),
+                    stream(cfg.seed, "router.policy", u64::from(r)),
+                )
+            })
+            .collect();
         let mut backends = backends;
-        if router.wants_kv_events() {
+        if routers[0].wants_kv_events() {
             for b in &mut backends {
                 if let Backend::Vllm(e) = b {
                     e.enable_kv_events();
@@ -304,7 +372,19 @@ impl<'w> Simulation<'w> {
         }
         let slots: Vec<u32> = backends.iter().map(Backend::slots).collect();
         let mut queue = EventQueue::new();
-        queue.push(SimTime::ZERO, Event::ScrapeRead { pos: 0 });
+        // Each replica scrapes on its own phase, spread evenly over one interval
+        // (production-stack issue #166: replicas do not coordinate).
+        let r_count = routers.len() as u64;
+        for r in 0..r_count {
+            let phase = SimTime(cfg.router.engine_stats_interval.0 / r_count * r);
+            queue.push(
+                phase,
+                Event::ScrapeRead {
+                    replica: r as u16,
+                    pos: 0,
+                },
+            );
+        }
         Simulation {
             fleet: FleetTracker::new(&slots, opts.record_series),
             decisions: DecisionLog {
@@ -325,7 +405,9 @@ impl<'w> Simulation<'w> {
             cursor: 0,
             queue,
             backends,
-            router,
+            replica_of: Vec::with_capacity(workload.total_requests()),
+            front: FrontState::new(cfg.router.front, stream(cfg.seed, "router.front", 0)),
+            routers,
             workload,
             opts,
             cfg,
@@ -390,7 +472,7 @@ impl<'w> Simulation<'w> {
             Event::StepDone { backend } => self.on_step_done(now, backend),
             Event::ServiceDone { backend, request } => self.on_service_done(now, backend, request),
             Event::FirstChunk { request } => {
-                self.router.on_first_token(request);
+                self.router_of(request).on_first_token(request);
                 let r = &mut self.requests[request.index()];
                 r.t_first_chunk = Some(now);
                 let b = r.backend;
@@ -399,12 +481,12 @@ impl<'w> Simulation<'w> {
             Event::Complete { request } => self.on_complete(now, request),
             Event::RecordDispatch { request } => {
                 let b = self.requests[request.index()].backend;
-                self.router.on_new_request(b, now);
+                self.router_of(request).on_new_request(b, now);
                 let pending = std::mem::replace(&mut self.stats_state[request.index()], STATS_RECORDED);
-                self.apply_response_stats(b, pending);
+                self.apply_response_stats(request, b, pending);
             }
-            Event::ScrapeRead { pos } => {
-                let b = self.router.endpoints()[pos as usize].backend;
+            Event::ScrapeRead { replica, pos } => {
+                let b = self.routers[replica as usize].endpoints()[pos as usize].backend;
                 let g = if self.cfg.gauge_lag.0 > 0 {
                     self.gauges[b.index()].at(SimTime(now.0.saturating_sub(self.cfg.gauge_lag.0)))
                 } else {
@@ -417,16 +499,16 @@ impl<'w> Simulation<'w> {
                     kv_total_blocks: g.kv_total_blocks,
                     read_at: now,
                 };
-                let (next, after) = self.router.scrape_read(pos as usize, Some(entry));
+                let (next, after) = self.routers[replica as usize].scrape_read(pos as usize, Some(entry));
                 let ev = match next {
-                    ScrapeNext::Read(p) => Event::ScrapeRead { pos: p as u32 },
-                    ScrapeNext::PassEnd => Event::ScrapePassEnd,
+                    ScrapeNext::Read(p) => Event::ScrapeRead { replica, pos: p as u32 },
+                    ScrapeNext::PassEnd => Event::ScrapePassEnd { replica },
                 };
                 self.schedule(now, after, ev);
             }
-            Event::ScrapePassEnd => {
-                let sleep = self.router.scrape_pass_end();
-                self.schedule(now, sleep, Event::ScrapeRead { pos: 0 });
+            Event::ScrapePassEnd { replica } => {
+                let sleep = self.routers[replica as usize].scrape_pass_end();
+                self.schedule(now, sleep, Event::ScrapeRead { replica, pos: 0 });
             }
         }
     }
@@ -438,7 +520,9 @@ impl<'w> Simulation<'w> {
         let rid = RequestId::from_index(self.requests.len());
         let key = plan.sends_key.then_some(plan.key.as_str());
         let audit = self.opts.record_decisions.then_some(&mut self.decisions.views);
-        let (b, d) = self.router.route(now, rid, key, &content, audit);
+        let replica = self.front.pick(key, self.routers.len());
+        self.replica_of.push(replica as u16);
+        let (b, d) = self.routers[replica].route(now, rid, key, &content, audit);
         if self.opts.record_decisions {
             self.decisions.truth.extend_from_slice(&self.outstanding);
             self.decisions.rows.push(DecisionRow {
@@ -480,9 +564,9 @@ impl<'w> Simulation<'w> {
             cached_tokens: 0,
             preemptions: 0,
         });
-        let lag = self.router.request_stats_lag();
+        let lag = self.routers[replica].request_stats_lag();
         if lag.0 == 0 {
-            self.router.on_new_request(b, now);
+            self.routers[replica].on_new_request(b, now);
             self.stats_state.push(STATS_RECORDED);
         } else {
             self.stats_state.push(0);
@@ -595,22 +679,27 @@ impl<'w> Simulation<'w> {
         if *st & STATS_RECORDED == 0 {
             *st |= what;
         } else {
-            self.apply_response_stats(b, what);
+            self.apply_response_stats(rid, b, what);
         }
     }
 
+    /// The replica that routed `rid`.
+    fn router_of(&mut self, rid: RequestId) -> &mut Router {
+        &mut self.routers[self.replica_of[rid.index()] as usize]
+    }
+
     /// Applies the response-side updates named by `flags`, first chunk before completion.
-    fn apply_response_stats(&mut self, b: BackendId, flags: u8) {
+    fn apply_response_stats(&mut self, rid: RequestId, b: BackendId, flags: u8) {
         if flags & STATS_RESPONSE != 0 {
-            self.router.on_request_response(b);
+            self.router_of(rid).on_request_response(b);
         }
         if flags & STATS_COMPLETE != 0 {
-            self.router.on_request_complete(b);
+            self.router_of(rid).on_request_complete(b);
         }
     }
 
     fn on_complete(&mut self, now: SimTime, rid: RequestId) {
-        self.router.on_finished(rid);
+        self.router_of(rid).on_finished(rid);
         let r = &mut self.requests[rid.index()];
         r.t_done = Some(now);
         let (b, s) = (r.backend, r.session);
@@ -635,11 +724,16 @@ impl<'w> Simulation<'w> {
     fn observe(&mut self, now: SimTime, b: BackendId) {
         let be = &mut self.backends[b.index()];
         self.fleet.set(now, b, be.running(), be.waiting(), be.kv_used_blocks());
-        if self.router.wants_kv_events() {
+        if self.routers[0].wants_kv_events() {
             let mut ev = Vec::new();
             be.drain_kv_events(&mut ev);
             if !ev.is_empty() {
-                self.router.publish_kv_events(now, b, ev);
+                // Every replica subscribes to the same feed.
+                let last = self.routers.len() - 1;
+                for r in &mut self.routers[..last] {
+                    r.publish_kv_events(now, b, ev.clone());
+                }
+                self.routers[last].publish_kv_events(now, b, ev);
             }
         }
     }

@@ -244,6 +244,26 @@ fn policy_parameters_are_validated_and_listed() {
         ],
         "unknown policy `nope`; expected one of roundrobin, session, prefixaware, leastinflight, random",
     );
+    rejects(
+        &[
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
+            "router.replicas=0",
+        ],
+        "router.replicas: must be an integer >= 1",
+    );
+    rejects(
+        &[
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
+            "router.front=sticky",
+        ],
+        "router.front: unknown front balancer `sticky`",
+    );
     sim()
         .arg("policies")
         .assert()

@@ -141,3 +141,48 @@ fn kv_event_fed_policies_hot_prefix_vs_load_terms() {
     assert!(s.decisions_by_branch["kv_imbalanced"] > 0);
     assert!(s.peak_backend_sessions < 8);
 }
+
+/// Router replicas: each keeps its own in-flight counters, so a fresh local signal sees
+/// only 1/R of the traffic (production-stack issue #166's point about per-replica QPS), and
+/// each keeps its own prefix tree, so a front balancer that is not session-sticky hides a
+/// session's history from the replica that routes its next turn.
+#[test]
+fn replicas_split_local_signals_and_trees() {
+    let run = |policy: &str, replicas: &str, front: &str, seed: u64| {
+        let seed = seed.to_string();
+        let (s, w) = common::shipped(
+            "compare-agent-burst.toml",
+            &[
+                ("router.policy", policy),
+                ("router.replicas", replicas),
+                ("router.front", front),
+                ("seed", &seed),
+            ],
+        );
+        run_with(&s, &w, RunOptions::summary_only()).summary
+    };
+    let iwq = |replicas: &str| {
+        (1..=4)
+            .map(|seed| run("{ kind = \"least_request\" }", replicas, "round_robin", seed).idle_while_queued_s)
+            .sum::<f64>()
+            / 4.0
+    };
+    let (one, four) = (iwq("1"), iwq("4"));
+    assert!(four > 3.0 * one, "least_request: 1 replica {one}, 4 replicas {four}");
+
+    let steady = |front: &str| {
+        let (s, w) = common::shipped(
+            "compare-steady-chat.toml",
+            &[
+                ("router.policy", "{ kind = \"sglang_cache_aware\" }"),
+                ("router.replicas", "4"),
+                ("router.front", front),
+            ],
+        );
+        run_with(&s, &w, RunOptions::summary_only())
+            .summary
+            .prefix_cache_hit_rate
+    };
+    let (rr, sticky) = (steady("round_robin"), steady("session_hash"));
+    assert!(sticky > rr + 0.1, "session-hash front {sticky} vs round robin {rr}");
+}

@@ -542,7 +542,8 @@ impl Figure for Lines {
     fn size(&self) -> (u32, u32) {
         let (rows, cols) = grid_shape(self.panels.len());
         if self.numeric() {
-            (LN_PANEL.0 * cols as u32, LN_PANEL.1 * rows as u32 + LN_TOP)
+            // At least 640 wide so the title fits over a single panel.
+            ((LN_PANEL.0 * cols as u32).max(640), LN_PANEL.1 * rows as u32 + LN_TOP)
         } else {
             let h = (self.x_labels.len() as u32 * 26 + 90).max(LN_PANEL.1);
             ((LN_PANEL.0 + 200) * cols as u32, h * rows as u32 + LN_TOP)

@@ -43,6 +43,10 @@ pub struct RouterConfig {
     pub kv_event_lag: SimDuration,
     /// The engines' KV block size, for the request's block hashes.
     pub block_size_tokens: u32,
+    /// Router replicas, each with its own policy state, request stats and scrape phase.
+    pub replicas: u32,
+    /// How requests are spread over the replicas.
+    pub front: crate::sim::FrontBalancer,
     /// The policy.
     pub policy: PolicyConfig,
 }

@@ -17,7 +17,7 @@ use crate::backend::vllm::VllmConfig;
 use crate::dist::{Dist, DistTable};
 use crate::policy::{Fallback, POLICY_KINDS, PolicyConfig};
 use crate::router::RouterConfig;
-use crate::sim::{BackendModel, SimConfig};
+use crate::sim::{BackendModel, FrontBalancer, SimConfig};
 use crate::time::{SimDuration, SimTime, secs_to_ns};
 use crate::workload::{Arrival, GroupConfig, Workload, generate};
 
@@ -224,6 +224,13 @@ pub struct RouterFile {
     /// Transport delay of engine KV events to KV-event-fed routers (default 10 ms).
     #[serde(default = "default_kv_lag")]
     pub kv_event_lag_s: f64,
+    /// Router replicas (default 1).
+    #[serde(default = "default_replicas")]
+    pub replicas: i64,
+    /// Load balancer in front of the replicas: "round_robin" (default), "random",
+    /// "session_hash".
+    #[serde(default = "default_front")]
+    pub front: String,
     /// `[router.policy]`, a table tagged by `kind`.
     pub policy: Option<toml::Table>,
 }
@@ -237,6 +244,8 @@ impl Default for RouterFile {
             request_stats_lag_s: 0.0,
             chars_per_token: default_cpt(),
             kv_event_lag_s: default_kv_lag(),
+            replicas: default_replicas(),
+            front: default_front(),
             policy: None,
         }
     }
@@ -247,6 +256,12 @@ fn default_scrape() -> f64 {
 }
 fn default_window() -> f64 {
     60.0
+}
+fn default_replicas() -> i64 {
+    1
+}
+fn default_front() -> String {
+    "round_robin".into()
 }
 fn default_kv_lag() -> f64 {
     0.01
@@ -714,6 +729,26 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             c => c,
         },
         kv_event_lag: secs(r.kv_event_lag_s, "router.kv_event_lag_s", true)?,
+        replicas: match count(r.replicas, "router.replicas", 1)? {
+            n if n > 1024 => {
+                return Err(FieldError::new(
+                    "router.replicas",
+                    format!("{n} replicas is above the supported 1024"),
+                ));
+            }
+            n => n,
+        },
+        front: match r.front.as_str() {
+            "round_robin" => FrontBalancer::RoundRobin,
+            "random" => FrontBalancer::Random,
+            "session_hash" => FrontBalancer::SessionHash,
+            other => {
+                return Err(FieldError::new(
+                    "router.front",
+                    format!("unknown front balancer `{other}`; expected `round_robin`, `random` or `session_hash`"),
+                ));
+            }
+        },
         block_size_tokens: count(b.block_size_tokens.unwrap_or(16), "backends.block_size_tokens", 1)?,
         policy,
     };
