@@ -122,6 +122,17 @@ pub const CATALOGUE: &[PolicyDoc] = &[
             p("kv_cache_utilization_weight", "2", "kv-cache-utilization-scorer weight"),
             p("prefix_cache_weight", "3", "prefix-cache-scorer weight"),
             p(
+                "load_aware_weight",
+                "0",
+                "load-aware-scorer weight (scraped waiting; not in the default profile)",
+            ),
+            p("load_aware_threshold", "128", "load-aware-scorer queue threshold"),
+            p(
+                "active_request_weight",
+                "0",
+                "active-request-scorer weight (router-local in-flight)",
+            ),
+            p(
                 "block_size_tokens",
                 "16",
                 "index block = block_size_tokens x 4 characters",

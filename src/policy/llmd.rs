@@ -6,6 +6,9 @@
 //!   when equal (running requests are ignored);
 //! * kv-cache utilization: `1 - kv_cache_usage_perc`;
 //! * prefix cache: `matched blocks / prompt blocks` from the approximate prefix index;
+//! * optional, weight 0 by default: `load-aware-scorer` (scraped waiting `w`: 0.5 if
+//!   `w = 0`, else `0.5 (1 - min(w, 128) / 128)`) and `active-request-scorer` (router-local
+//!   in-flight `c`: 1 if `c = 0`, else `(c_max - c) / c_max`);
 //! * total = Σ weight x clamp01(score); the picker shuffles, then stable-sorts by score, so
 //!   exact ties are uniform at random.
 //!
@@ -42,6 +45,12 @@ pub struct LlmdParams {
     pub kv_weight: f64,
     /// `prefix-cache-scorer` weight.
     pub prefix_weight: f64,
+    /// `load-aware-scorer` weight (not in the default profile: 0).
+    pub load_aware_weight: f64,
+    /// `load-aware-scorer` queue threshold (128).
+    pub load_aware_threshold: u32,
+    /// `active-request-scorer` weight (router-local in-flight; not in the default profile).
+    pub active_request_weight: f64,
     /// Index block size in characters (`blockSizeTokens` 16 x 4).
     pub block_chars: u32,
     /// `maxPrefixBlocksToMatch`.
@@ -56,6 +65,9 @@ impl Default for LlmdParams {
             queue_weight: 2.0,
             kv_weight: 2.0,
             prefix_weight: 3.0,
+            load_aware_weight: 0.0,
+            load_aware_threshold: 128,
+            active_request_weight: 0.0,
             block_chars: 64,
             max_prefix_blocks: 256,
             lru_capacity_per_pod: 31_250,
@@ -159,8 +171,21 @@ impl RoutingPolicy for Llmd {
         let matched = self.index.score(hashes, max_id + 1);
         let waiting: Vec<u32> = view.engine_stats.iter().map(|e| e.map_or(0, |e| e.waiting)).collect();
         let q = queue_scores(&waiting);
+        let active = super::leastrequest::local_loads(view);
+        let c_max = active.iter().copied().max().unwrap_or(0);
         let total: Vec<f64> = (0..n)
             .map(|i| {
+                let w = waiting[i];
+                let load_aware = if w == 0 {
+                    0.5
+                } else {
+                    0.5 * (1.0 - f64::from(w.min(p.load_aware_threshold)) / f64::from(p.load_aware_threshold.max(1)))
+                };
+                let act = if active[i] == 0 {
+                    1.0
+                } else {
+                    (c_max - active[i]) as f64 / c_max as f64
+                };
                 let kv = 1.0 - view.engine_stats[i].map_or(0.0, |e| e.kv_usage());
                 let prefix = if hashes.is_empty() {
                     0.0
@@ -170,6 +195,8 @@ impl RoutingPolicy for Llmd {
                 p.queue_weight * q[i].clamp(0.0, 1.0)
                     + p.kv_weight * kv.clamp(0.0, 1.0)
                     + p.prefix_weight * prefix.clamp(0.0, 1.0)
+                    + p.load_aware_weight * load_aware.clamp(0.0, 1.0)
+                    + p.active_request_weight * act.clamp(0.0, 1.0)
             })
             .collect();
         let best = total.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -221,6 +248,33 @@ mod tests {
         );
         assert_eq!(d.pos, first, "3 x full prefix outweighs 2 x queue");
         assert_eq!(d.match_chars, 256);
+    }
+
+    #[test]
+    fn optional_scorers_follow_upstream() {
+        let mut rng = stream(2, "t", 0);
+        // Only the active-request scorer: the pod with fewer router-local in-flight wins.
+        let mut p = Llmd::new(LlmdParams {
+            queue_weight: 0.0,
+            kv_weight: 0.0,
+            prefix_weight: 0.0,
+            active_request_weight: 1.0,
+            ..LlmdParams::default()
+        });
+        let f = ViewFixture::new(2)
+            .loads(&[(0, 0), (0, 0)])
+            .in_flight(&[Some(3), Some(1)]);
+        assert_eq!(p.route(&req_chars(&[1], 64, 64), &f.view(), &mut rng).pos, 1);
+        // Only the load-aware scorer: 0.5 at w = 0 beats 0.5 x (1 - 64/128) = 0.25.
+        let mut p = Llmd::new(LlmdParams {
+            queue_weight: 0.0,
+            kv_weight: 0.0,
+            prefix_weight: 0.0,
+            load_aware_weight: 1.0,
+            ..LlmdParams::default()
+        });
+        let f = ViewFixture::new(2).loads(&[(0, 64), (0, 0)]);
+        assert_eq!(p.route(&req_chars(&[1], 64, 64), &f.view(), &mut rng).pos, 1);
     }
 
     #[test]

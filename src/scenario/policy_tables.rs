@@ -55,6 +55,9 @@ struct LlmdFile {
     queue_weight: Option<f64>,
     kv_cache_utilization_weight: Option<f64>,
     prefix_cache_weight: Option<f64>,
+    load_aware_weight: Option<f64>,
+    load_aware_threshold: Option<i64>,
+    active_request_weight: Option<f64>,
     block_size_tokens: Option<i64>,
     max_prefix_blocks: Option<i64>,
     lru_capacity_per_pod: Option<i64>,
@@ -184,6 +187,19 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str) -> Option<Res<Po
                 prefix_weight: weight(
                     f.prefix_cache_weight.unwrap_or(d.prefix_weight),
                     &at("prefix_cache_weight"),
+                )?,
+                load_aware_weight: weight(
+                    f.load_aware_weight.unwrap_or(d.load_aware_weight),
+                    &at("load_aware_weight"),
+                )?,
+                load_aware_threshold: count(
+                    f.load_aware_threshold.unwrap_or(i64::from(d.load_aware_threshold)),
+                    &at("load_aware_threshold"),
+                    1,
+                )?,
+                active_request_weight: weight(
+                    f.active_request_weight.unwrap_or(d.active_request_weight),
+                    &at("active_request_weight"),
                 )?,
                 // `blockSizeTokens x 4` characters per block, as upstream.
                 block_chars: block_tokens.saturating_mul(4),
