@@ -483,7 +483,7 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     if a.resume && target.exists() {
         let prev = table::read(&target)?;
         anyhow::ensure!(
-            prev.meta == meta,
+            prev.meta.same_runs(&meta),
             "{}: written by a different sweep (scenario, version, overrides, axes or seeds differ); remove it or drop --resume",
             target.display()
         );

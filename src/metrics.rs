@@ -591,6 +591,7 @@ pub fn known_metric(name: &str) -> bool {
     let keys = KEYS.get_or_init(|| {
         let mut s = Summary::default();
         s.backends.push(Default::default());
+        s.decisions_by_branch = Branch::ALL.iter().map(|b| (b.as_str().to_string(), 0)).collect();
         flatten(&s).keys().cloned().collect()
     });
     if let Some(rest) = name.strip_prefix("backends[")

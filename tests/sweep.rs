@@ -411,3 +411,38 @@ fn stale_strict_argmin_dogpiles_and_qps_ignores_engine_stats() {
     assert!(stale4 < stale0, "band 4 {stale4} vs band 0 {stale0}");
     assert!(fresh0 < qps, "fresh least-in-flight {fresh0} vs qps {qps}");
 }
+
+#[test]
+fn hand_edited_files_are_rejected_and_settings_may_change() {
+    let t = tempfile::tempdir().unwrap();
+    sweep_into(t.path(), &[]);
+    // Changing only the table metric keeps the runs: resume accepts it and runs nothing.
+    sim()
+        .args(grid(&["--resume", "--metric", "decisions_by_branch.fallback_qps"]))
+        .arg("--out")
+        .arg(t.path())
+        .assert()
+        .success();
+    let md = std::fs::read_to_string(t.path().join("aggregate.md")).unwrap();
+    assert!(md.contains("decisions_by_branch.fallback_qps"), "{md}");
+    // A row relabelled by hand is refused with the reason.
+    let p = t.path().join("sweep.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    v["rows"][0][2] = 999.into();
+    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    sim()
+        .args(grid(&["--resume"]))
+        .arg("--out")
+        .arg(t.path())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("run 0 is labelled point 0 seed 999"));
+    sim()
+        .arg("merge")
+        .arg(&p)
+        .arg("--out")
+        .arg(t.path().join("m"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("inconsistent sweep file"));
+}

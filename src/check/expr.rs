@@ -3,7 +3,8 @@
 //! * `metric` is a flattened summary key (`idle_while_queued_s`, `ttft_s.p99`,
 //!   `backends[1].peak_waiting`; `sweep.csv` lists them all).
 //! * `AGG` says how the values of the checked seeds combine: `all` (the default: every seed
-//!   must satisfy the bound; the reported value is the worst one), `any` (at least one seed),
+//!   must satisfy the bound; the reported value is the worst one), `any` (at least one seed;
+//!   the reported value is the best one),
 //!   `mean`, `median`, `min`, `max`, `std`, or a quantile `pNN` (`p90`, `p99.9`; linear
 //!   interpolation between closest ranks, numpy's default).
 //! * `OP` is one of `<`, `<=`, `==`, `!=`, `>=`, `>`. Comparisons are exact: the simulator
@@ -185,8 +186,8 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// The value a check reports and whether the bound holds, over per-seed `values`.
-/// For `all` and `any` the reported value is the seed value that decides the outcome (the
-/// worst seed for `all`, the best for `any`).
+/// For `all` the reported value is the worst seed in the bound's direction (the maximum
+/// for `<`/`<=`, the minimum for `>`/`>=`), for `any` the best one.
 pub fn evaluate(c: &Check, values: &[f64]) -> (f64, bool) {
     assert!(!values.is_empty(), "a check needs at least one run");
     let mut sorted = values.to_vec();
@@ -195,33 +196,28 @@ pub fn evaluate(c: &Check, values: &[f64]) -> (f64, bool) {
     let mean = sorted.iter().sum::<f64>() / n;
     match c.agg {
         Agg::All | Agg::Any => {
-            let ok: Vec<bool> = values.iter().map(|&x| c.op.holds(x, c.bound)).collect();
             let pass = if c.agg == Agg::All {
-                ok.iter().all(|&b| b)
+                values.iter().all(|&x| c.op.holds(x, c.bound))
             } else {
-                ok.iter().any(|&b| b)
+                values.iter().any(|&x| c.op.holds(x, c.bound))
             };
-            // The deciding value: a failing seed for a failed `all`, a passing one for a
-            // passed `any`; otherwise the extreme in the bound's direction.
-            let decider = values
-                .iter()
-                .zip(&ok)
-                .find(|(_, o)| **o != (c.agg == Agg::All))
-                .map(|(x, _)| *x);
-            let extreme = match c.op {
-                Op::Lt | Op::Le => sorted[sorted.len() - 1],
-                Op::Gt | Op::Ge => sorted[0],
-                Op::Eq | Op::Ne => values[0],
-            };
-            let shown = match (c.agg, pass) {
-                (Agg::All, false) | (Agg::Any, true) => decider.unwrap_or(extreme),
-                (Agg::All, true) => extreme,
-                _ => match c.op {
-                    // A failed `any`: the seed closest to passing.
-                    Op::Lt | Op::Le => sorted[0],
-                    Op::Gt | Op::Ge => sorted[sorted.len() - 1],
-                    Op::Eq | Op::Ne => values[0],
-                },
+            // The value that decides: for `all` the worst seed, for `any` the best, where
+            // worst / best are taken in the bound's direction (for `==` / `!=`, the first
+            // seed that breaks `all` or satisfies `any`, else the first seed).
+            let (lo, hi) = (sorted[0], sorted[sorted.len() - 1]);
+            let shown = match (c.agg, c.op) {
+                (Agg::All, Op::Lt | Op::Le) | (Agg::Any, Op::Gt | Op::Ge) => hi,
+                (Agg::All, Op::Gt | Op::Ge) | (Agg::Any, Op::Lt | Op::Le) => lo,
+                (Agg::All, _) => values
+                    .iter()
+                    .copied()
+                    .find(|&x| !c.op.holds(x, c.bound))
+                    .unwrap_or(values[0]),
+                _ => values
+                    .iter()
+                    .copied()
+                    .find(|&x| c.op.holds(x, c.bound))
+                    .unwrap_or(values[0]),
             };
             (shown, pass)
         }
@@ -311,8 +307,14 @@ mod tests {
         assert_eq!(e("idle_while_queued_s <= 4"), (4.0, true));
         assert_eq!(e("idle_while_queued_s < 3"), (4.0, false));
         assert_eq!(e("idle_while_queued_s >= 2"), (1.0, false));
-        // any: one seed is enough.
+        // any: one seed is enough; the best seed is reported.
         assert_eq!(e("any(idle_while_queued_s) > 3.5"), (4.0, true));
         assert_eq!(e("any(idle_while_queued_s) > 9"), (4.0, false));
+        assert_eq!(e("any(idle_while_queued_s) < 2"), (1.0, true));
+        assert_eq!(
+            e("idle_while_queued_s != 2"),
+            (2.0, false),
+            "the first seed that breaks it"
+        );
     }
 }

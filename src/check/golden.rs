@@ -130,6 +130,8 @@ pub fn compare(a: &Map<String, Value>, b: &Map<String, Value>, tol: Tolerance, o
     keys.extend(b.keys().filter(|k| !a.contains_key(*k)));
     keys.into_iter()
         .filter(|k| only.is_empty() || only.iter().any(|o| o == *k))
+        // Non-numeric values on both sides are not metrics.
+        .filter(|k| a.get(*k).is_none_or(Value::is_number) || b.get(*k).is_none_or(Value::is_number))
         .map(|k| {
             let x = a.get(k).and_then(Value::as_f64);
             let y = b.get(k).and_then(Value::as_f64);

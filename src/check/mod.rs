@@ -28,6 +28,9 @@ use crate::sim::{EventRecord, RunOptions, SimError, run};
 use crate::sweep::spec::{SeedsFile, check_seeds, count_seeds};
 use expr::Check;
 
+/// Most seeds one scenario's checks may run.
+pub const MAX_CHECK_SEEDS: u64 = 10_000;
+
 /// `[expect]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,9 +57,8 @@ pub fn expectations(src: &Source, base_seed: u64) -> Result<Option<Expectations>
     };
     let seeds = match &f.seeds {
         None => vec![base_seed],
-        Some(SeedsFile::Count(n)) => {
-            count_seeds(base_seed as i64, *n).map_err(|m| anyhow::anyhow!(src.message("expect.seeds", &m)))?
-        }
+        Some(SeedsFile::Count(n)) => count_seeds(base_seed as i64, *n, MAX_CHECK_SEEDS)
+            .map_err(|m| anyhow::anyhow!(src.message("expect.seeds", &m)))?,
         Some(SeedsFile::List(l)) => l.clone(),
     };
     check_seeds(&seeds).map_err(|m| anyhow::anyhow!(src.message("expect.seeds", &m)))?;
@@ -267,7 +269,17 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
                 detail: format!("checked after every event on {} seeds", exp.seeds.len()),
             });
         }
-        if metrics.len() == exp.seeds.len() {
+        if metrics.len() < exp.seeds.len() {
+            // A seed broke an invariant: no bound can be trusted, so every one fails.
+            for (text, _) in &exp.checks {
+                outcomes.push(Outcome {
+                    name: text.clone(),
+                    value: None,
+                    pass: false,
+                    detail: "not evaluated: an invariant was violated (see above)".into(),
+                });
+            }
+        } else {
             for (text, c) in &exp.checks {
                 let mut values = Vec::new();
                 for (m, seed) in metrics.iter().zip(&exp.seeds) {

@@ -48,6 +48,14 @@ fn reduce(steps: Steps, end_s: f64) -> Steps {
             mw = mw.max(w);
             it.next();
         }
+        if b + 1 == BINS {
+            // Samples at or after the last edge (the run's final changes) belong to the last bin.
+            for (_, r, w) in it.by_ref() {
+                (cur_r, cur_w) = (r, w);
+                mr = mr.max(r);
+                mw = mw.max(w);
+            }
+        }
         out.push((lo, mr, mw));
     }
     out.push((end_s, cur_r, cur_w));
@@ -190,5 +198,9 @@ mod tests {
         assert!(r.len() <= BINS + 1);
         assert_eq!(r.iter().map(|p| p.1).max(), Some(9), "the one-sample spike survives");
         assert_eq!(r.last().unwrap().1, 1);
+        // A final change at the very end of the run is kept.
+        let mut s: Steps = (0..5000).map(|i| (i as f64 * 0.01, 3, 0)).collect();
+        s.push((100.0, 0, 0));
+        assert_eq!(reduce(s, 100.0).last().unwrap().1, 0);
     }
 }

@@ -399,7 +399,7 @@ impl Lines {
             .map_err(pe)?;
         for (s, line) in lines.iter().enumerate() {
             let colour = PALETTE[s % PALETTE.len()];
-            // CI band: one polygon per contiguous run of points.
+            // CI band: one polygon through every point that has data.
             let pts: Vec<(f64, Stat)> = line
                 .iter()
                 .enumerate()

@@ -17,8 +17,6 @@
 //!
 //! Signals: the gateway-tracked `realtime_num_requests_running` (router-local, fresh).
 
-use std::num::NonZeroUsize;
-
 use lru::LruCache;
 use rand::seq::SliceRandom;
 use rustc_hash::FxBuildHasher;
@@ -65,6 +63,7 @@ struct Entry {
 /// The policy state.
 pub struct AibrixPrefixCache {
     params: AibrixParams,
+    /// Unbounded, capped by hand at `max_blocks` so nothing is reserved up front.
     index: LruCache<u64, Entry, FxBuildHasher>,
 }
 
@@ -73,10 +72,7 @@ impl AibrixPrefixCache {
     pub fn new(params: AibrixParams) -> Self {
         AibrixPrefixCache {
             params,
-            index: LruCache::with_hasher(
-                NonZeroUsize::new(params.max_blocks.max(1) as usize).expect("max(1)"),
-                FxBuildHasher,
-            ),
+            index: LruCache::unbounded_with_hasher(FxBuildHasher),
         }
     }
 
@@ -155,7 +151,10 @@ impl RoutingPolicy for AibrixPrefixCache {
                 None => {
                     let mut pods = SmallVec::new();
                     pods.push(pod);
-                    self.index.push(h, Entry { pods, last: view.now });
+                    self.index.put(h, Entry { pods, last: view.now });
+                    if self.index.len() > p.max_blocks as usize {
+                        self.index.pop_lru();
+                    }
                 }
             }
         }

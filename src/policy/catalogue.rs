@@ -6,6 +6,8 @@ pub struct ParamDoc {
     /// Key under `[router.policy]`.
     pub key: &'static str,
     /// Default as written in TOML.
+    /// Default as written in TOML; `(required)` when there is none, `(auto)` when it is
+    /// derived from the fleet.
     pub default: &'static str,
     /// What it does.
     pub meaning: &'static str,
@@ -138,7 +140,11 @@ pub const CATALOGUE: &[PolicyDoc] = &[
                 "index block = block_size_tokens x 4 characters",
             ),
             p("max_prefix_blocks", "256", "maxPrefixBlocksToMatch"),
-            p("lru_capacity_per_pod", "31250", "index entries per pod"),
+            p(
+                "lru_capacity_per_pod",
+                "(auto)",
+                "index entries per pod; default: backends.kv_blocks (upstream's auto-tune; 31,250 without it)",
+            ),
         ],
     },
     PolicyDoc {
@@ -261,7 +267,7 @@ mod tests {
             let explicit: String = d
                 .params
                 .iter()
-                .filter(|p| p.default != "(required)")
+                .filter(|p| !p.default.starts_with('('))
                 .map(|p| format!("{} = {}\n", p.key, p.default))
                 .collect::<String>()
                 + &required;

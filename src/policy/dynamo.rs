@@ -51,7 +51,8 @@ struct Active {
 /// The policy state.
 pub struct Dynamo {
     params: DynamoParams,
-    active: Vec<Option<Active>>,
+    /// Active sequences by request id (looked up, never iterated).
+    active: rustc_hash::FxHashMap<u32, Active>,
     prefill_tokens: Vec<u64>,
     blocks: Vec<u64>,
 }
@@ -61,7 +62,7 @@ impl Dynamo {
     pub fn new(params: DynamoParams) -> Self {
         Dynamo {
             params,
-            active: Vec::new(),
+            active: rustc_hash::FxHashMap::default(),
             prefill_tokens: Vec::new(),
             blocks: Vec::new(),
         }
@@ -97,7 +98,7 @@ impl RoutingPolicy for Dynamo {
             .collect();
         let lo = cost.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = cost.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let pos = if self.params.temperature > 0.0 {
+        let pos = if self.params.temperature > 0.0 && (hi - lo).is_finite() {
             if hi == lo {
                 uniform_index(rng, n)
             } else {
@@ -139,11 +140,7 @@ impl RoutingPolicy for Dynamo {
         };
         self.prefill_tokens[b] += a.prefill_tokens;
         self.blocks[b] += a.blocks;
-        let r = req.request.index();
-        if self.active.len() <= r {
-            self.active.resize(r + 1, None);
-        }
-        self.active[r] = Some(a);
+        self.active.insert(req.request.0, a);
         Decision {
             pos,
             branch: Branch::DynamoCost,
@@ -152,7 +149,7 @@ impl RoutingPolicy for Dynamo {
     }
 
     fn on_first_token(&mut self, request: RequestId) {
-        if let Some(Some(a)) = self.active.get_mut(request.index())
+        if let Some(a) = self.active.get_mut(&request.0)
             && a.prefilling
         {
             a.prefilling = false;
@@ -162,9 +159,7 @@ impl RoutingPolicy for Dynamo {
 
     fn on_finished(&mut self, request: RequestId) {
         self.on_first_token(request);
-        if let Some(slot) = self.active.get_mut(request.index())
-            && let Some(a) = slot.take()
-        {
+        if let Some(a) = self.active.remove(&request.0) {
             self.blocks[a.backend] -= a.blocks;
         }
     }

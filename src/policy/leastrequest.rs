@@ -19,7 +19,9 @@ pub enum Tie {
     First,
 }
 
-/// Router-local in-flight per endpoint (0 for one never used).
+/// Router-local in-flight per endpoint (0 for one never used), from the router's request
+/// stats: fresh unless the scenario sets `router.request_stats_lag_s`, which then delays
+/// this signal too for every policy that reads it.
 pub fn local_loads(view: &RouterView) -> Vec<u64> {
     view.request_stats
         .iter()

@@ -12,20 +12,22 @@
 //! * total = Σ weight x clamp01(score); the picker shuffles, then stable-sorts by score, so
 //!   exact ties are uniform at random.
 //!
-//! Freshness: the datalayer polls `/metrics` every `--refresh-metrics-interval` = 50 ms,
-//! which is this policy's default `router.engine_stats_interval_s`. A pod with no metrics
+//! Freshness: the datalayer polls every pod's `/metrics` concurrently every
+//! `--refresh-metrics-interval` = 50 ms (this policy's default
+//! `router.engine_stats_interval_s`, on a ticker: no pass time added, no flooring); each
+//! value is visible one `router.scrape_duration_s` after its read. A pod with no metrics
 //! (failed scrape) scores as queue 0 and KV usage 0, like a fresh pod.
 //!
 //! The approximate prefix index (`approx-prefix-cache-producer`, §3.4): blocks of
-//! `block_size_tokens x 4` characters (64), a trailing partial block hashed too, at most
-//! `max_prefix_blocks` (256) blocks per request; `hash -> pods` with a per-pod LRU of
-//! `lru_capacity_per_pod` (31,250) entries, eviction removing the pod from that hash. Match
+//! `block_size_tokens x 4` characters (auto-tuned from the engines' block size: 64 for 16),
+//! a trailing partial block hashed too but no hash at all for an input shorter than one
+//! block, at most `max_prefix_blocks` (256) blocks per request; `hash -> pods` with a
+//! per-pod LRU of `lru_capacity_per_pod` entries (auto-tuned to the pod's GPU blocks,
+//! `backends.kv_blocks`), eviction removing the pod from that hash. Match
 //! walks the hashes in order, stops at the first hash no pod holds, and credits every pod
 //! holding each hash. After the pick all the request's hashes are added for the chosen pod:
 //! upstream does this asynchronously in `PreRequest`; here it is immediate, which can only
 //! make the index fresher than upstream's.
-
-use std::num::NonZeroUsize;
 
 use hashbrown::HashMap;
 use lru::LruCache;
@@ -78,8 +80,10 @@ impl Default for LlmdParams {
 /// The approximate prefix index. Looked up, never iterated.
 struct PrefixIndex {
     pods_of: HashMap<u64, SmallVec<[u16; 4]>, FxBuildHasher>,
-    lru: Vec<LruCache<u64, (), FxBuildHasher>>,
-    capacity: NonZeroUsize,
+    /// Per pod, created when the pod is first picked; unbounded caches capped by hand so
+    /// nothing is reserved up front.
+    lru: Vec<Option<LruCache<u64, (), FxBuildHasher>>>,
+    capacity: usize,
 }
 
 impl PrefixIndex {
@@ -87,7 +91,7 @@ impl PrefixIndex {
         PrefixIndex {
             pods_of: HashMap::default(),
             lru: Vec::new(),
-            capacity: NonZeroUsize::new(capacity.max(1) as usize).expect("max(1)"),
+            capacity: capacity.max(1) as usize,
         }
     }
 
@@ -110,15 +114,20 @@ impl PrefixIndex {
     }
 
     fn add(&mut self, hashes: &[u64], pod: usize) {
-        while self.lru.len() <= pod {
-            self.lru.push(LruCache::with_hasher(self.capacity, FxBuildHasher));
+        if self.lru.len() <= pod {
+            self.lru.resize_with(pod + 1, || None);
         }
+        let lru = self.lru[pod].get_or_insert_with(|| LruCache::unbounded_with_hasher(FxBuildHasher));
         for &h in hashes {
-            if let Some((old, ())) = self.lru[pod].push(h, ())
-                && old != h
+            lru.put(h, ());
+            if lru.len() > self.capacity
+                && let Some((old, ())) = lru.pop_lru()
                 && let Some(set) = self.pods_of.get_mut(&old)
             {
                 set.retain(|p| *p as usize != pod);
+                if set.is_empty() {
+                    self.pods_of.remove(&old);
+                }
             }
             let set = self.pods_of.entry(h).or_default();
             if !set.contains(&(pod as u16)) {
@@ -166,7 +175,13 @@ impl RoutingPolicy for Llmd {
     fn route(&mut self, req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision {
         let p = self.params;
         let n = view.endpoints.len();
-        let hashes = &req.prompt_chunks[..req.prompt_chunks.len().min(p.max_prefix_blocks as usize)];
+        // No hashes at all for an input shorter than one block.
+        let usable = if req.prompt_chars < u64::from(p.block_chars) {
+            0
+        } else {
+            req.prompt_chunks.len()
+        };
+        let hashes = &req.prompt_chunks[..usable.min(p.max_prefix_blocks as usize)];
         let max_id = view.endpoints.iter().map(|e| e.backend.index()).max().unwrap_or(0);
         let matched = self.index.score(hashes, max_id + 1);
         let waiting: Vec<u32> = view.engine_stats.iter().map(|e| e.map_or(0, |e| e.waiting)).collect();

@@ -358,6 +358,12 @@ impl PolicyConfig {
         }
     }
 
+    /// True if the real router polls every endpoint concurrently on a ticker (llm-d's
+    /// datalayer) rather than in sequential passes (production-stack's scraper).
+    pub fn polls_endpoints_concurrently(&self) -> bool {
+        matches!(self, PolicyConfig::Llmd(_))
+    }
+
     /// The engine-stats refresh interval the real router uses by default, when the
     /// scenario does not set `router.engine_stats_interval_s`.
     pub fn default_engine_stats_interval_s(&self) -> f64 {

@@ -53,6 +53,9 @@ pub enum ScrapeNext {
 pub struct EngineStatsScraper {
     sleep: SimDuration,
     scrape_duration: SimDuration,
+    /// Every endpoint polled at once on a fixed ticker (llm-d, AIBrix) rather than one after
+    /// another with a floored sleep between passes (production-stack).
+    parallel: bool,
     published: Vec<Option<EngineStatsEntry>>,
     collecting: Vec<Option<EngineStatsEntry>>,
     passes: u64,
@@ -64,15 +67,37 @@ impl EngineStatsScraper {
         EngineStatsScraper {
             sleep: upstream_sleep(interval),
             scrape_duration,
+            parallel: false,
             published: vec![None; n],
             collecting: vec![None; n],
             passes: 0,
         }
     }
 
+    /// A scraper that polls every endpoint concurrently every `interval` (a Go ticker: the
+    /// period is the interval, not interval + pass time), each poll taking `scrape_duration`.
+    pub fn parallel(n: usize, interval: SimDuration, scrape_duration: SimDuration) -> Self {
+        EngineStatsScraper {
+            sleep: SimDuration(interval.0.saturating_sub(scrape_duration.0)),
+            parallel: true,
+            ..Self::new(n, interval, scrape_duration)
+        }
+    }
+
     /// Time spent sleeping between passes.
     pub fn sleep(&self) -> SimDuration {
         self.sleep
+    }
+
+    /// Delay after reading endpoint `pos` before the next read (or the pass end): the whole
+    /// round trip when polls are sequential; when they are concurrent, all reads happen at
+    /// the pass start and only the last one waits for the round trip.
+    pub fn delay_after(&self, pos: usize) -> SimDuration {
+        if self.parallel && pos + 1 < self.collecting.len() {
+            SimDuration(0)
+        } else {
+            self.scrape_duration
+        }
     }
 
     /// Duration of one endpoint's scrape.
@@ -127,6 +152,18 @@ mod tests {
         assert_eq!(upstream_sleep(SimDuration(10 * NS_PER_S)), SimDuration(10 * NS_PER_S));
         assert_eq!(upstream_sleep(SimDuration(2_500_000_000)), SimDuration(2 * NS_PER_S));
         assert_eq!(upstream_sleep(SimDuration(500_000_000)), SimDuration(500_000_000));
+    }
+
+    #[test]
+    fn concurrent_polls_read_at_once_on_a_ticker() {
+        let s = EngineStatsScraper::parallel(3, SimDuration(50), SimDuration(10));
+        assert_eq!(
+            (s.delay_after(0), s.delay_after(1), s.delay_after(2)),
+            (SimDuration(0), SimDuration(0), SimDuration(10))
+        );
+        assert_eq!(s.sleep(), SimDuration(40), "period = interval");
+        let s = EngineStatsScraper::new(3, SimDuration(50), SimDuration(10));
+        assert_eq!(s.delay_after(0), SimDuration(10));
     }
 
     #[test]

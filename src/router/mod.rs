@@ -84,7 +84,11 @@ impl Router {
         }
         let policy = build(&cfg.policy);
         Router {
-            scraper: EngineStatsScraper::new(n, cfg.engine_stats_interval, cfg.scrape_duration),
+            scraper: if cfg.policy.polls_endpoints_concurrently() {
+                EngineStatsScraper::parallel(n, cfg.engine_stats_interval, cfg.scrape_duration)
+            } else {
+                EngineStatsScraper::new(n, cfg.engine_stats_interval, cfg.scrape_duration)
+            },
             req_stats: RequestStatsMonitor::new(n, cfg.request_stats_window),
             kv: policy.needs_kv_events().then(|| KvFeed::new(n, cfg.kv_event_lag)),
             blocks: Vec::new(),
@@ -200,7 +204,8 @@ impl Router {
 
     /// Records the scrape of endpoint `pos`; returns what comes next and after how long.
     pub fn scrape_read(&mut self, pos: usize, entry: Option<EngineStatsEntry>) -> (ScrapeNext, SimDuration) {
-        (self.scraper.record(pos, entry), self.scraper.scrape_duration())
+        let after = self.scraper.delay_after(pos);
+        (self.scraper.record(pos, entry), after)
     }
 
     /// Ends a scrape pass: publishes, and returns how long until the next pass starts.

@@ -459,7 +459,7 @@ fn without(t: &toml::Table, key: &str) -> toml::Value {
     toml::Value::Table(t)
 }
 
-fn policy(t: Option<&toml::Table>) -> Res<PolicyConfig> {
+fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Res<PolicyConfig> {
     let path = "router.policy";
     let Some(t) = t else {
         return Err(FieldError::new(
@@ -508,7 +508,7 @@ fn policy(t: Option<&toml::Table>) -> Res<PolicyConfig> {
                 band: count(p.band, &format!("{path}.band"), 0)?,
             })
         }
-        other => policy_tables::parse(other, &rest, path).unwrap_or_else(|| {
+        other => policy_tables::parse(other, &rest, path, fleet).unwrap_or_else(|| {
             Err(FieldError::new(
                 format!("{path}.kind"),
                 format!("unknown policy `{other}`; expected one of {POLICY_KINDS}"),
@@ -708,7 +708,11 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         }
     };
     let r = &f.router;
-    let policy = policy(r.policy.as_ref())?;
+    let fleet = policy_tables::Fleet {
+        block_size_tokens: b.block_size_tokens.unwrap_or(16).clamp(1, i64::from(u32::MAX)) as u32,
+        kv_blocks: b.kv_blocks.unwrap_or(29_205).clamp(1, i64::from(u32::MAX)) as u32,
+    };
+    let policy = policy(r.policy.as_ref(), fleet)?;
     let router = RouterConfig {
         engine_stats_interval: secs(
             r.engine_stats_interval_s

@@ -115,9 +115,31 @@ fn weight(v: f64, path: &str) -> Res<f64> {
     }
 }
 
+/// What a policy auto-tunes from the fleet (llm-d sizes its index from the pods).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fleet {
+    /// `backends.block_size_tokens`.
+    pub block_size_tokens: u32,
+    /// `backends.kv_blocks`.
+    pub kv_blocks: u32,
+}
+
+/// Largest index any prefix-cache policy may be configured to hold (entries).
+const MAX_INDEX_ENTRIES: i64 = 10_000_000;
+
+fn index_size(v: i64, path: &str) -> Res<u32> {
+    if !(1..=MAX_INDEX_ENTRIES).contains(&v) {
+        return Err(FieldError::new(
+            path,
+            format!("must be between 1 and {MAX_INDEX_ENTRIES} entries, got {v}"),
+        ));
+    }
+    Ok(v as u32)
+}
+
 /// Validates the table of `kind` (without the `kind` key); `None` if `kind` is not one of
 /// these policies.
-pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str) -> Option<Res<PolicyConfig>> {
+pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) -> Option<Res<PolicyConfig>> {
     let at = |k: &str| format!("{path}.{k}");
     Some(match kind {
         "random" => from_value::<super::NoParams>(rest, path).map(|_| PolicyConfig::Random),
@@ -168,16 +190,23 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str) -> Option<Res<Po
                     0,
                 )?),
                 balance_rel_threshold: rel,
+                // At least 4: finer trees cost ~100 bytes per stored character and are never
+                // evicted here.
                 tree_chunk_chars: count(
                     f.tree_chunk_chars.unwrap_or(i64::from(d.tree_chunk_chars)),
                     &at("tree_chunk_chars"),
-                    1,
+                    4,
                 )?,
             }))
         }),
         "llmd" => from_value::<LlmdFile>(rest, path).and_then(|f| {
             let d = LlmdParams::default();
-            let block_tokens = count(f.block_size_tokens.unwrap_or(16), &at("block_size_tokens"), 1)?;
+            // Auto-tuned from the pods like upstream: the engines' block size and GPU blocks.
+            let block_tokens = count(
+                f.block_size_tokens.unwrap_or(i64::from(fleet.block_size_tokens)),
+                &at("block_size_tokens"),
+                1,
+            )?;
             Ok(PolicyConfig::Llmd(LlmdParams {
                 queue_weight: weight(f.queue_weight.unwrap_or(d.queue_weight), &at("queue_weight"))?,
                 kv_weight: weight(
@@ -208,10 +237,9 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str) -> Option<Res<Po
                     &at("max_prefix_blocks"),
                     1,
                 )?,
-                lru_capacity_per_pod: count(
-                    f.lru_capacity_per_pod.unwrap_or(i64::from(d.lru_capacity_per_pod)),
+                lru_capacity_per_pod: index_size(
+                    f.lru_capacity_per_pod.unwrap_or(i64::from(fleet.kv_blocks)),
                     &at("lru_capacity_per_pod"),
-                    1,
                 )?,
             }))
         }),
@@ -226,7 +254,7 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str) -> Option<Res<Po
             }
             Ok(PolicyConfig::AibrixPrefixCache(AibrixParams {
                 block_chars: count(f.block_chars.unwrap_or(i64::from(d.block_chars)), &at("block_chars"), 1)?,
-                max_blocks: count(f.max_blocks.unwrap_or(i64::from(d.max_blocks)), &at("max_blocks"), 1)?,
+                max_blocks: index_size(f.max_blocks.unwrap_or(i64::from(d.max_blocks)), &at("max_blocks"))?,
                 block_ttl: super::secs(f.block_ttl_s.unwrap_or(1200.0), &at("block_ttl_s"), false)?,
                 imbalance_abs_count: u64::from(count(
                     f.imbalance_abs_count.unwrap_or(d.imbalance_abs_count as i64),

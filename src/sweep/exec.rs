@@ -7,7 +7,7 @@
 //! written from them, do not depend on `--jobs` or on the order in which runs finish.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -51,12 +51,17 @@ pub struct RunFailure {
     pub invariant: bool,
 }
 
-/// Validates every point (scenario keys, axis values) before anything runs, so a bad value
-/// is reported at once with exit code 2 rather than after hours of work.
+/// Validates every point (scenario keys, axis values, and the workload under the first
+/// seed) before anything runs, so a bad value is reported at once with exit code 2 rather
+/// than after hours of work. Another seed can still draw a workload a point cannot hold;
+/// that run then fails with its point and seed named.
 pub fn validate_points(base: &Source, plan: &Plan) -> Result<()> {
     for p in 0..plan.points() {
         let src = plan.source_for(base, p)?;
-        src.scenario()?;
+        let mut sc = src.scenario()?;
+        sc.sim.seed = plan.seeds[0];
+        sc.workload()
+            .map_err(|e| anyhow::anyhow!("{} (at {})", src.error(e), describe(plan, p, plan.seeds[0])))?;
     }
     Ok(())
 }
@@ -138,22 +143,24 @@ pub fn execute(base: &Source, meta: &Meta, mut opts: ExecOptions) -> Result<(Swe
             message: format!("cannot start {} worker threads: {e}", opts.jobs),
             invariant: false,
         })?;
-    let abort = AtomicBool::new(false);
+    // The lowest failing run so far: runs above it are skipped, runs below it still run, so
+    // the failure reported (the lowest in run order) does not depend on --jobs.
+    let first_fail = AtomicU64::new(u64::MAX);
     let (tx, rx) = mpsc::channel::<Result<RunRow, RunFailure>>();
     let mut failures: Vec<RunFailure> = Vec::new();
     let mut partial_err: Option<String> = None;
     std::thread::scope(|scope| {
         let todo = &todo;
-        let abort = &abort;
+        let first_fail = &first_fail;
         scope.spawn(move || {
             pool.install(|| {
                 todo.par_iter().for_each_with(tx, |tx, &i| {
-                    if abort.load(Ordering::Relaxed) {
+                    if i > first_fail.load(Ordering::Relaxed) {
                         return;
                     }
                     let r = run_one(base, plan, i);
                     if r.is_err() {
-                        abort.store(true, Ordering::Relaxed);
+                        first_fail.fetch_min(i, Ordering::Relaxed);
                     }
                     // The receiver lives until every sender is dropped.
                     let _ = tx.send(r);

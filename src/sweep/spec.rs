@@ -53,13 +53,30 @@ pub struct SweepFile {
 }
 
 /// `seeds = 20` or `seeds = [1, 2, 3]` (also used by `[expect]`).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum SeedsFile {
     /// How many.
     Count(u64),
     /// Which.
     List(Vec<u64>),
+}
+
+impl<'de> Deserialize<'de> for SeedsFile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let bad = || {
+            D::Error::custom("expected a seed count (`seeds = 20`) or a list of seeds 0..2^63 (`seeds = [1, 5, 9]`)")
+        };
+        match toml::Value::deserialize(d)? {
+            toml::Value::Integer(n) if n >= 0 => Ok(SeedsFile::Count(n as u64)),
+            toml::Value::Array(a) => a
+                .iter()
+                .map(|v| v.as_integer().filter(|n| *n >= 0).map(|n| n as u64).ok_or_else(bad))
+                .collect::<Result<Vec<u64>, _>>()
+                .map(SeedsFile::List),
+            _ => Err(bad()),
+        }
+    }
 }
 
 /// `[[sweep.axis]]`: `path` with `values` or `min`/`max`/`step`, or `name` with `cases`.
@@ -226,7 +243,12 @@ pub fn scan_levels(path: &str, min: &str, max: &str, step: &str, cap: u64) -> Re
     if lo > hi {
         return Err(format!("empty range: MIN {min} is above MAX {max}"));
     }
-    let count = ((hi - lo) / d).floor();
+    let too_wide = || format!("the range {min} to {max} by {step} is too wide to enumerate");
+    let count = hi
+        .checked_sub(lo)
+        .and_then(|w| w.checked_div(d))
+        .ok_or_else(too_wide)?
+        .floor();
     let count: u64 = u64::try_from(count).unwrap_or(u64::MAX).saturating_add(1);
     if count > cap {
         return Err(format!(
@@ -241,7 +263,10 @@ pub fn scan_levels(path: &str, min: &str, max: &str, step: &str, cap: u64) -> Re
             label: text.clone(),
             sets: vec![(path.to_string(), text)],
         });
-        x += d;
+        match x.checked_add(d) {
+            Some(next) => x = next,
+            None => break,
+        }
     }
     Ok(out)
 }
@@ -413,11 +438,11 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
         if seeds.is_some() && !seed_from.starts_with("sweep.") {
             return Err(format!("--seeds and {seed_from} both give the seeds; use one"));
         }
-        seeds = Some(count_seeds(base_seed, n).map_err(|m| format!("--seeds: {m}"))?);
+        seeds = Some(count_seeds(base_seed, n, cap).map_err(|m| format!("--seeds: {m}"))?);
     } else if seeds.is_none() {
         seeds = Some(match &file.seeds {
             None => vec![base_seed as u64],
-            Some(SeedsFile::Count(n)) => count_seeds(base_seed, *n).map_err(|m| src.message("sweep.seeds", &m))?,
+            Some(SeedsFile::Count(n)) => count_seeds(base_seed, *n, cap).map_err(|m| src.message("sweep.seeds", &m))?,
             Some(SeedsFile::List(l)) => l.clone(),
         });
     }
@@ -526,9 +551,15 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
     })
 }
 
-pub fn count_seeds(base: i64, n: u64) -> Result<Vec<u64>, String> {
+/// Seeds `base, base + 1, ...` (`n` of them, at most `cap`).
+pub fn count_seeds(base: i64, n: u64, cap: u64) -> Result<Vec<u64>, String> {
     if n == 0 {
         return Err("at least one seed is needed".into());
+    }
+    if n > cap {
+        return Err(format!(
+            "{n} seeds is above the cap of {cap} runs (raise it with --max-runs)"
+        ));
     }
     let base = base.max(0) as u64;
     (0..n)

@@ -34,6 +34,65 @@ pub struct Meta {
     pub runs: u64,
 }
 
+impl Meta {
+    /// True if `other` describes the same runs (version, scenario, overrides, axes, seeds).
+    /// Table and plot settings (headline metrics, plot axes) may differ: they only change
+    /// how the same rows are presented.
+    pub fn same_runs(&self, other: &Meta) -> bool {
+        self.fleetsim_version == other.fleetsim_version
+            && self.scenario == other.scenario
+            && self.scenario_sha256 == other.scenario_sha256
+            && self.sets == other.sets
+            && self.plan.axes == other.plan.axes
+            && self.plan.seeds == other.plan.seeds
+            && self.points == other.points
+            && self.runs == other.runs
+    }
+
+    /// Checks a file's metadata for internal consistency (files can be edited by hand).
+    pub fn validate(&self) -> Result<()> {
+        let plan = &self.plan;
+        anyhow::ensure!(!plan.seeds.is_empty(), "the sweep lists no seeds");
+        if let Some(a) = plan.axes.iter().find(|a| a.levels.is_empty()) {
+            bail!("axis `{}` has no values", a.name);
+        }
+        let points = plan
+            .axes
+            .iter()
+            .try_fold(1u64, |acc, a| acc.checked_mul(a.levels.len() as u64))
+            .context("the grid is too large")?;
+        let runs = points
+            .checked_mul(plan.seeds.len() as u64)
+            .context("the grid is too large")?;
+        anyhow::ensure!(
+            points == self.points && runs == self.runs,
+            "meta says {} points / {} runs, the axes and seeds give {points} / {runs}",
+            self.points,
+            self.runs
+        );
+        anyhow::ensure!(
+            runs <= MAX_FILE_RUNS,
+            "{runs} runs is above the {MAX_FILE_RUNS} a sweep file may hold"
+        );
+        let names: Vec<&str> = plan.axes.iter().map(|a| a.name.as_str()).collect();
+        for (what, list, sizes) in [
+            ("heatmap", &plan.plot.heatmap, [2usize, 2]),
+            ("line", &plan.plot.line, [1, 2]),
+        ] {
+            if let Some(l) = list {
+                anyhow::ensure!(
+                    (sizes[0]..=sizes[1]).contains(&l.len()) && l.iter().all(|n| names.contains(&n.as_str())),
+                    "plot.{what} names axes the sweep does not have: {l:?}"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Largest sweep a results file may describe (a sanity bound against corrupt files).
+pub const MAX_FILE_RUNS: u64 = 100_000_000;
+
 /// One run's metrics.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
@@ -75,6 +134,39 @@ struct Wire {
 }
 
 impl SweepFile {
+    /// Checks metadata, shard and every row against the grid.
+    pub fn validate(&self) -> Result<()> {
+        self.meta.validate()?;
+        if let Some([k, n]) = self.shard {
+            anyhow::ensure!(n >= 1 && k < n, "shard {k}/{n} is not a valid shard");
+        }
+        for r in &self.rows {
+            anyhow::ensure!(
+                r.run < self.meta.runs,
+                "run {} is outside the grid of {} runs",
+                r.run,
+                self.meta.runs
+            );
+            anyhow::ensure!(
+                self.meta.plan.run_at(r.run) == (r.point, r.seed),
+                "run {} is labelled point {} seed {}, but the grid puts point {} seed {} there",
+                r.run,
+                r.point,
+                r.seed,
+                self.meta.plan.run_at(r.run).0,
+                self.meta.plan.run_at(r.run).1
+            );
+            if let Some([k, n]) = self.shard {
+                anyhow::ensure!(r.run % n == k, "run {} does not belong to shard {k}/{n}", r.run);
+            }
+        }
+        anyhow::ensure!(
+            self.rows.windows(2).all(|w| w[0].run < w[1].run),
+            "rows are not in run order (or a run appears twice)"
+        );
+        Ok(())
+    }
+
     /// Serializes: the metadata pretty-printed, then one line per row.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let cols = columns(&self.rows);
@@ -230,8 +322,8 @@ pub fn fmt_stat(x: f64) -> String {
     if s == "-0" { "0".into() } else { s }
 }
 
-/// `mean ± ci` with the interval to 2 significant digits and the mean to the same decimal
-/// place, so a table shows only the digits the seeds support.
+/// `mean ± ci` with the interval to 2 significant digits (whole numbers from 100 up) and
+/// the mean to the same decimal place, so a table shows only the digits the seeds support.
 pub fn fmt_mean_ci(mean: f64, ci: f64) -> String {
     if ci.is_nan() {
         return fmt_stat(mean);
@@ -356,9 +448,19 @@ pub fn write_aggregate_csv(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> R
 /// `aggregate.md`: the headline metrics as `mean ± ci95` per point.
 pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Result<()> {
     let plan = &meta.plan;
+    let done: u64 = agg
+        .points
+        .iter()
+        .map(|(_, st)| st.iter().map(|s| s.n).max().unwrap_or(0))
+        .sum();
+    let partial = if done < meta.runs {
+        format!(" PARTIAL: {done} of {} runs done.", meta.runs)
+    } else {
+        String::new()
+    };
     writeln!(
         out,
-        "Sweep of `{}` (scenario sha256 `{}`), {} points x {} seeds ({}), fleetsim {}. Cells: mean ± 95% CI half-width over seeds.\n",
+        "Sweep of `{}` (scenario sha256 `{}`), {} points x {} seeds ({}), fleetsim {}. Cells: mean ± 95% CI half-width over seeds.{partial}\n",
         meta.scenario,
         &meta.scenario_sha256[..12.min(meta.scenario_sha256.len())],
         meta.points,
@@ -371,6 +473,14 @@ pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Re
         .iter()
         .filter_map(|m| agg.columns.iter().position(|c| c == m).map(|i| (i, m)))
         .collect();
+    let missing: Vec<&String> = plan.metrics.iter().filter(|m| !agg.columns.contains(m)).collect();
+    if !missing.is_empty() && !agg.points.is_empty() {
+        writeln!(
+            out,
+            "Not reported by any run (e.g. a backend index beyond the fleet): {}.\n",
+            missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+        )?;
+    }
     let mut head: Vec<String> = plan.axes.iter().map(|a| a.name.clone()).collect();
     head.extend(shown.iter().map(|(_, m)| m.to_string()));
     writeln!(out, "| {} |", head.join(" | "))?;
@@ -421,7 +531,10 @@ pub fn write_tables(dir: &Path, file: &SweepFile) -> Result<Vec<PathBuf>> {
 /// Reads a sweep or shard file.
 pub fn read(path: &Path) -> Result<SweepFile> {
     let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    SweepFile::from_slice(&bytes).with_context(|| format!("{}: not a fleetsim sweep file", path.display()))
+    let f = SweepFile::from_slice(&bytes).with_context(|| format!("{}: not a fleetsim sweep file", path.display()))?;
+    f.validate()
+        .with_context(|| format!("{}: inconsistent sweep file", path.display()))?;
+    Ok(f)
 }
 
 /// Combines shard files into the complete sweep; every run must appear exactly once and
@@ -432,7 +545,7 @@ pub fn merge(files: &[(PathBuf, SweepFile)]) -> Result<SweepFile> {
     };
     let mut rows: Vec<Option<RunRow>> = vec![None; first.meta.runs as usize];
     for (p, f) in files {
-        if f.meta != first.meta {
+        if !f.meta.same_runs(&first.meta) {
             bail!(
                 "{} describes a different sweep than {} (scenario, version, overrides, axes or seeds differ)",
                 p.display(),
