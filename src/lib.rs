@@ -32,6 +32,7 @@ pub mod content;
 pub mod dist;
 pub mod engine;
 pub mod export;
+pub mod faults;
 pub mod ids;
 pub mod metrics;
 pub mod plot;

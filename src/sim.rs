@@ -16,6 +16,7 @@ use crate::backend::queueing::QueueingServer;
 use crate::backend::vllm::{StepEvents, VllmConfig, VllmEngine};
 use crate::backend::{Backend, Gauges};
 use crate::engine::EventQueue;
+use crate::faults::ScrapeOutcome;
 use crate::ids::{BackendId, RequestId, SessionId};
 use crate::metrics::{
     DecisionLog, DecisionRow, EngineCounters, FleetTracker, RequestRec, Summary, SummaryInputs, TsRow, summarize,
@@ -62,6 +63,8 @@ pub struct SimConfig {
     pub max_sim_time: Option<SimTime>,
     /// Refuse to process more than this many events.
     pub max_events: u64,
+    /// Signal faults and slowdowns.
+    pub faults: Vec<crate::faults::Fault>,
 }
 
 /// Output switches.
@@ -272,20 +275,25 @@ struct GaugeHistory {
 }
 
 impl GaugeHistory {
-    fn push(&mut self, t: SimTime, g: Gauges) {
+    /// Records a change at `t`, dropping history older than `keep` before `t` (one value
+    /// from before that is kept: it is the value as of `t - keep`).
+    fn push(&mut self, t: SimTime, g: Gauges, keep: SimDuration) {
         if self.changes.back().is_none_or(|(_, v)| *v != g) {
             self.changes.push_back((t, g));
         }
-    }
-
-    /// Value as of `t`, pruning history no longer needed by later reads.
-    fn at(&mut self, t: SimTime) -> Gauges {
-        while self.changes.len() > 1 && self.changes[1].0 <= t {
+        let horizon = t.0.saturating_sub(keep.0);
+        while self.changes.len() > 1 && self.changes[1].0.0 <= horizon {
             self.changes.pop_front();
         }
-        match self.changes.front() {
-            Some((t0, v)) if *t0 <= t => *v,
-            _ => Gauges::default(),
+    }
+
+    /// Value as of `t` (zeros before the first step).
+    fn at(&self, t: SimTime) -> Gauges {
+        let i = self.changes.partition_point(|(t0, _)| *t0 <= t);
+        if i == 0 {
+            Gauges::default()
+        } else {
+            self.changes[i - 1].1
         }
     }
 }
@@ -312,6 +320,10 @@ pub struct Simulation<'w> {
     backends: Vec<Backend>,
     /// Router replicas (one unless `router.replicas` says otherwise).
     routers: Vec<Router>,
+    /// The fault timeline.
+    faults: crate::faults::Faults,
+    /// Per backend: keep gauge history this far back (metrics lag, extra-lag faults).
+    history: Vec<SimDuration>,
     /// The replica that routed each request.
     replica_of: Vec<u16>,
     /// The front load balancer's state.
@@ -406,6 +418,13 @@ impl<'w> Simulation<'w> {
             queue,
             backends,
             replica_of: Vec::with_capacity(workload.total_requests()),
+            history: (0..n)
+                .map(|i| {
+                    let f = crate::faults::Faults::new(cfg.faults.clone());
+                    std::cmp::max(cfg.gauge_lag, f.max_lag(BackendId::from_index(i)))
+                })
+                .collect(),
+            faults: crate::faults::Faults::new(cfg.faults.clone()),
             front: FrontState::new(cfg.router.front, stream(cfg.seed, "router.front", 0)),
             routers,
             workload,
@@ -487,19 +506,24 @@ impl<'w> Simulation<'w> {
             }
             Event::ScrapeRead { replica, pos } => {
                 let b = self.routers[replica as usize].endpoints()[pos as usize].backend;
-                let g = if self.cfg.gauge_lag.0 > 0 {
-                    self.gauges[b.index()].at(SimTime(now.0.saturating_sub(self.cfg.gauge_lag.0)))
+                let lag = self.cfg.gauge_lag.0.saturating_add(self.faults.extra_lag(b, now).0);
+                let g = if lag > 0 {
+                    self.gauges[b.index()].at(SimTime(now.0.saturating_sub(lag)))
                 } else {
                     self.backends[b.index()].gauges()
                 };
-                let entry = EngineStatsEntry {
+                let g = match self.faults.scrape(b, now, g) {
+                    ScrapeOutcome::Fail => None,
+                    ScrapeOutcome::Values(g) => Some(g),
+                };
+                let entry = g.map(|g| EngineStatsEntry {
                     running: g.running,
                     waiting: g.waiting,
                     kv_used_blocks: g.kv_used_blocks,
                     kv_total_blocks: g.kv_total_blocks,
                     read_at: now,
-                };
-                let (next, after) = self.routers[replica as usize].scrape_read(pos as usize, Some(entry));
+                });
+                let (next, after) = self.routers[replica as usize].scrape_read(pos as usize, entry);
                 let ev = match next {
                     ScrapeNext::Read(p) => Event::ScrapeRead { replica, pos: p as u32 },
                     ScrapeNext::PassEnd => Event::ScrapePassEnd { replica },
@@ -612,6 +636,16 @@ impl<'w> Simulation<'w> {
         };
         self.step_events.clear();
         if let Some(d) = e.start_step(&mut self.step_events) {
+            let factor = if self.faults.is_empty() {
+                1.0
+            } else {
+                self.faults.slowdown(b, now)
+            };
+            let d = if factor == 1.0 {
+                d
+            } else {
+                SimDuration((d.0 as f64 * factor).round() as u64)
+            };
             for &(rid, cached) in &self.step_events.admitted {
                 let r = &mut self.requests[rid.index()];
                 r.t_admit = Some(now);
@@ -715,9 +749,9 @@ impl<'w> Simulation<'w> {
     }
 
     fn note_gauges(&mut self, now: SimTime, b: BackendId) {
-        if self.cfg.gauge_lag.0 > 0 {
+        if self.history[b.index()].0 > 0 {
             let g = self.backends[b.index()].gauges();
-            self.gauges[b.index()].push(now, g);
+            self.gauges[b.index()].push(now, g, self.history[b.index()]);
         }
     }
 
@@ -838,17 +872,20 @@ mod tests {
             ..Gauges::default()
         };
         assert_eq!(h.at(SimTime(5)), g(0, 0), "before any step the gauges read zero");
-        h.push(SimTime(10), g(1, 0));
-        h.push(SimTime(10), g(1, 0)); // unchanged values are not stored twice
-        h.push(SimTime(20), g(2, 3));
-        h.push(SimTime(30), g(0, 0));
+        let keep = SimDuration(100);
+        h.push(SimTime(10), g(1, 0), keep);
+        h.push(SimTime(10), g(1, 0), keep); // unchanged values are not stored twice
+        h.push(SimTime(20), g(2, 3), keep);
+        h.push(SimTime(30), g(0, 0), keep);
         assert_eq!(h.changes.len(), 3);
         assert_eq!(h.at(SimTime(9)), g(0, 0));
         assert_eq!(h.at(SimTime(15)), g(1, 0));
         assert_eq!(h.at(SimTime(20)), g(2, 3));
         assert_eq!(h.at(SimTime(29)), g(2, 3));
-        // Reads move forward; history older than the last read is pruned.
-        assert_eq!(h.changes.len(), 2);
         assert_eq!(h.at(SimTime(31)), g(0, 0));
+        // History older than `keep` is pruned on push (one older value stays).
+        h.push(SimTime(125), g(5, 5), keep);
+        assert_eq!(h.changes.len(), 3);
+        assert_eq!(h.at(SimTime(25)), g(2, 3));
     }
 }

@@ -272,3 +272,37 @@ fn policy_parameters_are_validated_and_listed() {
         .stdout(predicate::str::contains("balance_abs_threshold = 64"))
         .stdout(predicate::str::contains("every 50 ms"));
 }
+
+#[test]
+fn fault_tables_are_validated() {
+    let cases = [
+        (
+            "[{ backend = 5, kind = \"zero_stats\" }]",
+            "faults[0].backend: backend 5 does not exist",
+        ),
+        (
+            "[{ backend = 0, kind = \"gremlins\" }]",
+            "faults[0].kind: unknown fault `gremlins`",
+        ),
+        (
+            "[{ backend = 0, kind = \"extra_lag\" }]",
+            "faults[0].lag_s: extra_lag needs `lag_s`",
+        ),
+        (
+            "[{ backend = 0, kind = \"slowdown\", factor = 0 }]",
+            "faults[0].factor: must be in (0, 1000]",
+        ),
+        (
+            "[{ backend = 0, kind = \"zero_stats\", factor = 2 }]",
+            "faults[0].factor: `factor` applies only to",
+        ),
+        (
+            "[{ backend = 0, kind = \"scrape_fail\", from_s = 10, until_s = 5 }]",
+            "faults[0].until_s: must be after from_s",
+        ),
+    ];
+    for (faults, needle) in cases {
+        let set = format!("faults={faults}");
+        rejects(&["run", "scenarios/burst8.toml", "--no-files", "--set", &set], needle);
+    }
+}

@@ -99,6 +99,28 @@ pub struct ScenarioFile {
     pub router: RouterFile,
     /// The workload.
     pub workload: WorkloadFile,
+    /// Signal faults and slowdowns (`[[faults]]`).
+    #[serde(default)]
+    pub faults: Vec<FaultFile>,
+}
+
+/// `[[faults]]`: one fault on one backend over a time window.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultFile {
+    /// Backend index.
+    pub backend: i64,
+    /// `scrape_fail`, `zero_stats`, `frozen_stats`, `extra_lag`, `slowdown`.
+    pub kind: String,
+    /// Start, seconds (default 0).
+    #[serde(default)]
+    pub from_s: f64,
+    /// End, seconds (default: never).
+    pub until_s: Option<f64>,
+    /// `extra_lag`: seconds.
+    pub lag_s: Option<f64>,
+    /// `slowdown`: step-time factor.
+    pub factor: Option<f64>,
 }
 
 fn default_seed() -> u64 {
@@ -598,6 +620,81 @@ fn vllm_only(b: &BackendsFile) -> Vec<(&'static str, bool)> {
     ]
 }
 
+fn faults(list: &[FaultFile], n_backends: u32) -> Res<Vec<crate::faults::Fault>> {
+    use crate::faults::{Fault, FaultKind};
+    let mut out = Vec::new();
+    for (i, f) in list.iter().enumerate() {
+        let at = |k: &str| format!("faults[{i}].{k}");
+        if f.backend < 0 || f.backend >= i64::from(n_backends) {
+            return Err(FieldError::new(
+                at("backend"),
+                format!(
+                    "backend {} does not exist (backends.count = {n_backends}, indices from 0)",
+                    f.backend
+                ),
+            ));
+        }
+        let only = |key: &str, given: bool, kinds: &str| -> Res<()> {
+            if given {
+                Err(FieldError::new(at(key), format!("`{key}` applies only to {kinds}")))
+            } else {
+                Ok(())
+            }
+        };
+        let kind = match f.kind.as_str() {
+            "scrape_fail" | "zero_stats" | "frozen_stats" => {
+                only("lag_s", f.lag_s.is_some(), "kind = \"extra_lag\"")?;
+                only("factor", f.factor.is_some(), "kind = \"slowdown\"")?;
+                match f.kind.as_str() {
+                    "scrape_fail" => FaultKind::ScrapeFail,
+                    "zero_stats" => FaultKind::ZeroStats,
+                    _ => FaultKind::FrozenStats,
+                }
+            }
+            "extra_lag" => {
+                only("factor", f.factor.is_some(), "kind = \"slowdown\"")?;
+                let l = f
+                    .lag_s
+                    .ok_or_else(|| FieldError::new(at("lag_s"), "extra_lag needs `lag_s`"))?;
+                FaultKind::ExtraLag(secs(l, &at("lag_s"), false)?)
+            }
+            "slowdown" => {
+                only("lag_s", f.lag_s.is_some(), "kind = \"extra_lag\"")?;
+                let x = f
+                    .factor
+                    .ok_or_else(|| FieldError::new(at("factor"), "slowdown needs `factor`"))?;
+                if !(x.is_finite() && x > 0.0 && x <= 1000.0) {
+                    return Err(FieldError::new(at("factor"), format!("must be in (0, 1000], got {x}")));
+                }
+                FaultKind::Slowdown(x)
+            }
+            other => {
+                return Err(FieldError::new(
+                    at("kind"),
+                    format!(
+                        "unknown fault `{other}`; expected scrape_fail, zero_stats, frozen_stats, extra_lag or slowdown"
+                    ),
+                ));
+            }
+        };
+        let from = SimTime(secs(f.from_s, &at("from_s"), true)?.0);
+        let until = match f.until_s {
+            Some(u) => SimTime(secs(u, &at("until_s"), true)?.0),
+            None => SimTime(u64::MAX),
+        };
+        if until <= from {
+            return Err(FieldError::new(at("until_s"), "must be after from_s"));
+        }
+        out.push(Fault {
+            backend: crate::ids::BackendId::from_index(f.backend as usize),
+            kind,
+            from,
+            until,
+        });
+    }
+    Ok(out)
+}
+
 /// Validates a parsed file. `stem` names the scenario when `name` is absent.
 pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
     let name = f.name.clone().unwrap_or_else(|| stem.to_string());
@@ -782,6 +879,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         gauge_lag,
         max_sim_time,
         max_events: limits.max_events,
+        faults: faults(&f.faults, n)?,
     };
     let queueing = matches!(sim.model, BackendModel::Queueing { .. });
     if f.workload.groups.is_empty() {

@@ -1,0 +1,104 @@
+//! Signal faults and slowdowns: each reproduces its production failure, and bad fault
+//! tables are input errors.
+
+mod common;
+
+use common::{run_with, shipped};
+use fleetsim::metrics::Summary;
+use fleetsim::sim::RunOptions;
+
+fn run(name: &str, sets: &[(&str, &str)]) -> Summary {
+    let (s, w) = shipped(name, sets);
+    run_with(&s, &w, RunOptions::summary_only()).summary
+}
+
+/// production-stack issue #1074: a backend whose metrics parse to zeros looks idle forever,
+/// and least-in-flight sends it far more than its share.
+#[test]
+fn a_zero_stats_backend_takes_the_burst() {
+    for seed in ["1", "2", "3"] {
+        let sick = run("fault-zero-stats.toml", &[("seed", seed)]);
+        let healthy = run("fault-zero-stats.toml", &[("seed", seed), ("faults", "[]")]);
+        let share = |s: &Summary| s.backends[3].last_turn_sessions;
+        assert!(share(&sick) >= 15, "seed {seed}: {}", share(&sick));
+        assert!(
+            share(&sick) > share(&healthy) + 4,
+            "seed {seed}: {} vs {}",
+            share(&sick),
+            share(&healthy)
+        );
+        assert!(sick.idle_while_queued_s > healthy.idle_while_queued_s);
+    }
+}
+
+/// A failed scrape removes the entry; the PR #1089 fallback then finds stats missing and
+/// silently routes by QPS again, and the burst8 dogpile returns.
+#[test]
+fn a_scrape_failure_sends_the_fix_back_to_qps() {
+    let s = run("fault-scrape-failure.toml", &[]);
+    assert!(
+        s.decisions_by_branch["fallback_nostats_qps"] >= 8,
+        "{:?}",
+        s.decisions_by_branch
+    );
+    assert_eq!(s.peak_backend_sessions, 8);
+    let fixed = run("burst8-fixed.toml", &[]);
+    assert_eq!(
+        fixed.decisions_by_branch["fallback_nostats_qps"], 1,
+        "only the very first request"
+    );
+    assert!(fixed.peak_backend_sessions < 8);
+}
+
+/// Frozen stats repeat the first value read in the window: frozen at an idle fleet, every
+/// backend stays tied and strict argmin (band 0) degrades to a coin flip per decision.
+#[test]
+fn frozen_and_lagged_stats_change_decisions_not_the_workload() {
+    let base = run("burst8-fixed.toml", &[("router.policy.band", "0")]);
+    let frozen = run(
+        "burst8-fixed.toml",
+        &[
+            ("router.policy.band", "0"),
+            (
+                "faults",
+                "[{ backend = 0, kind = \"frozen_stats\", from_s = 0 }, { backend = 1, kind = \"frozen_stats\", from_s = 0 }]",
+            ),
+        ],
+    );
+    let lagged = run(
+        "burst8-fixed.toml",
+        &[
+            ("router.policy.band", "0"),
+            (
+                "faults",
+                "[{ backend = 0, kind = \"extra_lag\", lag_s = 20 }, { backend = 1, kind = \"extra_lag\", lag_s = 20 }]",
+            ),
+        ],
+    );
+    for s in [&frozen, &lagged] {
+        assert_eq!(s.requests.finished, base.requests.finished);
+        assert_ne!(s.idle_while_queued_s, base.idle_while_queued_s);
+    }
+}
+
+/// A backend slowed 3x takes longer per step: the same work keeps it busy longer, and
+/// least_request (fresh in-flight counts) sends it fewer requests.
+#[test]
+fn a_slow_backend_is_busier_and_least_request_avoids_it() {
+    let sets = [("router.policy", "{ kind = \"least_request\" }"), ("faults", "[]")];
+    let healthy = run("compare-agent-burst.toml", &sets);
+    let slow = run(
+        "compare-agent-burst.toml",
+        &[
+            ("router.policy", "{ kind = \"least_request\" }"),
+            ("faults", "[{ backend = 0, kind = \"slowdown\", factor = 3.0 }]"),
+        ],
+    );
+    let others = |s: &Summary| s.backends[1..].iter().map(|b| b.requests).max().unwrap();
+    assert!(
+        slow.backends[0].requests < others(&slow),
+        "{:?}",
+        slow.backends.iter().map(|b| b.requests).collect::<Vec<_>>()
+    );
+    assert!(slow.ttft_s.p99 > healthy.ttft_s.p99);
+}
