@@ -296,7 +296,8 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
     let opts = RunOptions {
         record_series: !a.no_files,
-        record_decisions: !a.no_files,
+        // Always: the health hints read the decision audit.
+        record_decisions: true,
         check_invariants: a.invariants,
         record_event_log: false,
     };
@@ -311,8 +312,13 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         Err(e) => anyhow::bail!("{file}: {e}"),
     };
     let perf = perf_of(wall, res.summary.events, res.summary.requests.arrived);
+    let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
+    let hints = crate::hints::hints(&res.decisions, &names);
     if !a.quiet {
         print!("{}", render(&res.summary, Some(&perf)));
+        for h in &hints {
+            println!("hint [{}] {}", h.kind, h.message);
+        }
     }
     if let Some(dir) = &a.save_golden {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -327,7 +333,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             .out
             .clone()
             .unwrap_or_else(|| Path::new("results").join(&scenario.sim.name));
-        let mut written = write_all(&dir, &res, &effective, &perf)?;
+        let mut written = write_all(&dir, &res, &effective, &perf, &hints)?;
         let fig = BackendSeries::new(&res.summary, &res.series);
         written.extend(save(&fig, &dir.join("timeseries"))?);
         if !a.quiet {

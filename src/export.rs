@@ -1,6 +1,6 @@
 //! Result files. Export sees only a [`RunResult`], never simulation internals.
 //!
-//! `summary.json`, `requests.csv`, `timeseries.csv`, `decisions.csv` and `scenario.toml`
+//! `summary.json`, `requests.csv`, `timeseries.csv`, `decisions.csv`, `hints.json` and `scenario.toml`
 //! (the effective scenario, overrides applied) are byte-identical for the same scenario and
 //! seed. `perf.json` holds wall-clock figures and is the only file that varies run to run.
 
@@ -43,7 +43,13 @@ pub struct Perf {
 }
 
 /// Writes all files into `dir`; returns their paths.
-pub fn write_all(dir: &Path, res: &RunResult, scenario_toml: &str, perf: &Perf) -> Result<Vec<PathBuf>> {
+pub fn write_all(
+    dir: &Path,
+    res: &RunResult,
+    scenario_toml: &str,
+    perf: &Perf,
+    hints: &[crate::hints::Hint],
+) -> Result<Vec<PathBuf>> {
     fs::create_dir_all(dir).with_context(|| format!("creating results folder {}", dir.display()))?;
     let mut written = Vec::new();
     let mut file = |name: &str, f: &dyn Fn(&Path) -> Result<()>| -> Result<()> {
@@ -57,6 +63,7 @@ pub fn write_all(dir: &Path, res: &RunResult, scenario_toml: &str, perf: &Perf) 
     file("timeseries.csv", &|p| write_series(p, res))?;
     file("decisions.csv", &|p| write_decisions(p, res))?;
     file("scenario.toml", &|p| Ok(fs::write(p, scenario_toml)?))?;
+    file("hints.json", &|p| write_json(p, &hints))?;
     file("perf.json", &|p| write_json(p, perf))?;
     Ok(written)
 }

@@ -33,6 +33,7 @@ pub mod dist;
 pub mod engine;
 pub mod export;
 pub mod faults;
+pub mod hints;
 pub mod ids;
 pub mod metrics;
 pub mod plot;

@@ -380,6 +380,13 @@ pub struct Summary {
     pub peak_backend_sessions: u64,
     /// Decisions per branch (every branch listed, zeros included).
     pub decisions_by_branch: BTreeMap<String, u64>,
+    /// Per decision, the true outstanding requests of the pick minus the fewest any backend
+    /// had at that instant (0 = the pick was among the least loaded in truth).
+    pub decision_regret: Percentiles,
+    /// Decisions whose pick was not among the least loaded in truth.
+    pub decisions_with_regret: u64,
+    /// Per decision that read engine stats, the age of the oldest entry it saw (seconds).
+    pub view_age_s: Percentiles,
     /// Finished requests per simulated second.
     pub throughput_rps: f64,
     /// Output tokens of finished requests per simulated second.
@@ -441,6 +448,10 @@ pub struct SummaryInputs<'a> {
     pub first_turns: Vec<u64>,
     /// Sessions per backend by latest turn.
     pub last_turns: Vec<u64>,
+    /// Per decision: true outstanding requests of the pick minus the fleet minimum.
+    pub regrets: &'a [u32],
+    /// Per decision that saw engine stats: age of the oldest entry, ns.
+    pub view_ages_ns: &'a [u64],
 }
 
 fn secs(ns: u128) -> f64 {
@@ -523,6 +534,9 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
         stranded_slot_s: secs(fleet.stranded_ns),
         latched_sessions: inp.latched_sessions,
         peak_backend_sessions: inp.last_turns.iter().copied().max().unwrap_or(0),
+        decision_regret: percentiles(inp.regrets.iter().map(|&r| f64::from(r)).collect()),
+        decisions_with_regret: inp.regrets.iter().filter(|&&r| r > 0).count() as u64,
+        view_age_s: percentiles(inp.view_ages_ns.iter().map(|&a| ns_to_secs(a)).collect()),
         decisions_by_branch: by_branch,
         throughput_rps: per(finished as f64, end_s),
         output_tokens_per_s: per(out_tokens as f64, end_s),

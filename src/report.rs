@@ -99,6 +99,11 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
     let _ = writeln!(o, "decisions           {}", branches.join(", "));
     let _ = writeln!(
         o,
+        "decision regret     {} of {} picks busier than the least-loaded backend in truth (max +{}); views up to {:.1} s old (median {:.1} s)",
+        s.decisions_with_regret, s.decision_regret.count, s.decision_regret.max, s.view_age_s.max, s.view_age_s.p50
+    );
+    let _ = writeln!(
+        o,
         "ttft p50/p90/p99    {:.3} / {:.3} / {:.3} s   (queue wait p99 {:.3} s, e2e p99 {:.3} s)",
         s.ttft_s.p50, s.ttft_s.p90, s.ttft_s.p99, s.queue_wait_s.p99, s.e2e_s.p99
     );

@@ -322,6 +322,10 @@ pub struct Simulation<'w> {
     routers: Vec<Router>,
     /// The fault timeline.
     faults: crate::faults::Faults,
+    /// Per decision: true outstanding of the pick minus the true minimum.
+    regrets: Vec<u32>,
+    /// Per decision with engine stats: age of the oldest entry seen, ns.
+    view_ages: Vec<u64>,
     /// Per backend: keep gauge history this far back (metrics lag, extra-lag faults).
     history: Vec<SimDuration>,
     /// The replica that routed each request.
@@ -425,6 +429,8 @@ impl<'w> Simulation<'w> {
                 })
                 .collect(),
             faults: crate::faults::Faults::new(cfg.faults.clone()),
+            regrets: Vec::with_capacity(workload.total_requests()),
+            view_ages: Vec::with_capacity(workload.total_requests()),
             front: FrontState::new(cfg.router.front, stream(cfg.seed, "router.front", 0)),
             routers,
             workload,
@@ -547,6 +553,11 @@ impl<'w> Simulation<'w> {
         let replica = self.front.pick(key, self.routers.len());
         self.replica_of.push(replica as u16);
         let (b, d) = self.routers[replica].route(now, rid, key, &content, audit);
+        let min = *self.outstanding.iter().min().expect("backends");
+        self.regrets.push(self.outstanding[b.index()] - min);
+        if let Some(age) = self.routers[replica].last_view_age() {
+            self.view_ages.push(age.0);
+        }
         if self.opts.record_decisions {
             self.decisions.truth.extend_from_slice(&self.outstanding);
             self.decisions.rows.push(DecisionRow {
@@ -846,6 +857,8 @@ impl<'w> Simulation<'w> {
             latched_sessions: latched,
             first_turns,
             last_turns,
+            regrets: &self.regrets,
+            view_ages_ns: &self.view_ages,
         };
         let summary = summarize(inputs, &self.fleet, &self.requests, &self.branches);
         RunResult {

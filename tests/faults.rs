@@ -102,3 +102,45 @@ fn a_slow_backend_is_busier_and_least_request_avoids_it() {
     );
     assert!(slow.ttft_s.p99 > healthy.ttft_s.p99);
 }
+
+fn hints_of(name: &str, sets: &[(&str, &str)]) -> Vec<fleetsim::hints::Hint> {
+    let (s, w) = shipped(name, sets);
+    let res = common::run_full(&s, &w);
+    let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
+    fleetsim::hints::hints(&res.decisions, &names)
+}
+
+/// The hints name the right backend and cause, and stay quiet on a healthy run.
+#[test]
+fn health_hints_name_the_cause() {
+    let h = hints_of("fault-zero-stats.toml", &[]);
+    assert!(
+        h.iter().any(|h| h.kind == "zero-stats" && h.backend == "backend-3"),
+        "{h:?}"
+    );
+    assert!(
+        !hints_of("fault-zero-stats.toml", &[("faults", "[]")])
+            .iter()
+            .any(|h| h.kind == "zero-stats")
+    );
+
+    let h = hints_of("fault-scrape-failure.toml", &[]);
+    let m = h
+        .iter()
+        .find(|h| h.kind == "missing-stats")
+        .expect("missing-stats hint");
+    assert_eq!(m.backend, "backend-0");
+    assert!(m.from_s >= 35.0 && m.until_s < 60.0, "{m:?}");
+
+    // Strict argmin on a view taken at the start of the burst piles the agents onto the
+    // backend that looked idle.
+    let h = hints_of(
+        "burst8.toml",
+        &[("router.policy.fallback", "leastinflight"), ("router.policy.band", "0")],
+    );
+    let d = h.iter().find(|h| h.kind == "dogpile").expect("dogpile hint");
+    assert!(d.from_s >= 40.0 && d.from_s < 41.0, "{d:?}");
+    // burst8 with QPS piles up too, but not on an engine-stats view: no dogpile hint, and
+    // nothing is missing or zero.
+    assert!(hints_of("burst8.toml", &[]).is_empty());
+}

@@ -73,6 +73,8 @@ pub struct Router {
     chunks: Vec<u64>,
     blocks: Vec<u64>,
     kv: Option<KvFeed>,
+    /// Age of the oldest engine-stats entry in the last decision's view (None: no entries).
+    last_view_age: Option<SimDuration>,
 }
 
 impl Router {
@@ -92,6 +94,7 @@ impl Router {
             req_stats: RequestStatsMonitor::new(n, cfg.request_stats_window),
             kv: policy.needs_kv_events().then(|| KvFeed::new(n, cfg.kv_event_lag)),
             blocks: Vec::new(),
+            last_view_age: None,
             policy,
             rng,
             engine_view: Vec::with_capacity(n),
@@ -110,6 +113,11 @@ impl Router {
     /// The endpoint list.
     pub fn endpoints(&self) -> &[EndpointInfo] {
         &self.endpoints
+    }
+
+    /// Age of the oldest engine-stats entry the last decision saw (None if it saw none).
+    pub fn last_view_age(&self) -> Option<SimDuration> {
+        self.last_view_age
     }
 
     /// True if the policy consumes engine KV events (the simulation then publishes them).
@@ -149,6 +157,12 @@ impl Router {
             self.engine_view.push(self.scraper.entry(pos));
             self.request_view.push(self.req_stats.entry(ep.backend, now));
         }
+        self.last_view_age = self
+            .engine_view
+            .iter()
+            .flatten()
+            .map(|e| SimDuration(now.0.saturating_sub(e.read_at.0)))
+            .max();
         let chunk_chars = self.policy.prompt_chunk_chars();
         match chunk_chars {
             Some(c) => char_chunk_hashes(content, self.cfg.chars_per_token, c, &mut self.chunks),

@@ -1,0 +1,183 @@
+//! Health hints an operator could implement today, computed from a run's decision audit
+//! (what each policy saw, beside the truth) and printed when the run triggers them:
+//!
+//! * **zero-stats**: a backend's scraped load reads 0 in most views while the router
+//!   itself has requests in flight to it (production-stack issue #1074: a metric-name
+//!   prefix the router does not parse);
+//! * **missing-stats**: a backend's engine stats are absent from views after the first
+//!   scrape pass (failed scrapes), which sends production-stack's least-in-flight fallback
+//!   back to `_qps_routing`;
+//! * **dogpile**: a run of consecutive decisions all sent to one backend on one unchanged
+//!   view while, in truth, another backend ended the run with fewer requests in flight.
+//!
+//! Hints see only results (the audit log), never the simulation.
+
+use serde::Serialize;
+
+use crate::metrics::DecisionLog;
+use crate::policy::Branch;
+use crate::time::{SimTime, ns_to_secs};
+
+/// One hint.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Hint {
+    /// `zero-stats`, `missing-stats` or `dogpile`.
+    pub kind: &'static str,
+    /// The backend concerned.
+    pub backend: String,
+    /// First and last decision time involved, seconds.
+    pub from_s: f64,
+    /// ...
+    pub until_s: f64,
+    /// What an operator would read.
+    pub message: String,
+}
+
+/// Per backend: runs, decisions, first and last time, worst gap, view age at the worst run.
+type Pile = (usize, usize, SimTime, SimTime, u32, f64);
+
+/// Decisions in one unchanged view after which a run to one backend counts as a dogpile.
+pub const DOGPILE_MIN: usize = 4;
+
+/// Hints for a run whose decisions were recorded; `names` are the backends' names.
+pub fn hints(log: &DecisionLog, names: &[String]) -> Vec<Hint> {
+    let n = log.n_backends;
+    let rows = &log.rows;
+    let mut out = Vec::new();
+    if rows.is_empty() || n == 0 {
+        return out;
+    }
+    let t = |x: SimTime| ns_to_secs(x.0);
+    // First decision after which every backend has been scraped at least once.
+    let warm = (0..rows.len()).find(|&i| log.detail(i).0.iter().all(|v| v.engine.is_some()));
+    for (b, name) in names.iter().enumerate().take(n) {
+        // zero-stats: engine load 0 while the router has requests in flight to it.
+        let (mut zero_busy, mut seen, mut peak, mut first, mut last) = (0usize, 0usize, 0u32, None, None);
+        let (mut missing, mut mfirst, mut mlast) = (0usize, None, None);
+        for (i, r) in rows.iter().enumerate() {
+            let v = log.detail(i).0[b];
+            let local = v.requests.map_or(0, |q| q.in_prefill + q.in_decoding);
+            match v.engine {
+                Some(e) => {
+                    seen += 1;
+                    if e.running + e.waiting == 0 && local > 0 {
+                        zero_busy += 1;
+                        peak = peak.max(local);
+                        first.get_or_insert(r.t);
+                        last = Some(r.t);
+                    }
+                }
+                None if warm.is_some_and(|w| i >= w) => {
+                    missing += 1;
+                    mfirst.get_or_insert(r.t);
+                    mlast = Some(r.t);
+                }
+                None => {}
+            }
+        }
+        if seen > 0 && zero_busy * 2 > seen && zero_busy >= DOGPILE_MIN {
+            out.push(Hint {
+                kind: "zero-stats",
+                backend: name.clone(),
+                from_s: t(first.expect("counted")),
+                until_s: t(last.expect("counted")),
+                message: format!(
+                    "{} reported zero load in {zero_busy} of {seen} views while the router itself had requests in flight to it (up to {peak}): its metrics are probably not being parsed (production-stack issue #1074: metric-name prefix), so load-based policies see it idle",
+                    name
+                ),
+            });
+        }
+        if missing > 0 {
+            out.push(Hint {
+                kind: "missing-stats",
+                backend: name.clone(),
+                from_s: t(mfirst.expect("counted")),
+                until_s: t(mlast.expect("counted")),
+                message: format!(
+                    "engine stats for {} were missing in {missing} decisions between {:.1} s and {:.1} s (failed scrapes): production-stack's least-in-flight fallback routes by QPS whenever any endpoint lacks stats",
+                    name,
+                    t(mfirst.expect("counted")),
+                    t(mlast.expect("counted"))
+                ),
+            });
+        }
+    }
+    // dogpile: consecutive load-based decisions to one backend on one unchanged view,
+    // reported once per backend with every such run counted.
+    let reads_engine_load = |b: Branch| {
+        matches!(
+            b,
+            Branch::FallbackLeastInflight
+                | Branch::LeastInflight
+                | Branch::LlmdScore
+                | Branch::KvImbalanced
+                | Branch::PowerOfD
+        )
+    };
+    let same_view = |i: usize, j: usize| {
+        log.detail(i)
+            .0
+            .iter()
+            .zip(log.detail(j).0)
+            .all(|(a, b)| a.engine.map(|e| e.read_at) == b.engine.map(|e| e.read_at))
+    };
+    let mut piles: Vec<Option<Pile>> = vec![None; n];
+    // Runs over the load-based decisions only (a latched follow-up in between does not
+    // break a pile-up).
+    let load: Vec<usize> = (0..rows.len()).filter(|&k| reads_engine_load(rows[k].branch)).collect();
+    let mut a = 0;
+    while a < load.len() {
+        let i = load[a];
+        let mut z = a + 1;
+        while z < load.len() && rows[load[z]].backend == rows[i].backend && same_view(i, load[z]) {
+            z += 1;
+        }
+        let run = z - a;
+        let last = load[z - 1];
+        if run >= DOGPILE_MIN {
+            let b = rows[i].backend.index();
+            let truth = log.detail(last).1;
+            let after_pick = truth[b] + 1;
+            let least = truth.iter().copied().min().unwrap_or(0);
+            if after_pick > least + 1 {
+                let gap = after_pick - least;
+                let age = oldest_age(log.detail(i).0, rows[i].t);
+                let e = piles[b].get_or_insert((0, 0, rows[i].t, rows[last].t, 0, age));
+                e.0 += 1;
+                e.1 += run;
+                e.3 = rows[last].t;
+                if gap > e.4 {
+                    e.4 = gap;
+                    e.5 = age;
+                }
+            }
+        }
+        a = z;
+    }
+    for (b, p) in piles.iter().enumerate() {
+        if let Some((runs, decisions, first, last, gap, age)) = *p {
+            out.push(Hint {
+                kind: "dogpile",
+                backend: names[b].clone(),
+                from_s: t(first),
+                until_s: t(last),
+                message: format!(
+                    "{decisions} load-based decisions in {runs} run(s) of {DOGPILE_MIN}+ between {:.1} s and {:.1} s all went to {} on one unchanged engine-stats view each; in truth it then had up to {gap} more requests in flight than the least-loaded backend (that view was {age:.1} s old at its first decision): consider a tie band, fresher load, or router-local in-flight counts",
+                    t(first),
+                    t(last),
+                    names[b]
+                ),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.from_s.total_cmp(&b.from_s).then(a.kind.cmp(b.kind)));
+    out
+}
+
+/// Oldest engine entry's age at `now` in a view, seconds.
+fn oldest_age(view: &[crate::router::ViewEntry], now: SimTime) -> f64 {
+    view.iter()
+        .filter_map(|v| v.engine)
+        .map(|e| ns_to_secs(now.0.saturating_sub(e.read_at.0)))
+        .fold(0.0, f64::max)
+}
