@@ -65,6 +65,8 @@ pub struct SimConfig {
     pub max_events: u64,
     /// Signal faults and slowdowns.
     pub faults: Vec<crate::faults::Fault>,
+    /// Router restarts: when, and which replica (None = all).
+    pub router_restarts: Vec<(SimTime, Option<u16>)>,
 }
 
 /// Output switches.
@@ -130,6 +132,7 @@ impl EventRecord {
             "RecordDispatch",
             "ScrapeRead",
             "ScrapePassEnd",
+            "RouterRestart",
         ]
         .get(self.kind as usize)
         .copied()
@@ -147,6 +150,7 @@ impl EventRecord {
             Event::RecordDispatch { request } => (6, request.0, 0),
             Event::ScrapeRead { replica, pos } => (7, pos, u32::from(replica)),
             Event::ScrapePassEnd { replica } => (8, 0, u32::from(replica)),
+            Event::RouterRestart { replica } => (9, 0, u32::from(replica)),
         };
         EventRecord { t, kind, a, b }
     }
@@ -197,6 +201,7 @@ enum Event {
     RecordDispatch { request: RequestId },
     ScrapeRead { replica: u16, pos: u32 },
     ScrapePassEnd { replica: u16 },
+    RouterRestart { replica: u16 },
 }
 
 /// How requests are spread over router replicas (the load balancer in front of them).
@@ -376,6 +381,7 @@ impl<'w> Simulation<'w> {
                     endpoints.clone(),
                     stream(cfg.seed, "router.policy", u64::from(r)),
                 )
+                .with_jitter_rng(stream(cfg.seed, "router.scrape_jitter", u64::from(r)))
             })
             .collect();
         let mut backends = backends;
@@ -400,6 +406,15 @@ impl<'w> Simulation<'w> {
                     pos: 0,
                 },
             );
+        }
+        for &(at, replica) in &cfg.router_restarts {
+            let replicas: Vec<u16> = match replica {
+                Some(r) => vec![r],
+                None => (0..r_count as u16).collect(),
+            };
+            for r in replicas {
+                queue.push(at, Event::RouterRestart { replica: r });
+            }
         }
         Simulation {
             fleet: FleetTracker::new(&slots, opts.record_series),
@@ -540,6 +555,7 @@ impl<'w> Simulation<'w> {
                 let sleep = self.routers[replica as usize].scrape_pass_end();
                 self.schedule(now, sleep, Event::ScrapeRead { replica, pos: 0 });
             }
+            Event::RouterRestart { replica } => self.routers[replica as usize].restart(),
         }
     }
 

@@ -144,3 +144,48 @@ fn health_hints_name_the_cause() {
     // nothing is missing or zero.
     assert!(hints_of("burst8.toml", &[]).is_empty());
 }
+
+/// A router restart loses the trie and the request stats: every latched session's next
+/// turn matches nothing and goes through the fallback again.
+#[test]
+fn a_router_restart_drops_the_latch() {
+    let base = run("burst8.toml", &[]);
+    let restarted = run(
+        "burst8.toml",
+        &[("router_events", "[{ at_s = 100, kind = \"restart\" }]")],
+    );
+    assert!(
+        restarted.decisions_by_branch["fallback_qps"] > base.decisions_by_branch["fallback_qps"],
+        "{:?}",
+        restarted.decisions_by_branch
+    );
+    assert!(restarted.latched_sessions < base.latched_sessions);
+    assert!(restarted.idle_while_queued_s < base.idle_while_queued_s);
+}
+
+/// Scrape jitter moves the scrapes (its own random stream: the same seed gives the same
+/// run), and bad router events are input errors.
+#[test]
+fn scrape_jitter_is_deterministic_and_events_are_validated() {
+    let a = run("burst8-fixed.toml", &[("router.scrape_jitter_s", "3")]);
+    let b = run("burst8-fixed.toml", &[("router.scrape_jitter_s", "3")]);
+    let base = run("burst8-fixed.toml", &[]);
+    assert_eq!(a, b);
+    assert_ne!(a.events, base.events);
+    let bad = |sets: &[(String, String)], needle: &str| {
+        let p = common::scenario_path("burst8.toml");
+        let e = fleetsim::scenario::load(&p, sets).err().expect("rejected").to_string();
+        assert!(e.contains(needle), "{e}");
+    };
+    bad(
+        &[("router_events".into(), "[{ at_s = 1, kind = \"reboot\" }]".into())],
+        "router_events[0].kind: unknown router event `reboot`",
+    );
+    bad(
+        &[(
+            "router_events".into(),
+            "[{ at_s = 1, kind = \"restart\", replica = 3 }]".into(),
+        )],
+        "router_events[0].replica: replica 3 does not exist",
+    );
+}

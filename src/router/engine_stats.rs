@@ -116,6 +116,11 @@ impl EngineStatsScraper {
         }
     }
 
+    /// Forgets the published stats (a router restart); the next pass repopulates them.
+    pub fn clear_published(&mut self) {
+        self.published.iter_mut().for_each(|e| *e = None);
+    }
+
     /// Ends the pass: the collected dict replaces the published one (failed = removed).
     pub fn publish(&mut self) {
         std::mem::swap(&mut self.published, &mut self.collecting);

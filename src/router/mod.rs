@@ -22,6 +22,7 @@ use crate::ids::{BackendId, RequestId};
 use crate::policy::{Decision, EndpointInfo, PolicyConfig, RequestInfo, RouterView, RoutingPolicy, build};
 use crate::rng::SimRng;
 use crate::time::{SimDuration, SimTime};
+use rand::RngExt;
 
 /// `HashTrie` chunk size in characters (hard-coded upstream; issue #957 asked for a flag).
 pub const CHUNK_CHARS: u32 = 128;
@@ -47,6 +48,8 @@ pub struct RouterConfig {
     pub replicas: u32,
     /// How requests are spread over the replicas.
     pub front: crate::sim::FrontBalancer,
+    /// Uniform jitter added to each sleep between scrape passes (0 upstream).
+    pub scrape_jitter: SimDuration,
     /// The policy.
     pub policy: PolicyConfig,
 }
@@ -75,6 +78,8 @@ pub struct Router {
     kv: Option<KvFeed>,
     /// Age of the oldest engine-stats entry in the last decision's view (None: no entries).
     last_view_age: Option<SimDuration>,
+    /// Draws scrape-interval jitter.
+    jitter_rng: SimRng,
 }
 
 impl Router {
@@ -95,6 +100,7 @@ impl Router {
             kv: policy.needs_kv_events().then(|| KvFeed::new(n, cfg.kv_event_lag)),
             blocks: Vec::new(),
             last_view_age: None,
+            jitter_rng: rng.clone(),
             policy,
             rng,
             engine_view: Vec::with_capacity(n),
@@ -222,10 +228,38 @@ impl Router {
         (self.scraper.record(pos, entry), after)
     }
 
-    /// Ends a scrape pass: publishes, and returns how long until the next pass starts.
+    /// Ends a scrape pass: publishes, and returns how long until the next pass starts
+    /// (the sleep, plus a uniform draw in `[-jitter, +jitter]` when `router.scrape_jitter_s`
+    /// is set, never below zero).
     pub fn scrape_pass_end(&mut self) -> SimDuration {
         self.scraper.publish();
-        self.scraper.sleep()
+        let sleep = self.scraper.sleep();
+        let j = self.cfg.scrape_jitter.0;
+        if j == 0 {
+            return sleep;
+        }
+        let d = self.jitter_rng.random_range(0..=2 * j) as i128 - j as i128;
+        SimDuration((sleep.0 as i128 + d).max(0) as u64)
+    }
+
+    /// Uses `rng` for scrape-interval jitter (its own named stream, so jitter never shifts
+    /// the policy's draws).
+    pub fn with_jitter_rng(mut self, rng: SimRng) -> Router {
+        self.jitter_rng = rng;
+        self
+    }
+
+    /// A router restart: the policy's state (tries, trees, counters), request stats,
+    /// published engine stats and the KV-event replica are lost; the endpoint list and the
+    /// scraper's schedule survive (the next pass repopulates the stats).
+    pub fn restart(&mut self) {
+        let n = self.endpoints.len();
+        self.policy = build(&self.cfg.policy);
+        self.req_stats = RequestStatsMonitor::new(n, self.cfg.request_stats_window);
+        self.scraper.clear_published();
+        if self.kv.is_some() {
+            self.kv = Some(KvFeed::new(n, self.cfg.kv_event_lag));
+        }
     }
 
     /// Request-stats lag.

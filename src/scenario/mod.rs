@@ -102,6 +102,21 @@ pub struct ScenarioFile {
     /// Signal faults and slowdowns (`[[faults]]`).
     #[serde(default)]
     pub faults: Vec<FaultFile>,
+    /// Router events (`[[router_events]]`).
+    #[serde(default)]
+    pub router_events: Vec<RouterEventFile>,
+}
+
+/// `[[router_events]]`: `kind = "restart"` at `at_s` (all replicas, or `replica`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterEventFile {
+    /// When.
+    pub at_s: f64,
+    /// `restart`.
+    pub kind: String,
+    /// One replica (default: every replica).
+    pub replica: Option<i64>,
 }
 
 /// `[[faults]]`: one fault on one backend over a time window.
@@ -249,6 +264,9 @@ pub struct RouterFile {
     /// Router replicas (default 1).
     #[serde(default = "default_replicas")]
     pub replicas: i64,
+    /// Uniform jitter on every sleep between scrape passes, seconds (default 0).
+    #[serde(default)]
+    pub scrape_jitter_s: f64,
     /// Load balancer in front of the replicas: "round_robin" (default), "random",
     /// "session_hash".
     #[serde(default = "default_front")]
@@ -267,6 +285,7 @@ impl Default for RouterFile {
             chars_per_token: default_cpt(),
             kv_event_lag_s: default_kv_lag(),
             replicas: default_replicas(),
+            scrape_jitter_s: 0.0,
             front: default_front(),
             policy: None,
         }
@@ -620,6 +639,31 @@ fn vllm_only(b: &BackendsFile) -> Vec<(&'static str, bool)> {
     ]
 }
 
+fn router_events(list: &[RouterEventFile], replicas: u32) -> Res<Vec<(SimTime, Option<u16>)>> {
+    let mut out = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let at = |k: &str| format!("router_events[{i}].{k}");
+        if e.kind != "restart" {
+            return Err(FieldError::new(
+                at("kind"),
+                format!("unknown router event `{}`; expected `restart`", e.kind),
+            ));
+        }
+        let replica = match e.replica {
+            None => None,
+            Some(r) if r >= 0 && r < i64::from(replicas) => Some(r as u16),
+            Some(r) => {
+                return Err(FieldError::new(
+                    at("replica"),
+                    format!("replica {r} does not exist (router.replicas = {replicas}, indices from 0)"),
+                ));
+            }
+        };
+        out.push((SimTime(secs(e.at_s, &at("at_s"), true)?.0), replica));
+    }
+    Ok(out)
+}
+
 fn faults(list: &[FaultFile], n_backends: u32) -> Res<Vec<crate::faults::Fault>> {
     use crate::faults::{Fault, FaultKind};
     let mut out = Vec::new();
@@ -839,6 +883,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             }
             n => n,
         },
+        scrape_jitter: secs(r.scrape_jitter_s, "router.scrape_jitter_s", true)?,
         front: match r.front.as_str() {
             "round_robin" => FrontBalancer::RoundRobin,
             "random" => FrontBalancer::Random,
@@ -868,6 +913,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         return Err(FieldError::new("limits.max_events", "must be > 0"));
     }
     let net = &f.network;
+    let router_replicas = router.replicas;
     let sim = SimConfig {
         name,
         seed: f.seed,
@@ -880,6 +926,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         max_sim_time,
         max_events: limits.max_events,
         faults: faults(&f.faults, n)?,
+        router_restarts: router_events(&f.router_events, router_replicas)?,
     };
     let queueing = matches!(sim.model, BackendModel::Queueing { .. });
     if f.workload.groups.is_empty() {
