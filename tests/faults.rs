@@ -174,7 +174,7 @@ fn scrape_jitter_is_deterministic_and_events_are_validated() {
     assert_ne!(a.events, base.events);
     let bad = |sets: &[(String, String)], needle: &str| {
         let p = common::scenario_path("burst8.toml");
-        let e = fleetsim::scenario::load(&p, sets).err().expect("rejected").to_string();
+        let e = fleetsim::scenario::load(&p, sets).expect_err("rejected").to_string();
         assert!(e.contains(needle), "{e}");
     };
     bad(
