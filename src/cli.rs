@@ -337,11 +337,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let fig = BackendSeries::new(&res.summary, &res.series);
         written.extend(save(&fig, &dir.join("timeseries"))?);
         if !a.quiet {
-            let names: Vec<String> = written
-                .iter()
-                .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .collect();
-            println!("wrote {}/{{{}}}", dir.display(), names.join(","));
+            println!("wrote {}/{{{}}}", dir.display(), file_names(&written));
         }
     }
     Ok(ExitCode::SUCCESS)

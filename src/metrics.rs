@@ -557,40 +557,45 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
 /// Summary keys that identify rather than measure.
 const NOT_METRICS: [&str; 5] = ["scenario", "seed", "policy", "version", "worst_moment"];
 
+/// Adds the numbers in `v` to `out` as `prefix.key[i].leaf` -> value (booleans as 0/1;
+/// strings and nulls left out). Shared by sweeps, checks and goldens so a metric has one
+/// name everywhere.
+pub fn flatten_json(prefix: &str, v: &serde_json::Value, out: &mut serde_json::Map<String, serde_json::Value>) {
+    use serde_json::Value;
+    match v {
+        Value::Number(_) => {
+            out.insert(prefix.to_string(), v.clone());
+        }
+        Value::Bool(b) => {
+            out.insert(prefix.to_string(), Value::from(u8::from(*b)));
+        }
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten_json(&p, x, out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                flatten_json(&format!("{prefix}[{i}]"), x, out);
+            }
+        }
+        Value::String(_) | Value::Null => {}
+    }
+}
+
 /// The summary's numbers as `key.sub[i].leaf` -> value (strings and identifiers left out).
 pub fn flatten(s: &Summary) -> serde_json::Map<String, serde_json::Value> {
     use serde_json::{Map, Value};
-    fn walk(prefix: &str, v: &Value, out: &mut Map<String, Value>) {
-        match v {
-            Value::Number(_) => {
-                out.insert(prefix.to_string(), v.clone());
-            }
-            Value::Bool(b) => {
-                out.insert(prefix.to_string(), Value::from(u8::from(*b)));
-            }
-            Value::Object(m) => {
-                for (k, x) in m {
-                    let p = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    walk(&p, x, out);
-                }
-            }
-            Value::Array(a) => {
-                for (i, x) in a.iter().enumerate() {
-                    walk(&format!("{prefix}[{i}]"), x, out);
-                }
-            }
-            Value::String(_) | Value::Null => {}
-        }
-    }
     let mut out = Map::new();
     if let Value::Object(m) = serde_json::to_value(s).expect("a summary serializes") {
         for (k, v) in m {
             if !NOT_METRICS.contains(&k.as_str()) {
-                walk(&k, &v, &mut out);
+                flatten_json(&k, &v, &mut out);
             }
         }
     }

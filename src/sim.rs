@@ -393,6 +393,7 @@ impl<'w> Simulation<'w> {
             }
         }
         let slots: Vec<u32> = backends.iter().map(Backend::slots).collect();
+        let faults = crate::faults::Faults::new(cfg.faults.clone());
         let mut queue = EventQueue::new();
         // Each replica scrapes on its own phase, spread evenly over one interval
         // (production-stack issue #166: replicas do not coordinate).
@@ -438,12 +439,9 @@ impl<'w> Simulation<'w> {
             backends,
             replica_of: Vec::with_capacity(workload.total_requests()),
             history: (0..n)
-                .map(|i| {
-                    let f = crate::faults::Faults::new(cfg.faults.clone());
-                    std::cmp::max(cfg.gauge_lag, f.max_lag(BackendId::from_index(i)))
-                })
+                .map(|i| std::cmp::max(cfg.gauge_lag, faults.max_lag(BackendId::from_index(i))))
                 .collect(),
-            faults: crate::faults::Faults::new(cfg.faults.clone()),
+            faults,
             regrets: Vec::with_capacity(workload.total_requests()),
             view_ages: Vec::with_capacity(workload.total_requests()),
             front: FrontState::new(cfg.router.front, stream(cfg.seed, "router.front", 0)),

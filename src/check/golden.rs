@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::metrics::{Summary, flatten};
+use crate::metrics::{Summary, flatten, flatten_json};
 
 /// A golden file: what produced it and its metrics.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -67,7 +67,7 @@ pub fn load_metrics(path: &Path) -> Result<(String, Map<String, Value>)> {
             v["policy"].as_str().unwrap_or("?")
         );
         let mut m = Map::new();
-        flatten_value("", &v, &mut m);
+        flatten_json("", &v, &mut m);
         for k in ["seed", "version"] {
             m.remove(k);
         }
@@ -75,30 +75,6 @@ pub fn load_metrics(path: &Path) -> Result<(String, Map<String, Value>)> {
         return Ok((label, m));
     }
     bail!("{}: neither a golden file nor a summary.json", file.display())
-}
-
-fn flatten_value(prefix: &str, v: &Value, out: &mut Map<String, Value>) {
-    match v {
-        Value::Number(_) => {
-            out.insert(prefix.to_string(), v.clone());
-        }
-        Value::Object(m) => {
-            for (k, x) in m {
-                let p = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                flatten_value(&p, x, out);
-            }
-        }
-        Value::Array(a) => {
-            for (i, x) in a.iter().enumerate() {
-                flatten_value(&format!("{prefix}[{i}]"), x, out);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Tolerances: a metric passes when `|b - a| <= abs + rel * |a|`.

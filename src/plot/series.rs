@@ -6,7 +6,7 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::{Figure, PALETTE, font, pe};
+use super::{Figure, PALETTE, draw_legend, font, pe};
 use crate::metrics::{Summary, TsRow};
 use crate::time::ns_to_secs;
 
@@ -169,14 +169,7 @@ impl Figure for BackendSeries {
                 .label("waiting")
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], wait_c.stroke_width(2)));
             if k == 0 {
-                chart
-                    .configure_series_labels()
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(RGBColor(180, 180, 180))
-                    .label_font(font(11.0))
-                    .position(SeriesLabelPosition::UpperRight)
-                    .draw()
-                    .map_err(pe)?;
+                draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
             }
         }
         Ok(())

@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{Figure, PALETTE, clip, font, grid_shape, pe, save};
+use super::{Figure, PALETTE, clip, draw_legend, font, grid_shape, pe, save};
 use crate::sweep::spec::Plan;
 use crate::sweep::table::{Aggregate, Meta, Stat, fmt_stat};
 
@@ -435,14 +435,7 @@ impl Lines {
                 .map_err(pe)?;
         }
         if legend {
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(180, 180, 180))
-                .label_font(font(11.0))
-                .position(SeriesLabelPosition::UpperRight)
-                .draw()
-                .map_err(pe)?;
+            draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         }
         Ok(())
     }
@@ -525,14 +518,7 @@ impl Lines {
             }
         }
         if legend && lines.len() > 1 {
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(180, 180, 180))
-                .label_font(font(11.0))
-                .position(SeriesLabelPosition::LowerRight)
-                .draw()
-                .map_err(pe)?;
+            draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         }
         Ok(())
     }
