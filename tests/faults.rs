@@ -189,3 +189,25 @@ fn scrape_jitter_is_deterministic_and_events_are_validated() {
         "router_events[0].replica: replica 3 does not exist",
     );
 }
+
+/// Regret is measured against the truth at each decision: a policy reading fresh
+/// router-local load regrets far less than QPS routing; a view is never older than one
+/// scrape period (10 s sleep + a 2 x 10 ms pass).
+#[test]
+fn decision_regret_and_view_age_follow_the_signals() {
+    let qps = run("burst8.toml", &[]);
+    let fresh = run("burst8.toml", &[("router.policy", "{ kind = \"least_request\" }")]);
+    assert!(
+        qps.decisions_with_regret > 2 * fresh.decisions_with_regret,
+        "{} vs {}",
+        qps.decisions_with_regret,
+        fresh.decisions_with_regret
+    );
+    assert!(qps.decision_regret.max > fresh.decision_regret.max);
+    assert_eq!(qps.decision_regret.count, qps.requests.arrived);
+    assert!(
+        qps.view_age_s.max > 9.0 && qps.view_age_s.max <= 10.03,
+        "{:?}",
+        qps.view_age_s
+    );
+}
