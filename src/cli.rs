@@ -61,6 +61,15 @@ enum Command {
     ///
     /// Example: sim compare results/golden/burst8.json results/burst8 --rel-tol 0.01
     Compare(CompareArgs),
+    /// Explain a run's stranded capacity in plain language: each worst episode (who idled,
+    /// who queued), the decisions that caused it (branch, view and its age, truth), the
+    /// sessions that stayed latched, and counterfactual re-runs on the same seed.
+    ///
+    /// The run is reproduced from RESULTS_DIR/scenario.toml (byte-identical by construction)
+    /// and checked against RESULTS_DIR/summary.json; writes explain.md and explain.json there.
+    ///
+    /// Example: sim explain results/burst8 --policy '{ kind = "leastinflight", band = 0 }'
+    Explain(ExplainArgs),
     /// List every routing policy: parameters with upstream defaults, the signals it reads
     /// and their freshness, and the upstream code it reproduces.
     Policies,
@@ -103,6 +112,43 @@ struct RunArgs {
     /// for `sim compare` (DIR defaults to results/golden).
     #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "results/golden")]
     save_golden: Option<PathBuf>,
+    /// Also explain the stranded capacity (as `sim explain` does) and write explain.md/json.
+    #[arg(long)]
+    explain: bool,
+    #[command(flatten)]
+    explain_opts: ExplainFlags,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ExplainFlags {
+    /// Counterfactual policy, a TOML table as in [router.policy] (repeatable; default:
+    /// { kind = "least_request" }). A fresh-signals re-run of the scenario's own policy is
+    /// always included.
+    #[arg(long = "policy", value_name = "TOML")]
+    policies: Vec<String>,
+    /// Skip the counterfactual re-runs.
+    #[arg(long)]
+    no_counterfactual: bool,
+    /// Explain at most this many episodes (the worst ones).
+    #[arg(long, default_value_t = 3)]
+    episodes: usize,
+    /// Merge episodes closer than this many seconds.
+    #[arg(long, default_value_t = 2.0)]
+    merge_gap_s: f64,
+    /// Count a view as stale beyond this age in seconds (default: the scrape interval).
+    #[arg(long)]
+    stale_after_s: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// A results folder written by `sim run` (holds scenario.toml and summary.json).
+    dir: PathBuf,
+    #[command(flatten)]
+    opts: ExplainFlags,
+    /// Print the explanation as JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -270,6 +316,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Compare(a) => cmd_compare(a),
+        Command::Explain(a) => cmd_explain(a),
         Command::Bench(a) => cmd_bench(a),
     }
 }
@@ -313,7 +360,8 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     };
     let perf = perf_of(wall, res.summary.events, res.summary.requests.arrived);
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
-    let hints = crate::hints::hints(&res.decisions, &names);
+    let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
+    let hints = crate::hints::hints(&res.decisions, &names, interval_s);
     if !a.quiet {
         print!("{}", render(&res.summary, Some(&perf)));
         for h in &hints {
@@ -336,9 +384,116 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let mut written = write_all(&dir, &res, &effective, &perf, &hints)?;
         let fig = BackendSeries::new(&res.summary, &res.series);
         written.extend(save(&fig, &dir.join("timeseries"))?);
+        if a.explain {
+            let src = Source::parse(&effective, &file, &res.summary.scenario)?;
+            let x = explanation(&res, &scenario, &workload, &src, &a.explain_opts)?;
+            written.extend(write_explanation(&dir, &x)?);
+            if !a.quiet {
+                print!("\n{}", crate::explain::render(&x));
+            }
+        }
         if !a.quiet {
             println!("wrote {}/{{{}}}", dir.display(), file_names(&written));
         }
+    } else if a.explain {
+        let src = Source::parse(&effective, &file, &res.summary.scenario)?;
+        let x = explanation(&res, &scenario, &workload, &src, &a.explain_opts)?;
+        if !a.quiet {
+            print!("\n{}", crate::explain::render(&x));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Explains `res` and adds the counterfactual re-runs (same scenario, seed and workload):
+/// fresh signals for the scenario's own policy, then each `--policy`.
+fn explanation(
+    res: &crate::sim::RunResult,
+    scenario: &Scenario,
+    workload: &Workload,
+    src: &Source,
+    f: &ExplainFlags,
+) -> Result<crate::explain::Explanation> {
+    use crate::explain::{Counterfactual, ExplainOptions, explain};
+    anyhow::ensure!(
+        f.merge_gap_s.is_finite() && f.merge_gap_s >= 0.0,
+        "--merge-gap-s must be a finite number of seconds >= 0"
+    );
+    let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
+    let stale_after_s = f.stale_after_s.unwrap_or(interval_s);
+    anyhow::ensure!(
+        stale_after_s.is_finite() && stale_after_s >= 0.0,
+        "--stale-after-s must be a finite number of seconds >= 0"
+    );
+    let opts = ExplainOptions {
+        merge_gap_s: f.merge_gap_s,
+        max_episodes: f.episodes,
+        stale_after_s,
+        ..ExplainOptions::for_interval(interval_s)
+    };
+    let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
+    let mut x = explain(res, &names, &opts);
+    if f.no_counterfactual {
+        return Ok(x);
+    }
+    let quiet = crate::sim::RunOptions::summary_only();
+    let fresh = run(scenario.sim.with_fresh_signals(), workload, quiet).context("the fresh-signals re-run")?;
+    x.counterfactuals
+        .push(Counterfactual::of("fresh signals", &fresh.0.summary));
+    let policies = if f.policies.is_empty() {
+        vec!["{ kind = \"least_request\" }".to_string()]
+    } else {
+        f.policies.clone()
+    };
+    for p in &policies {
+        let mut alt = src.clone();
+        alt.apply(&[("router.policy".to_string(), p.clone())], "--policy")?;
+        let s = alt.scenario()?;
+        let (r, _) = run(s.sim, workload, quiet).with_context(|| format!("the re-run with --policy {p}"))?;
+        x.counterfactuals.push(Counterfactual::of("other policy", &r.summary));
+    }
+    Ok(x)
+}
+
+fn write_explanation(dir: &Path, x: &crate::explain::Explanation) -> Result<Vec<PathBuf>> {
+    let md = dir.join("explain.md");
+    std::fs::write(&md, crate::explain::render(x)).with_context(|| format!("writing {}", md.display()))?;
+    let js = dir.join("explain.json");
+    write_json(&js, x).with_context(|| format!("writing {}", js.display()))?;
+    Ok(vec![md, js])
+}
+
+fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
+    let summary_path = a.dir.join("summary.json");
+    let stored = std::fs::read_to_string(&summary_path)
+        .with_context(|| format!("{}: not a results folder written by `sim run`", summary_path.display()))?;
+    let name = serde_json::from_str::<serde_json::Value>(&stored)
+        .ok()
+        .and_then(|v| v.get("scenario").and_then(|n| n.as_str()).map(str::to_string))
+        .with_context(|| format!("{}: no `scenario` name in it", summary_path.display()))?;
+    let scen_path = a.dir.join("scenario.toml");
+    let text = std::fs::read_to_string(&scen_path).with_context(|| format!("reading {}", scen_path.display()))?;
+    let src = Source::parse(&text, &scen_path.display().to_string(), &name)?;
+    let (scenario, workload, _) = src.build()?;
+    let (res, _) = run(scenario.sim.clone(), &workload, crate::sim::RunOptions::default())
+        .with_context(|| format!("re-running {}", scen_path.display()))?;
+    let mut again = Vec::new();
+    serde_json::to_writer_pretty(&mut again, &res.summary)?;
+    again.push(b'\n');
+    if again != stored.as_bytes() {
+        eprintln!(
+            "warning: {} does not match the re-run of {} (another fleetsim version, or an edited file); explaining the re-run",
+            summary_path.display(),
+            scen_path.display()
+        );
+    }
+    let x = explanation(&res, &scenario, &workload, &src, &a.opts)?;
+    let written = write_explanation(&a.dir, &x)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&x)?);
+    } else {
+        print!("{}", crate::explain::render(&x));
+        println!("\nwrote {}/{{{}}}", a.dir.display(), file_names(&written));
     }
     Ok(ExitCode::SUCCESS)
 }

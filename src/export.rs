@@ -95,6 +95,7 @@ fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
         "t_first_chunk_s",
         "t_finish_engine_s",
         "t_done_s",
+        "t_failed_s",
         "queue_wait_s",
         "ttft_s",
         "e2e_s",
@@ -117,6 +118,7 @@ fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
             opt(r.t_first_chunk),
             opt(r.t_finish_engine),
             opt(r.t_done),
+            opt(r.t_failed),
             diff(r.t_engine, r.t_admit),
             diff(Some(r.t_router), r.t_first_chunk),
             diff(Some(r.t_router), r.t_done),
@@ -159,6 +161,7 @@ fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
     .collect();
     for i in 0..log.n_backends {
         for col in [
+            "listed",
             "view_running",
             "view_waiting",
             "view_age_s",
@@ -181,6 +184,7 @@ fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
             d.match_chars.to_string(),
         ];
         for (v, tr) in view.iter().zip(truth) {
+            row.push(u8::from(v.listed).to_string());
             match v.engine {
                 Some(e) => {
                     row.push(e.running.to_string());

@@ -8,7 +8,10 @@
 //!   scrape pass (failed scrapes), which sends production-stack's least-in-flight fallback
 //!   back to `_qps_routing`;
 //! * **dogpile**: a run of consecutive decisions all sent to one backend on one unchanged
-//!   view while, in truth, another backend ended the run with fewer requests in flight.
+//!   view while, in truth, another backend ended the run with fewer requests in flight;
+//! * **stale-view**: decisions read engine stats much older than the configured scrape
+//!   interval (sequential scrape passes over many or slow endpoints take longer than the
+//!   interval suggests).
 //!
 //! Hints see only results (the audit log), never the simulation.
 
@@ -39,8 +42,12 @@ type Pile = (usize, usize, SimTime, SimTime, u32, f64);
 /// Decisions in one unchanged view after which a run to one backend counts as a dogpile.
 pub const DOGPILE_MIN: usize = 4;
 
-/// Hints for a run whose decisions were recorded; `names` are the backends' names.
-pub fn hints(log: &DecisionLog, names: &[String]) -> Vec<Hint> {
+/// A view counts as stale beyond this multiple of the configured scrape interval.
+pub const STALE_FACTOR: f64 = 1.5;
+
+/// Hints for a run whose decisions were recorded; `names` are the backends' names and
+/// `interval_s` the configured engine-stats interval.
+pub fn hints(log: &DecisionLog, names: &[String], interval_s: f64) -> Vec<Hint> {
     let n = log.n_backends;
     let rows = &log.rows;
     let mut out = Vec::new();
@@ -48,8 +55,8 @@ pub fn hints(log: &DecisionLog, names: &[String]) -> Vec<Hint> {
         return out;
     }
     let t = |x: SimTime| ns_to_secs(x.0);
-    // First decision after which every backend has been scraped at least once.
-    let warm = (0..rows.len()).find(|&i| log.detail(i).0.iter().all(|v| v.engine.is_some()));
+    // First decision after which every listed backend has been scraped at least once.
+    let warm = (0..rows.len()).find(|&i| log.detail(i).0.iter().all(|v| !v.listed || v.engine.is_some()));
     for (b, name) in names.iter().enumerate().take(n) {
         // zero-stats: engine load 0 while the router has requests in flight to it.
         let (mut zero_busy, mut seen, mut peak, mut first, mut last) = (0usize, 0usize, 0u32, None, None);
@@ -67,7 +74,7 @@ pub fn hints(log: &DecisionLog, names: &[String]) -> Vec<Hint> {
                         last = Some(r.t);
                     }
                 }
-                None if warm.is_some_and(|w| i >= w) => {
+                None if v.listed && warm.is_some_and(|w| i >= w) => {
                     missing += 1;
                     mfirst.get_or_insert(r.t);
                     mlast = Some(r.t);
@@ -94,7 +101,7 @@ pub fn hints(log: &DecisionLog, names: &[String]) -> Vec<Hint> {
                 from_s: t(mfirst.expect("counted")),
                 until_s: t(mlast.expect("counted")),
                 message: format!(
-                    "engine stats for {} were missing in {missing} decisions between {:.1} s and {:.1} s (failed scrapes): production-stack's least-in-flight fallback routes by QPS whenever any endpoint lacks stats",
+                    "engine stats for {} were missing in {missing} decisions between {:.1} s and {:.1} s (failed scrapes, or not scraped yet since discovery listed it): production-stack's least-in-flight fallback routes by QPS whenever any endpoint lacks stats",
                     name,
                     t(mfirst.expect("counted")),
                     t(mlast.expect("counted"))
@@ -169,6 +176,30 @@ pub fn hints(log: &DecisionLog, names: &[String]) -> Vec<Hint> {
                 ),
             });
         }
+    }
+    // stale-view: the oldest entry a decision read, against the configured interval.
+    let limit = STALE_FACTOR * interval_s;
+    let (mut stale, mut worst, mut sfirst, mut slast) = (0usize, 0.0f64, None, None);
+    for (i, r) in rows.iter().enumerate() {
+        let age = oldest_age(log.detail(i).0, r.t);
+        if age > limit {
+            stale += 1;
+            worst = worst.max(age);
+            sfirst.get_or_insert(r.t);
+            slast = Some(r.t);
+        }
+    }
+    if stale > 0 {
+        out.push(Hint {
+            kind: "stale-view",
+            backend: String::new(),
+            from_s: t(sfirst.expect("counted")),
+            until_s: t(slast.expect("counted")),
+            message: format!(
+                "{stale} of {} decisions read engine stats older than {STALE_FACTOR} x the {interval_s} s scrape interval (up to {worst:.1} s): a sequential scrape pass over every endpoint takes longer than the interval suggests (or the scraper stalls); scrape concurrently, shorten the timeout, or lower the interval",
+                rows.len()
+            ),
+        });
     }
     out.sort_by(|a, b| a.from_s.total_cmp(&b.from_s).then(a.kind.cmp(b.kind)));
     out

@@ -13,6 +13,10 @@
 //!   backend has a waiting request.
 //! * **stranded_slot_s**: integral of `min(total waiting, total free slots)`: request-seconds
 //!   of waiting that spare capacity elsewhere could have absorbed.
+//! * Only backends **in service** (listed by discovery: not absent, not draining) can have
+//!   free slots; a draining backend's queue still counts as waiting.
+//! * An **episode** is one maximal stretch of idle_while_queued time; each records, per
+//!   backend, how long it had a free slot and how much it queued (`sim explain` reads them).
 //! * **latched_sessions**: sessions whose first turn went to a backend that was not among the
 //!   least loaded in truth at that instant (outstanding = dispatched and unfinished,
 //!   in transit included), and all of whose turns then stayed on that backend.
@@ -55,6 +59,8 @@ pub struct RequestRec {
     pub t_finish_engine: Option<SimTime>,
     /// Stream complete at the router / client.
     pub t_done: Option<SimTime>,
+    /// When the request failed (its backend left or restarted, or refused it on arrival).
+    pub t_failed: Option<SimTime>,
     /// Prompt tokens served from the prefix cache at first admission.
     pub cached_tokens: u32,
     /// Times preempted.
@@ -81,6 +87,8 @@ struct BackendTrack {
     running: u32,
     waiting: u32,
     slots: u32,
+    /// Listed by discovery (accepting new requests).
+    in_service: bool,
     last: SimTime,
     peak_running: u32,
     peak_waiting: u32,
@@ -88,6 +96,26 @@ struct BackendTrack {
     waiting_ns: u128,
     busy_ns: u128,
     idle_ns: u128,
+    out_ns: u128,
+}
+
+/// One stretch of idle_while_queued time (see module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Episode {
+    /// Start.
+    pub start: SimTime,
+    /// End.
+    pub end: SimTime,
+    /// Integral of `min(total waiting, free slots)` over the episode, request-ns.
+    pub stranded_ns: u128,
+    /// Highest `min(total waiting, free slots)`.
+    pub peak_stranded: u64,
+    /// Per backend: time with a free slot, ns.
+    pub free_ns: Vec<u64>,
+    /// Per backend: integral of its waiting queue, request-ns.
+    pub waiting_ns: Vec<u128>,
+    /// Per backend: longest waiting queue during the episode.
+    pub peak_waiting: Vec<u32>,
 }
 
 /// The moment of greatest stranding (first reached).
@@ -111,16 +139,21 @@ pub struct FleetTracker {
     stranded_ns: u128,
     worst: Option<(SimTime, u64, Vec<[u32; 2]>)>,
     series: Option<Vec<TsRow>>,
+    /// Closed episodes, when recorded; the open one.
+    episodes: Option<Vec<Episode>>,
+    open: Option<Episode>,
 }
 
 impl FleetTracker {
-    /// A tracker over backends with the given slot limits, all idle at time zero.
-    pub fn new(slots: &[u32], record_series: bool) -> Self {
+    /// A tracker over backends with the given slot limits, all idle and in service at time
+    /// zero; `record` keeps the time series and the episodes.
+    pub fn new(slots: &[u32], record: bool) -> Self {
         FleetTracker {
             backends: slots
                 .iter()
                 .map(|&s| BackendTrack {
                     slots: s,
+                    in_service: true,
                     ..Default::default()
                 })
                 .collect(),
@@ -130,7 +163,9 @@ impl FleetTracker {
             idle_while_queued_ns: 0,
             stranded_ns: 0,
             worst: None,
-            series: record_series.then(Vec::new),
+            series: record.then(Vec::new),
+            episodes: record.then(Vec::new),
+            open: None,
         }
     }
 
@@ -146,8 +181,53 @@ impl FleetTracker {
                 let snap = self.backends.iter().map(|t| [t.running, t.waiting]).collect();
                 self.worst = Some((self.last, stranded, snap));
             }
+            if let Some(e) = &mut self.open {
+                e.stranded_ns += dt * u128::from(stranded);
+                e.peak_stranded = e.peak_stranded.max(stranded);
+                for (i, t) in self.backends.iter().enumerate() {
+                    if Self::free_of(t) > 0 {
+                        e.free_ns[i] += dt as u64;
+                    }
+                    e.waiting_ns[i] += dt * u128::from(t.waiting);
+                }
+            }
         }
         self.last = now;
+    }
+
+    /// Opens or closes the episode after a state change at `now`.
+    fn update_episode(&mut self, now: SimTime) {
+        let Some(done) = self.episodes.as_mut() else {
+            return;
+        };
+        let stranding = self.total_waiting > 0 && self.free_slots > 0;
+        match (&mut self.open, stranding) {
+            (None, true) => {
+                let n = self.backends.len();
+                self.open = Some(Episode {
+                    start: now,
+                    end: now,
+                    stranded_ns: 0,
+                    peak_stranded: 0,
+                    free_ns: vec![0; n],
+                    waiting_ns: vec![0; n],
+                    peak_waiting: self.backends.iter().map(|t| t.waiting).collect(),
+                });
+            }
+            (Some(e), true) => {
+                for (p, t) in e.peak_waiting.iter_mut().zip(&self.backends) {
+                    *p = (*p).max(t.waiting);
+                }
+            }
+            (Some(_), false) => {
+                let mut e = self.open.take().expect("open");
+                e.end = now;
+                if e.end > e.start {
+                    done.push(e);
+                }
+            }
+            (None, false) => {}
+        }
     }
 
     fn advance_backend(t: &mut BackendTrack, now: SimTime) {
@@ -157,13 +237,17 @@ impl FleetTracker {
         if t.running > 0 {
             t.busy_ns += dt;
         } else if t.waiting == 0 {
-            t.idle_ns += dt;
+            if t.in_service {
+                t.idle_ns += dt;
+            } else {
+                t.out_ns += dt;
+            }
         }
         t.last = now;
     }
 
     fn free_of(t: &BackendTrack) -> u64 {
-        if t.waiting == 0 {
+        if t.in_service && t.waiting == 0 {
             u64::from(t.slots - t.running.min(t.slots))
         } else {
             0
@@ -196,14 +280,40 @@ impl FleetTracker {
                 kv_used_blocks,
             });
         }
+        self.update_episode(now);
     }
 
-    /// Closes all integrals at `end`.
+    /// Backend `b` enters or leaves service (discovery lists it or not) at `now`.
+    pub fn set_in_service(&mut self, now: SimTime, b: BackendId, in_service: bool) {
+        if self.backends[b.index()].in_service == in_service {
+            return;
+        }
+        self.advance_fleet(now);
+        let t = &mut self.backends[b.index()];
+        Self::advance_backend(t, now);
+        self.free_slots -= Self::free_of(t);
+        t.in_service = in_service;
+        self.free_slots += Self::free_of(t);
+        self.update_episode(now);
+    }
+
+    /// Closes all integrals (and the open episode) at `end`.
     pub fn finish(&mut self, end: SimTime) {
         self.advance_fleet(end);
         for t in &mut self.backends {
             Self::advance_backend(t, end);
         }
+        if let (Some(mut e), Some(done)) = (self.open.take(), self.episodes.as_mut()) {
+            e.end = end;
+            if e.end > e.start {
+                done.push(e);
+            }
+        }
+    }
+
+    /// The recorded episodes (empty if not recorded).
+    pub fn take_episodes(&mut self) -> Vec<Episode> {
+        self.episodes.take().unwrap_or_default()
     }
 
     /// The recorded time series (empty if not recorded).
@@ -306,8 +416,14 @@ pub struct RequestCounts {
     pub arrived: u64,
     /// Completed.
     pub finished: u64,
-    /// Arrived but not completed when the run ended.
+    /// Arrived but not completed (nor failed) when the run ended.
     pub in_flight: u64,
+    /// Failed: their backend left or restarted while holding them, or refused them.
+    pub failed: u64,
+    /// Attempts refused by the router because discovery listed no endpoint.
+    pub rejected: u64,
+    /// Turns given up after the client's last retry (their sessions end there).
+    pub abandoned: u64,
 }
 
 /// Per-backend results.
@@ -335,8 +451,11 @@ pub struct BackendSummary {
     pub mean_waiting: f64,
     /// Seconds with at least one request running.
     pub busy_s: f64,
-    /// Seconds with nothing running or waiting.
+    /// Seconds in service with nothing running or waiting.
     pub idle_s: f64,
+    /// Seconds out of the fleet (before joining, after leaving or draining, while
+    /// restarting), nothing running.
+    pub out_of_service_s: f64,
     /// Engine steps executed.
     pub steps: u64,
     /// Preemptions.
@@ -452,6 +571,10 @@ pub struct SummaryInputs<'a> {
     pub regrets: &'a [u32],
     /// Per decision that saw engine stats: age of the oldest entry, ns.
     pub view_ages_ns: &'a [u64],
+    /// Attempts refused for lack of endpoints.
+    pub rejected: u64,
+    /// Turns abandoned after the last retry.
+    pub abandoned: u64,
 }
 
 fn secs(ns: u128) -> f64 {
@@ -465,6 +588,7 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
     let n = inp.names.len();
     let mut per_backend_requests = vec![0u64; n];
     let mut finished = 0u64;
+    let mut failed = 0u64;
     let mut out_tokens = 0u64;
     let (mut qw, mut ttft, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
     for r in requests {
@@ -479,6 +603,9 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
             e2e.push(ns_to_secs((d - r.t_router).0));
             finished += 1;
             out_tokens += u64::from(r.output_tokens);
+        }
+        if r.t_failed.is_some() {
+            failed += 1;
         }
     }
     let mut by_branch: BTreeMap<String, u64> = Branch::ALL.iter().map(|b| (b.as_str().to_string(), 0)).collect();
@@ -505,6 +632,7 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
                 mean_waiting: per(t.waiting_ns as f64, span),
                 busy_s: secs(t.busy_ns),
                 idle_s: secs(t.idle_ns),
+                out_of_service_s: secs(t.out_ns),
                 steps: e.steps,
                 preemptions: e.preemptions,
                 prefix_cache_hit_rate: ratio(e.hit_tokens, e.query_tokens),
@@ -528,7 +656,10 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
             planned: inp.planned,
             arrived,
             finished,
-            in_flight: arrived - finished,
+            in_flight: arrived - finished - failed,
+            failed,
+            rejected: inp.rejected,
+            abandoned: inp.abandoned,
         },
         idle_while_queued_s: secs(fleet.idle_while_queued_ns),
         stranded_slot_s: secs(fleet.stranded_ns),

@@ -17,6 +17,7 @@ use crate::backend::vllm::{StepEvents, VllmConfig, VllmEngine};
 use crate::backend::{Backend, Gauges};
 use crate::engine::EventQueue;
 use crate::faults::ScrapeOutcome;
+use crate::fleet::{ClientConfig, FleetEvent, FleetEventKind, Membership};
 use crate::ids::{BackendId, RequestId, SessionId};
 use crate::metrics::{
     DecisionLog, DecisionRow, EngineCounters, FleetTracker, RequestRec, Summary, SummaryInputs, TsRow, summarize,
@@ -67,6 +68,26 @@ pub struct SimConfig {
     pub faults: Vec<crate::faults::Fault>,
     /// Router restarts: when, and which replica (None = all).
     pub router_restarts: Vec<(SimTime, Option<u16>)>,
+    /// Backends joining, leaving, draining, restarting.
+    pub fleet_events: Vec<FleetEvent>,
+    /// What clients do when a request fails.
+    pub client: ClientConfig,
+}
+
+impl SimConfig {
+    /// The counterfactual with fresh signals: every decision sees the engines' live gauges,
+    /// request stats and KV events without delay, and no signal fault applies (slowdowns
+    /// stay: they are real capacity, not signals).
+    pub fn with_fresh_signals(&self) -> SimConfig {
+        let mut c = self.clone();
+        c.router.fresh_signals = true;
+        c.router.request_stats_lag = SimDuration::ZERO;
+        c.router.kv_event_lag = SimDuration::ZERO;
+        c.gauge_lag = SimDuration::ZERO;
+        c.faults
+            .retain(|f| matches!(f.kind, crate::faults::FaultKind::Slowdown(_)));
+        c
+    }
 }
 
 /// Output switches.
@@ -133,6 +154,10 @@ impl EventRecord {
             "ScrapeRead",
             "ScrapePassEnd",
             "RouterRestart",
+            "Fleet",
+            "Rejoin",
+            "Fail",
+            "Resend",
         ]
         .get(self.kind as usize)
         .copied()
@@ -143,14 +168,18 @@ impl EventRecord {
         let (kind, a, b) = match *ev {
             Event::TurnArrival { session } => (0, session.0, 0),
             Event::BackendArrival { request } => (1, request.0, 0),
-            Event::StepDone { backend } => (2, backend.0, 0),
-            Event::ServiceDone { backend, request } => (3, backend.0, request.0),
+            Event::StepDone { backend, .. } => (2, backend.0, 0),
+            Event::ServiceDone { backend, request, .. } => (3, backend.0, request.0),
             Event::FirstChunk { request } => (4, request.0, 0),
             Event::Complete { request } => (5, request.0, 0),
             Event::RecordDispatch { request } => (6, request.0, 0),
             Event::ScrapeRead { replica, pos } => (7, pos, u32::from(replica)),
             Event::ScrapePassEnd { replica } => (8, 0, u32::from(replica)),
             Event::RouterRestart { replica } => (9, 0, u32::from(replica)),
+            Event::Fleet { index } => (10, index, 0),
+            Event::Rejoin { backend } => (11, backend.0, 0),
+            Event::Fail { request } => (12, request.0, 0),
+            Event::Resend { session, turn } => (13, session.0, turn),
         };
         EventRecord { t, kind, a, b }
     }
@@ -186,22 +215,66 @@ pub struct RunResult {
     pub decisions: DecisionLog,
     /// Session keys by session id (for files).
     pub session_keys: Vec<String>,
+    /// Stretches of idle_while_queued time, when series are recorded.
+    pub episodes: Vec<crate::metrics::Episode>,
     /// Every event processed, when [`RunOptions::record_event_log`] is set.
     pub event_log: Vec<EventRecord>,
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Event {
-    TurnArrival { session: SessionId },
-    BackendArrival { request: RequestId },
-    StepDone { backend: BackendId },
-    ServiceDone { backend: BackendId, request: RequestId },
-    FirstChunk { request: RequestId },
-    Complete { request: RequestId },
-    RecordDispatch { request: RequestId },
-    ScrapeRead { replica: u16, pos: u32 },
-    ScrapePassEnd { replica: u16 },
-    RouterRestart { replica: u16 },
+    TurnArrival {
+        session: SessionId,
+    },
+    BackendArrival {
+        request: RequestId,
+    },
+    /// `incarnation`: the engine incarnation that started the step (a restart makes it stale).
+    StepDone {
+        backend: BackendId,
+        incarnation: u32,
+    },
+    ServiceDone {
+        backend: BackendId,
+        request: RequestId,
+        incarnation: u32,
+    },
+    FirstChunk {
+        request: RequestId,
+    },
+    Complete {
+        request: RequestId,
+    },
+    RecordDispatch {
+        request: RequestId,
+    },
+    ScrapeRead {
+        replica: u16,
+        pos: u32,
+    },
+    ScrapePassEnd {
+        replica: u16,
+    },
+    RouterRestart {
+        replica: u16,
+    },
+    /// `cfg.fleet_events[index]` happens.
+    Fleet {
+        index: u32,
+    },
+    /// A restarted backend is back.
+    Rejoin {
+        backend: BackendId,
+    },
+    /// The client learns that `request` failed.
+    Fail {
+        request: RequestId,
+    },
+    /// The client sends `turn` of `session` again.
+    Resend {
+        session: SessionId,
+        turn: u32,
+    },
 }
 
 /// How requests are spread over router replicas (the load balancer in front of them).
@@ -352,6 +425,20 @@ pub struct Simulation<'w> {
     past_horizon: bool,
     /// Router request-stats progress per request (`STATS_*` flags).
     stats_state: Vec<u8>,
+    /// Per backend: in the fleet, draining, or not.
+    membership: Vec<Membership>,
+    /// Per backend: engine incarnation (a leave or restart starts a new one).
+    incarnation: Vec<u32>,
+    /// Per backend: counters of replaced engine incarnations.
+    retired: Vec<EngineCounters>,
+    /// Per session: failed attempts of its current turn.
+    attempts: Vec<u32>,
+    /// Attempts refused for lack of endpoints.
+    rejected: u64,
+    /// Planned turns given up after the last retry.
+    abandoned: u64,
+    /// Retry jitter.
+    retry_rng: crate::rng::SimRng,
 }
 
 impl<'w> Simulation<'w> {
@@ -359,12 +446,10 @@ impl<'w> Simulation<'w> {
     pub fn new(cfg: SimConfig, workload: &'w Workload, opts: RunOptions) -> Self {
         let n = cfg.backends.len();
         assert!(n > 0, "no backends (validation missed it)");
-        let backends: Vec<Backend> = (0..n)
-            .map(|_| match &cfg.model {
-                BackendModel::Vllm(v) => Backend::Vllm(VllmEngine::new(v.clone())),
-                BackendModel::Queueing { slots } => Backend::Queueing(QueueingServer::new(*slots)),
-            })
-            .collect();
+        let membership =
+            crate::fleet::initial_membership(&cfg.fleet_events, n).expect("fleet events validated with the scenario");
+        let listed: Vec<bool> = membership.iter().map(|m| *m == Membership::Active).collect();
+        let backends: Vec<Backend> = (0..n).map(|_| fresh_backend(&cfg.model)).collect();
         let endpoints: Vec<EndpointInfo> = cfg
             .backends
             .iter()
@@ -379,6 +464,7 @@ impl<'w> Simulation<'w> {
                 Router::new(
                     cfg.router.clone(),
                     endpoints.clone(),
+                    &listed,
                     stream(cfg.seed, "router.policy", u64::from(r)),
                 )
                 .with_jitter_rng(stream(cfg.seed, "router.scrape_jitter", u64::from(r)))
@@ -417,8 +503,24 @@ impl<'w> Simulation<'w> {
                 queue.push(at, Event::RouterRestart { replica: r });
             }
         }
+        for (i, e) in cfg.fleet_events.iter().enumerate() {
+            queue.push(e.at, Event::Fleet { index: i as u32 });
+        }
+        let mut fleet = FleetTracker::new(&slots, opts.record_series);
+        for (i, l) in listed.iter().enumerate() {
+            if !l {
+                fleet.set_in_service(SimTime::ZERO, BackendId::from_index(i), false);
+            }
+        }
         Simulation {
-            fleet: FleetTracker::new(&slots, opts.record_series),
+            fleet,
+            membership,
+            incarnation: vec![0; n],
+            retired: vec![EngineCounters::default(); n],
+            attempts: vec![0; workload.sessions.len()],
+            rejected: 0,
+            abandoned: 0,
+            retry_rng: stream(cfg.seed, "client.retry", 0),
             decisions: DecisionLog {
                 n_backends: n,
                 ..Default::default()
@@ -507,8 +609,16 @@ impl<'w> Simulation<'w> {
         match ev {
             Event::TurnArrival { session } => self.on_turn(now, session),
             Event::BackendArrival { request } => self.on_backend_arrival(now, request),
-            Event::StepDone { backend } => self.on_step_done(now, backend),
-            Event::ServiceDone { backend, request } => self.on_service_done(now, backend, request),
+            Event::StepDone { backend, incarnation } if incarnation == self.incarnation[backend.index()] => {
+                self.on_step_done(now, backend)
+            }
+            Event::ServiceDone {
+                backend,
+                request,
+                incarnation,
+            } if incarnation == self.incarnation[backend.index()] => self.on_service_done(now, backend, request),
+            // A step or service of an engine that has since been replaced.
+            Event::StepDone { .. } | Event::ServiceDone { .. } => {}
             Event::FirstChunk { request } => {
                 self.router_of(request).on_first_token(request);
                 let r = &mut self.requests[request.index()];
@@ -524,7 +634,12 @@ impl<'w> Simulation<'w> {
                 self.apply_response_stats(request, b, pending);
             }
             Event::ScrapeRead { replica, pos } => {
-                let b = self.routers[replica as usize].endpoints()[pos as usize].backend;
+                let Some(b) = self.routers[replica as usize].scrape_target(pos as usize) else {
+                    // Nothing listed: the pass is over at once.
+                    let sleep = self.routers[replica as usize].scrape_pass_end();
+                    self.schedule(now, sleep, Event::ScrapeRead { replica, pos: 0 });
+                    return;
+                };
                 let lag = self.cfg.gauge_lag.0.saturating_add(self.faults.extra_lag(b, now).0);
                 let g = if lag > 0 {
                     self.gauges[b.index()].at(SimTime(now.0.saturating_sub(lag)))
@@ -532,6 +647,8 @@ impl<'w> Simulation<'w> {
                     self.backends[b.index()].gauges()
                 };
                 let g = match self.faults.scrape(b, now, g) {
+                    // A backend that left refuses the connection.
+                    _ if self.membership[b.index()] == Membership::Absent => None,
                     ScrapeOutcome::Fail => None,
                     ScrapeOutcome::Values(g) => Some(g),
                 };
@@ -554,20 +671,62 @@ impl<'w> Simulation<'w> {
                 self.schedule(now, sleep, Event::ScrapeRead { replica, pos: 0 });
             }
             Event::RouterRestart { replica } => self.routers[replica as usize].restart(),
+            Event::Fleet { index } => {
+                let e = self.cfg.fleet_events[index as usize];
+                self.on_fleet_event(now, e.backend, e.kind);
+            }
+            Event::Rejoin { backend } => self.on_fleet_event(now, backend, FleetEventKind::Join),
+            Event::Fail { request } => self.on_fail(now, request),
+            Event::Resend { session, turn } => self.send_turn(now, session, turn),
         }
     }
 
     fn on_turn(&mut self, now: SimTime, s: SessionId) {
-        let plan = &self.workload.sessions[s.index()];
         let turn = self.sessions[s.index()].next_turn;
+        self.send_turn(now, s, turn);
+    }
+
+    /// The fewest requests outstanding on any backend discovery lists (the best pick in
+    /// truth), or `None` when nothing is listed.
+    fn least_outstanding(&self) -> Option<u32> {
+        self.outstanding
+            .iter()
+            .zip(&self.membership)
+            .filter(|(_, m)| **m == Membership::Active)
+            .map(|(o, _)| *o)
+            .min()
+    }
+
+    /// Sends `turn` of session `s` through the front balancer and a router replica.
+    fn send_turn(&mut self, now: SimTime, s: SessionId, turn: u32) {
+        let plan = &self.workload.sessions[s.index()];
+        let key = plan.sends_key.then_some(plan.key.as_str());
+        let replica = self.front.pick(key, self.routers.len());
+        if self.routers[replica].endpoints().is_empty() {
+            // No endpoint to route to: the router answers with an error at once.
+            self.rejected += 1;
+            self.retry_or_abandon(now, s, turn);
+            return;
+        }
         let content = plan.content(turn as usize);
         let rid = RequestId::from_index(self.requests.len());
-        let key = plan.sends_key.then_some(plan.key.as_str());
+        if self.cfg.router.fresh_signals {
+            let backends = &self.backends;
+            self.routers[replica].set_fresh_engine_stats(now, |b| {
+                let g = backends[b.index()].gauges();
+                EngineStatsEntry {
+                    running: g.running,
+                    waiting: g.waiting,
+                    kv_used_blocks: g.kv_used_blocks,
+                    kv_total_blocks: g.kv_total_blocks,
+                    read_at: now,
+                }
+            });
+        }
         let audit = self.opts.record_decisions.then_some(&mut self.decisions.views);
-        let replica = self.front.pick(key, self.routers.len());
         self.replica_of.push(replica as u16);
         let (b, d) = self.routers[replica].route(now, rid, key, &content, audit);
-        let min = *self.outstanding.iter().min().expect("backends");
+        let min = self.least_outstanding().expect("a listed endpoint was picked");
         self.regrets.push(self.outstanding[b.index()] - min);
         if let Some(age) = self.routers[replica].last_view_age() {
             self.view_ages.push(age.0);
@@ -588,7 +747,6 @@ impl<'w> Simulation<'w> {
         let st = &mut self.sessions[s.index()];
         st.last_backend = Some(b);
         if turn == 0 {
-            let min = *self.outstanding.iter().min().expect("backends");
             st.first_backend = Some(b);
             st.first_turn_suboptimal = self.outstanding[b.index()] > min;
             st.stayed = true;
@@ -610,6 +768,7 @@ impl<'w> Simulation<'w> {
             t_first_chunk: None,
             t_finish_engine: None,
             t_done: None,
+            t_failed: None,
             cached_tokens: 0,
             preemptions: 0,
         });
@@ -626,8 +785,15 @@ impl<'w> Simulation<'w> {
 
     fn on_backend_arrival(&mut self, now: SimTime, rid: RequestId) {
         let r = &mut self.requests[rid.index()];
-        r.t_engine = Some(now);
         let b = r.backend;
+        if self.membership[b.index()] == Membership::Absent {
+            // The backend left while the request was on its way: connection refused.
+            r.t_failed = Some(now);
+            self.outstanding[b.index()] -= 1;
+            self.schedule(now, self.cfg.response_latency, Event::Fail { request: rid });
+            return;
+        }
+        r.t_engine = Some(now);
         let plan = &self.workload.sessions[r.session.index()];
         let turn = r.turn as usize;
         match &mut self.backends[b.index()] {
@@ -640,12 +806,14 @@ impl<'w> Simulation<'w> {
                 let service = plan.turns[turn].service;
                 if let Some(d) = q.arrive(rid, service) {
                     self.requests[rid.index()].t_admit = Some(now);
+                    let incarnation = self.incarnation[b.index()];
                     self.schedule(
                         now,
                         d,
                         Event::ServiceDone {
                             backend: b,
                             request: rid,
+                            incarnation,
                         },
                     );
                 }
@@ -676,7 +844,15 @@ impl<'w> Simulation<'w> {
                 r.t_admit = Some(now);
                 r.cached_tokens = cached;
             }
-            self.schedule(now, d, Event::StepDone { backend: b });
+            let incarnation = self.incarnation[b.index()];
+            self.schedule(
+                now,
+                d,
+                Event::StepDone {
+                    backend: b,
+                    incarnation,
+                },
+            );
         }
     }
 
@@ -703,6 +879,7 @@ impl<'w> Simulation<'w> {
         self.note_gauges(now, b);
         self.start_step(now, b);
         self.observe(now, b);
+        self.maybe_drained(now, b);
     }
 
     fn on_service_done(&mut self, now: SimTime, b: BackendId, rid: RequestId) {
@@ -718,17 +895,151 @@ impl<'w> Simulation<'w> {
         };
         if let Some((next, d)) = q.complete() {
             self.requests[next.index()].t_admit = Some(now);
+            let incarnation = self.incarnation[b.index()];
             self.schedule(
                 now,
                 d,
                 Event::ServiceDone {
                     backend: b,
                     request: next,
+                    incarnation,
                 },
             );
         }
         self.note_gauges(now, b);
         self.observe(now, b);
+        self.maybe_drained(now, b);
+    }
+
+    /// A fleet event on backend `b`.
+    fn on_fleet_event(&mut self, now: SimTime, b: BackendId, kind: FleetEventKind) {
+        let i = b.index();
+        match kind {
+            FleetEventKind::Join => {
+                match self.membership[i] {
+                    // Listed again with the engine (and cache) it still runs.
+                    Membership::Draining => {}
+                    // A new pod: a fresh engine.
+                    Membership::Absent => self.replace_engine(now, b),
+                    Membership::Active => return,
+                }
+                self.membership[i] = Membership::Active;
+                for r in &mut self.routers {
+                    r.add_endpoint(b);
+                }
+                self.fleet.set_in_service(now, b, true);
+            }
+            FleetEventKind::Drain => {
+                if self.membership[i] != Membership::Active {
+                    return;
+                }
+                self.membership[i] = Membership::Draining;
+                for r in &mut self.routers {
+                    r.remove_endpoint(b);
+                }
+                self.fleet.set_in_service(now, b, false);
+                self.maybe_drained(now, b);
+            }
+            FleetEventKind::Leave | FleetEventKind::Restart { .. } => {
+                if self.membership[i] == Membership::Absent {
+                    // A drain already took it out.
+                    return;
+                }
+                self.membership[i] = Membership::Absent;
+                for r in &mut self.routers {
+                    r.remove_endpoint(b);
+                    r.forget_kv(now, b);
+                }
+                self.fleet.set_in_service(now, b, false);
+                // Requests it holds fail; the client hears of it one response latency later.
+                let resp = self.cfg.response_latency;
+                for k in 0..self.requests.len() {
+                    let r = &mut self.requests[k];
+                    if r.backend == b && r.t_engine.is_some() && r.t_finish_engine.is_none() && r.t_failed.is_none() {
+                        r.t_failed = Some(now);
+                        self.outstanding[i] -= 1;
+                        self.schedule(
+                            now,
+                            resp,
+                            Event::Fail {
+                                request: RequestId::from_index(k),
+                            },
+                        );
+                    }
+                }
+                self.replace_engine(now, b);
+                if let FleetEventKind::Restart { downtime } = kind {
+                    if downtime.0 == 0 {
+                        self.on_fleet_event(now, b, FleetEventKind::Join);
+                    } else {
+                        self.schedule(now, downtime, Event::Rejoin { backend: b });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replaces backend `b`'s engine with a fresh, empty one (its counters are kept for the
+    /// summary; events of the old incarnation become stale).
+    fn replace_engine(&mut self, now: SimTime, b: BackendId) {
+        let i = b.index();
+        let old = std::mem::replace(&mut self.backends[i], fresh_backend(&self.cfg.model));
+        let c = engine_counters(&old);
+        let r = &mut self.retired[i];
+        r.steps += c.steps;
+        r.preemptions += c.preemptions;
+        r.query_tokens += c.query_tokens;
+        r.hit_tokens += c.hit_tokens;
+        if self.routers[0].wants_kv_events()
+            && let Backend::Vllm(e) = &mut self.backends[i]
+        {
+            e.enable_kv_events();
+        }
+        self.incarnation[i] += 1;
+        self.note_gauges(now, b);
+        self.observe(now, b);
+    }
+
+    /// A draining backend that holds nothing more is gone.
+    fn maybe_drained(&mut self, now: SimTime, b: BackendId) {
+        let i = b.index();
+        if self.membership[i] == Membership::Draining && self.outstanding[i] == 0 {
+            self.membership[i] = Membership::Absent;
+            for r in &mut self.routers {
+                r.forget_kv(now, b);
+            }
+        }
+    }
+
+    /// The client learns that `rid` failed: the router closes its books on it, and the
+    /// client retries the turn or gives up.
+    fn on_fail(&mut self, now: SimTime, rid: RequestId) {
+        self.router_of(rid).on_finished(rid);
+        let r = &self.requests[rid.index()];
+        let (b, s, turn) = (r.backend, r.session, r.turn);
+        let what = if r.t_first_chunk.is_none() {
+            STATS_RESPONSE | STATS_COMPLETE
+        } else {
+            STATS_COMPLETE
+        };
+        self.router_stats_event(rid, b, what);
+        self.retry_or_abandon(now, s, turn);
+    }
+
+    /// After a failed attempt of `turn`: retry after the client's backoff, or give up the
+    /// turn and the rest of the session.
+    fn retry_or_abandon(&mut self, now: SimTime, s: SessionId, turn: u32) {
+        let a = &mut self.attempts[s.index()];
+        *a += 1;
+        if *a <= self.cfg.client.max_retries {
+            let u: f64 = rand::RngExt::random(&mut self.retry_rng);
+            let d = self.cfg.client.retry_delay(*a, u);
+            self.schedule(now, d, Event::Resend { session: s, turn });
+        } else {
+            let left = self.workload.sessions[s.index()].turns.len() - turn as usize;
+            self.total -= left;
+            self.abandoned += left as u64;
+        }
     }
 
     /// Applies a response-side request-stats update, or, if the dispatch itself has not
@@ -764,6 +1075,7 @@ impl<'w> Simulation<'w> {
         let (b, s) = (r.backend, r.session);
         self.router_stats_event(rid, b, STATS_COMPLETE);
         self.finished += 1;
+        self.attempts[s.index()] = 0;
         let st = &mut self.sessions[s.index()];
         st.next_turn += 1;
         let plan = &self.workload.sessions[s.index()];
@@ -805,12 +1117,32 @@ impl<'w> Simulation<'w> {
             b.check().map_err(|e| format!("backend {i}: {e}"))?;
         }
         let arrived = self.requests.len();
-        let in_flight = self.requests.iter().filter(|r| r.t_done.is_none()).count();
-        if arrived != self.finished + in_flight {
+        let failed = self.requests.iter().filter(|r| r.t_failed.is_some()).count();
+        let in_flight = self
+            .requests
+            .iter()
+            .filter(|r| r.t_done.is_none() && r.t_failed.is_none())
+            .count();
+        if arrived != self.finished + failed + in_flight {
             return Err(format!(
-                "arrived {arrived} != finished {} + in flight {in_flight}",
+                "arrived {arrived} != finished {} + failed {failed} + in flight {in_flight}",
                 self.finished
             ));
+        }
+        for (i, m) in self.membership.iter().enumerate() {
+            let listed = self
+                .routers
+                .iter()
+                .all(|r| r.endpoints().iter().any(|e| e.backend.index() == i));
+            if listed != (*m == Membership::Active) {
+                return Err(format!("backend {i} is {m:?} but listed = {listed}"));
+            }
+            if *m == Membership::Absent && self.outstanding[i] > 0 {
+                return Err(format!(
+                    "backend {i} left but {} requests are outstanding on it",
+                    self.outstanding[i]
+                ));
+            }
         }
         let outstanding: u32 = self.outstanding.iter().sum();
         let at_engine: u32 = self
@@ -818,7 +1150,11 @@ impl<'w> Simulation<'w> {
             .iter()
             .map(|b| b.running() + b.waiting() + b.pending())
             .sum();
-        let in_transit = self.requests.iter().filter(|r| r.t_engine.is_none()).count() as u32;
+        let in_transit = self
+            .requests
+            .iter()
+            .filter(|r| r.t_engine.is_none() && r.t_failed.is_none())
+            .count() as u32;
         if outstanding != at_engine + in_transit {
             return Err(format!(
                 "outstanding {outstanding} != at engines {at_engine} + in transit {in_transit}"
@@ -847,14 +1183,15 @@ impl<'w> Simulation<'w> {
         let engines = self
             .backends
             .iter()
-            .map(|b| match b {
-                Backend::Vllm(e) => EngineCounters {
-                    steps: e.steps(),
-                    preemptions: e.preemptions(),
-                    query_tokens: e.cache_stats().query_tokens,
-                    hit_tokens: e.cache_stats().hit_tokens,
-                },
-                Backend::Queueing(_) => EngineCounters::default(),
+            .zip(&self.retired)
+            .map(|(b, r)| {
+                let c = engine_counters(b);
+                EngineCounters {
+                    steps: c.steps + r.steps,
+                    preemptions: c.preemptions + r.preemptions,
+                    query_tokens: c.query_tokens + r.query_tokens,
+                    hit_tokens: c.hit_tokens + r.hit_tokens,
+                }
             })
             .collect();
         let inputs = SummaryInputs {
@@ -873,16 +1210,40 @@ impl<'w> Simulation<'w> {
             last_turns,
             regrets: &self.regrets,
             view_ages_ns: &self.view_ages,
+            rejected: self.rejected,
+            abandoned: self.abandoned,
         };
         let summary = summarize(inputs, &self.fleet, &self.requests, &self.branches);
         RunResult {
             summary,
             series: self.fleet.take_series(),
+            episodes: self.fleet.take_episodes(),
             requests: self.requests,
             decisions: self.decisions,
             session_keys: self.workload.sessions.iter().map(|s| s.key.clone()).collect(),
             event_log: self.event_log,
         }
+    }
+}
+
+/// A new, empty backend of the configured model.
+fn fresh_backend(model: &BackendModel) -> Backend {
+    match model {
+        BackendModel::Vllm(v) => Backend::Vllm(VllmEngine::new(v.clone())),
+        BackendModel::Queueing { slots } => Backend::Queueing(QueueingServer::new(*slots)),
+    }
+}
+
+/// A backend's engine counters (zeros for the queueing model).
+fn engine_counters(b: &Backend) -> EngineCounters {
+    match b {
+        Backend::Vllm(e) => EngineCounters {
+            steps: e.steps(),
+            preemptions: e.preemptions(),
+            query_tokens: e.cache_stats().query_tokens,
+            hit_tokens: e.cache_stats().hit_tokens,
+        },
+        Backend::Queueing(_) => EngineCounters::default(),
     }
 }
 

@@ -107,7 +107,7 @@ fn hints_of(name: &str, sets: &[(&str, &str)]) -> Vec<fleetsim::hints::Hint> {
     let (s, w) = shipped(name, sets);
     let res = common::run_full(&s, &w);
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
-    fleetsim::hints::hints(&res.decisions, &names)
+    fleetsim::hints::hints(&res.decisions, &names, s.sim.router.engine_stats_interval.as_secs_f64())
 }
 
 /// The hints name the right backend and cause, and stay quiet on a healthy run.

@@ -16,7 +16,8 @@ use crate::time::{SimDuration, SimTime};
 pub struct KvFeed {
     lag: SimDuration,
     held: Vec<FxHashSet<u64>>,
-    pending: VecDeque<(SimTime, BackendId, Vec<KvEvent>)>,
+    /// Batches in publication order; `None` clears the backend (its stream ended).
+    pending: VecDeque<(SimTime, BackendId, Option<Vec<KvEvent>>)>,
 }
 
 impl KvFeed {
@@ -34,7 +35,17 @@ impl KvFeed {
         if self.lag.0 == 0 {
             self.apply(b, &events);
         } else {
-            self.pending.push_back((now + self.lag, b, events));
+            self.pending.push_back((now + self.lag, b, Some(events)));
+        }
+    }
+
+    /// `b` left the fleet (or restarted): the indexer drops its blocks, like Dynamo removing
+    /// a worker or vLLM's `AllBlocksCleared`, once the news arrives.
+    pub fn clear(&mut self, now: SimTime, b: BackendId) {
+        if self.lag.0 == 0 {
+            self.held[b.index()].clear();
+        } else {
+            self.pending.push_back((now + self.lag, b, None));
         }
     }
 
@@ -52,8 +63,10 @@ impl KvFeed {
     /// Applies every batch due by `now` (batches arrive in publication order).
     pub fn advance(&mut self, now: SimTime) {
         while self.pending.front().is_some_and(|(t, _, _)| *t <= now) {
-            let (_, b, ev) = self.pending.pop_front().expect("checked");
-            self.apply(b, &ev);
+            match self.pending.pop_front().expect("checked") {
+                (_, b, Some(ev)) => self.apply(b, &ev),
+                (_, b, None) => self.held[b.index()].clear(),
+            }
         }
     }
 
@@ -87,5 +100,10 @@ mod tests {
         f.advance(SimTime(30));
         assert_eq!(f.overlap(b, &[1, 2, 3]), 1, "a removed block ends the overlap");
         assert_eq!(f.indexed(b), 2);
+        f.clear(SimTime(40), b);
+        f.advance(SimTime(49));
+        assert_eq!(f.indexed(b), 2, "the clear arrives late too");
+        f.advance(SimTime(50));
+        assert_eq!(f.overlap(b, &[1, 3]), 0);
     }
 }

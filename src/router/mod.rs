@@ -50,22 +50,39 @@ pub struct RouterConfig {
     pub front: crate::sim::FrontBalancer,
     /// Uniform jitter added to each sleep between scrape passes (0 upstream).
     pub scrape_jitter: SimDuration,
+    /// Counterfactual device: every decision sees the engines' live gauges instead of the
+    /// last scrape (the oracle view `sim explain` compares against). Off for real routers.
+    pub fresh_signals: bool,
     /// The policy.
     pub policy: PolicyConfig,
 }
 
-/// What the policy saw of one endpoint at a decision, for the audit trail.
+/// What the policy saw of one backend at a decision, for the audit trail.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ViewEntry {
     /// Published engine stats (`None` = missing).
     pub engine: Option<EngineStatsEntry>,
     /// Request stats (`None` = endpoint never used).
     pub requests: Option<RequestStatsEntry>,
+    /// Listed by service discovery at that instant (an unlisted backend is not a choice).
+    pub listed: bool,
+}
+
+impl ViewEntry {
+    /// A backend that discovery did not list.
+    pub const UNLISTED: ViewEntry = ViewEntry {
+        engine: None,
+        requests: None,
+        listed: false,
+    };
 }
 
 /// The router.
 pub struct Router {
     cfg: RouterConfig,
+    /// Every backend of the fleet, by index (what discovery can list).
+    fleet: Vec<EndpointInfo>,
+    /// What discovery lists now, in its order (tie-breaks use it).
     endpoints: Vec<EndpointInfo>,
     scraper: EngineStatsScraper,
     req_stats: RequestStatsMonitor,
@@ -83,12 +100,15 @@ pub struct Router {
 }
 
 impl Router {
-    /// A router over `endpoints` (discovery order), drawing policy randomness from `rng`.
-    pub fn new(cfg: RouterConfig, endpoints: Vec<EndpointInfo>, rng: SimRng) -> Router {
-        let n = endpoints.len();
-        for (i, e) in endpoints.iter().enumerate() {
-            assert_eq!(e.backend.index(), i, "endpoints must be listed in backend order");
+    /// A router over a fleet of backends (by index), of which discovery lists those with
+    /// `listed[i]` in index order, drawing policy randomness from `rng`.
+    pub fn new(cfg: RouterConfig, fleet: Vec<EndpointInfo>, listed: &[bool], rng: SimRng) -> Router {
+        let n = fleet.len();
+        for (i, e) in fleet.iter().enumerate() {
+            assert_eq!(e.backend.index(), i, "the fleet must be given in backend order");
         }
+        assert_eq!(listed.len(), n);
+        let endpoints = fleet.iter().filter(|e| listed[e.backend.index()]).cloned().collect();
         let policy = build(&cfg.policy);
         Router {
             scraper: if cfg.policy.polls_endpoints_concurrently() {
@@ -107,6 +127,7 @@ impl Router {
             request_view: Vec::with_capacity(n),
             chunks: Vec::new(),
             endpoints,
+            fleet,
             cfg,
         }
     }
@@ -116,9 +137,51 @@ impl Router {
         &self.cfg
     }
 
-    /// The endpoint list.
+    /// The endpoint list (what discovery lists now, in its order).
     pub fn endpoints(&self) -> &[EndpointInfo] {
         &self.endpoints
+    }
+
+    /// Discovery lists backend `b` from now on, after every endpoint already listed
+    /// (Kubernetes discovery keeps pods in insertion order).
+    pub fn add_endpoint(&mut self, b: BackendId) {
+        if !self.endpoints.iter().any(|e| e.backend == b) {
+            self.endpoints.push(self.fleet[b.index()].clone());
+        }
+    }
+
+    /// Discovery no longer lists backend `b`. The policy's state about it (trie entries,
+    /// trees, counters) stays, as upstream never prunes it; lookups only consider listed
+    /// endpoints.
+    pub fn remove_endpoint(&mut self, b: BackendId) {
+        self.endpoints.retain(|e| e.backend != b);
+    }
+
+    /// Backend `b`'s engine is gone (its KV-event stream ended): a KV-event-fed router drops
+    /// its blocks once the news arrives (after the feed's lag).
+    pub fn forget_kv(&mut self, now: SimTime, b: BackendId) {
+        if let Some(kv) = self.kv.as_mut() {
+            kv.clear(now, b);
+        }
+    }
+
+    /// The backend read at position `pos` of the scrape pass; position 0 starts a pass over
+    /// the endpoints listed now. `None`: nothing is listed, the pass is empty.
+    pub fn scrape_target(&mut self, pos: usize) -> Option<BackendId> {
+        if pos == 0 && !self.scraper.begin_pass(self.endpoints.iter().map(|e| e.backend)) {
+            return None;
+        }
+        Some(self.scraper.target(pos))
+    }
+
+    /// The oracle view of a counterfactual run: the published engine stats of every listed
+    /// endpoint become `live(b)`, read at `now`.
+    pub fn set_fresh_engine_stats(&mut self, now: SimTime, mut live: impl FnMut(BackendId) -> EngineStatsEntry) {
+        for e in &self.endpoints {
+            let mut v = live(e.backend);
+            v.read_at = now;
+            self.scraper.set_published(e.backend, v);
+        }
     }
 
     /// Age of the oldest engine-stats entry the last decision saw (None if it saw none).
@@ -159,8 +222,8 @@ impl Router {
     ) -> (BackendId, Decision) {
         self.engine_view.clear();
         self.request_view.clear();
-        for (pos, ep) in self.endpoints.iter().enumerate() {
-            self.engine_view.push(self.scraper.entry(pos));
+        for ep in &self.endpoints {
+            self.engine_view.push(self.scraper.entry(ep.backend));
             self.request_view.push(self.req_stats.entry(ep.backend, now));
         }
         self.last_view_age = self
@@ -199,10 +262,15 @@ impl Router {
         let d = self.policy.route(&req, &view, &mut self.rng);
         assert!(d.pos < self.endpoints.len(), "policy returned an endpoint out of range");
         if let Some(a) = audit {
-            a.extend(self.engine_view.iter().zip(&self.request_view).map(|(e, r)| ViewEntry {
-                engine: *e,
-                requests: *r,
-            }));
+            let start = a.len();
+            a.resize(start + self.fleet.len(), ViewEntry::UNLISTED);
+            for ((ep, e), r) in self.endpoints.iter().zip(&self.engine_view).zip(&self.request_view) {
+                a[start + ep.backend.index()] = ViewEntry {
+                    engine: *e,
+                    requests: *r,
+                    listed: true,
+                };
+            }
         }
         (self.endpoints[d.pos].backend, d)
     }
@@ -253,7 +321,7 @@ impl Router {
     /// published engine stats and the KV-event replica are lost; the endpoint list and the
     /// scraper's schedule survive (the next pass repopulates the stats).
     pub fn restart(&mut self) {
-        let n = self.endpoints.len();
+        let n = self.fleet.len();
         self.policy = build(&self.cfg.policy);
         self.req_stats = RequestStatsMonitor::new(n, self.cfg.request_stats_window);
         self.scraper.clear_published();

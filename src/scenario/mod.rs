@@ -105,6 +105,61 @@ pub struct ScenarioFile {
     /// Router events (`[[router_events]]`).
     #[serde(default)]
     pub router_events: Vec<RouterEventFile>,
+    /// Backends joining, leaving, draining, restarting (`[[fleet_events]]`).
+    #[serde(default)]
+    pub fleet_events: Vec<FleetEventFile>,
+    /// Client retry behaviour (`[client]`).
+    #[serde(default)]
+    pub client: ClientFile,
+}
+
+/// `[[fleet_events]]`: a membership change of one backend.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetEventFile {
+    /// When.
+    pub at_s: f64,
+    /// Backend index.
+    pub backend: i64,
+    /// `join`, `leave`, `drain`, `restart`.
+    pub kind: String,
+    /// `restart`: time out of the fleet (default 0).
+    pub downtime_s: Option<f64>,
+}
+
+/// `[client]`: what clients do when a request fails (OpenAI Python SDK defaults).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFile {
+    /// Retries per turn (default 2).
+    #[serde(default = "default_retries")]
+    pub max_retries: i64,
+    /// First backoff, seconds (default 0.5; doubles per retry).
+    #[serde(default = "default_retry_initial")]
+    pub retry_initial_delay_s: f64,
+    /// Backoff cap, seconds (default 8).
+    #[serde(default = "default_retry_max")]
+    pub retry_max_delay_s: f64,
+}
+
+impl Default for ClientFile {
+    fn default() -> Self {
+        ClientFile {
+            max_retries: default_retries(),
+            retry_initial_delay_s: default_retry_initial(),
+            retry_max_delay_s: default_retry_max(),
+        }
+    }
+}
+
+fn default_retries() -> i64 {
+    2
+}
+fn default_retry_initial() -> f64 {
+    0.5
+}
+fn default_retry_max() -> f64 {
+    8.0
 }
 
 /// `[[router_events]]`: `kind = "restart"` at `at_s` (all replicas, or `replica`).
@@ -271,6 +326,9 @@ pub struct RouterFile {
     /// "session_hash".
     #[serde(default = "default_front")]
     pub front: String,
+    /// Counterfactual: decisions see live engine gauges (default false).
+    #[serde(default)]
+    pub fresh_signals: bool,
     /// `[router.policy]`, a table tagged by `kind`.
     pub policy: Option<toml::Table>,
 }
@@ -287,6 +345,7 @@ impl Default for RouterFile {
             replicas: default_replicas(),
             scrape_jitter_s: 0.0,
             front: default_front(),
+            fresh_signals: false,
             policy: None,
         }
     }
@@ -664,20 +723,87 @@ fn router_events(list: &[RouterEventFile], replicas: u32) -> Res<Vec<(SimTime, O
     Ok(out)
 }
 
+fn fleet_events(list: &[FleetEventFile], n_backends: u32) -> Res<Vec<crate::fleet::FleetEvent>> {
+    use crate::fleet::{FleetEvent, FleetEventKind};
+    let mut out = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let at = |k: &str| format!("fleet_events[{i}].{k}");
+        let backend = backend_index(e.backend, n_backends, &at("backend"))?;
+        let kind = match e.kind.as_str() {
+            "restart" => FleetEventKind::Restart {
+                downtime: secs(e.downtime_s.unwrap_or(0.0), &at("downtime_s"), true)?,
+            },
+            k @ ("join" | "leave" | "drain") => {
+                if e.downtime_s.is_some() {
+                    return Err(FieldError::new(
+                        at("downtime_s"),
+                        "`downtime_s` applies only to kind = \"restart\"",
+                    ));
+                }
+                match k {
+                    "join" => FleetEventKind::Join,
+                    "leave" => FleetEventKind::Leave,
+                    _ => FleetEventKind::Drain,
+                }
+            }
+            other => {
+                return Err(FieldError::new(
+                    at("kind"),
+                    format!("unknown fleet event `{other}`; expected join, leave, drain or restart"),
+                ));
+            }
+        };
+        out.push(FleetEvent {
+            at: SimTime(secs(e.at_s, &at("at_s"), true)?.0),
+            backend,
+            kind,
+        });
+    }
+    crate::fleet::initial_membership(&out, n_backends as usize)
+        .map_err(|(i, m)| FieldError::new(format!("fleet_events[{i}]"), m))?;
+    Ok(out)
+}
+
+fn client(c: &ClientFile) -> Res<crate::fleet::ClientConfig> {
+    let max_retries = count(c.max_retries, "client.max_retries", 0)?;
+    if max_retries > 100 {
+        return Err(FieldError::new(
+            "client.max_retries",
+            format!("must be at most 100, got {max_retries}"),
+        ));
+    }
+    let initial = secs(c.retry_initial_delay_s, "client.retry_initial_delay_s", true)?;
+    let max = secs(c.retry_max_delay_s, "client.retry_max_delay_s", true)?;
+    if max < initial {
+        return Err(FieldError::new(
+            "client.retry_max_delay_s",
+            "must be at least client.retry_initial_delay_s",
+        ));
+    }
+    Ok(crate::fleet::ClientConfig {
+        max_retries,
+        retry_initial_delay: initial,
+        retry_max_delay: max,
+    })
+}
+
+/// A backend index given in a scenario table.
+fn backend_index(v: i64, n_backends: u32, path: &str) -> Res<crate::ids::BackendId> {
+    if v < 0 || v >= i64::from(n_backends) {
+        return Err(FieldError::new(
+            path,
+            format!("backend {v} does not exist (backends.count = {n_backends}, indices from 0)"),
+        ));
+    }
+    Ok(crate::ids::BackendId::from_index(v as usize))
+}
+
 fn faults(list: &[FaultFile], n_backends: u32) -> Res<Vec<crate::faults::Fault>> {
     use crate::faults::{Fault, FaultKind};
     let mut out = Vec::new();
     for (i, f) in list.iter().enumerate() {
         let at = |k: &str| format!("faults[{i}].{k}");
-        if f.backend < 0 || f.backend >= i64::from(n_backends) {
-            return Err(FieldError::new(
-                at("backend"),
-                format!(
-                    "backend {} does not exist (backends.count = {n_backends}, indices from 0)",
-                    f.backend
-                ),
-            ));
-        }
+        let backend = backend_index(f.backend, n_backends, &at("backend"))?;
         let only = |key: &str, given: bool, kinds: &str| -> Res<()> {
             if given {
                 Err(FieldError::new(at(key), format!("`{key}` applies only to {kinds}")))
@@ -730,7 +856,7 @@ fn faults(list: &[FaultFile], n_backends: u32) -> Res<Vec<crate::faults::Fault>>
             return Err(FieldError::new(at("until_s"), "must be after from_s"));
         }
         out.push(Fault {
-            backend: crate::ids::BackendId::from_index(f.backend as usize),
+            backend,
             kind,
             from,
             until,
@@ -896,6 +1022,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             }
         },
         block_size_tokens: count(b.block_size_tokens.unwrap_or(16), "backends.block_size_tokens", 1)?,
+        fresh_signals: r.fresh_signals,
         policy,
     };
     if router.engine_stats_interval.0 + router.scrape_duration.0 * u64::from(n) == 0 {
@@ -927,6 +1054,8 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         max_events: limits.max_events,
         faults: faults(&f.faults, n)?,
         router_restarts: router_events(&f.router_events, router_replicas)?,
+        fleet_events: fleet_events(&f.fleet_events, n)?,
+        client: client(&f.client)?,
     };
     let queueing = matches!(sim.model, BackendModel::Queueing { .. });
     if f.workload.groups.is_empty() {

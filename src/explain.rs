@@ -1,0 +1,875 @@
+//! `sim explain`: says, in plain language, why capacity was stranded in a run.
+//!
+//! Input is a finished run (its requests, decision audit and stranding episodes); nothing
+//! here touches the simulation. For each of the worst episodes (stretches during which some
+//! backend in service had a free slot while another queued, merged across short gaps):
+//!
+//! 1. **what**: which backends idled and for how long, which queued and how many;
+//! 2. **who**: the requests that waited there, their sessions, and for each session the
+//!    decision that *placed* it on the queued backend (its first turn there in the current
+//!    run of turns);
+//! 3. **why**: those decisions grouped by the branch the policy took, each with the cause
+//!    that branch implies and the evidence from the audit: what the view said (values and
+//!    their age) beside the truth at that instant;
+//! 4. **latch**: how many later turns of those sessions followed them there through an
+//!    affinity branch (prefix match, session hash, cache hit) whatever the load.
+//!
+//! The counterfactual (the same scenario and seed re-run with fresh signals or another
+//! policy) is computed by the caller, which can run simulations; see
+//! [`Counterfactual`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::ids::BackendId;
+use crate::metrics::{Episode, round6};
+use crate::policy::Branch;
+use crate::sim::RunResult;
+use crate::time::{SimTime, ns_to_secs};
+
+/// Knobs of the explanation.
+#[derive(Clone, Copy, Debug)]
+pub struct ExplainOptions {
+    /// Episodes closer than this are one episode (stranding flickers between engine steps).
+    pub merge_gap_s: f64,
+    /// Episodes with fewer stranded slot-seconds are not explained.
+    pub min_stranded_slot_s: f64,
+    /// Explain at most this many episodes (the worst, shown in time order).
+    pub max_episodes: usize,
+    /// A view older than this counts as stale (default: the scrape interval).
+    pub stale_after_s: f64,
+}
+
+impl ExplainOptions {
+    /// Defaults for a run whose engine stats are scraped every `interval_s`.
+    pub fn for_interval(interval_s: f64) -> Self {
+        ExplainOptions {
+            merge_gap_s: 2.0,
+            min_stranded_slot_s: 1.0,
+            max_episodes: 3,
+            stale_after_s: interval_s,
+        }
+    }
+}
+
+/// What kind of reasoning put a session on a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// `_qps_routing`: dispatch counts in a window, not load.
+    QpsWindow,
+    /// A load-aware policy fell back to `_qps_routing` because engine stats were missing.
+    MissingStats,
+    /// A load-aware pick on scraped engine load that read zero for a busy backend.
+    ZeroStats,
+    /// A load-aware pick on a view that was stale (older than the threshold, or reused
+    /// for several decisions while the truth moved).
+    StaleView,
+    /// A load-aware pick whose view was fresh and right at the time.
+    LoadView,
+    /// Cache or session affinity: prefix match, session hash, cache-tree heuristics.
+    Affinity,
+    /// A score mixing affinity and load.
+    Score,
+    /// Load-blind: random or round robin.
+    Blind,
+}
+
+impl Cause {
+    fn text(self) -> &'static str {
+        match self {
+            Cause::QpsWindow => {
+                "`_qps_routing` ranks endpoints by how many requests the router sent them in the last window (and picks an endpoint it never used first), not by how busy they are: a backend holding a few long requests looks quiet, one serving a chatty short-turn session looks busy"
+            }
+            Cause::MissingStats => {
+                "engine stats were missing for an endpoint (a failed scrape, or one not scraped since discovery listed it), so the load-aware policy silently fell back to `_qps_routing`"
+            }
+            Cause::ZeroStats => {
+                "the scraped load of the chosen backend read zero while the router itself had requests in flight to it (a metrics name the router does not parse, production-stack issue #1074), so it looked idle"
+            }
+            Cause::StaleView => {
+                "the decisions read a stale engine-stats view: taken before the requests they had just sent reached the engines and shared by every decision until the next scrape, it showed the pick as (near) least loaded when in truth it was not"
+            }
+            Cause::LoadView => {
+                "a load-aware pick that was right when made; the queue built up later (longer requests, or sessions growing) and nothing moves a session once placed"
+            }
+            Cause::Affinity => {
+                "cache or session affinity: the policy follows the prefix (or key) to the backend that served it before, whatever its load"
+            }
+            Cause::Score => "a score mixing cache affinity and load favoured it",
+            Cause::Blind => "a load-blind pick (random or round robin)",
+        }
+    }
+}
+
+/// The cause family of a branch (before the audit refines load-based picks).
+fn family(b: Branch) -> Cause {
+    match b {
+        Branch::FallbackQps | Branch::SessionNoKeyQps | Branch::KvFallbackQps => Cause::QpsWindow,
+        Branch::FallbackNoStatsQps | Branch::LeastInflightNoStatsQps => Cause::MissingStats,
+        Branch::FallbackLeastInflight
+        | Branch::LeastInflight
+        | Branch::PowerOfD
+        | Branch::KvImbalanced
+        | Branch::LeastRequest
+        | Branch::AibrixLeastRequest
+        | Branch::CacheAwareImbalanced => Cause::LoadView,
+        Branch::PrefixMatch
+        | Branch::KvHit
+        | Branch::CacheAwareHit
+        | Branch::CacheAwareSmallestTree
+        | Branch::AibrixPrefixHit
+        | Branch::SessionHash
+        | Branch::KvFallbackSession => Cause::Affinity,
+        Branch::LlmdScore | Branch::LoadAwareScore | Branch::DynamoCost => Cause::Score,
+        Branch::Random | Branch::RoundRobin => Cause::Blind,
+    }
+}
+
+/// True for branches that read scraped engine load.
+fn reads_engine_load(b: Branch) -> bool {
+    matches!(
+        b,
+        Branch::FallbackLeastInflight
+            | Branch::LeastInflight
+            | Branch::PowerOfD
+            | Branch::KvImbalanced
+            | Branch::LlmdScore
+    )
+}
+
+/// A backend that had free slots during an episode.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdleBackend {
+    /// Name.
+    pub backend: String,
+    /// Seconds with a free slot.
+    pub free_s: f64,
+}
+
+/// A backend that queued during an episode.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueuedBackend {
+    /// Name.
+    pub backend: String,
+    /// Longest queue.
+    pub peak_waiting: u32,
+    /// Integral of the queue, request-seconds.
+    pub waiting_request_s: f64,
+}
+
+/// Decisions of one branch that placed sessions on the queued backend.
+#[derive(Clone, Debug, Serialize)]
+pub struct CauseGroup {
+    /// Branch name (as in `decisions.csv`).
+    pub branch: String,
+    /// The cause.
+    pub cause: Cause,
+    /// Placing decisions.
+    pub decisions: usize,
+    /// Sessions placed.
+    pub sessions: Vec<String>,
+    /// First and last decision time, seconds.
+    pub from_s: f64,
+    /// ...
+    pub until_s: f64,
+    /// Distinct engine-stats views those decisions read.
+    pub distinct_views: usize,
+    /// Oldest engine-stats entry any of them read, seconds (0 if none read engine stats).
+    pub max_view_age_s: f64,
+    /// Largest true in-flight excess of the pick over the least-loaded backend.
+    pub max_regret: u32,
+    /// What the first decision saw, beside the truth.
+    pub evidence: String,
+}
+
+/// One explained episode.
+#[derive(Clone, Debug, Serialize)]
+pub struct EpisodeStory {
+    /// Start, seconds.
+    pub from_s: f64,
+    /// End, seconds.
+    pub until_s: f64,
+    /// Stranded slot-seconds (integral of min(waiting, free slots)).
+    pub stranded_slot_s: f64,
+    /// Highest min(waiting, free slots).
+    pub peak_stranded: u64,
+    /// Backends with free slots, most idle first.
+    pub idle: Vec<IdleBackend>,
+    /// Backends that queued, longest queue first.
+    pub queued: Vec<QueuedBackend>,
+    /// Requests that waited on the main queued backend during the episode.
+    pub waiting_requests: usize,
+    /// Their sessions.
+    pub sessions: Vec<String>,
+    /// The placing decisions, by branch, most sessions first.
+    pub causes: Vec<CauseGroup>,
+    /// Sessions whose later turns all followed them there through an affinity branch.
+    pub latched_sessions: Vec<String>,
+    /// Those later turns.
+    pub latched_turns: u64,
+    /// The main cause.
+    pub main_cause: Cause,
+}
+
+/// A re-run of the same scenario and seed with one thing changed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Counterfactual {
+    /// What changed.
+    pub label: String,
+    /// The policy it ran.
+    pub policy: String,
+    /// Its idle_while_queued_s.
+    pub idle_while_queued_s: f64,
+    /// Its stranded_slot_s.
+    pub stranded_slot_s: f64,
+    /// Its TTFT p50, seconds.
+    pub ttft_p50_s: f64,
+    /// Its TTFT p99, seconds.
+    pub ttft_p99_s: f64,
+    /// Its largest number of sessions on one backend.
+    pub peak_backend_sessions: u64,
+}
+
+impl Counterfactual {
+    /// The figures of a run's summary.
+    pub fn of(label: &str, s: &crate::metrics::Summary) -> Self {
+        Counterfactual {
+            label: label.to_string(),
+            policy: s.policy.clone(),
+            idle_while_queued_s: s.idle_while_queued_s,
+            stranded_slot_s: s.stranded_slot_s,
+            ttft_p50_s: s.ttft_s.p50,
+            ttft_p99_s: s.ttft_s.p99,
+            peak_backend_sessions: s.peak_backend_sessions,
+        }
+    }
+}
+
+/// How old the views were.
+#[derive(Clone, Debug, Serialize)]
+pub struct Staleness {
+    /// Decisions that read engine stats.
+    pub decisions_with_engine_view: u64,
+    /// Of those, how many read an entry older than `stale_after_s`.
+    pub older_than_threshold: u64,
+    /// The threshold.
+    pub stale_after_s: f64,
+    /// Decisions whose pick had more requests in flight than the least-loaded backend.
+    pub decisions_with_regret: u64,
+    /// Sessions latched by a first pick that was not among the least loaded.
+    pub latched_sessions: u64,
+}
+
+/// The whole explanation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Explanation {
+    /// Scenario.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// Policy.
+    pub policy: String,
+    /// The run's idle_while_queued_s.
+    pub idle_while_queued_s: f64,
+    /// The run's stranded_slot_s.
+    pub stranded_slot_s: f64,
+    /// Share of stranded slot-seconds inside the explained episodes.
+    pub explained_share: f64,
+    /// Decisions were recorded only up to this many (None: all).
+    pub audit_truncated_at: Option<usize>,
+    /// The episodes, in time order.
+    pub episodes: Vec<EpisodeStory>,
+    /// View ages and regret over the whole run.
+    pub staleness: Staleness,
+    /// Re-runs, the actual run first.
+    pub counterfactuals: Vec<Counterfactual>,
+}
+
+fn secs(t: SimTime) -> f64 {
+    round6(ns_to_secs(t.0))
+}
+
+/// Merges episodes closer than `gap_ns`.
+fn merge(episodes: &[Episode], gap_ns: u64) -> Vec<Episode> {
+    let mut out: Vec<Episode> = Vec::new();
+    for e in episodes {
+        match out.last_mut() {
+            Some(m) if e.start.0.saturating_sub(m.end.0) <= gap_ns => {
+                m.end = e.end;
+                m.stranded_ns += e.stranded_ns;
+                m.peak_stranded = m.peak_stranded.max(e.peak_stranded);
+                for i in 0..m.free_ns.len() {
+                    m.free_ns[i] += e.free_ns[i];
+                    m.waiting_ns[i] += e.waiting_ns[i];
+                    m.peak_waiting[i] = m.peak_waiting[i].max(e.peak_waiting[i]);
+                }
+            }
+            _ => out.push(e.clone()),
+        }
+    }
+    out
+}
+
+/// At most `n` names, then "and k more".
+fn list(names: &[String], n: usize) -> String {
+    if names.len() <= n {
+        names.join(", ")
+    } else {
+        format!("{} and {} more", names[..n].join(", "), names.len() - n)
+    }
+}
+
+/// Explains `res`; `names` are the backends' names. The caller adds counterfactuals.
+pub fn explain(res: &RunResult, names: &[String], opts: &ExplainOptions) -> Explanation {
+    let log = &res.decisions;
+    let gap = (opts.merge_gap_s * 1e9) as u64;
+    let mut eps = merge(&res.episodes, gap);
+    let total_stranded: u128 = eps.iter().map(|e| e.stranded_ns).sum();
+    eps.retain(|e| e.stranded_ns as f64 / 1e9 >= opts.min_stranded_slot_s);
+    eps.sort_by(|a, b| b.stranded_ns.cmp(&a.stranded_ns).then(a.start.cmp(&b.start)));
+    eps.truncate(opts.max_episodes);
+    eps.sort_by_key(|e| e.start);
+    let explained: u128 = eps.iter().map(|e| e.stranded_ns).sum();
+
+    // Requests per session, in routing order.
+    let mut by_session: Vec<Vec<usize>> = vec![Vec::new(); res.session_keys.len()];
+    for (i, r) in res.requests.iter().enumerate() {
+        by_session[r.session.index()].push(i);
+    }
+    let episodes = eps.iter().map(|e| story(res, names, &by_session, e, opts)).collect();
+
+    let stale_ns = (opts.stale_after_s * 1e9) as u64;
+    let (mut with_view, mut stale) = (0u64, 0u64);
+    for i in 0..log.rows.len() {
+        let (view, _) = log.detail(i);
+        let t = log.rows[i].t;
+        let age = view
+            .iter()
+            .filter_map(|v| v.engine)
+            .map(|e| t.0.saturating_sub(e.read_at.0))
+            .max();
+        if let Some(a) = age {
+            with_view += 1;
+            if a > stale_ns {
+                stale += 1;
+            }
+        }
+    }
+    let s = &res.summary;
+    Explanation {
+        scenario: s.scenario.clone(),
+        seed: s.seed,
+        policy: s.policy.clone(),
+        idle_while_queued_s: s.idle_while_queued_s,
+        stranded_slot_s: s.stranded_slot_s,
+        explained_share: if total_stranded == 0 {
+            0.0
+        } else {
+            round6(explained as f64 / total_stranded as f64)
+        },
+        audit_truncated_at: (log.rows.len() < res.requests.len()).then_some(log.rows.len()),
+        episodes,
+        staleness: Staleness {
+            decisions_with_engine_view: with_view,
+            older_than_threshold: stale,
+            stale_after_s: opts.stale_after_s,
+            decisions_with_regret: s.decisions_with_regret,
+            latched_sessions: s.latched_sessions,
+        },
+        counterfactuals: vec![Counterfactual::of("this run", s)],
+    }
+}
+
+/// Explains one (merged) episode.
+fn story(
+    res: &RunResult,
+    names: &[String],
+    by_session: &[Vec<usize>],
+    e: &Episode,
+    opts: &ExplainOptions,
+) -> EpisodeStory {
+    let n = names.len();
+    let mut idle: Vec<(usize, u64)> = (0..n)
+        .filter(|&b| e.free_ns[b] > 0)
+        .map(|b| (b, e.free_ns[b]))
+        .collect();
+    idle.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut queued: Vec<usize> = (0..n).filter(|&b| e.waiting_ns[b] > 0).collect();
+    queued.sort_by(|&a, &b| e.waiting_ns[b].cmp(&e.waiting_ns[a]).then(a.cmp(&b)));
+    let q = queued.first().copied();
+
+    // Requests that sat in the main queue during the episode.
+    let waiting: Vec<usize> = match q {
+        None => Vec::new(),
+        Some(q) => res
+            .requests
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.backend.index() == q
+                    && r.t_engine.is_some_and(|te| te < e.end)
+                    && r.t_admit.is_none_or(|ta| ta > e.start && ta > r.t_engine.unwrap_or(ta))
+            })
+            .map(|(i, _)| i)
+            .collect(),
+    };
+    let mut sessions: Vec<usize> = waiting.iter().map(|&i| res.requests[i].session.index()).collect();
+    sessions.sort_unstable();
+    sessions.dedup();
+
+    // Per session: the decision that placed it on the queued backend, and the affinity
+    // turns that kept it there.
+    struct Placed {
+        session: usize,
+        request: usize,
+        latched_turns: u64,
+    }
+    let mut placed: Vec<Placed> = Vec::new();
+    for &s in &sessions {
+        let reqs = &by_session[s];
+        let Some(q) = q else { break };
+        // The last request of the session that waited in the episode.
+        let last = reqs
+            .iter()
+            .rposition(|&i| waiting.binary_search(&i).is_ok())
+            .expect("the session has a waiting request");
+        let mut first = last;
+        while first > 0 && res.requests[reqs[first - 1]].backend.index() == q {
+            first -= 1;
+        }
+        let later = reqs[first + 1..]
+            .iter()
+            .filter(|&&i| res.requests[i].backend.index() == q && family(res.requests[i].branch) == Cause::Affinity)
+            .count() as u64;
+        placed.push(Placed {
+            session: s,
+            request: reqs[first],
+            latched_turns: later,
+        });
+    }
+
+    // Group placing decisions by branch (refining load-based ones with the audit).
+    let mut groups: BTreeMap<(Cause, Branch), Vec<usize>> = BTreeMap::new();
+    for p in &placed {
+        let branch = res.requests[p.request].branch;
+        let cause = refine(res, p.request, family(branch), opts);
+        groups.entry((cause, branch)).or_default().push(p.request);
+    }
+    let mut causes: Vec<CauseGroup> = groups
+        .into_iter()
+        .map(|((cause, branch), reqs)| group(res, names, cause, branch, &reqs))
+        .collect();
+    causes.sort_by(|a, b| {
+        b.sessions
+            .len()
+            .cmp(&a.sessions.len())
+            .then(a.from_s.total_cmp(&b.from_s))
+    });
+    let latched: Vec<&Placed> = placed.iter().filter(|p| p.latched_turns > 0).collect();
+    let key = |s: usize| res.session_keys[s].clone();
+    let main_cause = causes.first().map_or(Cause::LoadView, |c| c.cause);
+    EpisodeStory {
+        from_s: secs(e.start),
+        until_s: secs(e.end),
+        stranded_slot_s: round6(e.stranded_ns as f64 / 1e9),
+        peak_stranded: e.peak_stranded,
+        idle: idle
+            .iter()
+            .map(|&(b, ns)| IdleBackend {
+                backend: names[b].clone(),
+                free_s: round6(ns as f64 / 1e9),
+            })
+            .collect(),
+        queued: queued
+            .iter()
+            .map(|&b| QueuedBackend {
+                backend: names[b].clone(),
+                peak_waiting: e.peak_waiting[b],
+                waiting_request_s: round6(e.waiting_ns[b] as f64 / 1e9),
+            })
+            .collect(),
+        waiting_requests: waiting.len(),
+        sessions: sessions.iter().map(|&s| key(s)).collect(),
+        causes,
+        latched_sessions: latched.iter().map(|p| key(p.session)).collect(),
+        latched_turns: latched.iter().map(|p| p.latched_turns).sum(),
+        main_cause,
+    }
+}
+
+/// Refines the cause of decision `i` (request index = decision index) with its audit row.
+fn refine(res: &RunResult, i: usize, fam: Cause, opts: &ExplainOptions) -> Cause {
+    let log = &res.decisions;
+    let branch = res.requests[i].branch;
+    if fam != Cause::LoadView || !reads_engine_load(branch) || i >= log.rows.len() {
+        return fam;
+    }
+    let (view, truth) = log.detail(i);
+    let pick = res.requests[i].backend.index();
+    let t = log.rows[i].t;
+    if let Some(v) = view[pick].engine {
+        let local = view[pick].requests.map_or(0, |r| r.in_prefill + r.in_decoding);
+        if v.running + v.waiting == 0 && local > 0 && truth[pick] > 0 {
+            return Cause::ZeroStats;
+        }
+    }
+    let age = view
+        .iter()
+        .filter_map(|v| v.engine)
+        .map(|e| ns_to_secs(t.0.saturating_sub(e.read_at.0)))
+        .fold(0.0, f64::max);
+    let min = view
+        .iter()
+        .zip(truth)
+        .filter(|(v, _)| v.listed)
+        .map(|(_, t)| *t)
+        .min()
+        .unwrap_or(0);
+    let regret = truth[pick].saturating_sub(min);
+    // The view said "least loaded" but in truth it was not: either the view was old, or
+    // the same view served earlier decisions that had since moved the truth.
+    if regret > 0 || age > opts.stale_after_s {
+        return Cause::StaleView;
+    }
+    Cause::LoadView
+}
+
+/// One cause group with its evidence.
+fn group(res: &RunResult, names: &[String], cause: Cause, branch: Branch, reqs: &[usize]) -> CauseGroup {
+    let log = &res.decisions;
+    let mut audited: Vec<usize> = reqs.iter().copied().filter(|&i| i < log.rows.len()).collect();
+    audited.sort_unstable();
+    let mut views: Vec<Vec<Option<SimTime>>> = audited
+        .iter()
+        .map(|&i| log.detail(i).0.iter().map(|v| v.engine.map(|e| e.read_at)).collect())
+        .collect();
+    views.sort();
+    views.dedup();
+    let mut max_age = 0.0f64;
+    let mut max_regret = 0u32;
+    for &i in &audited {
+        let (view, truth) = log.detail(i);
+        let t = log.rows[i].t;
+        for v in view.iter().filter_map(|v| v.engine) {
+            max_age = max_age.max(ns_to_secs(t.0.saturating_sub(v.read_at.0)));
+        }
+        let min = view
+            .iter()
+            .zip(truth)
+            .filter(|(v, _)| v.listed)
+            .map(|(_, t)| *t)
+            .min()
+            .unwrap_or(0);
+        max_regret = max_regret.max(truth[res.requests[i].backend.index()].saturating_sub(min));
+    }
+    let mut sessions: Vec<String> = reqs
+        .iter()
+        .map(|&i| res.session_keys[res.requests[i].session.index()].clone())
+        .collect();
+    sessions.sort();
+    sessions.dedup();
+    let times: Vec<f64> = reqs.iter().map(|&i| secs(res.requests[i].t_router)).collect();
+    CauseGroup {
+        branch: branch.as_str().to_string(),
+        cause,
+        decisions: reqs.len(),
+        sessions,
+        from_s: times.iter().copied().fold(f64::INFINITY, f64::min),
+        until_s: times.iter().copied().fold(0.0, f64::max),
+        distinct_views: views.len(),
+        max_view_age_s: round6(max_age),
+        max_regret,
+        evidence: audited.first().map_or_else(
+            || "(not in the decision audit)".to_string(),
+            |&i| evidence(res, names, i, cause),
+        ),
+    }
+}
+
+/// What decision `i` saw of each listed backend, beside the truth.
+fn evidence(res: &RunResult, names: &[String], i: usize, cause: Cause) -> String {
+    let (view, truth) = res.decisions.detail(i);
+    let t = res.decisions.rows[i].t;
+    let pick = res.requests[i].backend;
+    let mut parts = Vec::new();
+    for (b, (v, tr)) in view.iter().zip(truth).enumerate() {
+        if !v.listed {
+            continue;
+        }
+        let seen = match cause {
+            Cause::QpsWindow | Cause::MissingStats | Cause::Affinity | Cause::Blind => match v.requests {
+                Some(r) => format!("{} dispatches in the window", r.window_dispatches),
+                None => "never used (no request stats)".to_string(),
+            },
+            _ => match v.engine {
+                Some(e) => format!(
+                    "{} running + {} waiting as of {:.1} s ago",
+                    e.running,
+                    e.waiting,
+                    ns_to_secs(t.0.saturating_sub(e.read_at.0))
+                ),
+                None => "no engine stats".to_string(),
+            },
+        };
+        let missing = if cause == Cause::MissingStats && v.engine.is_none() {
+            " [engine stats missing]"
+        } else {
+            ""
+        };
+        let mark = if BackendId::from_index(b) == pick {
+            " <- picked"
+        } else {
+            ""
+        };
+        parts.push(format!("{}: {seen}{missing}, truly {tr} in flight{mark}", names[b]));
+    }
+    format!("at {:.1} s the router saw {}", ns_to_secs(t.0), parts.join("; "))
+}
+
+/// The explanation as Markdown (also what `sim explain` prints).
+pub fn render(x: &Explanation) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# Why capacity was stranded: {} (seed {})", x.scenario, x.seed);
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Policy: {}.", x.policy);
+    let _ = writeln!(
+        o,
+        "Some backend had a free slot while another queued for {:.1} s ({:.1} stranded slot-seconds).",
+        x.idle_while_queued_s, x.stranded_slot_s
+    );
+    if let Some(k) = x.audit_truncated_at {
+        let _ = writeln!(
+            o,
+            "Note: the decision audit holds only the first {k} decisions (limits.audit_decisions); later placements are explained without their views."
+        );
+    }
+    if x.episodes.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "No stranding episode worth explaining: capacity was never idle while requests queued elsewhere for more than a moment."
+        );
+    }
+    for (k, e) in x.episodes.iter().enumerate() {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "## Episode {}: {:.1} s to {:.1} s ({:.1} s, {:.1} slot-seconds stranded, up to {} at once)",
+            k + 1,
+            e.from_s,
+            e.until_s,
+            e.until_s - e.from_s,
+            e.stranded_slot_s,
+            e.peak_stranded
+        );
+        let _ = writeln!(o);
+        let idle: Vec<String> = e
+            .idle
+            .iter()
+            .map(|b| format!("{} had a free slot for {:.1} s", b.backend, b.free_s))
+            .collect();
+        let queued: Vec<String> = e
+            .queued
+            .iter()
+            .map(|b| format!("{} queued up to {} requests", b.backend, b.peak_waiting))
+            .collect();
+        let _ = writeln!(o, "**What.** {} while {}.", list(&idle, 4), list(&queued, 4));
+        if let Some(q) = e.queued.first() {
+            let _ = writeln!(
+                o,
+                "**Who.** {} requests waited on {} during the episode, from {} sessions ({}).",
+                e.waiting_requests,
+                q.backend,
+                e.sessions.len(),
+                list(&e.sessions, 6)
+            );
+            let _ = writeln!(o, "**Why.** These sessions were placed on {} by:", q.backend);
+            for c in &e.causes {
+                let when = if c.from_s == c.until_s {
+                    format!("at {:.1} s", c.from_s)
+                } else {
+                    format!("between {:.1} s and {:.1} s", c.from_s, c.until_s)
+                };
+                let views = if c.max_view_age_s > 0.0 {
+                    format!(
+                        " They read {} distinct engine-stats view(s), up to {:.1} s old.",
+                        c.distinct_views, c.max_view_age_s
+                    )
+                } else {
+                    String::new()
+                };
+                let regret = if c.max_regret > 0 {
+                    format!(
+                        " In truth the pick then had up to {} more requests in flight than the least-loaded backend.",
+                        c.max_regret
+                    )
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(
+                    o,
+                    "- {} `{}` decision(s) {when} ({} session(s)): {}.{views}{regret} Evidence: {}.",
+                    c.decisions,
+                    c.branch,
+                    c.sessions.len(),
+                    c.cause.text(),
+                    c.evidence
+                );
+            }
+            if e.latched_turns > 0 {
+                let _ = writeln!(
+                    o,
+                    "**Latch.** {} of these sessions stayed there: {} later turns followed them through an affinity branch (prefix match, session hash or cache hit) while other backends idled ({}).",
+                    e.latched_sessions.len(),
+                    e.latched_turns,
+                    list(&e.latched_sessions, 6)
+                );
+            }
+        }
+    }
+    let s = &x.staleness;
+    let _ = writeln!(o);
+    let _ = writeln!(o, "## Over the whole run");
+    let _ = writeln!(o);
+    if s.decisions_with_engine_view > 0 {
+        let _ = writeln!(
+            o,
+            "- {} of {} decisions that read engine stats read an entry older than {} s.",
+            s.older_than_threshold, s.decisions_with_engine_view, s.stale_after_s
+        );
+    }
+    let _ = writeln!(
+        o,
+        "- {} decisions picked a backend busier (in truth) than the least-loaded one; {} sessions stayed latched on a first pick that was not among the least loaded.",
+        s.decisions_with_regret, s.latched_sessions
+    );
+    if x.counterfactuals.len() > 1 {
+        let base = &x.counterfactuals[0];
+        let _ = writeln!(o);
+        let _ = writeln!(o, "## Counterfactuals (same scenario, same seed, same workload)");
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "| run | policy | idle_while_queued_s | stranded_slot_s | TTFT p50 s | TTFT p99 s | peak sessions on one backend |"
+        );
+        let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|");
+        let mut reading = Vec::new();
+        for c in &x.counterfactuals[1..] {
+            reading.push(read_counterfactual(base, c));
+        }
+        for c in &x.counterfactuals {
+            let d = |v: f64, b: f64| {
+                if std::ptr::eq(c, base) {
+                    format!("{v:.1}")
+                } else {
+                    format!("{v:.1} ({:+.1})", v - b)
+                }
+            };
+            let d3 = |v: f64, b: f64| {
+                if std::ptr::eq(c, base) {
+                    format!("{v:.3}")
+                } else {
+                    format!("{v:.3} ({:+.3})", v - b)
+                }
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                c.label,
+                c.policy,
+                d(c.idle_while_queued_s, base.idle_while_queued_s),
+                d(c.stranded_slot_s, base.stranded_slot_s),
+                d3(c.ttft_p50_s, base.ttft_p50_s),
+                d3(c.ttft_p99_s, base.ttft_p99_s),
+                c.peak_backend_sessions
+            );
+        }
+        let _ = writeln!(o);
+        for r in reading {
+            let _ = writeln!(o, "- {r}");
+        }
+    }
+    o
+}
+
+/// One sentence on what a counterfactual says about the cause.
+fn read_counterfactual(base: &Counterfactual, c: &Counterfactual) -> String {
+    let b = base.idle_while_queued_s;
+    let change = if b > 0.0 {
+        (c.idle_while_queued_s - b) / b
+    } else if c.idle_while_queued_s > 0.0 {
+        1.0
+    } else {
+        0.0
+    };
+    let pct = (change.abs() * 100.0).round();
+    if c.label == "fresh signals" {
+        if change.abs() < 0.05 {
+            "Fresh engine stats would not have helped: the decisions that stranded capacity did not read engine load (a dispatch-rate window, affinity or chance decided), so the fix is in the policy, not in the scrape interval.".to_string()
+        } else if change <= -0.5 {
+            format!(
+                "Fresh engine stats remove {pct}% of the idle-while-queued time: the cause is what the router saw (stale, missing or wrong signals), not what it does with them."
+            )
+        } else if change < 0.0 {
+            format!(
+                "Fresh engine stats remove {pct}% of the idle-while-queued time: staleness explains part of it; the rest comes from the policy itself."
+            )
+        } else {
+            format!(
+                "Fresh engine stats make it {pct}% worse: the policy over-reacts to exact loads (every decision agrees, so they pile up)."
+            )
+        }
+    } else if change < 0.0 {
+        format!("{}: {pct}% less idle-while-queued time on the same workload.", c.policy)
+    } else if change > 0.0 {
+        format!("{}: {pct}% more idle-while-queued time on the same workload.", c.policy)
+    } else {
+        format!("{}: the same idle-while-queued time.", c.policy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(start: u64, end: u64, stranded: u128, free: [u64; 2], waiting: [u128; 2]) -> Episode {
+        Episode {
+            start: SimTime(start),
+            end: SimTime(end),
+            stranded_ns: stranded,
+            peak_stranded: 1,
+            free_ns: free.to_vec(),
+            waiting_ns: waiting.to_vec(),
+            peak_waiting: vec![0, 2],
+        }
+    }
+
+    #[test]
+    fn close_episodes_merge_and_far_ones_do_not() {
+        let eps = [
+            ep(0, 10, 10, [10, 0], [0, 20]),
+            ep(12, 20, 8, [8, 0], [0, 8]),
+            ep(100, 110, 5, [0, 10], [5, 0]),
+        ];
+        let m = merge(&eps, 2);
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].start, m[0].end, m[0].stranded_ns), (SimTime(0), SimTime(20), 18));
+        assert_eq!(m[0].free_ns, vec![18, 0]);
+        assert_eq!(m[0].waiting_ns, vec![0, 28]);
+        assert_eq!(m[1].start, SimTime(100));
+        assert_eq!(merge(&eps, 1).len(), 3);
+    }
+
+    #[test]
+    fn branches_map_to_causes() {
+        assert_eq!(family(Branch::FallbackQps), Cause::QpsWindow);
+        assert_eq!(family(Branch::FallbackNoStatsQps), Cause::MissingStats);
+        assert_eq!(family(Branch::PrefixMatch), Cause::Affinity);
+        assert_eq!(family(Branch::FallbackLeastInflight), Cause::LoadView);
+        assert_eq!(family(Branch::Random), Cause::Blind);
+        assert_eq!(list(&["a".into(), "b".into(), "c".into()], 2), "a, b and 1 more");
+    }
+}
