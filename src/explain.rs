@@ -115,15 +115,18 @@ fn family(b: Branch) -> Cause {
         | Branch::KvImbalanced
         | Branch::LeastRequest
         | Branch::AibrixLeastRequest
-        | Branch::CacheAwareImbalanced => Cause::LoadView,
+        | Branch::CacheAwareImbalanced
+        | Branch::AibrixPrebleGatedHit
+        | Branch::AibrixPrebleGatedCost => Cause::LoadView,
         Branch::PrefixMatch
         | Branch::KvHit
         | Branch::CacheAwareHit
         | Branch::CacheAwareSmallestTree
         | Branch::AibrixPrefixHit
+        | Branch::AibrixPrebleHit
         | Branch::SessionHash
         | Branch::KvFallbackSession => Cause::Affinity,
-        Branch::LlmdScore | Branch::LoadAwareScore | Branch::DynamoCost => Cause::Score,
+        Branch::LlmdScore | Branch::LoadAwareScore | Branch::DynamoCost | Branch::AibrixPrebleCost => Cause::Score,
         Branch::Random | Branch::RoundRobin => Cause::Blind,
     }
 }

@@ -670,7 +670,7 @@ impl<'w> Simulation<'w> {
                 let sleep = self.routers[replica as usize].scrape_pass_end();
                 self.schedule(now, sleep, Event::ScrapeRead { replica, pos: 0 });
             }
-            Event::RouterRestart { replica } => self.routers[replica as usize].restart(),
+            Event::RouterRestart { replica } => self.routers[replica as usize].restart(now),
             Event::Fleet { index } => {
                 let e = self.cfg.fleet_events[index as usize];
                 self.on_fleet_event(now, e.backend, e.kind);

@@ -230,6 +230,36 @@ fn policy_parameters_are_validated_and_listed() {
             "scenarios/burst8.toml",
             "--no-files",
             "--set",
+            "router.policy={ kind = \"aibrix_preble\", histogram_window_s = -1 }",
+        ],
+        "router.policy.histogram_window_s: must be a finite number of seconds > 0, got -1",
+    );
+    rejects(
+        &[
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
+            "router.policy={ kind = \"aibrix_preble\", target_gpu = \"H100\" }",
+        ],
+        "router.policy.target_gpu: unknown target GPU `H100`; expected `V100` (upstream default) or `A6000`",
+    );
+    rejects(
+        &[
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
+            "router.policy={ kind = \"sglang_cache_aware\", max_tree_size = -5 }",
+        ],
+        "router.policy.max_tree_size: must be >= 0 characters, got -5",
+    );
+    rejects(
+        &[
+            "run",
+            "scenarios/burst8.toml",
+            "--no-files",
+            "--set",
             "router.policy={ kind = \"llmd\", queue_weigth = 1 }",
         ],
         "unknown field `queue_weigth`",

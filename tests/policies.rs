@@ -186,3 +186,66 @@ fn replicas_split_local_signals_and_trees() {
     let (rr, sticky) = (steady("round_robin"), steady("session_hash"));
     assert!(sticky > rr + 0.1, "session-hash front {sticky} vs round robin {rr}");
 }
+
+/// AIBrix prefix-cache-preble on burst8: every agent's first prompt is 2/3 shared system
+/// prompt, above the 0.5 match ratio, so after the first agent is costed onto the pod the
+/// chat user does not occupy, all follow it to the pod on the system prompt's tree node (the
+/// only candidate there, whatever its histogram load); 8 agents never open the PR #2382
+/// gate's gap of 9. A gate of 2 in-flight requests sends later agents to the idle pod.
+#[test]
+fn aibrix_preble_follows_a_hot_prefix_until_the_gate() {
+    for seed in 1..=4 {
+        let s = burst8("{ kind = \"aibrix_preble\" }", seed);
+        let b = &s.decisions_by_branch;
+        assert!(s.peak_backend_sessions >= 8, "seed {seed}: {}", s.peak_backend_sessions);
+        assert_eq!(b["aibrix_preble_gated_hit"] + b["aibrix_preble_gated_cost"], 0, "{b:?}");
+        assert!(b["aibrix_preble_hit"] >= 190, "{b:?}");
+        assert_eq!(b["aibrix_preble_hit"] + b["aibrix_preble_cost"], 200);
+    }
+    let s = burst8("{ kind = \"aibrix_preble\", imbalance_abs_count = 2 }", 1);
+    let b = &s.decisions_by_branch;
+    assert!(
+        b["aibrix_preble_gated_hit"] + b["aibrix_preble_gated_cost"] > 0,
+        "{b:?}"
+    );
+    let peak = mean("{ kind = \"aibrix_preble\", imbalance_abs_count = 2 }", |s| {
+        s.peak_backend_sessions as f64
+    });
+    assert!(peak < 7.0, "{peak}");
+}
+
+/// SGLang cache_aware eviction on steady chat (240 sessions, ~5 minutes): the default
+/// 2^26 characters per worker is never reached, so the run equals one with the eviction
+/// thread off; a limit of 20,000 characters every 10 s evicts the least recently used
+/// sessions' entries, their next turns no longer match and go to the smallest tree instead,
+/// and the engines' prefix-cache hit rate falls with the lost affinity.
+#[test]
+fn sglang_cache_aware_eviction_forgets_least_recent_prefixes() {
+    let steady = |policy: &str| {
+        let (s, w) = common::shipped("compare-steady-chat.toml", &[("router.policy", policy)]);
+        run_with(&s, &w, RunOptions::summary_only()).summary
+    };
+    let default = steady("{ kind = \"sglang_cache_aware\" }");
+    let off = steady("{ kind = \"sglang_cache_aware\", eviction_interval_secs = 0 }");
+    assert_eq!(default.decisions_by_branch, off.decisions_by_branch);
+    assert_eq!(default.prefix_cache_hit_rate, off.prefix_cache_hit_rate);
+    assert_eq!(default.idle_while_queued_s, off.idle_while_queued_s);
+    let small = steady("{ kind = \"sglang_cache_aware\", eviction_interval_secs = 10, max_tree_size = 20000 }");
+    let (hit, small_hit) = (
+        default.decisions_by_branch["cache_aware_hit"],
+        small.decisions_by_branch["cache_aware_hit"],
+    );
+    assert!(small_hit * 2 < hit, "hits: default {hit}, evicting {small_hit}");
+    assert!(
+        small.decisions_by_branch["cache_aware_smallest_tree"]
+            > 10 * default.decisions_by_branch["cache_aware_smallest_tree"],
+        "{:?}",
+        small.decisions_by_branch
+    );
+    assert!(
+        small.prefix_cache_hit_rate < default.prefix_cache_hit_rate - 0.1,
+        "{} vs {}",
+        small.prefix_cache_hit_rate,
+        default.prefix_cache_hit_rate
+    );
+}

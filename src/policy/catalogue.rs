@@ -98,7 +98,8 @@ pub const CATALOGUE: &[PolicyDoc] = &[
     PolicyDoc {
         kind: "sglang_cache_aware",
         source: "SGLang classic sgl-router cache_aware (src/policies/cache_aware.rs, tree.rs; PR #2114), RouterArgs defaults",
-        signals: "router-local in-flight (fresh) and a router-local approximate radix tree of request text",
+        signals: "router-local in-flight (fresh) and a router-local approximate radix tree of request text, LRU-evicted \
+                  per tenant by a background pass every eviction_interval_secs from router start",
         params: &[
             p(
                 "cache_threshold",
@@ -112,6 +113,16 @@ pub const CATALOGUE: &[PolicyDoc] = &[
                 "... and max > min x this: then shortest queue",
             ),
             p("tree_chunk_chars", "16", "tree granularity (upstream: 1 character)"),
+            p(
+                "eviction_interval_secs",
+                "120",
+                "seconds between eviction passes, from router start (0: never evict)",
+            ),
+            p(
+                "max_tree_size",
+                "67108864",
+                "characters per worker a pass keeps (least recently used leaves go first)",
+            ),
         ],
     },
     PolicyDoc {
@@ -168,6 +179,57 @@ pub const CATALOGUE: &[PolicyDoc] = &[
                 "std_dev_factor",
                 "1",
                 "a matched pod must run <= mean + factor x stddev",
+            ),
+        ],
+    },
+    PolicyDoc {
+        kind: "aibrix_preble",
+        source: "AIBrix gateway prefix-cache-preble (pkg/plugins/gateway/algorithms/prefix_cache_preble.go, \
+                 pkg/utils/prefixcacheindexer/tree.go) with the load gate of PR #2382",
+        signals: "gateway in-flight requests (router-local, fresh) for the gate; a router-local radix tree of prompt \
+                  tokens (5-min idle TTL) and the history of routed requests in a 3-min window (histogram load and \
+                  Preble cost); no engine metric, output lengths never known (a constant stands in)",
+        params: &[
+            p(
+                "imbalance_abs_count",
+                "8",
+                "max - min in-flight above this: only the least-loaded pods are candidates (PR #2382)",
+            ),
+            p(
+                "match_ratio_threshold",
+                "0.5",
+                "matched / prompt tokens above this: least histogram load on the longest matching node",
+            ),
+            p(
+                "target_gpu",
+                "\"V100\"",
+                "prefill cost model: \"V100\" or \"A6000\" (Mistral-7B fits)",
+            ),
+            p(
+                "decoding_length_tokens",
+                "45",
+                "assumed output tokens per node in the decode cost",
+            ),
+            p(
+                "time_per_token_s",
+                "0.15",
+                "decode cost per token (upstream's unmeasured default)",
+            ),
+            p("histogram_window_s", "180", "routing history window"),
+            p(
+                "eviction_loop_interval_s",
+                "1",
+                "period of the eviction / window loop, from router start",
+            ),
+            p(
+                "node_ttl_s",
+                "300",
+                "tree nodes idle longer than this are evicted with their subtree",
+            ),
+            p(
+                "tree_chunk_chars",
+                "(auto)",
+                "characters per tree unit; default router.chars_per_token (one token)",
             ),
         ],
     },

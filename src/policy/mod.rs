@@ -6,6 +6,7 @@
 //! Adding a policy: one file here, one variant in [`PolicyConfig`], one arm in [`build`].
 
 pub mod aibrix;
+pub mod aibrix_preble;
 pub mod cacheaware;
 pub mod catalogue;
 pub mod dynamo;
@@ -22,6 +23,7 @@ pub mod qps;
 pub mod random;
 pub mod roundrobin;
 pub mod session;
+pub mod sgltree;
 
 use crate::ids::{BackendId, RequestId};
 use crate::rng::SimRng;
@@ -115,6 +117,15 @@ pub enum Branch {
     AibrixPrefixHit,
     /// AIBrix `prefix-cache`: no match (or none within the band): least-request.
     AibrixLeastRequest,
+    /// AIBrix `prefix-cache-preble`: match ratio above the threshold, least histogram load
+    /// among the pods on the longest matching node.
+    AibrixPrebleHit,
+    /// AIBrix `prefix-cache-preble`: least Preble cost.
+    AibrixPrebleCost,
+    /// `prefix-cache-preble` with the PR #2382 gate on (min-running pods only), prefix step.
+    AibrixPrebleGatedHit,
+    /// `prefix-cache-preble` with the PR #2382 gate on, cost step.
+    AibrixPrebleGatedCost,
     /// `kvaware`: the holder of the longest cached prefix.
     KvHit,
     /// KV-aware policies' upstream fallback with a session key: the hash ring.
@@ -131,7 +142,7 @@ pub enum Branch {
 
 impl Branch {
     /// Every branch, in report order.
-    pub const ALL: [Branch; 24] = [
+    pub const ALL: [Branch; 28] = [
         Branch::RoundRobin,
         Branch::SessionHash,
         Branch::SessionNoKeyQps,
@@ -150,6 +161,10 @@ impl Branch {
         Branch::LlmdScore,
         Branch::AibrixPrefixHit,
         Branch::AibrixLeastRequest,
+        Branch::AibrixPrebleHit,
+        Branch::AibrixPrebleCost,
+        Branch::AibrixPrebleGatedHit,
+        Branch::AibrixPrebleGatedCost,
         Branch::KvHit,
         Branch::KvFallbackSession,
         Branch::KvFallbackQps,
@@ -179,6 +194,10 @@ impl Branch {
             Branch::LlmdScore => "llmd_score",
             Branch::AibrixPrefixHit => "aibrix_prefix_hit",
             Branch::AibrixLeastRequest => "aibrix_least_request",
+            Branch::AibrixPrebleHit => "aibrix_preble_hit",
+            Branch::AibrixPrebleCost => "aibrix_preble_cost",
+            Branch::AibrixPrebleGatedHit => "aibrix_preble_gated_hit",
+            Branch::AibrixPrebleGatedCost => "aibrix_preble_gated_cost",
             Branch::KvHit => "kv_hit",
             Branch::KvFallbackSession => "kv_fallback_session",
             Branch::KvFallbackQps => "kv_fallback_qps",
@@ -221,6 +240,10 @@ pub trait RoutingPolicy: Send {
 
     /// A request's stream ended.
     fn on_finished(&mut self, _request: RequestId) {}
+
+    /// The router (re)started at `now`: policies with a background loop anchor its ticks
+    /// here. A new policy assumes the router started at time 0.
+    fn on_router_start(&mut self, _now: SimTime) {}
 }
 
 /// `prefixaware`'s below-threshold fallback.
@@ -283,6 +306,8 @@ pub enum PolicyConfig {
     Llmd(llmd::LlmdParams),
     /// AIBrix `prefix-cache` with its load gates.
     AibrixPrefixCache(aibrix::AibrixParams),
+    /// AIBrix `prefix-cache-preble` with the PR #2382 load gate.
+    AibrixPreble(aibrix_preble::AibrixPrebleParams),
     /// production-stack `kvaware` (and PR #884's `load_balanced_kvaware` with a threshold).
     KvAware {
         /// `--kv-aware-threshold`, tokens.
@@ -300,7 +325,7 @@ pub enum PolicyConfig {
 }
 
 /// Valid `router.policy.kind` values.
-pub const POLICY_KINDS: &str = "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd, aibrix_prefix_cache, kvaware, load_balanced_kvaware, loadaware, dynamo";
+pub const POLICY_KINDS: &str = "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd, aibrix_prefix_cache, aibrix_preble, kvaware, load_balanced_kvaware, loadaware, dynamo";
 
 impl PolicyConfig {
     /// A one-line description for reports.
@@ -331,8 +356,12 @@ impl PolicyConfig {
             ),
             PolicyConfig::PowerOfD { d, load } => format!("power_of_d (d = {d}, load = {})", load.as_str()),
             PolicyConfig::SglangCacheAware(p) => format!(
-                "sglang_cache_aware (cache_threshold = {}, balance_abs_threshold = {}, balance_rel_threshold = {})",
-                p.cache_threshold, p.balance_abs_threshold, p.balance_rel_threshold
+                "sglang_cache_aware (cache_threshold = {}, balance_abs_threshold = {}, balance_rel_threshold = {}, eviction_interval_secs = {}, max_tree_size = {})",
+                p.cache_threshold,
+                p.balance_abs_threshold,
+                p.balance_rel_threshold,
+                p.eviction_interval_secs,
+                p.max_tree_size
             ),
             PolicyConfig::Llmd(p) => format!(
                 "llmd (queue x{}, kv-cache-utilization x{}, prefix-cache x{})",
@@ -341,6 +370,13 @@ impl PolicyConfig {
             PolicyConfig::AibrixPrefixCache(p) => format!(
                 "aibrix_prefix_cache (imbalance_abs_count = {}, std_dev_factor = {})",
                 p.imbalance_abs_count, p.std_dev_factor
+            ),
+            PolicyConfig::AibrixPreble(p) => format!(
+                "aibrix_preble (imbalance_abs_count = {}, match_ratio_threshold = {}, target_gpu = {}, histogram_window_s = {})",
+                p.imbalance_abs_count,
+                p.match_ratio_threshold,
+                p.target_gpu.as_str(),
+                p.histogram_window.as_secs_f64()
             ),
             PolicyConfig::KvAware {
                 threshold_tokens,
@@ -393,6 +429,7 @@ pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
         PolicyConfig::SglangCacheAware(p) => Box::new(cacheaware::CacheAware::new(p)),
         PolicyConfig::Llmd(p) => Box::new(llmd::Llmd::new(p)),
         PolicyConfig::AibrixPrefixCache(p) => Box::new(aibrix::AibrixPrefixCache::new(p)),
+        PolicyConfig::AibrixPreble(p) => Box::new(aibrix_preble::AibrixPreble::new(p)),
         PolicyConfig::KvAware {
             threshold_tokens,
             imbalanced_threshold,
@@ -413,6 +450,7 @@ pub(crate) mod testkit {
         pub engine: Vec<Option<EngineStatsEntry>>,
         pub requests: Vec<Option<RequestStatsEntry>>,
         pub kv: Option<KvFeed>,
+        pub now: SimTime,
     }
 
     impl ViewFixture {
@@ -428,7 +466,14 @@ pub(crate) mod testkit {
                 engine: vec![None; n],
                 requests: vec![None; n],
                 kv: None,
+                now: SimTime(0),
             }
+        }
+
+        /// Decision time, in seconds.
+        pub fn at(mut self, secs: f64) -> Self {
+            self.now = SimTime(crate::time::secs_to_ns(secs));
+            self
         }
 
         /// Sets engine loads (running, waiting) for every endpoint.
@@ -482,7 +527,7 @@ pub(crate) mod testkit {
 
         pub fn view(&self) -> RouterView<'_> {
             RouterView {
-                now: SimTime(0),
+                now: self.now,
                 endpoints: &self.endpoints,
                 engine_stats: &self.engine,
                 request_stats: &self.requests,

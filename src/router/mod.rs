@@ -317,12 +317,14 @@ impl Router {
         self
     }
 
-    /// A router restart: the policy's state (tries, trees, counters), request stats,
-    /// published engine stats and the KV-event replica are lost; the endpoint list and the
-    /// scraper's schedule survive (the next pass repopulates the stats).
-    pub fn restart(&mut self) {
+    /// A router restart at `now`: the policy's state (tries, trees, counters, background
+    /// loops, which start over from `now`), request stats, published engine stats and the
+    /// KV-event replica are lost; the endpoint list and the scraper's schedule survive (the
+    /// next pass repopulates the stats).
+    pub fn restart(&mut self, now: SimTime) {
         let n = self.fleet.len();
         self.policy = build(&self.cfg.policy);
+        self.policy.on_router_start(now);
         self.req_stats = RequestStatsMonitor::new(n, self.cfg.request_stats_window);
         self.scraper.clear_published();
         if self.kv.is_some() {

@@ -978,6 +978,8 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
     let fleet = policy_tables::Fleet {
         block_size_tokens: b.block_size_tokens.unwrap_or(16).clamp(1, i64::from(u32::MAX)) as u32,
         kv_blocks: b.kv_blocks.unwrap_or(29_205).clamp(1, i64::from(u32::MAX)) as u32,
+        // Validated below; clamped here so a bad value is reported under its own key.
+        chars_per_token: r.chars_per_token.clamp(1, 64) as u32,
     };
     let policy = policy(r.policy.as_ref(), fleet)?;
     let router = RouterConfig {

@@ -1,12 +1,13 @@
 //! `[router.policy]` tables of the policies beyond production-stack's own (random,
-//! least_request, power_of_d, SGLang, llm-d): raw layer with upstream defaults, and
-//! validation into [`PolicyConfig`].
+//! least_request, power_of_d, SGLang, llm-d, AIBrix, KV-aware, Dynamo): raw layer with
+//! upstream defaults, and validation into [`PolicyConfig`].
 
 use serde::Deserialize;
 
 use super::{FieldError, Res, count, from_value};
 use crate::policy::PolicyConfig;
 use crate::policy::aibrix::AibrixParams;
+use crate::policy::aibrix_preble::{AibrixPrebleParams, TargetGpu};
 use crate::policy::cacheaware::CacheAwareParams;
 use crate::policy::dynamo::DynamoParams;
 use crate::policy::leastrequest::Tie;
@@ -47,6 +48,8 @@ struct CacheAwareFile {
     balance_abs_threshold: Option<i64>,
     balance_rel_threshold: Option<f64>,
     tree_chunk_chars: Option<i64>,
+    eviction_interval_secs: Option<i64>,
+    max_tree_size: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -71,6 +74,20 @@ struct AibrixFile {
     block_ttl_s: Option<f64>,
     imbalance_abs_count: Option<i64>,
     std_dev_factor: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AibrixPrebleFile {
+    imbalance_abs_count: Option<i64>,
+    match_ratio_threshold: Option<f64>,
+    target_gpu: Option<String>,
+    decoding_length_tokens: Option<i64>,
+    time_per_token_s: Option<f64>,
+    histogram_window_s: Option<f64>,
+    eviction_loop_interval_s: Option<f64>,
+    node_ttl_s: Option<f64>,
+    tree_chunk_chars: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,10 +139,19 @@ pub(super) struct Fleet {
     pub block_size_tokens: u32,
     /// `backends.kv_blocks`.
     pub kv_blocks: u32,
+    /// `router.chars_per_token` (a token-level prefix tree's unit).
+    pub chars_per_token: u32,
 }
 
 /// Largest index any prefix-cache policy may be configured to hold (entries).
 const MAX_INDEX_ENTRIES: i64 = 10_000_000;
+
+fn non_negative(v: i64, path: &str, unit: &str) -> Res<u64> {
+    if v < 0 {
+        return Err(FieldError::new(path, format!("must be >= 0 {unit}, got {v}")));
+    }
+    Ok(v as u64)
+}
 
 fn index_size(v: i64, path: &str) -> Res<u32> {
     if !(1..=MAX_INDEX_ENTRIES).contains(&v) {
@@ -190,12 +216,21 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) ->
                     0,
                 )?),
                 balance_rel_threshold: rel,
-                // At least 4: finer trees cost ~100 bytes per stored character and are never
-                // evicted here.
+                // At least 4: finer trees cost memory and time per stored character.
                 tree_chunk_chars: count(
                     f.tree_chunk_chars.unwrap_or(i64::from(d.tree_chunk_chars)),
                     &at("tree_chunk_chars"),
                     4,
+                )?,
+                eviction_interval_secs: non_negative(
+                    f.eviction_interval_secs.unwrap_or(d.eviction_interval_secs as i64),
+                    &at("eviction_interval_secs"),
+                    "seconds (0 = no eviction)",
+                )?,
+                max_tree_size: non_negative(
+                    f.max_tree_size.unwrap_or(d.max_tree_size as i64),
+                    &at("max_tree_size"),
+                    "characters",
                 )?,
             }))
         }),
@@ -262,6 +297,69 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) ->
                     0,
                 )?),
                 std_dev_factor: k,
+            }))
+        }),
+        "aibrix_preble" => from_value::<AibrixPrebleFile>(rest, path).and_then(|f| {
+            let d = AibrixPrebleParams::default();
+            let target_gpu = match f.target_gpu.as_deref().unwrap_or("V100") {
+                "V100" => TargetGpu::V100,
+                "A6000" => TargetGpu::A6000,
+                other => {
+                    return Err(FieldError::new(
+                        at("target_gpu"),
+                        format!(
+                            "unknown target GPU `{other}`; expected `V100` (upstream default) or `A6000` \
+                             (upstream silently uses V100 for any other value)"
+                        ),
+                    ));
+                }
+            };
+            let tpt = f.time_per_token_s.unwrap_or(d.time_per_token_s);
+            if !tpt.is_finite() || tpt < 0.0 {
+                return Err(FieldError::new(
+                    at("time_per_token_s"),
+                    format!("must be a finite number of seconds >= 0, got {tpt}"),
+                ));
+            }
+            Ok(PolicyConfig::AibrixPreble(AibrixPrebleParams {
+                imbalance_abs_count: non_negative(
+                    f.imbalance_abs_count.unwrap_or(d.imbalance_abs_count as i64),
+                    &at("imbalance_abs_count"),
+                    "requests",
+                )?,
+                match_ratio_threshold: unit(
+                    f.match_ratio_threshold.unwrap_or(d.match_ratio_threshold),
+                    &at("match_ratio_threshold"),
+                )?,
+                target_gpu,
+                decoding_length_tokens: count(
+                    f.decoding_length_tokens.unwrap_or(i64::from(d.decoding_length_tokens)),
+                    &at("decoding_length_tokens"),
+                    0,
+                )?,
+                time_per_token_s: tpt,
+                histogram_window: super::secs(
+                    f.histogram_window_s.unwrap_or(d.histogram_window.as_secs_f64()),
+                    &at("histogram_window_s"),
+                    false,
+                )?,
+                eviction_loop_interval: super::secs(
+                    f.eviction_loop_interval_s
+                        .unwrap_or(d.eviction_loop_interval.as_secs_f64()),
+                    &at("eviction_loop_interval_s"),
+                    false,
+                )?,
+                node_ttl: super::secs(
+                    f.node_ttl_s.unwrap_or(d.node_ttl.as_secs_f64()),
+                    &at("node_ttl_s"),
+                    false,
+                )?,
+                // One token per unit by default, like upstream's tokenised tree.
+                tree_chunk_chars: count(
+                    f.tree_chunk_chars.unwrap_or(i64::from(fleet.chars_per_token)),
+                    &at("tree_chunk_chars"),
+                    1,
+                )?,
             }))
         }),
         "kvaware" => from_value::<KvAwareFile>(rest, path).and_then(|f| {

@@ -224,3 +224,79 @@ fn shipped_scenarios_load() {
         load(&p, &[]).unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+#[test]
+fn aibrix_preble_and_sglang_eviction_tables() {
+    use crate::policy::aibrix_preble::{AibrixPrebleParams, TargetGpu};
+    use crate::policy::cacheaware::CacheAwareParams;
+    // Upstream defaults; the tree's unit follows router.chars_per_token (one token).
+    let (s, _) = load_ok(MINIMAL, &[("router.policy", "{ kind = \"aibrix_preble\" }")]);
+    assert_eq!(
+        s.sim.router.policy,
+        PolicyConfig::AibrixPreble(AibrixPrebleParams::default())
+    );
+    let (s, _) = load_ok(
+        MINIMAL,
+        &[
+            (
+                "router.policy",
+                "{ kind = \"aibrix_preble\", target_gpu = \"A6000\", histogram_window_s = 60 }",
+            ),
+            ("router.chars_per_token", "3"),
+        ],
+    );
+    let PolicyConfig::AibrixPreble(p) = s.sim.router.policy else {
+        panic!("{:?}", s.sim.router.policy)
+    };
+    assert_eq!(
+        (p.target_gpu, p.histogram_window.0, p.tree_chunk_chars),
+        (TargetGpu::A6000, 60 * NS_PER_S, 3)
+    );
+    let e = load_err(
+        MINIMAL,
+        &[("router.policy", "{ kind = \"aibrix_preble\", histogram_window_s = -1 }")],
+    );
+    assert_eq!(e.path, "router.policy.histogram_window_s");
+    assert!(
+        e.to_string().contains("must be a finite number of seconds > 0, got -1"),
+        "{e}"
+    );
+    let e = load_err(
+        MINIMAL,
+        &[(
+            "router.policy",
+            "{ kind = \"aibrix_preble\", match_ratio_threshold = 1.5 }",
+        )],
+    );
+    assert_eq!(e.path, "router.policy.match_ratio_threshold");
+    let e = load_err(
+        MINIMAL,
+        &[("router.policy", "{ kind = \"aibrix_preble\", histogram_window = 5 }")],
+    );
+    assert!(e.to_string().contains("unknown field `histogram_window`"), "{e}");
+    // SGLang: the eviction knobs exist and default to RouterArgs' values.
+    let (s, _) = load_ok(MINIMAL, &[("router.policy", "{ kind = \"sglang_cache_aware\" }")]);
+    assert_eq!(
+        s.sim.router.policy,
+        PolicyConfig::SglangCacheAware(CacheAwareParams::default())
+    );
+    let (s, _) = load_ok(
+        MINIMAL,
+        &[(
+            "router.policy",
+            "{ kind = \"sglang_cache_aware\", eviction_interval_secs = 0, max_tree_size = 4096 }",
+        )],
+    );
+    let PolicyConfig::SglangCacheAware(p) = s.sim.router.policy else {
+        panic!()
+    };
+    assert_eq!((p.eviction_interval_secs, p.max_tree_size), (0, 4096));
+    let e = load_err(
+        MINIMAL,
+        &[(
+            "router.policy",
+            "{ kind = \"sglang_cache_aware\", eviction_interval_secs = -1 }",
+        )],
+    );
+    assert_eq!(e.path, "router.policy.eviction_interval_secs");
+}
