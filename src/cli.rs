@@ -432,7 +432,7 @@ fn explanation(
         ..ExplainOptions::for_interval(interval_s)
     };
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
-    let mut x = explain(res, &names, &opts);
+    let mut x = explain(res, &scenario.sim, &names, &opts);
     if f.no_counterfactual {
         return Ok(x);
     }

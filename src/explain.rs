@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::ids::BackendId;
 use crate::metrics::{Episode, round6};
 use crate::policy::Branch;
-use crate::sim::RunResult;
+use crate::sim::{RunResult, SimConfig};
 use crate::time::{SimTime, ns_to_secs};
 
 /// Knobs of the explanation.
@@ -215,6 +215,8 @@ pub struct EpisodeStory {
     pub latched_turns: u64,
     /// The main cause.
     pub main_cause: Cause,
+    /// Fleet changes, router restarts and signal faults up to the episode's end.
+    pub context: Vec<String>,
 }
 
 /// A re-run of the same scenario and seed with one thing changed.
@@ -291,6 +293,69 @@ pub struct Explanation {
     pub counterfactuals: Vec<Counterfactual>,
 }
 
+/// Something that changed the fleet or its signals, and when it applied.
+struct Happening {
+    from: SimTime,
+    until: u64,
+    text: String,
+}
+
+/// The scenario's fleet events, router restarts and faults, in time order, in words.
+fn happenings(cfg: &SimConfig, names: &[String]) -> Vec<Happening> {
+    use crate::faults::FaultKind;
+    use crate::fleet::FleetEventKind;
+    let name = |b: usize| names.get(b).cloned().unwrap_or_else(|| format!("backend #{b}"));
+    let mut out = Vec::new();
+    for e in &cfg.fleet_events {
+        let b = name(e.backend.index());
+        let at = secs(e.at);
+        let text = match e.kind {
+            FleetEventKind::Join => format!(
+                "{b} joined at {at:.1} s (no request stats, engine stats or cached prefixes yet)"
+            ),
+            FleetEventKind::Leave => format!("{b} left at {at:.1} s (its in-flight requests failed)"),
+            FleetEventKind::Drain => format!("{b} started draining at {at:.1} s (unlisted, finishing its requests)"),
+            FleetEventKind::Restart { downtime } => format!(
+                "{b} restarted at {at:.1} s (out of service for {:.1} s, prefix cache lost)",
+                downtime.as_secs_f64()
+            ),
+        };
+        out.push(Happening { from: e.at, until: u64::MAX, text });
+    }
+    for &(t, replica) in &cfg.router_restarts {
+        let who = match replica {
+            Some(r) => format!("router replica {r}"),
+            None => "the router".to_string(),
+        };
+        let text = format!(
+            "{who} restarted at {:.1} s (tries, request stats and published engine stats lost)",
+            secs(t)
+        );
+        out.push(Happening { from: t, until: u64::MAX, text });
+    }
+    for f in &cfg.faults {
+        let b = name(f.backend.index());
+        let window = if f.until.0 == u64::MAX {
+            format!("from {:.1} s on", secs(f.from))
+        } else {
+            format!("from {:.1} s to {:.1} s", secs(f.from), secs(f.until))
+        };
+        let text = match f.kind {
+            FaultKind::ScrapeFail => format!("{b}'s /metrics scrapes failed {window} (entry missing)"),
+            FaultKind::ZeroStats => format!("{b}'s /metrics parsed to zeros {window}"),
+            FaultKind::FrozenStats => format!("{b}'s scraped stats were frozen {window}"),
+            FaultKind::ExtraLag(l) => format!(
+                "{b}'s scraped stats lagged the engine by a further {:.1} s {window}",
+                l.as_secs_f64()
+            ),
+            FaultKind::Slowdown(x) => format!("{b} stepped {x} times slower {window}"),
+        };
+        out.push(Happening { from: f.from, until: f.until.0, text });
+    }
+    out.sort_by_key(|h| h.from);
+    out
+}
+
 fn secs(t: SimTime) -> f64 {
     round6(ns_to_secs(t.0))
 }
@@ -326,7 +391,7 @@ fn list(names: &[String], n: usize) -> String {
 }
 
 /// Explains `res`; `names` are the backends' names. The caller adds counterfactuals.
-pub fn explain(res: &RunResult, names: &[String], opts: &ExplainOptions) -> Explanation {
+pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &ExplainOptions) -> Explanation {
     let log = &res.decisions;
     let gap = (opts.merge_gap_s * 1e9) as u64;
     let mut eps = merge(&res.episodes, gap);
@@ -342,7 +407,24 @@ pub fn explain(res: &RunResult, names: &[String], opts: &ExplainOptions) -> Expl
     for (i, r) in res.requests.iter().enumerate() {
         by_session[r.session.index()].push(i);
     }
-    let episodes = eps.iter().map(|e| story(res, names, &by_session, e, opts)).collect();
+    // Fleet changes are context for every later episode; a signal fault for the episodes
+    // that start within two scrape intervals of its end (what it left in the views).
+    let notes = happenings(cfg, names);
+    let mut restarts: Vec<SimTime> = cfg.router_restarts.iter().map(|r| r.0).collect();
+    restarts.sort_unstable();
+    let lookback = (2.0 * cfg.router.engine_stats_interval.as_secs_f64() * 1e9) as u64;
+    let episodes = eps
+        .iter()
+        .map(|e| {
+            let mut st = story(res, names, &by_session, &restarts, e, opts);
+            st.context = notes
+                .iter()
+                .filter(|n| n.from <= e.end && n.until >= e.start.0.saturating_sub(lookback))
+                .map(|n| n.text.clone())
+                .collect();
+            st
+        })
+        .collect();
 
     let stale_ns = (opts.stale_after_s * 1e9) as u64;
     let (mut with_view, mut stale) = (0u64, 0u64);
@@ -391,6 +473,7 @@ fn story(
     res: &RunResult,
     names: &[String],
     by_session: &[Vec<usize>],
+    restarts: &[SimTime],
     e: &Episode,
     opts: &ExplainOptions,
 ) -> EpisodeStory {
@@ -439,8 +522,16 @@ fn story(
             .iter()
             .rposition(|&i| waiting.binary_search(&i).is_ok())
             .expect("the session has a waiting request");
+        // Walk back to the first decision of the session's run on the backend, but not past
+        // a router restart: what the router knew before it (trie, stats) was lost, so the
+        // re-decision after it is what placed the session.
+        let t_last = res.requests[reqs[last]].t_router;
+        let since = restarts.iter().rev().find(|&&t| t <= t_last).copied().unwrap_or(SimTime(0));
         let mut first = last;
-        while first > 0 && res.requests[reqs[first - 1]].backend.index() == q {
+        while first > 0
+            && res.requests[reqs[first - 1]].backend.index() == q
+            && res.requests[reqs[first - 1]].t_router >= since
+        {
             first -= 1;
         }
         let later = reqs[first + 1..]
@@ -500,6 +591,7 @@ fn story(
         latched_sessions: latched.iter().map(|p| key(p.session)).collect(),
         latched_turns: latched.iter().map(|p| p.latched_turns).sum(),
         main_cause,
+        context: Vec::new(),
     }
 }
 
@@ -680,6 +772,9 @@ pub fn render(x: &Explanation) -> String {
             .map(|b| format!("{} queued up to {} requests", b.backend, b.peak_waiting))
             .collect();
         let _ = writeln!(o, "**What.** {} while {}.", list(&idle, 4), list(&queued, 4));
+        if !e.context.is_empty() {
+            let _ = writeln!(o, "**Context.** {}.", e.context.join("; "));
+        }
         if let Some(q) = e.queued.first() {
             let _ = writeln!(
                 o,

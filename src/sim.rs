@@ -1202,7 +1202,7 @@ impl<'w> Simulation<'w> {
             events: self.events,
             names: self.cfg.backends.clone(),
             engines,
-            planned: self.total as u64,
+            planned: self.workload.total_requests() as u64,
             sessions: self.workload.sessions.len() as u64,
             sessions_hit_context_limit: self.workload.sessions.iter().filter(|s| s.hit_context_limit).count() as u64,
             latched_sessions: latched,

@@ -336,3 +336,58 @@ fn fault_tables_are_validated() {
         rejects(&["run", "scenarios/burst8.toml", "--no-files", "--set", &set], needle);
     }
 }
+
+#[test]
+fn fleet_event_and_client_tables_are_validated() {
+    let cases = [
+        (
+            "fleet_events=[{ at_s = 10, backend = 2, kind = \"join\" }]",
+            "fleet_events[0].backend: backend 2 does not exist",
+        ),
+        (
+            "fleet_events=[{ at_s = 10, backend = 0, kind = \"reboot\" }]",
+            "fleet_events[0].kind",
+        ),
+        (
+            "fleet_events=[{ at_s = 10, backend = 0, kind = \"leave\" }, { at_s = 20, backend = 0, kind = \"leave\" }]",
+            "fleet_events[1]: cannot leave backend 0 at 20 s: it is not in the fleet then",
+        ),
+        ("client.max_retries=-1", "client.max_retries"),
+    ];
+    for (set, needle) in cases {
+        rejects(&["run", "scenarios/burst8.toml", "--no-files", "--set", set], needle);
+    }
+}
+
+/// `sim run --explain` and `sim explain DIR`: the narrative names backend, branch and the
+/// counterfactuals; a folder that is not a run is an input error.
+#[test]
+fn explain_names_the_cause_and_the_counterfactuals() {
+    let tmp = tempfile::tempdir().unwrap();
+    sim()
+        .args(["run", "scenarios/burst8.toml", "--explain", "--out"])
+        .arg(tmp.path())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("# Why capacity was stranded: burst8 (seed 1)"))
+        .stdout(predicate::str::contains("placed on backend-1 by:"))
+        .stdout(predicate::str::contains("8 `fallback_qps` decision(s)"))
+        .stdout(predicate::str::contains("| fresh signals |"))
+        .stdout(predicate::str::contains("least_request (tie = random): 95% less idle-while-queued time"));
+    assert!(tmp.path().join("explain.md").exists());
+    let out = sim()
+        .args(["explain", "--no-counterfactual", "--json"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let x: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(x["episodes"][0]["queued"][0]["backend"], "backend-1");
+    assert_eq!(x["episodes"][0]["main_cause"], "qps_window");
+    assert_eq!(x["counterfactuals"].as_array().unwrap().len(), 1);
+    rejects(
+        &["explain", tmp.path().to_str().unwrap(), "--policy", "{ kind = \"nope\" }"],
+        "router.policy.kind",
+    );
+    rejects(&["explain", "/nonexistent/run"], "not a results folder written by `sim run`");
+}
