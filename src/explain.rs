@@ -310,9 +310,9 @@ fn happenings(cfg: &SimConfig, names: &[String]) -> Vec<Happening> {
         let b = name(e.backend.index());
         let at = secs(e.at);
         let text = match e.kind {
-            FleetEventKind::Join => format!(
-                "{b} joined at {at:.1} s (no request stats, engine stats or cached prefixes yet)"
-            ),
+            FleetEventKind::Join => {
+                format!("{b} joined at {at:.1} s (no request stats, engine stats or cached prefixes yet)")
+            }
             FleetEventKind::Leave => format!("{b} left at {at:.1} s (its in-flight requests failed)"),
             FleetEventKind::Drain => format!("{b} started draining at {at:.1} s (unlisted, finishing its requests)"),
             FleetEventKind::Restart { downtime } => format!(
@@ -320,7 +320,11 @@ fn happenings(cfg: &SimConfig, names: &[String]) -> Vec<Happening> {
                 downtime.as_secs_f64()
             ),
         };
-        out.push(Happening { from: e.at, until: u64::MAX, text });
+        out.push(Happening {
+            from: e.at,
+            until: u64::MAX,
+            text,
+        });
     }
     for &(t, replica) in &cfg.router_restarts {
         let who = match replica {
@@ -331,7 +335,11 @@ fn happenings(cfg: &SimConfig, names: &[String]) -> Vec<Happening> {
             "{who} restarted at {:.1} s (tries, request stats and published engine stats lost)",
             secs(t)
         );
-        out.push(Happening { from: t, until: u64::MAX, text });
+        out.push(Happening {
+            from: t,
+            until: u64::MAX,
+            text,
+        });
     }
     for f in &cfg.faults {
         let b = name(f.backend.index());
@@ -350,7 +358,11 @@ fn happenings(cfg: &SimConfig, names: &[String]) -> Vec<Happening> {
             ),
             FaultKind::Slowdown(x) => format!("{b} stepped {x} times slower {window}"),
         };
-        out.push(Happening { from: f.from, until: f.until.0, text });
+        out.push(Happening {
+            from: f.from,
+            until: f.until.0,
+            text,
+        });
     }
     out.sort_by_key(|h| h.from);
     out
@@ -526,7 +538,12 @@ fn story(
         // a router restart: what the router knew before it (trie, stats) was lost, so the
         // re-decision after it is what placed the session.
         let t_last = res.requests[reqs[last]].t_router;
-        let since = restarts.iter().rev().find(|&&t| t <= t_last).copied().unwrap_or(SimTime(0));
+        let since = restarts
+            .iter()
+            .rev()
+            .find(|&&t| t <= t_last)
+            .copied()
+            .unwrap_or(SimTime(0));
         let mut first = last;
         while first > 0
             && res.requests[reqs[first - 1]].backend.index() == q

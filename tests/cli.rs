@@ -373,7 +373,9 @@ fn explain_names_the_cause_and_the_counterfactuals() {
         .stdout(predicate::str::contains("placed on backend-1 by:"))
         .stdout(predicate::str::contains("8 `fallback_qps` decision(s)"))
         .stdout(predicate::str::contains("| fresh signals |"))
-        .stdout(predicate::str::contains("least_request (tie = random): 95% less idle-while-queued time"));
+        .stdout(predicate::str::contains(
+            "least_request (tie = random): 95% less idle-while-queued time",
+        ));
     assert!(tmp.path().join("explain.md").exists());
     let out = sim()
         .args(["explain", "--no-counterfactual", "--json"])
@@ -386,8 +388,16 @@ fn explain_names_the_cause_and_the_counterfactuals() {
     assert_eq!(x["episodes"][0]["main_cause"], "qps_window");
     assert_eq!(x["counterfactuals"].as_array().unwrap().len(), 1);
     rejects(
-        &["explain", tmp.path().to_str().unwrap(), "--policy", "{ kind = \"nope\" }"],
+        &[
+            "explain",
+            tmp.path().to_str().unwrap(),
+            "--policy",
+            "{ kind = \"nope\" }",
+        ],
         "router.policy.kind",
     );
-    rejects(&["explain", "/nonexistent/run"], "not a results folder written by `sim run`");
+    rejects(
+        &["explain", "/nonexistent/run"],
+        "not a results folder written by `sim run`",
+    );
 }

@@ -42,8 +42,14 @@ fn burst8_is_the_qps_window_latched_by_the_trie() {
     assert!(e.context.is_empty());
     assert!(x.explained_share > 0.9, "{}", x.explained_share);
     let text = render(&x);
-    assert!(text.contains("backend-0 had a free slot for 197.4 s while backend-1 queued up to 4 requests"), "{text}");
-    assert!(text.contains("`fallback_qps` decision(s) between 40.0 s and 41.0 s"), "{text}");
+    assert!(
+        text.contains("backend-0 had a free slot for 197.4 s while backend-1 queued up to 4 requests"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`fallback_qps` decision(s) between 40.0 s and 41.0 s"),
+        "{text}"
+    );
     assert!(text.contains("never used (no request stats)"), "{text}");
 }
 
@@ -56,7 +62,9 @@ fn a_scrape_failure_is_explained_as_missing_stats() {
     assert_eq!(e.main_cause, Cause::MissingStats);
     assert_eq!(e.causes[0].branch, "fallback_nostats_qps");
     assert!(
-        e.context.iter().any(|c| c.contains("backend-0's /metrics scrapes failed from 35.0 s to 60.0 s")),
+        e.context
+            .iter()
+            .any(|c| c.contains("backend-0's /metrics scrapes failed from 35.0 s to 60.0 s")),
         "{:?}",
         e.context
     );
@@ -70,11 +78,17 @@ fn a_zero_stats_backend_is_named_with_its_cause() {
     let e = worst(&x);
     assert_eq!(queued(e), "backend-3");
     assert!(
-        e.causes.iter().any(|c| c.cause == Cause::ZeroStats && c.branch == "fallback_leastinflight"),
+        e.causes
+            .iter()
+            .any(|c| c.cause == Cause::ZeroStats && c.branch == "fallback_leastinflight"),
         "{:?}",
         e.causes.iter().map(|c| (c.cause, c.branch.clone())).collect::<Vec<_>>()
     );
-    assert!(e.context.iter().any(|c| c.contains("backend-3's /metrics parsed to zeros")));
+    assert!(
+        e.context
+            .iter()
+            .any(|c| c.contains("backend-3's /metrics parsed to zeros"))
+    );
 }
 
 /// The joined backend took the late burst through the QPS window; the join is the context.
@@ -86,10 +100,22 @@ fn a_join_is_explained_with_the_qps_first_unused_endpoint() {
     assert_eq!(e.main_cause, Cause::QpsWindow);
     let c = &e.causes[0];
     assert_eq!(c.branch, "fallback_qps");
-    assert!(c.sessions.iter().all(|s| s.starts_with("late-agents-")), "{:?}", c.sessions);
+    assert!(
+        c.sessions.iter().all(|s| s.starts_with("late-agents-")),
+        "{:?}",
+        c.sessions
+    );
     assert!(c.from_s >= 90.0, "{}", c.from_s);
-    assert!(c.evidence.contains("backend-2: never used (no request stats)"), "{}", c.evidence);
-    assert!(e.context.iter().any(|c| c.contains("backend-2 joined at 60.0 s")), "{:?}", e.context);
+    assert!(
+        c.evidence.contains("backend-2: never used (no request stats)"),
+        "{}",
+        c.evidence
+    );
+    assert!(
+        e.context.iter().any(|c| c.contains("backend-2 joined at 60.0 s")),
+        "{:?}",
+        e.context
+    );
 }
 
 /// After a router restart every session is re-decided inside one scrape window: the
@@ -102,17 +128,32 @@ fn a_router_restart_is_explained_by_its_re_decisions() {
     assert_eq!(e.sessions.len(), 9);
     for c in &e.causes {
         assert_eq!(c.branch, "fallback_leastinflight");
-        assert!(c.from_s >= 70.0, "placing decision at {} s, before the restart", c.from_s);
+        assert!(
+            c.from_s >= 70.0,
+            "placing decision at {} s, before the restart",
+            c.from_s
+        );
         assert!(c.distinct_views <= 2, "{}", c.distinct_views);
     }
     assert!(e.causes.iter().any(|c| c.cause == Cause::StaleView));
-    assert!(e.context.iter().any(|c| c.contains("the router restarted at 70.0 s")), "{:?}", e.context);
+    assert!(
+        e.context.iter().any(|c| c.contains("the router restarted at 70.0 s")),
+        "{:?}",
+        e.context
+    );
 }
 
 /// A balanced run has nothing to explain, and says so.
 #[test]
 fn a_balanced_run_has_no_episode() {
-    let x = explained("burst8.toml", &[("router.policy", "{ kind = \"least_request\" }"), ("seed", "2")]);
+    let x = explained(
+        "burst8.toml",
+        &[("router.policy", "{ kind = \"least_request\" }"), ("seed", "2")],
+    );
     let big: Vec<_> = x.episodes.iter().filter(|e| e.stranded_slot_s > 20.0).collect();
-    assert!(big.is_empty(), "{:?}", big.iter().map(|e| e.stranded_slot_s).collect::<Vec<_>>());
+    assert!(
+        big.is_empty(),
+        "{:?}",
+        big.iter().map(|e| e.stranded_slot_s).collect::<Vec<_>>()
+    );
 }

@@ -143,6 +143,17 @@ fn health_hints_name_the_cause() {
     // burst8 with QPS piles up too, but not on an engine-stats view: no dogpile hint, and
     // nothing is missing or zero.
     assert!(hints_of("burst8.toml", &[]).is_empty());
+
+    // A scrape that takes 8 s per endpoint (sequential, 2 endpoints) makes views older than
+    // 1.5 x the 10 s interval.
+    let h = hints_of("burst8-fixed.toml", &[("router.scrape_duration_s", "8")]);
+    let s = h.iter().find(|h| h.kind == "stale-view").expect("stale-view hint");
+    assert!(s.message.contains("older than 1.5 x the 10 s scrape interval"), "{s:?}");
+    assert!(
+        !hints_of("burst8-fixed.toml", &[])
+            .iter()
+            .any(|h| h.kind == "stale-view")
+    );
 }
 
 /// A router restart loses the trie and the request stats: every latched session's next

@@ -94,7 +94,11 @@ fn a_restart_comes_back_cold_after_the_downtime() {
     assert!(s.requests.failed > 0);
     assert_eq!(sent_to(&res, 1, 100.0, 120.0), 0);
     assert!(sent_to(&res, 1, 120.0, 1e9) > 10);
-    assert!((s.backends[1].out_of_service_s - 20.0).abs() < 1e-6, "{}", s.backends[1].out_of_service_s);
+    assert!(
+        (s.backends[1].out_of_service_s - 20.0).abs() < 1e-6,
+        "{}",
+        s.backends[1].out_of_service_s
+    );
     // The first request served by the new engine finds nothing cached, even the system
     // prompt every earlier request to backend-1 had cached.
     let first_back = res
@@ -120,22 +124,14 @@ fn clients_abandon_or_ride_out_an_outage_by_their_retry_budget() {
     assert_eq!(s.requests.finished + s.requests.abandoned, 200);
     assert_eq!(s.requests.in_flight, 0);
 
-    let patient = run(&[
-        LEAST_REQUEST,
-        ("fleet_events", outage),
-        ("client.max_retries", "10"),
-    ]);
+    let patient = run(&[LEAST_REQUEST, ("fleet_events", outage), ("client.max_retries", "10")]);
     let p = &patient.summary;
     assert_eq!(p.requests.abandoned, 0);
     assert_eq!(p.requests.finished, 200);
     assert!(p.requests.rejected > s.requests.rejected);
 
     // No retries at all: each session with turns left loses them at its first failure.
-    let none = run(&[
-        LEAST_REQUEST,
-        ("fleet_events", outage),
-        ("client.max_retries", "0"),
-    ]);
+    let none = run(&[LEAST_REQUEST, ("fleet_events", outage), ("client.max_retries", "0")]);
     assert!(none.summary.requests.abandoned >= s.requests.abandoned);
 }
 
@@ -180,9 +176,21 @@ fn adding_a_replica_to_a_latched_fleet_makes_it_worse() {
 #[test]
 fn bad_fleet_events_and_client_keys_are_named() {
     let cases: &[(&str, &str, &str)] = &[
-        ("fleet_events", "[{ at_s = 1, backend = 5, kind = \"leave\" }]", "fleet_events[0].backend"),
-        ("fleet_events", "[{ at_s = 1, backend = 0, kind = \"explode\" }]", "fleet_events[0].kind"),
-        ("fleet_events", "[{ at_s = -1, backend = 0, kind = \"leave\" }]", "fleet_events[0].at_s"),
+        (
+            "fleet_events",
+            "[{ at_s = 1, backend = 5, kind = \"leave\" }]",
+            "fleet_events[0].backend",
+        ),
+        (
+            "fleet_events",
+            "[{ at_s = 1, backend = 0, kind = \"explode\" }]",
+            "fleet_events[0].kind",
+        ),
+        (
+            "fleet_events",
+            "[{ at_s = -1, backend = 0, kind = \"leave\" }]",
+            "fleet_events[0].at_s",
+        ),
         (
             "fleet_events",
             "[{ at_s = 1, backend = 0, kind = \"leave\" }, { at_s = 2, backend = 0, kind = \"drain\" }]",
@@ -199,9 +207,7 @@ fn bad_fleet_events_and_client_keys_are_named() {
     let p = common::scenario_path("burst8.toml");
     for (key, value, want) in cases {
         let sets = vec![(key.to_string(), value.to_string())];
-        let e = fleetsim::scenario::load(&p, &sets)
-            .expect_err("rejected")
-            .to_string();
+        let e = fleetsim::scenario::load(&p, &sets).expect_err("rejected").to_string();
         assert!(e.contains(want), "{key} = {value}: {e}");
     }
 }
