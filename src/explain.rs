@@ -75,6 +75,8 @@ pub enum Cause {
     Score,
     /// Load-blind: random or round robin.
     Blind,
+    /// The pick was the only endpoint listed: the others were out of the fleet.
+    NoChoice,
 }
 
 impl Cause {
@@ -100,6 +102,9 @@ impl Cause {
             }
             Cause::Score => "a score mixing cache affinity and load favoured it",
             Cause::Blind => "a load-blind pick (random or round robin)",
+            Cause::NoChoice => {
+                "it was the only endpoint listed then (the others were out of the fleet), so the router had no choice; affinity kept the session there after they came back"
+            }
         }
     }
 }
@@ -422,13 +427,11 @@ pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &Explai
     // Fleet changes are context for every later episode; a signal fault for the episodes
     // that start within two scrape intervals of its end (what it left in the views).
     let notes = happenings(cfg, names);
-    let mut restarts: Vec<SimTime> = cfg.router_restarts.iter().map(|r| r.0).collect();
-    restarts.sort_unstable();
     let lookback = (2.0 * cfg.router.engine_stats_interval.as_secs_f64() * 1e9) as u64;
     let episodes = eps
         .iter()
         .map(|e| {
-            let mut st = story(res, names, &by_session, &restarts, e, opts);
+            let mut st = story(res, names, cfg, &by_session, e, opts);
             st.context = notes
                 .iter()
                 .filter(|n| n.from <= e.end && n.until >= e.start.0.saturating_sub(lookback))
@@ -484,8 +487,8 @@ pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &Explai
 fn story(
     res: &RunResult,
     names: &[String],
+    cfg: &SimConfig,
     by_session: &[Vec<usize>],
-    restarts: &[SimTime],
     e: &Episode,
     opts: &ExplainOptions,
 ) -> EpisodeStory {
@@ -538,11 +541,12 @@ fn story(
         // a router restart: what the router knew before it (trie, stats) was lost, so the
         // re-decision after it is what placed the session.
         let t_last = res.requests[reqs[last]].t_router;
-        let since = restarts
+        let since = cfg
+            .router_restarts
             .iter()
-            .rev()
-            .find(|&&t| t <= t_last)
-            .copied()
+            .map(|r| r.0)
+            .filter(|&t| t <= t_last)
+            .max()
             .unwrap_or(SimTime(0));
         let mut first = last;
         while first > 0
@@ -566,7 +570,7 @@ fn story(
     let mut groups: BTreeMap<(Cause, Branch), Vec<usize>> = BTreeMap::new();
     for p in &placed {
         let branch = res.requests[p.request].branch;
-        let cause = refine(res, p.request, family(branch), opts);
+        let cause = refine(res, cfg, p.request, family(branch), opts);
         groups.entry((cause, branch)).or_default().push(p.request);
     }
     let mut causes: Vec<CauseGroup> = groups
@@ -613,18 +617,29 @@ fn story(
 }
 
 /// Refines the cause of decision `i` (request index = decision index) with its audit row.
-fn refine(res: &RunResult, i: usize, fam: Cause, opts: &ExplainOptions) -> Cause {
+fn refine(res: &RunResult, cfg: &SimConfig, i: usize, fam: Cause, opts: &ExplainOptions) -> Cause {
     let log = &res.decisions;
-    let branch = res.requests[i].branch;
-    if fam != Cause::LoadView || !reads_engine_load(branch) || i >= log.rows.len() {
+    if i >= log.rows.len() {
         return fam;
     }
     let (view, truth) = log.detail(i);
     let pick = res.requests[i].backend.index();
+    if view.iter().filter(|v| v.listed).count() == 1 && view.len() > 1 {
+        return Cause::NoChoice;
+    }
+    let branch = res.requests[i].branch;
+    if fam != Cause::LoadView || !reads_engine_load(branch) {
+        return fam;
+    }
     let t = log.rows[i].t;
     if let Some(v) = view[pick].engine {
-        let local = view[pick].requests.map_or(0, |r| r.in_prefill + r.in_decoding);
-        if v.running + v.waiting == 0 && local > 0 && truth[pick] > 0 {
+        // A zero reading is "zero stats" only when the scrape itself read zeros (the
+        // simulator knows its fault timeline); a zero that is merely old is a stale view.
+        let misread = cfg
+            .faults
+            .iter()
+            .any(|f| f.kind == crate::faults::FaultKind::ZeroStats && f.covers(BackendId::from_index(pick), v.read_at));
+        if v.running + v.waiting == 0 && truth[pick] > 0 && misread {
             return Cause::ZeroStats;
         }
     }
@@ -709,13 +724,18 @@ fn evidence(res: &RunResult, names: &[String], i: usize, cause: Cause) -> String
     let mut parts = Vec::new();
     for (b, (v, tr)) in view.iter().zip(truth).enumerate() {
         if !v.listed {
+            if cause == Cause::NoChoice {
+                parts.push(format!("{}: not listed (out of the fleet)", names[b]));
+            }
             continue;
         }
         let seen = match cause {
-            Cause::QpsWindow | Cause::MissingStats | Cause::Affinity | Cause::Blind => match v.requests {
-                Some(r) => format!("{} dispatches in the window", r.window_dispatches),
-                None => "never used (no request stats)".to_string(),
-            },
+            Cause::QpsWindow | Cause::MissingStats | Cause::Affinity | Cause::Blind | Cause::NoChoice => {
+                match v.requests {
+                    Some(r) => format!("{} dispatches in the window", r.window_dispatches),
+                    None => "never used (no request stats)".to_string(),
+                }
+            }
             _ => match v.engine {
                 Some(e) => format!(
                     "{} running + {} waiting as of {:.1} s ago",

@@ -60,6 +60,11 @@ pub struct Fault {
 }
 
 impl Fault {
+    /// Whether it applies to backend `b` at `now`.
+    pub fn covers(&self, b: BackendId, now: SimTime) -> bool {
+        self.active(b, now)
+    }
+
     fn active(&self, b: BackendId, now: SimTime) -> bool {
         self.backend == b && self.from <= now && now < self.until
     }

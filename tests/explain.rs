@@ -157,3 +157,23 @@ fn a_balanced_run_has_no_episode() {
         big.iter().map(|e| e.stranded_slot_s).collect::<Vec<_>>()
     );
 }
+
+/// A backend restart: while it was away the fallback had one endpoint to choose from, and
+/// the trie kept every session there after it came back.
+#[test]
+fn a_backend_restart_is_explained_as_no_choice_then_affinity() {
+    let x = explained("fleet-restart.toml", &[]);
+    let e = worst(&x);
+    assert_eq!(queued(e), "backend-0");
+    assert_eq!(e.idle[0].backend, "backend-1");
+    assert_eq!(e.main_cause, Cause::NoChoice);
+    let c = &e.causes[0];
+    assert!(c.from_s >= 100.0 && c.until_s < 130.0, "{} .. {}", c.from_s, c.until_s);
+    assert!(
+        c.evidence.contains("backend-1: not listed (out of the fleet)"),
+        "{}",
+        c.evidence
+    );
+    assert!(e.latched_turns > 100);
+    assert!(e.context.iter().any(|c| c.contains("backend-1 restarted at 100.0 s")));
+}
