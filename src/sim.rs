@@ -683,6 +683,16 @@ impl<'w> Simulation<'w> {
 
     fn on_turn(&mut self, now: SimTime, s: SessionId) {
         let turn = self.sessions[s.index()].next_turn;
+        let workload = self.workload;
+        let plan = &workload.sessions[s.index()];
+        if plan.open_loop {
+            // Open loop: the next turn follows this one's sending, not its completion.
+            self.sessions[s.index()].next_turn += 1;
+            if let Some(next) = plan.turns.get(turn as usize + 1) {
+                let d = next.think_before;
+                self.schedule(now, d, Event::TurnArrival { session: s });
+            }
+        }
         self.send_turn(now, s, turn);
     }
 
@@ -708,7 +718,7 @@ impl<'w> Simulation<'w> {
             self.retry_or_abandon(now, s, turn);
             return;
         }
-        let content = plan.content(turn as usize);
+        let content = self.workload.content(s, turn as usize);
         let rid = RequestId::from_index(self.requests.len());
         if self.cfg.router.fresh_signals {
             let backends = &self.backends;
@@ -798,7 +808,7 @@ impl<'w> Simulation<'w> {
         let turn = r.turn as usize;
         match &mut self.backends[b.index()] {
             Backend::Vllm(e) => {
-                if e.enqueue(rid, plan.content(turn)) {
+                if e.enqueue(rid, self.workload.content(r.session, turn)) {
                     self.start_step(now, b);
                 }
             }
@@ -1036,7 +1046,14 @@ impl<'w> Simulation<'w> {
             let d = self.cfg.client.retry_delay(*a, u);
             self.schedule(now, d, Event::Resend { session: s, turn });
         } else {
-            let left = self.workload.sessions[s.index()].turns.len() - turn as usize;
+            let workload = self.workload;
+            let plan = &workload.sessions[s.index()];
+            // Open loop: later turns do not wait for this one, only it is lost.
+            let left = if plan.open_loop {
+                1
+            } else {
+                plan.turns.len() - turn as usize
+            };
             self.total -= left;
             self.abandoned += left as u64;
         }
@@ -1076,6 +1093,9 @@ impl<'w> Simulation<'w> {
         self.router_stats_event(rid, b, STATS_COMPLETE);
         self.finished += 1;
         self.attempts[s.index()] = 0;
+        if self.workload.sessions[s.index()].open_loop {
+            return;
+        }
         let st = &mut self.sessions[s.index()];
         st.next_turn += 1;
         let plan = &self.workload.sessions[s.index()];
