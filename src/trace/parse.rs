@@ -374,11 +374,11 @@ struct MooncakeRow {
 }
 
 fn ms_to_ns(ms: f64) -> Option<u64> {
-    (ms.is_finite() && ms >= 0.0 && ms <= 1e15).then(|| (ms * 1e6).round() as u64)
+    (0.0..=1e15).contains(&ms).then(|| (ms * 1e6).round() as u64)
 }
 
 fn secs_to_ns(s: f64) -> Option<u64> {
-    (s.is_finite() && s >= 0.0 && s <= 1e10).then(|| (s * 1e9).round() as u64)
+    (0.0..=1e10).contains(&s).then(|| (s * 1e9).round() as u64)
 }
 
 fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {

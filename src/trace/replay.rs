@@ -279,6 +279,12 @@ pub fn append_trace(
         }
         w.trace_blocks.extend_from_slice(&trace.blocks);
     }
+    // Reserve exactly: no doubling of the largest vectors on million-request replays.
+    let reps_needed = total.div_ceil(m as u64) as usize;
+    w.sessions.reserve(sessions.len() * reps_needed);
+    if blocks {
+        w.trace_turns.reserve(total as usize);
+    }
     let mut times = vec![0u64; trace.rows.len()];
     let mut replayed = 0u64;
     let mut n_sessions = 0u64;
@@ -302,7 +308,7 @@ pub fn append_trace(
                 let u: f64 = rand::RngExt::random(&mut jrng);
                 t += u * g.arrival_jitter_s * 1e9;
             }
-            if !(t < HORIZON.0 as f64) {
+            if t.is_nan() || t >= HORIZON.0 as f64 {
                 return Err(beyond());
             }
             times[r as usize] = t.round() as u64;
@@ -314,7 +320,7 @@ pub fn append_trace(
         });
         for si in 0..sessions.len() {
             let rows = sessions.session(si);
-            let mut turns = Vec::new();
+            let mut turns = Vec::with_capacity(rows.len());
             let trace_first = if blocks { w.trace_turns.len() as u32 } else { NO_TRACE };
             let mut prev: Option<u64> = None;
             for &r in rows {
