@@ -298,3 +298,33 @@ fn run_each_trace_scenario_reports_imbalance_and_reruns_from_results() {
             .success();
     }
 }
+
+#[test]
+fn a_sweeps_identity_covers_the_trace_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tr = write(
+        tmp.path(),
+        "t.csv",
+        "arrival_s,input_tokens,output_tokens\n0,10,5\n1,20,5\n",
+    );
+    let sc = write(
+        tmp.path(),
+        "s.toml",
+        "[backends]\ncount = 2\n[router.policy]\nkind = \"roundrobin\"\n[[workload.traces]]\nfile = \"t.csv\"\n",
+    );
+    let sha = || {
+        let out = tmp.path().join("o");
+        sim()
+            .args(["sweep", "--no-plots", "-j", "1", "--quiet", "--out"])
+            .arg(&out)
+            .arg(&sc)
+            .assert()
+            .success();
+        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+        j["meta"]["scenario_sha256"].as_str().unwrap().to_string()
+    };
+    let a = sha();
+    assert_eq!(a, sha());
+    std::fs::write(&tr, "arrival_s,input_tokens,output_tokens\n0,10,5\n1,21,5\n").unwrap();
+    assert_ne!(a, sha());
+}
