@@ -433,6 +433,8 @@ pub struct Simulation<'w> {
     retired: Vec<EngineCounters>,
     /// Per session: failed attempts of its current turn.
     attempts: Vec<u32>,
+    /// Open-loop sessions: failed attempts per `(session, turn)` with a retry pending.
+    open_attempts: rustc_hash::FxHashMap<(u32, u32), u32>,
     /// Attempts refused for lack of endpoints.
     rejected: u64,
     /// Planned turns given up after the last retry.
@@ -518,6 +520,7 @@ impl<'w> Simulation<'w> {
             incarnation: vec![0; n],
             retired: vec![EngineCounters::default(); n],
             attempts: vec![0; workload.sessions.len()],
+            open_attempts: rustc_hash::FxHashMap::default(),
             rejected: 0,
             abandoned: 0,
             retry_rng: stream(cfg.seed, "client.retry", 0),
@@ -1039,13 +1042,23 @@ impl<'w> Simulation<'w> {
     /// After a failed attempt of `turn`: retry after the client's backoff, or give up the
     /// turn and the rest of the session.
     fn retry_or_abandon(&mut self, now: SimTime, s: SessionId, turn: u32) {
-        let a = &mut self.attempts[s.index()];
-        *a += 1;
-        if *a <= self.cfg.client.max_retries {
+        // Open loop: several turns of a session may be in flight; each counts its own
+        // attempts.
+        let a = if self.workload.sessions[s.index()].open_loop {
+            let a = self.open_attempts.entry((s.0, turn)).or_insert(0);
+            *a += 1;
+            *a
+        } else {
+            let a = &mut self.attempts[s.index()];
+            *a += 1;
+            *a
+        };
+        if a <= self.cfg.client.max_retries {
             let u: f64 = rand::RngExt::random(&mut self.retry_rng);
-            let d = self.cfg.client.retry_delay(*a, u);
+            let d = self.cfg.client.retry_delay(a, u);
             self.schedule(now, d, Event::Resend { session: s, turn });
         } else {
+            self.open_attempts.remove(&(s.0, turn));
             let workload = self.workload;
             let plan = &workload.sessions[s.index()];
             // Open loop: later turns do not wait for this one, only it is lost.
@@ -1094,6 +1107,10 @@ impl<'w> Simulation<'w> {
         self.finished += 1;
         self.attempts[s.index()] = 0;
         if self.workload.sessions[s.index()].open_loop {
+            if !self.open_attempts.is_empty() {
+                let turn = self.requests[rid.index()].turn;
+                self.open_attempts.remove(&(s.0, turn));
+            }
             return;
         }
         let st = &mut self.sessions[s.index()];

@@ -328,3 +328,23 @@ fn a_sweeps_identity_covers_the_trace_bytes() {
     std::fs::write(&tr, "arrival_s,input_tokens,output_tokens\n0,10,5\n1,21,5\n").unwrap();
     assert_ne!(a, sha());
 }
+
+#[test]
+fn open_loop_turns_in_flight_together_retry_on_their_own_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tr = write(
+        tmp.path(),
+        "two.csv",
+        "arrival_s,session_id,turn,input_tokens,output_tokens\n0,a,0,10,5\n0.1,a,1,20,5\n1.5,b,0,10,5\n",
+    );
+    // Both turns of `a` are at the engine when it restarts; one retry each brings both back.
+    let extra =
+        "[client]\nmax_retries = 1\n[[fleet_events]]\nat_s = 0.2\nbackend = 0\nkind = \"restart\"\ndowntime_s = 0.3\n";
+    let mut done: Vec<(u32, u32)> = times(&scenario(&tr, "open", extra))
+        .into_iter()
+        .filter(|r| r.3.is_some())
+        .map(|r| (r.0, r.1))
+        .collect();
+    done.sort();
+    assert_eq!(done, vec![(0, 0), (0, 1), (1, 0)]);
+}
