@@ -172,6 +172,9 @@ const KEEP_MESSAGES: usize = 5;
 
 struct Builder {
     trace: Trace,
+    /// Dense id by raw id for small raw ids (Mooncake's are `0..n`): a plain table lookup.
+    direct: Vec<u32>,
+    /// Dense id by raw id for the others.
     dense: FxHashMap<u64, u32>,
     sessions: FxHashMap<String, u32>,
     skip: bool,
@@ -185,6 +188,7 @@ impl Builder {
                 format: Some(format),
                 ..Trace::default()
             },
+            direct: Vec::new(),
             dense: FxHashMap::default(),
             sessions: FxHashMap::default(),
             skip,
@@ -227,6 +231,28 @@ impl Builder {
 
     fn block(&mut self, raw: u64) -> u32 {
         let next = self.trace.raw_blocks.len() as u32;
+        // The direct table grows only while it stays proportional to the ids seen.
+        let limit = (1u64 << 20).max(16 * (u64::from(next) + 1));
+        if raw < limit && self.dense.is_empty() {
+            let i = raw as usize;
+            if i >= self.direct.len() {
+                self.direct.resize((i + 1).next_power_of_two(), u32::MAX);
+            }
+            if self.direct[i] == u32::MAX {
+                self.direct[i] = next;
+                self.trace.raw_blocks.push(raw);
+            }
+            return self.direct[i];
+        }
+        if self.dense.is_empty() {
+            // Leave the table for the map, once and for all.
+            for (i, &d) in self.direct.iter().enumerate() {
+                if d != u32::MAX {
+                    self.dense.insert(i as u64, d);
+                }
+            }
+            self.direct = Vec::new();
+        }
         let id = *self.dense.entry(raw).or_insert(next);
         if id == next {
             self.trace.raw_blocks.push(raw);
@@ -697,6 +723,17 @@ mod tests {
         assert_eq!(t.raw_blocks, vec![7, 9, 11, 12]);
         assert_eq!(t.rows[1].output, 1);
         assert_eq!(t.zero_output_rows, 1);
+    }
+
+    #[test]
+    fn dense_ids_survive_switching_from_table_to_map() {
+        let t = parse(
+            "arrival_s,input_tokens,output_tokens,block_ids\n0,5,5,5 9\n1,5,5,1099511627776 5\n2,5,5,9 7\n",
+            Format::Native,
+        )
+        .unwrap();
+        assert_eq!(t.blocks, vec![0, 1, 2, 0, 1, 3]);
+        assert_eq!(t.raw_blocks, vec![5, 9, 1 << 40, 7]);
     }
 
     #[test]
