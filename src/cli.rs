@@ -78,6 +78,75 @@ enum Command {
     ///
     /// Example: sim bench scenarios/bench-10k.toml --runs 5
     Bench(BenchArgs),
+    /// Inspect or convert request traces (native CSV, Mooncake JSONL, Azure 2023 CSV,
+    /// BurstGPT CSV).
+    ///
+    /// Example: sim trace inspect traces/mooncake_conversation_sample.jsonl --json
+    #[command(subcommand)]
+    Trace(TraceCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum TraceCommand {
+    /// Counts, span, rate, token distributions (p50/p90/p99/max), prefix sharing, inferred
+    /// sessions and burstiness (most arrivals in any 1 s window); a table, or JSON.
+    Inspect(TraceInspectArgs),
+    /// Convert a trace to the native CSV (arrival_s,session_id,turn,input_tokens,
+    /// output_tokens,block_ids), with sessions as the trace gives them or as inferred.
+    ///
+    /// Example: sim trace convert mooncake.jsonl --out trace.csv --sessions infer
+    Convert(TraceConvertArgs),
+    /// Parse a trace repeatedly and print the reader's throughput (rows/s).
+    Bench(TraceBenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct TraceReadArgs {
+    /// Trace file.
+    file: PathBuf,
+    /// Format: native, mooncake, azure or burstgpt (default: detected from the first line).
+    #[arg(long)]
+    format: Option<String>,
+    /// Count and report malformed rows instead of failing on the first.
+    #[arg(long)]
+    skip_bad_rows: bool,
+    /// Tokens per prefix block id (default 512, Mooncake's).
+    #[arg(long, default_value_t = 512)]
+    block_tokens: u32,
+}
+
+#[derive(Args, Debug)]
+struct TraceInspectArgs {
+    #[command(flatten)]
+    read: TraceReadArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct TraceConvertArgs {
+    #[command(flatten)]
+    read: TraceReadArgs,
+    /// Output CSV file.
+    #[arg(long)]
+    out: PathBuf,
+    /// Sessions to write: auto (the trace's ids, else inferred from prefix blocks, else
+    /// none), infer, none, synthesize (default: the trace's own ids, else none).
+    #[arg(long)]
+    sessions: Option<String>,
+    /// Seed for --sessions synthesize.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Args, Debug)]
+struct TraceBenchArgs {
+    #[command(flatten)]
+    read: TraceReadArgs,
+    /// Timed parses (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: u32,
 }
 
 #[derive(Args, Debug)]
@@ -318,7 +387,86 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Compare(a) => cmd_compare(a),
         Command::Explain(a) => cmd_explain(a),
         Command::Bench(a) => cmd_bench(a),
+        Command::Trace(t) => cmd_trace(t),
     }
+}
+
+fn read_trace(a: &TraceReadArgs) -> Result<crate::trace::Trace> {
+    let format = match &a.format {
+        Some(f) => Some(crate::trace::Format::parse(f).map_err(|m| anyhow::anyhow!("--format: {m}"))?),
+        None => None,
+    };
+    anyhow::ensure!(a.block_tokens >= 1, "--block-tokens must be at least 1");
+    let t = crate::trace::read(
+        &a.file,
+        crate::trace::ReadOptions {
+            format,
+            skip_bad_rows: a.skip_bad_rows,
+        },
+    )?;
+    for n in t.notes() {
+        eprintln!("note: {n}");
+    }
+    Ok(t)
+}
+
+fn cmd_trace(t: TraceCommand) -> Result<ExitCode> {
+    use crate::trace::sessions::{InferConfig, SynthConfig};
+    match t {
+        TraceCommand::Inspect(a) => {
+            let tr = read_trace(&a.read)?;
+            let x = crate::trace::inspect::inspect(&tr, a.read.block_tokens, &InferConfig::default());
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&x)?);
+            } else {
+                print!("{}", crate::trace::inspect::render(&x));
+            }
+        }
+        TraceCommand::Convert(a) => {
+            let tr = read_trace(&a.read)?;
+            let mode = match &a.sessions {
+                Some(m) => Some(crate::trace::SessionMode::parse(m).map_err(|e| anyhow::anyhow!("--sessions: {e}"))?),
+                None => None,
+            };
+            let f = std::fs::File::create(&a.out).with_context(|| format!("cannot write {}", a.out.display()))?;
+            let mut w = std::io::BufWriter::new(f);
+            let n = crate::trace::convert::write_native(
+                &tr,
+                mode,
+                &InferConfig::default(),
+                &SynthConfig::default(),
+                a.read.block_tokens,
+                a.seed,
+                &mut w,
+            )
+            .with_context(|| format!("cannot write {}", a.out.display()))?;
+            std::io::Write::flush(&mut w)?;
+            eprintln!("wrote {n} rows to {}", a.out.display());
+        }
+        TraceCommand::Bench(a) => {
+            let mut times = Vec::new();
+            let mut rows = 0;
+            let bytes = std::fs::metadata(&a.read.file).map_or(0, |m| m.len());
+            for _ in 0..a.runs.max(1) {
+                let t0 = std::time::Instant::now();
+                let tr = read_trace(&a.read)?;
+                times.push(t0.elapsed().as_secs_f64());
+                rows = tr.rows.len();
+            }
+            times.sort_by(f64::total_cmp);
+            let med = times[times.len() / 2].max(1e-9);
+            println!(
+                "{}: {rows} rows, {:.1} MB in {:.4} s (median of {}): {:.0} rows/s, {:.1} MB/s",
+                a.read.file.display(),
+                bytes as f64 / 1e6,
+                med,
+                times.len(),
+                rows as f64 / med,
+                bytes as f64 / 1e6 / med
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn load_scenario(a: &ScenarioArgs) -> Result<(Scenario, Workload, String)> {
@@ -341,6 +489,11 @@ fn perf_of(wall: std::time::Duration, events: u64, requests: u64) -> Perf {
 
 fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
+    if !a.quiet {
+        for n in &workload.notes {
+            eprintln!("note: {n}");
+        }
+    }
     let opts = RunOptions {
         record_series: !a.no_files,
         // Always: the health hints read the decision audit.

@@ -95,6 +95,48 @@ impl Content {
         c
     }
 
+    /// A replayed trace request: each of `blocks` (trace block ids, `block_tokens` tokens
+    /// each) is its own content source, derived from `(salt, block id)`, so requests whose
+    /// block lists agree share exactly that prefix, in the engine's cache (chained hashes of
+    /// its own smaller blocks: one 512-token trace block is 32 blocks of 16 tokens, hashed
+    /// from the block id and the position within it) and in the router's character trie.
+    /// Prompt tokens beyond the whole blocks (a partial last block), and the output, are
+    /// unique to the request (`unique`). Blocks beyond the prompt's whole blocks are ignored.
+    pub fn trace_blocks(
+        blocks: &[u32],
+        salt: u64,
+        block_tokens: u32,
+        unique: u64,
+        prompt_tokens: u32,
+        output_tokens: u32,
+    ) -> Content {
+        let bt = block_tokens.max(1);
+        let whole = blocks.len().min((prompt_tokens / bt) as usize);
+        let mut segments = SmallVec::with_capacity(whole + 1);
+        for &b in &blocks[..whole] {
+            segments.push(Segment {
+                source: mix(salt ^ 0x7472_6163_655F_626Bu64, u64::from(b)),
+                start: 0,
+                len: bt,
+            });
+        }
+        let rest = prompt_tokens - whole as u32 * bt + output_tokens;
+        if rest > 0 {
+            segments.push(Segment {
+                source: mix(salt ^ 0x7472_6163_655F_7571u64, unique),
+                start: 0,
+                len: rest,
+            });
+        }
+        let c = Content {
+            segments,
+            prompt_tokens,
+            output_tokens,
+        };
+        c.assert_consistent();
+        c
+    }
+
     /// Total tokens (prompt + output).
     pub fn total_tokens(&self) -> u32 {
         self.prompt_tokens + self.output_tokens
@@ -226,6 +268,31 @@ mod tests {
         char_chunk_hashes(&b, 3, 128, &mut cb);
         assert_eq!(ca.len(), 3); // 300 chars
         assert_eq!(ca[..2], cb[..2]);
+    }
+
+    #[test]
+    fn trace_blocks_share_exactly_the_common_block_prefix() {
+        // 512-token trace blocks; 16-token engine blocks: 32 engine blocks per trace block.
+        let a = Content::trace_blocks(&[3, 4, 5], 9, 512, 0, 1400, 10); // 2 whole + 376 unique
+        let b = Content::trace_blocks(&[3, 4, 6, 7], 9, 512, 1, 2048, 10);
+        assert_eq!(a.segments.len(), 3);
+        assert_eq!(b.segments.len(), 5);
+        let (mut ha, mut hb) = (Vec::new(), Vec::new());
+        block_hashes(&a, 16, 64 + 23, &mut ha);
+        block_hashes(&b, 16, 128, &mut hb);
+        assert_eq!(ha[..64], hb[..64]);
+        assert_ne!(ha[64], hb[64]);
+        // The router's 128-character chunks agree on the same 1024 tokens (4 chars/token).
+        let (mut ca, mut cb) = (Vec::new(), Vec::new());
+        char_chunk_hashes(&a, 4, 128, &mut ca);
+        char_chunk_hashes(&b, 4, 128, &mut cb);
+        assert_eq!(ca[..32], cb[..32]);
+        assert_ne!(ca[32], cb[32]);
+        // Another salt (another replay) shares nothing.
+        let c = Content::trace_blocks(&[3, 4, 5], 10, 512, 0, 1400, 10);
+        let mut hc = Vec::new();
+        block_hashes(&c, 16, 1, &mut hc);
+        assert_ne!(hc[0], ha[0]);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!   plain queueing model for validation. A backend never sees the router.
 //! * [`router`]: the scraper, router-local request stats and the views policies receive.
 //! * [`policy`]: routing policies; each sees only a [`policy::RouterView`].
-//! * [`workload`]: multi-turn sessions; [`content`]: what tokens are, for caches.
+//! * [`workload`]: multi-turn sessions; [`content`]: what tokens are, for caches;
+//!   [`trace`]: real request traces replayed as workload groups.
 //! * [`sim`]: the one place that mutates several components per event.
 //! * [`metrics`], [`export`], [`report`]: ground truth, files, terminal table.
 //! * [`scenario`]: TOML in, validated config out, errors with key paths and lines.
@@ -47,4 +48,5 @@ pub mod scenario;
 pub mod sim;
 pub mod sweep;
 pub mod time;
+pub mod trace;
 pub mod workload;

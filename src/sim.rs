@@ -433,6 +433,8 @@ pub struct Simulation<'w> {
     retired: Vec<EngineCounters>,
     /// Per session: failed attempts of its current turn.
     attempts: Vec<u32>,
+    /// Open-loop sessions: failed attempts per `(session, turn)` with a retry pending.
+    open_attempts: rustc_hash::FxHashMap<(u32, u32), u32>,
     /// Attempts refused for lack of endpoints.
     rejected: u64,
     /// Planned turns given up after the last retry.
@@ -518,6 +520,7 @@ impl<'w> Simulation<'w> {
             incarnation: vec![0; n],
             retired: vec![EngineCounters::default(); n],
             attempts: vec![0; workload.sessions.len()],
+            open_attempts: rustc_hash::FxHashMap::default(),
             rejected: 0,
             abandoned: 0,
             retry_rng: stream(cfg.seed, "client.retry", 0),
@@ -683,6 +686,16 @@ impl<'w> Simulation<'w> {
 
     fn on_turn(&mut self, now: SimTime, s: SessionId) {
         let turn = self.sessions[s.index()].next_turn;
+        let workload = self.workload;
+        let plan = &workload.sessions[s.index()];
+        if plan.open_loop {
+            // Open loop: the next turn follows this one's sending, not its completion.
+            self.sessions[s.index()].next_turn += 1;
+            if let Some(next) = plan.turns.get(turn as usize + 1) {
+                let d = next.think_before;
+                self.schedule(now, d, Event::TurnArrival { session: s });
+            }
+        }
         self.send_turn(now, s, turn);
     }
 
@@ -708,7 +721,7 @@ impl<'w> Simulation<'w> {
             self.retry_or_abandon(now, s, turn);
             return;
         }
-        let content = plan.content(turn as usize);
+        let content = self.workload.content(s, turn as usize);
         let rid = RequestId::from_index(self.requests.len());
         if self.cfg.router.fresh_signals {
             let backends = &self.backends;
@@ -798,7 +811,7 @@ impl<'w> Simulation<'w> {
         let turn = r.turn as usize;
         match &mut self.backends[b.index()] {
             Backend::Vllm(e) => {
-                if e.enqueue(rid, plan.content(turn)) {
+                if e.enqueue(rid, self.workload.content(r.session, turn)) {
                     self.start_step(now, b);
                 }
             }
@@ -1029,14 +1042,31 @@ impl<'w> Simulation<'w> {
     /// After a failed attempt of `turn`: retry after the client's backoff, or give up the
     /// turn and the rest of the session.
     fn retry_or_abandon(&mut self, now: SimTime, s: SessionId, turn: u32) {
-        let a = &mut self.attempts[s.index()];
-        *a += 1;
-        if *a <= self.cfg.client.max_retries {
+        // Open loop: several turns of a session may be in flight; each counts its own
+        // attempts.
+        let a = if self.workload.sessions[s.index()].open_loop {
+            let a = self.open_attempts.entry((s.0, turn)).or_insert(0);
+            *a += 1;
+            *a
+        } else {
+            let a = &mut self.attempts[s.index()];
+            *a += 1;
+            *a
+        };
+        if a <= self.cfg.client.max_retries {
             let u: f64 = rand::RngExt::random(&mut self.retry_rng);
-            let d = self.cfg.client.retry_delay(*a, u);
+            let d = self.cfg.client.retry_delay(a, u);
             self.schedule(now, d, Event::Resend { session: s, turn });
         } else {
-            let left = self.workload.sessions[s.index()].turns.len() - turn as usize;
+            self.open_attempts.remove(&(s.0, turn));
+            let workload = self.workload;
+            let plan = &workload.sessions[s.index()];
+            // Open loop: later turns do not wait for this one, only it is lost.
+            let left = if plan.open_loop {
+                1
+            } else {
+                plan.turns.len() - turn as usize
+            };
             self.total -= left;
             self.abandoned += left as u64;
         }
@@ -1076,6 +1106,13 @@ impl<'w> Simulation<'w> {
         self.router_stats_event(rid, b, STATS_COMPLETE);
         self.finished += 1;
         self.attempts[s.index()] = 0;
+        if self.workload.sessions[s.index()].open_loop {
+            if !self.open_attempts.is_empty() {
+                let turn = self.requests[rid.index()].turn;
+                self.open_attempts.remove(&(s.0, turn));
+            }
+            return;
+        }
         let st = &mut self.sessions[s.index()];
         st.next_turn += 1;
         let plan = &self.workload.sessions[s.index()];

@@ -108,6 +108,37 @@ pub struct SessionPlan {
     pub turns: Vec<TurnPlan>,
     /// True if the session was cut short by the context limit.
     pub hit_context_limit: bool,
+    /// Open loop (replayed traces): each turn is sent `think_before` after the previous
+    /// turn was *sent*, not after it completed; a turn given up drops only itself.
+    pub open_loop: bool,
+    /// For replayed traces with prefix blocks: index of turn 0 in
+    /// [`Workload::trace_turns`] ([`NO_TRACE`] otherwise).
+    pub trace_first: u32,
+}
+
+/// [`SessionPlan::trace_first`] of a session whose content is not block-based.
+pub const NO_TRACE: u32 = u32::MAX;
+
+/// A replayed request's prefix blocks (see [`Content::trace_blocks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceTurn {
+    /// Offset of its block ids in [`Workload::trace_blocks`].
+    pub blocks_off: u32,
+    /// Number of whole blocks of the prompt.
+    pub n_blocks: u32,
+    /// Index in [`Workload::trace_salts`].
+    pub salt: u32,
+    /// Row of the request in its trace (names its unique tokens).
+    pub row: u32,
+}
+
+/// Content identity of one replay of one trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceSalt {
+    /// Mixed into every block and unique-token source of the replay.
+    pub salt: u64,
+    /// Tokens per trace block.
+    pub block_tokens: u32,
 }
 
 impl SessionPlan {
@@ -125,9 +156,44 @@ pub struct Workload {
     pub sessions: Vec<SessionPlan>,
     /// Session ids sorted by `(open_at, id)`: the order first turns are sent.
     pub open_order: Vec<SessionId>,
+    /// Prefix blocks of replayed trace requests.
+    pub trace_turns: Vec<TraceTurn>,
+    /// Dense block ids referenced by [`Workload::trace_turns`].
+    pub trace_blocks: Vec<u32>,
+    /// Content salts of trace replays.
+    pub trace_salts: Vec<TraceSalt>,
+    /// What building the workload reported (inferred sessions, skipped rows), for stderr.
+    pub notes: Vec<String>,
 }
 
 impl Workload {
+    /// Token content of turn `t` of session `s`.
+    pub fn content(&self, s: SessionId, t: usize) -> Content {
+        let plan = &self.sessions[s.index()];
+        if plan.trace_first == NO_TRACE {
+            return plan.content(t);
+        }
+        let tt = &self.trace_turns[plan.trace_first as usize + t];
+        let turn = &plan.turns[t];
+        let salt = self.trace_salts[tt.salt as usize];
+        let blocks = &self.trace_blocks[tt.blocks_off as usize..(tt.blocks_off + tt.n_blocks) as usize];
+        Content::trace_blocks(
+            blocks,
+            salt.salt,
+            salt.block_tokens,
+            u64::from(tt.row),
+            turn.session_prompt_tokens,
+            turn.output_tokens,
+        )
+    }
+
+    /// Sorts [`Workload::open_order`] again (after sessions were added).
+    pub fn sort_open_order(&mut self) {
+        let sessions = &self.sessions;
+        self.open_order = (0..sessions.len()).map(SessionId::from_index).collect();
+        self.open_order.sort_by_key(|s| (sessions[s.index()].open_at, *s));
+    }
+
     /// Total planned requests.
     pub fn total_requests(&self) -> usize {
         self.sessions.iter().map(|s| s.turns.len()).sum()
@@ -185,12 +251,21 @@ pub fn generate(
                 turns,
                 hit_context_limit: hit_limit,
                 key,
+                open_loop: false,
+                trace_first: NO_TRACE,
             });
         }
     }
     let mut open_order: Vec<SessionId> = (0..sessions.len()).map(SessionId::from_index).collect();
     open_order.sort_by_key(|s| (sessions[s.index()].open_at, *s));
-    Ok(Workload { sessions, open_order })
+    Ok(Workload {
+        sessions,
+        open_order,
+        trace_turns: Vec::new(),
+        trace_blocks: Vec::new(),
+        trace_salts: Vec::new(),
+        notes: Vec::new(),
+    })
 }
 
 /// Most turns one session may have (a guard against absurd distributions).

@@ -407,7 +407,79 @@ struct NoParams {}
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
     /// Session groups.
+    #[serde(default)]
     pub groups: Vec<GroupFile>,
+    /// Replayed traces.
+    #[serde(default)]
+    pub traces: Vec<TraceFile>,
+}
+
+/// `[[workload.traces]]`: a replayed trace file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceFile {
+    /// The trace, relative to the scenario file.
+    pub file: String,
+    /// Group name (default: the file stem).
+    pub name: Option<String>,
+    /// `native`, `mooncake`, `azure`, `burstgpt` (default: detected).
+    pub format: Option<String>,
+    /// `open` (default) or `closed`.
+    pub mode: Option<String>,
+    /// Factor on trace time.
+    pub time_scale: Option<f64>,
+    /// Or: the replay's mean request rate.
+    pub target_rate_per_s: Option<f64>,
+    /// Window start, trace seconds from the first request.
+    pub start_s: Option<f64>,
+    /// Window length, trace seconds.
+    pub duration_s: Option<f64>,
+    /// Simulated time of the window start.
+    pub at_s: Option<f64>,
+    /// Most requests replayed.
+    pub max_requests: Option<i64>,
+    /// Replays of the window.
+    pub repeat: Option<i64>,
+    /// Arrival jitter, seconds.
+    pub arrival_jitter_s: Option<f64>,
+    /// `auto`, `infer`, `none`, `synthesize`.
+    pub sessions: Option<String>,
+    /// Session inference settings.
+    pub infer: Option<InferFile>,
+    /// Session synthesis settings.
+    pub synthesize: Option<SynthFile>,
+    /// Send the session key header (default true).
+    #[serde(default = "yes")]
+    pub sends_session_key: bool,
+    /// Count malformed rows instead of failing.
+    #[serde(default)]
+    pub skip_bad_rows: bool,
+    /// Tokens per trace block (default 512).
+    pub block_tokens: Option<i64>,
+    /// Service time per request, seconds (queueing backends).
+    pub service_time_s: Option<toml::Value>,
+}
+
+/// `[workload.traces.infer]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferFile {
+    /// Fewest shared blocks that link two requests (default 2).
+    pub min_shared_blocks: Option<i64>,
+    /// Most extenders per request (default 8).
+    pub max_fanout: Option<i64>,
+    /// Longest gap between linked requests, seconds (default: any).
+    pub max_gap_s: Option<f64>,
+}
+
+/// `[workload.traces.synthesize]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SynthFile {
+    /// Mean turns per session (default 4).
+    pub mean_turns: Option<f64>,
+    /// Sessions a request may continue (default 64).
+    pub max_open: Option<i64>,
 }
 
 /// `[[workload.groups]]`.
@@ -467,6 +539,8 @@ pub struct Scenario {
     pub sim: SimConfig,
     /// Session groups.
     pub groups: Vec<GroupConfig>,
+    /// Replayed traces.
+    pub traces: Vec<crate::trace::TraceGroupConfig>,
     /// Description.
     pub description: String,
     /// Largest request one engine can hold (tokens), `None` in queueing mode.
@@ -476,8 +550,18 @@ pub struct Scenario {
 impl Scenario {
     /// Generates the workload for the scenario's seed.
     pub fn workload(&self) -> Result<Workload, FieldError> {
-        generate(&self.groups, self.sim.seed, self.context_limit_tokens)
-            .map_err(|e| FieldError::new(format!("workload.groups[{}]", e.group), e.message))
+        let mut w = generate(&self.groups, self.sim.seed, self.context_limit_tokens)
+            .map_err(|e| FieldError::new(format!("workload.groups[{}]", e.group), e.message))?;
+        if self.traces.is_empty() {
+            return Ok(w);
+        }
+        for (i, t) in self.traces.iter().enumerate() {
+            let group = (self.groups.len() + i) as u32;
+            crate::trace::replay::append(&mut w, t, group, self.sim.seed, self.context_limit_tokens)
+                .map_err(|m| FieldError::new(format!("workload.traces[{i}].file"), m))?;
+        }
+        w.sort_open_order();
+        Ok(w)
     }
 }
 
@@ -1060,10 +1144,10 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         client: client(&f.client)?,
     };
     let queueing = matches!(sim.model, BackendModel::Queueing { .. });
-    if f.workload.groups.is_empty() {
+    if f.workload.groups.is_empty() && f.workload.traces.is_empty() {
         return Err(FieldError::new(
             "workload.groups",
-            "needs at least one [[workload.groups]] table",
+            "needs at least one [[workload.groups]] table (or [[workload.traces]])",
         ));
     }
     let mut groups = Vec::new();
@@ -1116,12 +1200,167 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             },
         });
     }
+    let mut traces = Vec::new();
+    for (i, t) in f.workload.traces.iter().enumerate() {
+        let tc = trace_group(t, &format!("workload.traces[{i}]"), queueing)?;
+        if !names_seen.insert(tc.name.clone()) {
+            return Err(FieldError::new(
+                format!("workload.traces[{i}].name"),
+                format!(
+                    "group names must be unique across [[workload.groups]] and [[workload.traces]], got `{}` twice (set `name`)",
+                    tc.name
+                ),
+            ));
+        }
+        traces.push(tc);
+    }
     Ok(Scenario {
         sim,
         groups,
+        traces,
         description: f.description,
         context_limit_tokens: context_limit,
     })
+}
+
+/// Validates one `[[workload.traces]]` table (`p` is its key path).
+fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::trace::TraceGroupConfig> {
+    use crate::trace::{Format, Mode, Scale, SessionMode};
+    if t.file.is_empty() {
+        return Err(FieldError::new(format!("{p}.file"), "names no file"));
+    }
+    let file = std::path::PathBuf::from(&t.file);
+    let name = match &t.name {
+        Some(n) => n.clone(),
+        None => file.file_stem().and_then(|s| s.to_str()).unwrap_or("trace").to_string(),
+    };
+    if name.is_empty() {
+        return Err(FieldError::new(format!("{p}.name"), "must not be empty"));
+    }
+    let mut g = crate::trace::TraceGroupConfig::new(&name, file);
+    if let Some(f) = &t.format {
+        g.format = Some(Format::parse(f).map_err(|m| FieldError::new(format!("{p}.format"), m))?);
+    }
+    g.mode = match t.mode.as_deref() {
+        None | Some("open") => Mode::Open,
+        Some("closed") => Mode::Closed,
+        Some(o) => {
+            return Err(FieldError::new(
+                format!("{p}.mode"),
+                format!("unknown mode `{o}`; expected `open` or `closed`"),
+            ));
+        }
+    };
+    let positive = |v: f64, k: &str| -> Res<f64> {
+        if !(v.is_finite() && v > 0.0 && v <= 1e9) {
+            return Err(FieldError::new(
+                format!("{p}.{k}"),
+                format!("must be a finite number > 0 (at most 1e9), got {v}"),
+            ));
+        }
+        Ok(v)
+    };
+    g.scale = match (t.time_scale, t.target_rate_per_s) {
+        (Some(_), Some(_)) => {
+            return Err(FieldError::new(
+                format!("{p}.target_rate_per_s"),
+                "set either time_scale or target_rate_per_s, not both",
+            ));
+        }
+        (Some(f), None) => Scale::Factor(positive(f, "time_scale")?),
+        (None, Some(r)) => Scale::TargetRate(positive(r, "target_rate_per_s")?),
+        (None, None) => Scale::Factor(1.0),
+    };
+    g.start_s = secs(t.start_s.unwrap_or(0.0), &format!("{p}.start_s"), true)?.0 as f64 / 1e9;
+    if let Some(d) = t.duration_s {
+        secs(d, &format!("{p}.duration_s"), false)?;
+        g.duration_s = Some(d);
+    }
+    g.at = SimTime(secs(t.at_s.unwrap_or(0.0), &format!("{p}.at_s"), true)?.0);
+    if let Some(m) = t.max_requests {
+        g.max_requests = Some(u64::from(count(m, &format!("{p}.max_requests"), 1)?));
+    }
+    g.repeat = count(t.repeat.unwrap_or(1), &format!("{p}.repeat"), 1)?;
+    if g.repeat > 1_000_000 {
+        return Err(FieldError::new(format!("{p}.repeat"), "at most 1000000"));
+    }
+    if let Some(j) = t.arrival_jitter_s {
+        secs(j, &format!("{p}.arrival_jitter_s"), true)?;
+        g.arrival_jitter_s = j;
+    }
+    if let Some(m) = &t.sessions {
+        g.sessions = SessionMode::parse(m).map_err(|e| FieldError::new(format!("{p}.sessions"), e))?;
+    }
+    if let Some(i) = &t.infer {
+        let q = format!("{p}.infer");
+        if let Some(v) = i.min_shared_blocks {
+            g.infer.min_shared_blocks = count(v, &format!("{q}.min_shared_blocks"), 1)?;
+        }
+        if let Some(v) = i.max_fanout {
+            g.infer.max_fanout = count(v, &format!("{q}.max_fanout"), 1)?;
+        }
+        if let Some(v) = i.max_gap_s {
+            g.infer.max_gap_ns = Some(secs(v, &format!("{q}.max_gap_s"), true)?.0);
+        }
+    }
+    if let Some(sy) = &t.synthesize {
+        let q = format!("{p}.synthesize");
+        if let Some(v) = sy.mean_turns {
+            if !(v.is_finite() && (1.0..=1e6).contains(&v)) {
+                return Err(FieldError::new(
+                    format!("{q}.mean_turns"),
+                    format!("must be between 1 and 1e6, got {v}"),
+                ));
+            }
+            g.synthesize.mean_turns = v;
+        }
+        if let Some(v) = sy.max_open {
+            g.synthesize.max_open = count(v, &format!("{q}.max_open"), 1)?;
+        }
+    }
+    g.sends_session_key = t.sends_session_key;
+    g.skip_bad_rows = t.skip_bad_rows;
+    if let Some(b) = t.block_tokens {
+        g.block_tokens = Some(count(b, &format!("{p}.block_tokens"), 1)?);
+    }
+    g.service_time_s = match (&t.service_time_s, queueing) {
+        (Some(v), true) => Some(dist(v, &format!("{p}.service_time_s"))?),
+        (None, true) => {
+            return Err(FieldError::new(
+                p,
+                "queueing backends need `service_time_s` (a distribution in seconds)",
+            ));
+        }
+        (Some(_), false) => {
+            return Err(FieldError::new(
+                format!("{p}.service_time_s"),
+                "only applies to backends.model = \"queueing\"; vLLM service time comes from the step-time model",
+            ));
+        }
+        (None, false) => None,
+    };
+    Ok(g)
+}
+
+/// Resolves every `workload.traces[i].file` of `table` against `base` (the scenario file's
+/// folder) into an absolute path, so the effective scenario runs from anywhere.
+pub fn resolve_trace_files(table: &mut toml::Table, base: &Path) {
+    let Some(toml::Value::Table(w)) = table.get_mut("workload") else {
+        return;
+    };
+    let Some(toml::Value::Array(list)) = w.get_mut("traces") else {
+        return;
+    };
+    for t in list {
+        if let Some(toml::Value::String(f)) = t.get_mut("file") {
+            let p = Path::new(f.as_str());
+            let joined = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+            let abs = std::fs::canonicalize(&joined)
+                .or_else(|_| std::path::absolute(&joined))
+                .unwrap_or(joined);
+            *f = abs.display().to_string();
+        }
+    }
 }
 
 /// Top-level tables that belong to other commands (`sim sweep`, `sim check`): a scenario may
@@ -1228,7 +1467,7 @@ impl Source {
 
     /// Validates the scenario without generating its workload.
     pub fn scenario(&self) -> Result<Scenario, ScenarioError> {
-        let raw: ScenarioFile = from_value(&toml::Value::Table(self.table.clone()), "").map_err(|mut e| {
+        let raw: ScenarioFile = from_value(&toml::Value::Table(self.resolved_table()), "").map_err(|mut e| {
             e.path = e.path.trim_start_matches('.').to_string();
             self.error(e)
         })?;
@@ -1243,9 +1482,28 @@ impl Source {
         Ok((scenario, workload, self.effective()))
     }
 
-    /// The effective scenario text.
+    /// The effective scenario text (trace files as absolute paths).
     pub fn effective(&self) -> String {
-        toml::to_string(&self.table).unwrap_or_default()
+        toml::to_string(&self.resolved_table()).unwrap_or_default()
+    }
+
+    /// The scenario table with trace files resolved against the scenario's folder.
+    fn resolved_table(&self) -> toml::Table {
+        let mut t = self.table.clone();
+        let base = Path::new(&self.file).parent().unwrap_or(Path::new(""));
+        resolve_trace_files(&mut t, base);
+        t
+    }
+
+    /// The trace files the scenario replays (resolved), in order.
+    pub fn trace_files(&self) -> Vec<std::path::PathBuf> {
+        let t = self.resolved_table();
+        let Some(toml::Value::Array(list)) = t.get("workload").and_then(|w| w.get("traces")) else {
+            return Vec::new();
+        };
+        list.iter()
+            .filter_map(|x| x.get("file").and_then(|f| f.as_str()).map(std::path::PathBuf::from))
+            .collect()
     }
 
     /// Deserializes a tool table (`sweep`), with errors located like scenario keys.

@@ -23,12 +23,31 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Hex SHA-256 of the scenario text, followed (when it replays traces) by each trace
+/// file's path and bytes: a changed trace is a different sweep.
+pub fn inputs_sha256(src: &Source) -> String {
+    let files = src.trace_files();
+    if files.is_empty() {
+        return sha256_hex(src.text.as_bytes());
+    }
+    let mut h = Sha256::new();
+    h.update(src.text.as_bytes());
+    for f in files {
+        h.update(f.display().to_string().as_bytes());
+        h.update([0]);
+        // An unreadable trace fails the run itself with a clear message.
+        h.update(std::fs::read(&f).unwrap_or_default());
+        h.update([0]);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The identity of a sweep of `src` (with `--set` overrides `sets`) over `plan`.
 pub fn meta(src: &Source, scenario_name: &str, sets: &[(String, String)], plan: Plan) -> Meta {
     Meta {
         fleetsim_version: env!("CARGO_PKG_VERSION").to_string(),
         scenario: scenario_name.to_string(),
-        scenario_sha256: sha256_hex(src.text.as_bytes()),
+        scenario_sha256: inputs_sha256(src),
         sets: sets.iter().map(|(k, v)| format!("{k}={v}")).collect(),
         points: plan.points(),
         runs: plan.runs(),

@@ -1,0 +1,18 @@
+//! Trace-driven replay: read real request traces (native CSV, Mooncake JSONL, Azure LLM
+//! 2023 CSV, BurstGPT CSV), reconstruct sessions, replay them open- or closed-loop as
+//! workload groups (`[[workload.traces]]`), and inspect or convert them (`sim trace`).
+//!
+//! * [`parse`]: streaming readers, format detection, errors with file, line and column;
+//! * [`sessions`]: session ids, inference from prefix blocks, synthesis;
+//! * [`replay`]: window, scale, repeat and limits into [`crate::workload::SessionPlan`]s;
+//! * [`inspect`]: statistics (`sim trace inspect`);
+//! * [`convert`]: any format to the native CSV (`sim trace convert`).
+
+pub mod convert;
+pub mod inspect;
+pub mod parse;
+pub mod replay;
+pub mod sessions;
+
+pub use parse::{Format, ReadOptions, Trace, TraceError, read};
+pub use replay::{Mode, Scale, SessionMode, TraceGroupConfig};

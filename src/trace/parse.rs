@@ -1,0 +1,856 @@
+//! Streaming readers for request traces: the native CSV, Mooncake JSONL, Azure LLM 2023 CSV
+//! and BurstGPT CSV. Each reader turns rows into compact [`TraceRow`]s (no strings kept per
+//! row: session ids are interned, block hash ids are remapped to dense `u32`s stored in one
+//! arena). A malformed row is an error naming the file, the line and the column; with
+//! `skip_bad_rows` it is counted and reported instead (nothing is dropped silently).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+
+/// A trace file format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// fleetsim's own CSV (`arrival_s,session_id,turn,input_tokens,output_tokens,block_ids`).
+    Native,
+    /// Mooncake FAST'25 JSONL (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
+    Mooncake,
+    /// Azure LLM inference trace 2023 CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`).
+    Azure,
+    /// BurstGPT CSV (`Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`).
+    BurstGpt,
+}
+
+/// Every format, for messages.
+pub const FORMAT_NAMES: &str = "`native`, `mooncake`, `azure` or `burstgpt`";
+
+impl Format {
+    /// Name as written in scenarios and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Native => "native",
+            Format::Mooncake => "mooncake",
+            Format::Azure => "azure",
+            Format::BurstGpt => "burstgpt",
+        }
+    }
+
+    /// Parses a format name.
+    pub fn parse(s: &str) -> Result<Format, String> {
+        match s {
+            "native" => Ok(Format::Native),
+            "mooncake" => Ok(Format::Mooncake),
+            "azure" => Ok(Format::Azure),
+            "burstgpt" => Ok(Format::BurstGpt),
+            other => Err(format!("unknown trace format `{other}`; expected {FORMAT_NAMES}")),
+        }
+    }
+
+    /// Tokens per prefix block id when the format has them (Mooncake: 512).
+    pub fn default_block_tokens(self) -> u32 {
+        512
+    }
+}
+
+/// No session id.
+pub const NO_SESSION: u32 = u32::MAX;
+
+/// One request of a trace, compactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceRow {
+    /// Arrival in ns from the format's time origin (not yet relative to the first row).
+    pub t_ns: u64,
+    /// Prompt tokens (the whole prompt, including any shared prefix).
+    pub input: u32,
+    /// Output tokens.
+    pub output: u32,
+    /// Interned session id, or [`NO_SESSION`].
+    pub session: u32,
+    /// Turn number within the session as written, or `u32::MAX`.
+    pub turn: u32,
+    /// Offset of this row's block ids in [`Trace::blocks`].
+    pub blocks_off: u32,
+    /// Number of block ids.
+    pub blocks_len: u32,
+    /// 1-based line of the row in its file.
+    pub line: u32,
+}
+
+impl TraceRow {
+    /// This row's dense block ids.
+    pub fn blocks<'a>(&self, arena: &'a [u32]) -> &'a [u32] {
+        &arena[self.blocks_off as usize..(self.blocks_off + self.blocks_len) as usize]
+    }
+}
+
+/// A parsed trace.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// The file, as named to the reader.
+    pub file: String,
+    /// Detected or given format.
+    pub format: Option<Format>,
+    /// Rows in file order.
+    pub rows: Vec<TraceRow>,
+    /// Dense block ids of every row, concatenated.
+    pub blocks: Vec<u32>,
+    /// Raw block id of each dense id (for conversion back to a file).
+    pub raw_blocks: Vec<u64>,
+    /// Session names by interned id.
+    pub session_names: Vec<String>,
+    /// Rows skipped as malformed (`skip_bad_rows`).
+    pub skipped: u64,
+    /// The first few skip messages.
+    pub skip_messages: Vec<String>,
+    /// Rows whose output of 0 tokens was replayed as 1 (a request must produce a token).
+    pub zero_output_rows: u64,
+}
+
+impl Trace {
+    /// Whether any row carries prefix block ids.
+    pub fn has_blocks(&self) -> bool {
+        !self.blocks.is_empty()
+    }
+
+    /// Whether any row carries a session id.
+    pub fn has_sessions(&self) -> bool {
+        !self.session_names.is_empty()
+    }
+
+    /// Notes about rows not replayed as written.
+    pub fn notes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.skipped > 0 {
+            let mut s = format!("{}: skipped {} malformed rows", self.file, self.skipped);
+            if let Some(m) = self.skip_messages.first() {
+                s.push_str(&format!(" (first: {m})"));
+            }
+            out.push(s);
+        }
+        if self.zero_output_rows > 0 {
+            out.push(format!(
+                "{}: {} rows with 0 output tokens are replayed with 1",
+                self.file, self.zero_output_rows
+            ));
+        }
+        out
+    }
+}
+
+/// A malformed row or unreadable file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}{}: {message}", match (line, column) {
+    (Some(l), Some(c)) => format!(":{l}: column `{c}`"),
+    (Some(l), None) => format!(":{l}"),
+    _ => String::new(),
+})]
+pub struct TraceError {
+    /// File.
+    pub file: String,
+    /// 1-based line.
+    pub line: Option<u64>,
+    /// Column (field) name.
+    pub column: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Reader options.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadOptions {
+    /// Format; detected from the first line when `None`.
+    pub format: Option<Format>,
+    /// Count and report malformed rows instead of failing.
+    pub skip_bad_rows: bool,
+}
+
+/// Most skip messages kept.
+const KEEP_MESSAGES: usize = 5;
+
+struct Builder {
+    trace: Trace,
+    /// Dense id by raw id for small raw ids (Mooncake's are `0..n`): a plain table lookup.
+    direct: Vec<u32>,
+    /// Dense id by raw id for the others.
+    dense: FxHashMap<u64, u32>,
+    sessions: FxHashMap<String, u32>,
+    skip: bool,
+}
+
+impl Builder {
+    fn new(file: &str, format: Format, skip: bool) -> Self {
+        Builder {
+            trace: Trace {
+                file: file.to_string(),
+                format: Some(format),
+                ..Trace::default()
+            },
+            direct: Vec::new(),
+            dense: FxHashMap::default(),
+            sessions: FxHashMap::default(),
+            skip,
+        }
+    }
+
+    fn err(&self, line: u64, column: Option<&str>, message: impl Into<String>) -> TraceError {
+        TraceError {
+            file: self.trace.file.clone(),
+            line: Some(line),
+            column: column.map(str::to_string),
+            message: message.into(),
+        }
+    }
+
+    /// Fails, or counts the row as skipped.
+    fn bad(&mut self, e: TraceError) -> Result<(), TraceError> {
+        if !self.skip {
+            return Err(e);
+        }
+        self.trace.skipped += 1;
+        if self.trace.skip_messages.len() < KEEP_MESSAGES {
+            self.trace.skip_messages.push(e.to_string());
+        }
+        Ok(())
+    }
+
+    fn session(&mut self, name: &str) -> u32 {
+        if name.is_empty() {
+            return NO_SESSION;
+        }
+        if let Some(&id) = self.sessions.get(name) {
+            return id;
+        }
+        let id = self.trace.session_names.len() as u32;
+        self.trace.session_names.push(name.to_string());
+        self.sessions.insert(name.to_string(), id);
+        id
+    }
+
+    fn block(&mut self, raw: u64) -> u32 {
+        let next = self.trace.raw_blocks.len() as u32;
+        // The direct table grows only while it stays proportional to the ids seen.
+        let limit = (1u64 << 20).max(16 * (u64::from(next) + 1));
+        if raw < limit && self.dense.is_empty() {
+            let i = raw as usize;
+            if i >= self.direct.len() {
+                self.direct.resize((i + 1).next_power_of_two(), u32::MAX);
+            }
+            if self.direct[i] == u32::MAX {
+                self.direct[i] = next;
+                self.trace.raw_blocks.push(raw);
+            }
+            return self.direct[i];
+        }
+        if self.dense.is_empty() {
+            // Leave the table for the map, once and for all.
+            for (i, &d) in self.direct.iter().enumerate() {
+                if d != u32::MAX {
+                    self.dense.insert(i as u64, d);
+                }
+            }
+            self.direct = Vec::new();
+        }
+        let id = *self.dense.entry(raw).or_insert(next);
+        if id == next {
+            self.trace.raw_blocks.push(raw);
+        }
+        id
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        line: u64,
+        t_ns: u64,
+        input: u64,
+        output: u64,
+        session: u32,
+        turn: u32,
+        blocks: impl IntoIterator<Item = u64>,
+    ) -> Result<(), TraceError> {
+        let (in_col, out_col) = match self.trace.format {
+            Some(Format::Mooncake) => ("input_length", "output_length"),
+            Some(Format::Azure) => ("ContextTokens", "GeneratedTokens"),
+            Some(Format::BurstGpt) => ("Request tokens", "Response tokens"),
+            _ => ("input_tokens", "output_tokens"),
+        };
+        if input == 0 {
+            return self.bad(self.err(line, Some(in_col), "a request needs at least 1 prompt token, got 0"));
+        }
+        if input > u64::from(u32::MAX) || output > u64::from(u32::MAX) || input + output > u64::from(u32::MAX) {
+            let col = if input > u64::from(u32::MAX) { in_col } else { out_col };
+            return self.bad(self.err(
+                line,
+                Some(col),
+                format!("{input} + {output} tokens is above the 2^32 - 1 a request may hold"),
+            ));
+        }
+        let output = if output == 0 {
+            self.trace.zero_output_rows += 1;
+            1
+        } else {
+            output
+        };
+        let off = self.trace.blocks.len();
+        for b in blocks {
+            let d = self.block(b);
+            self.trace.blocks.push(d);
+        }
+        let len = self.trace.blocks.len() - off;
+        if self.trace.blocks.len() > u32::MAX as usize || self.trace.rows.len() >= u32::MAX as usize - 1 {
+            return Err(self.err(line, None, "the trace is too large (more than 2^32 rows or block ids)"));
+        }
+        self.trace.rows.push(TraceRow {
+            t_ns,
+            input: input as u32,
+            output: output as u32,
+            session,
+            turn,
+            blocks_off: off as u32,
+            blocks_len: len as u32,
+            line: line.min(u64::from(u32::MAX)) as u32,
+        });
+        Ok(())
+    }
+}
+
+fn open(path: &Path) -> Result<BufReader<File>, TraceError> {
+    let f = File::open(path).map_err(|e| TraceError {
+        file: path.display().to_string(),
+        line: None,
+        column: None,
+        message: format!("cannot read the trace: {e}"),
+    })?;
+    Ok(BufReader::with_capacity(1 << 16, f))
+}
+
+/// Detects the format from the first non-empty line.
+pub fn detect(first_line: &str) -> Option<Format> {
+    let l = first_line.trim_start_matches('\u{feff}').trim();
+    if l.starts_with('{') {
+        return (l.contains("\"input_length\"") || l.contains("\"hash_ids\"")).then_some(Format::Mooncake);
+    }
+    let cols: Vec<&str> = l.split(',').map(|c| c.trim().trim_matches('"')).collect();
+    let has = |c: &str| cols.iter().any(|x| x.eq_ignore_ascii_case(c));
+    if has("ContextTokens") && has("GeneratedTokens") {
+        Some(Format::Azure)
+    } else if has("Request tokens") && has("Response tokens") {
+        Some(Format::BurstGpt)
+    } else if has("arrival_s") && has("input_tokens") {
+        Some(Format::Native)
+    } else {
+        None
+    }
+}
+
+/// Reads a trace file.
+pub fn read(path: &Path, opts: ReadOptions) -> Result<Trace, TraceError> {
+    let file = path.display().to_string();
+    let mut r = open(path)?;
+    let format = match opts.format {
+        Some(f) => f,
+        None => {
+            let buf = r.fill_buf().map_err(|e| io_err(&file, e))?;
+            let text = String::from_utf8_lossy(&buf[..buf.len().min(4096)]).into_owned();
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            detect(first).ok_or_else(|| TraceError {
+                file: file.clone(),
+                line: Some(1),
+                column: None,
+                message: format!(
+                    "cannot tell the trace format from the first line; set format = {FORMAT_NAMES} (native CSV needs the columns arrival_s and input_tokens; Azure: TIMESTAMP,ContextTokens,GeneratedTokens; BurstGPT: Timestamp,...,Request tokens,Response tokens; Mooncake: JSON lines with input_length)"
+                ),
+            })?
+        }
+    };
+    read_from(r, &file, format, opts.skip_bad_rows)
+}
+
+/// Reads a trace of a known format from any reader (`file` names it in messages).
+pub fn read_from(r: impl Read, file: &str, format: Format, skip: bool) -> Result<Trace, TraceError> {
+    let mut b = Builder::new(file, format, skip);
+    match format {
+        Format::Mooncake => read_mooncake(r, &mut b)?,
+        Format::Native => read_native(r, &mut b)?,
+        Format::Azure => read_azure(r, &mut b)?,
+        Format::BurstGpt => read_burstgpt(r, &mut b)?,
+    }
+    Ok(b.trace)
+}
+
+fn io_err(file: &str, e: std::io::Error) -> TraceError {
+    TraceError {
+        file: file.to_string(),
+        line: None,
+        column: None,
+        message: format!("cannot read the trace: {e}"),
+    }
+}
+
+#[derive(Deserialize)]
+struct MooncakeRow {
+    timestamp: f64,
+    input_length: u64,
+    output_length: u64,
+    #[serde(default)]
+    hash_ids: Vec<u64>,
+}
+
+fn ms_to_ns(ms: f64) -> Option<u64> {
+    (0.0..=1e15).contains(&ms).then(|| (ms * 1e6).round() as u64)
+}
+
+fn secs_to_ns(s: f64) -> Option<u64> {
+    (0.0..=1e10).contains(&s).then(|| (s * 1e9).round() as u64)
+}
+
+fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
+    let mut r = BufReader::with_capacity(1 << 16, r);
+    let mut line = String::new();
+    let mut n = 0u64;
+    loop {
+        line.clear();
+        let got = r.read_line(&mut line).map_err(|e| io_err(&b.trace.file, e))?;
+        if got == 0 {
+            break;
+        }
+        n += 1;
+        let l = line.trim();
+        if l.is_empty() {
+            continue;
+        }
+        let row: MooncakeRow = match serde_json::from_str(l) {
+            Ok(row) => row,
+            Err(e) => {
+                let msg = e.to_string();
+                // serde_json names the missing or mistyped field in its message.
+                let col = ["timestamp", "input_length", "output_length", "hash_ids"]
+                    .into_iter()
+                    .find(|c| msg.contains(&format!("`{c}`")))
+                    .or_else(|| field_at(l, e.column()));
+                let err = b.err(n, col, format!("{msg} (character {})", e.column()));
+                b.bad(err)?;
+                continue;
+            }
+        };
+        let Some(t) = ms_to_ns(row.timestamp) else {
+            let err = b.err(
+                n,
+                Some("timestamp"),
+                format!("must be milliseconds >= 0, got {}", row.timestamp),
+            );
+            b.bad(err)?;
+            continue;
+        };
+        b.push(
+            n,
+            t,
+            row.input_length,
+            row.output_length,
+            NO_SESSION,
+            u32::MAX,
+            row.hash_ids,
+        )?;
+    }
+    Ok(())
+}
+
+/// The JSON key whose value contains character `col` (1-based) of `line`, best effort.
+fn field_at(line: &str, col: usize) -> Option<&'static str> {
+    let upto = &line[..col.min(line.len())];
+    ["timestamp", "input_length", "output_length", "hash_ids"]
+        .into_iter()
+        .filter_map(|k| upto.rfind(&format!("\"{k}\"")).map(|p| (p, k)))
+        .max()
+        .map(|(_, k)| k)
+}
+
+/// A CSV reader with the header's column positions.
+struct Csv<R: Read> {
+    rdr: csv::Reader<R>,
+    header: Vec<String>,
+}
+
+impl<R: Read> Csv<R> {
+    fn new(r: R, file: &str) -> Result<Self, TraceError> {
+        let mut rdr = csv::ReaderBuilder::new()
+            .has_headers(true)
+            .flexible(true)
+            .from_reader(r);
+        let header = rdr
+            .headers()
+            .map_err(|e| TraceError {
+                file: file.to_string(),
+                line: Some(1),
+                column: None,
+                message: format!("cannot read the CSV header: {e}"),
+            })?
+            .iter()
+            .map(|h| h.trim().trim_start_matches('\u{feff}').to_string())
+            .collect();
+        Ok(Csv { rdr, header })
+    }
+
+    fn col(&self, name: &str, file: &str) -> Result<usize, TraceError> {
+        self.opt(name).ok_or_else(|| TraceError {
+            file: file.to_string(),
+            line: Some(1),
+            column: None,
+            message: format!("the header lacks the column `{name}` (has: {})", self.header.join(", ")),
+        })
+    }
+
+    fn opt(&self, name: &str) -> Option<usize> {
+        self.header.iter().position(|h| h.eq_ignore_ascii_case(name))
+    }
+}
+
+/// Field `i` of `rec`, or an error naming the column.
+fn field<'r>(rec: &'r csv::StringRecord, i: usize, name: &str, b: &Builder, line: u64) -> Result<&'r str, TraceError> {
+    rec.get(i)
+        .map(str::trim)
+        .ok_or_else(|| b.err(line, Some(name), format!("missing (the row has {} fields)", rec.len())))
+}
+
+fn int(rec: &csv::StringRecord, i: usize, name: &str, b: &Builder, line: u64) -> Result<u64, TraceError> {
+    let s = field(rec, i, name, b, line)?;
+    s.parse::<u64>()
+        .or_else(|e| {
+            // Some exports write counts as `12.0`.
+            s.parse::<f64>()
+                .ok()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 1.8e19)
+                .map(|f| f as u64)
+                .ok_or(e)
+        })
+        .map_err(|_| b.err(line, Some(name), format!("expected a whole number >= 0, got `{s}`")))
+}
+
+fn float_secs(rec: &csv::StringRecord, i: usize, name: &str, b: &Builder, line: u64) -> Result<u64, TraceError> {
+    let s = field(rec, i, name, b, line)?;
+    s.parse::<f64>()
+        .ok()
+        .and_then(secs_to_ns)
+        .ok_or_else(|| b.err(line, Some(name), format!("expected seconds >= 0, got `{s}`")))
+}
+
+fn csv_loop<R: Read>(
+    c: &mut Csv<R>,
+    b: &mut Builder,
+    mut row: impl FnMut(&csv::StringRecord, u64, &mut Builder) -> Result<(), TraceError>,
+) -> Result<(), TraceError> {
+    let mut rec = csv::StringRecord::new();
+    loop {
+        match c.rdr.read_record(&mut rec) {
+            Ok(false) => break,
+            Ok(true) => {
+                let line = rec.position().map_or(0, csv::Position::line);
+                if rec.iter().all(|f| f.trim().is_empty()) {
+                    continue;
+                }
+                if let Err(e) = row(&rec, line, b) {
+                    b.bad(e)?;
+                }
+            }
+            Err(e) => {
+                let line = e.position().map_or(0, csv::Position::line);
+                let err = b.err(line, None, format!("malformed CSV: {e}"));
+                b.bad(err)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_native(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
+    let mut c = Csv::new(r, &b.trace.file)?;
+    let file = b.trace.file.clone();
+    let arrival = c.col("arrival_s", &file)?;
+    let input = c.col("input_tokens", &file)?;
+    let output = c.col("output_tokens", &file)?;
+    let session = c.opt("session_id");
+    let turn = c.opt("turn");
+    let blocks = c.opt("block_ids");
+    let mut ids: Vec<u64> = Vec::new();
+    csv_loop(&mut c, b, |rec, line, b| {
+        let t = float_secs(rec, arrival, "arrival_s", b, line)?;
+        let i = int(rec, input, "input_tokens", b, line)?;
+        let o = int(rec, output, "output_tokens", b, line)?;
+        let s = match session {
+            Some(k) => rec.get(k).map_or("", str::trim),
+            None => "",
+        };
+        let tn = match turn {
+            Some(k) if !rec.get(k).map_or("", str::trim).is_empty() => {
+                let v = int(rec, k, "turn", b, line)?;
+                u32::try_from(v).map_err(|_| b.err(line, Some("turn"), format!("{v} is too large")))?
+            }
+            _ => u32::MAX,
+        };
+        ids.clear();
+        if let Some(k) = blocks {
+            for tok in rec.get(k).unwrap_or("").split_whitespace() {
+                ids.push(tok.parse().map_err(|_| {
+                    b.err(
+                        line,
+                        Some("block_ids"),
+                        format!("expected space-separated whole numbers, got `{tok}`"),
+                    )
+                })?);
+            }
+        }
+        let sid = b.session(s);
+        b.push(line, t, i, o, sid, tn, ids.iter().copied())
+    })
+}
+
+/// Days from 1970-01-01 to a civil date (proleptic Gregorian; Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses `YYYY-MM-DD HH:MM:SS[.fffffff]` (also with `T`, an optional trailing `Z` or
+/// `+00:00`) into ns since 1970.
+pub fn parse_datetime(s: &str) -> Option<u64> {
+    let s = s.trim().trim_end_matches('Z');
+    let s = s.strip_suffix("+00:00").unwrap_or(s);
+    let (date, time) = s.split_once([' ', 'T'])?;
+    let mut d = date.splitn(3, '-');
+    let y: i64 = d.next()?.parse().ok()?;
+    let mo: u32 = d.next()?.parse().ok()?;
+    let da: u32 = d.next()?.parse().ok()?;
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || !(1970..=2500).contains(&y) {
+        return None;
+    }
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.splitn(3, ':');
+    let h: u64 = t.next()?.parse().ok()?;
+    let mi: u64 = t.next()?.parse().ok()?;
+    let se: u64 = t.next()?.parse().ok()?;
+    if h > 23 || mi > 59 || se > 60 || frac.len() > 9 || !frac.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let frac_ns: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u64>().ok()? * 10u64.pow(9 - frac.len() as u32)
+    };
+    let days = u64::try_from(days_from_civil(y, mo, da)).ok()?;
+    Some((days * 86_400 + h * 3600 + mi * 60 + se) * 1_000_000_000 + frac_ns)
+}
+
+fn read_azure(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
+    let mut c = Csv::new(r, &b.trace.file)?;
+    let file = b.trace.file.clone();
+    let ts = c.col("TIMESTAMP", &file)?;
+    let ctx = c.col("ContextTokens", &file)?;
+    let gen_ = c.col("GeneratedTokens", &file)?;
+    csv_loop(&mut c, b, |rec, line, b| {
+        let s = field(rec, ts, "TIMESTAMP", b, line)?;
+        let t = parse_datetime(s).ok_or_else(|| {
+            b.err(
+                line,
+                Some("TIMESTAMP"),
+                format!("expected a date and time like 2023-11-16 18:15:46.6805900, got `{s}`"),
+            )
+        })?;
+        let i = int(rec, ctx, "ContextTokens", b, line)?;
+        let o = int(rec, gen_, "GeneratedTokens", b, line)?;
+        b.push(line, t, i, o, NO_SESSION, u32::MAX, std::iter::empty())
+    })
+}
+
+fn read_burstgpt(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
+    let mut c = Csv::new(r, &b.trace.file)?;
+    let file = b.trace.file.clone();
+    let ts = c.col("Timestamp", &file)?;
+    let req = c.col("Request tokens", &file)?;
+    let resp = c.col("Response tokens", &file)?;
+    csv_loop(&mut c, b, |rec, line, b| {
+        let t = float_secs(rec, ts, "Timestamp", b, line)?;
+        let i = int(rec, req, "Request tokens", b, line)?;
+        let o = int(rec, resp, "Response tokens", b, line)?;
+        b.push(line, t, i, o, NO_SESSION, u32::MAX, std::iter::empty())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, f: Format) -> Result<Trace, TraceError> {
+        read_from(text.as_bytes(), "t", f, false)
+    }
+
+    #[test]
+    fn detects_every_format() {
+        assert_eq!(
+            detect(r#"{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#),
+            Some(Format::Mooncake)
+        );
+        assert_eq!(detect("TIMESTAMP,ContextTokens,GeneratedTokens"), Some(Format::Azure));
+        assert_eq!(
+            detect("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"),
+            Some(Format::BurstGpt)
+        );
+        assert_eq!(
+            detect("arrival_s,session_id,turn,input_tokens,output_tokens,block_ids"),
+            Some(Format::Native)
+        );
+        assert_eq!(detect("a,b,c"), None);
+    }
+
+    #[test]
+    fn mooncake_rows_and_dense_blocks() {
+        let t = parse(
+            "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 5, \"hash_ids\": [7, 9]}\n\n{\"timestamp\": 1500, \"input_length\": 1600, \"output_length\": 0, \"hash_ids\": [7, 9, 11, 12]}\n",
+            Format::Mooncake,
+        )
+        .unwrap();
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows[1].t_ns, 1_500_000_000);
+        assert_eq!(t.rows[1].line, 3);
+        assert_eq!(t.rows[1].blocks(&t.blocks), &[0, 1, 2, 3]);
+        assert_eq!(t.raw_blocks, vec![7, 9, 11, 12]);
+        assert_eq!(t.rows[1].output, 1);
+        assert_eq!(t.zero_output_rows, 1);
+    }
+
+    #[test]
+    fn dense_ids_survive_switching_from_table_to_map() {
+        let t = parse(
+            "arrival_s,input_tokens,output_tokens,block_ids\n0,5,5,5 9\n1,5,5,1099511627776 5\n2,5,5,9 7\n",
+            Format::Native,
+        )
+        .unwrap();
+        assert_eq!(t.blocks, vec![0, 1, 2, 0, 1, 3]);
+        assert_eq!(t.raw_blocks, vec![5, 9, 1 << 40, 7]);
+    }
+
+    #[test]
+    fn mooncake_malformed_names_line_and_field() {
+        let e = parse(
+            "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5}\n{\"timestamp\": 1, \"input_length\": \"x\", \"output_length\": 5}\n",
+            Format::Mooncake,
+        )
+        .unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert_eq!(e.column.as_deref(), Some("input_length"));
+        assert!(e.to_string().starts_with("t:2: column `input_length`: "), "{e}");
+        let e = parse("{\"timestamp\": 0, \"output_length\": 5}\n", Format::Mooncake).unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("input_length"), "{e}");
+        let e = parse("{\"timestamp\": 0, \"input_length\": 10,\n", Format::Mooncake).unwrap_err();
+        assert_eq!(e.line, Some(1));
+    }
+
+    #[test]
+    fn skip_bad_rows_counts_them() {
+        let t = read_from(
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\nbad,1,2\n2023-11-16 18:15:47.0000000,0,2\n2023-11-16 18:15:50.9951690,396,109\n"
+                .as_bytes(),
+            "a.csv",
+            Format::Azure,
+            true,
+        )
+        .unwrap();
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.skipped, 2);
+        assert!(
+            t.skip_messages[0].starts_with("a.csv:3: column `TIMESTAMP`"),
+            "{:?}",
+            t.skip_messages
+        );
+        assert!(
+            t.skip_messages[1].contains("a.csv:4: column `ContextTokens`"),
+            "{:?}",
+            t.skip_messages
+        );
+        assert_eq!(t.rows[1].t_ns - t.rows[0].t_ns, 4_314_579_000);
+        assert!(t.notes()[0].contains("skipped 2 malformed rows"));
+    }
+
+    #[test]
+    fn azure_malformed() {
+        let e = parse(
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,4x4\n",
+            Format::Azure,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "t:2: column `GeneratedTokens`: expected a whole number >= 0, got `4x4`"
+        );
+        let e = parse("TIMESTAMP,Context\n", Format::Azure).unwrap_err();
+        assert!(e.message.contains("lacks the column `ContextTokens`"), "{e}");
+    }
+
+    #[test]
+    fn datetime() {
+        assert_eq!(parse_datetime("1970-01-02 00:00:01.5"), Some(86_401_500_000_000));
+        assert_eq!(
+            parse_datetime("2023-11-16T18:15:46Z").map(|t| t / 1_000_000_000),
+            Some(1_700_158_546)
+        );
+        assert_eq!(parse_datetime("2023-13-16 18:15:46"), None);
+        assert_eq!(parse_datetime("yesterday"), None);
+    }
+
+    #[test]
+    fn burstgpt_rows_and_errors() {
+        let text = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,0,1087,API log\n";
+        let t = parse(text, Format::BurstGpt).unwrap();
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows[1].t_ns, 45_000_000_000);
+        assert_eq!(t.zero_output_rows, 1);
+        let e = parse(
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,-3,18,490,x\n",
+            Format::BurstGpt,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "t:2: column `Request tokens`: expected a whole number >= 0, got `-3`"
+        );
+        let e = parse(
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\nsoon,ChatGPT,3,18,490,x\n",
+            Format::BurstGpt,
+        )
+        .unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("Timestamp"));
+    }
+
+    #[test]
+    fn native_rows_sessions_and_errors() {
+        let text = "arrival_s,session_id,turn,input_tokens,output_tokens,block_ids\n0.5,a,0,1024,10,1 2\n1.0,,,20,5,\n2.5,a,1,2048,10,1 2 3 4\n";
+        let t = parse(text, Format::Native).unwrap();
+        assert_eq!(t.rows.len(), 3);
+        assert_eq!(t.rows[0].session, 0);
+        assert_eq!(t.rows[1].session, NO_SESSION);
+        assert_eq!(t.rows[1].turn, u32::MAX);
+        assert_eq!(t.rows[2].blocks(&t.blocks), &[0, 1, 2, 3]);
+        assert_eq!(t.session_names, vec!["a".to_string()]);
+        // Minimal native: only the required columns.
+        let t = parse("arrival_s,input_tokens,output_tokens\n0,5,5\n", Format::Native).unwrap();
+        assert_eq!(t.rows.len(), 1);
+        let e = parse(
+            "arrival_s,session_id,turn,input_tokens,output_tokens,block_ids\n0.5,a,0,1024,10,1 x\n",
+            Format::Native,
+        )
+        .unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert_eq!(e.column.as_deref(), Some("block_ids"));
+        let e = parse("arrival_s,input_tokens,output_tokens\n-1,5,5\n", Format::Native).unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("arrival_s"));
+        let e = parse("arrival_s,input_tokens,output_tokens\n1,5\n", Format::Native).unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("output_tokens"));
+    }
+}
