@@ -399,6 +399,15 @@ fn merge(episodes: &[Episode], gap_ns: u64) -> Vec<Episode> {
 }
 
 /// At most `n` names, then "and k more".
+/// "1 request", "2 requests".
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 fn list(names: &[String], n: usize) -> String {
     if names.len() <= n {
         names.join(", ")
@@ -806,7 +815,13 @@ pub fn render(x: &Explanation) -> String {
         let queued: Vec<String> = e
             .queued
             .iter()
-            .map(|b| format!("{} queued up to {} requests", b.backend, b.peak_waiting))
+            .map(|b| {
+                format!(
+                    "{} queued up to {}",
+                    b.backend,
+                    count(b.peak_waiting as usize, "request")
+                )
+            })
             .collect();
         let _ = writeln!(o, "**What.** {} while {}.", list(&idle, 4), list(&queued, 4));
         if !e.context.is_empty() {
@@ -815,10 +830,10 @@ pub fn render(x: &Explanation) -> String {
         if let Some(q) = e.queued.first() {
             let _ = writeln!(
                 o,
-                "**Who.** {} requests waited on {} during the episode, from {} sessions ({}).",
-                e.waiting_requests,
+                "**Who.** {} waited on {} during the episode, from {} ({}).",
+                count(e.waiting_requests, "request"),
                 q.backend,
-                e.sessions.len(),
+                count(e.sessions.len(), "session"),
                 list(&e.sessions, 6)
             );
             let _ = writeln!(o, "**Why.** These sessions were placed on {} by:", q.backend);
