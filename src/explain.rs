@@ -513,8 +513,8 @@ fn refine(res: &RunResult, i: usize, fam: Cause, opts: &ExplainOptions) -> Cause
     let (view, truth) = log.detail(i);
     let pick = res.requests[i].backend.index();
     let t = log.rows[i].t;
-    if let Some(v) = view[pick].engine {
-        let local = view[pick].requests.map_or(0, |r| r.in_prefill + r.in_decoding);
+    if let Some(v) = view.get(pick).engine {
+        let local = view.get(pick).requests.map_or(0, |r| r.in_prefill + r.in_decoding);
         if v.running + v.waiting == 0 && local > 0 && truth[pick] > 0 {
             return Cause::ZeroStats;
         }

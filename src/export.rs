@@ -18,14 +18,34 @@ fn t(x: SimTime) -> String {
     format!("{}", ns_to_secs(x.0))
 }
 
-fn opt(x: Option<SimTime>) -> String {
-    x.map(t).unwrap_or_default()
+/// Formats CSV fields into one reused buffer (no allocation per field).
+#[derive(Default)]
+struct Fields {
+    buf: String,
 }
 
-fn diff(a: Option<SimTime>, b: Option<SimTime>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) => format!("{}", ns_to_secs((b - a).0)),
-        _ => String::new(),
+impl Fields {
+    fn num<W: Write>(&mut self, w: &mut csv::Writer<W>, args: std::fmt::Arguments) -> csv::Result<()> {
+        use std::fmt::Write as _;
+        self.buf.clear();
+        let _ = self.buf.write_fmt(args);
+        w.write_field(&self.buf)
+    }
+
+    /// A time in seconds, or an empty field.
+    fn time<W: Write>(&mut self, w: &mut csv::Writer<W>, x: Option<SimTime>) -> csv::Result<()> {
+        match x {
+            Some(x) => self.num(w, format_args!("{}", ns_to_secs(x.0))),
+            None => w.write_field(""),
+        }
+    }
+
+    /// `b - a` in seconds, or an empty field.
+    fn diff<W: Write>(&mut self, w: &mut csv::Writer<W>, a: Option<SimTime>, b: Option<SimTime>) -> csv::Result<()> {
+        match (a, b) {
+            (Some(a), Some(b)) => self.num(w, format_args!("{}", ns_to_secs((b - a).0))),
+            _ => w.write_field(""),
+        }
     }
 }
 
@@ -100,29 +120,33 @@ fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
         "ttft_s",
         "e2e_s",
     ])?;
+    let mut f = Fields::default();
     for (i, r) in res.requests.iter().enumerate() {
-        w.write_record([
-            i.to_string(),
-            res.session_keys[r.session.index()].clone(),
-            r.turn.to_string(),
-            r.backend.to_string(),
-            r.branch.as_str().to_string(),
-            r.prompt_tokens.to_string(),
-            r.output_tokens.to_string(),
-            r.cached_tokens.to_string(),
-            r.preemptions.to_string(),
-            t(r.t_router),
-            opt(r.t_engine),
-            opt(r.t_admit),
-            opt(r.t_first_token),
-            opt(r.t_first_chunk),
-            opt(r.t_finish_engine),
-            opt(r.t_done),
-            opt(r.t_failed),
-            diff(r.t_engine, r.t_admit),
-            diff(Some(r.t_router), r.t_first_chunk),
-            diff(Some(r.t_router), r.t_done),
-        ])?;
+        f.num(&mut w, format_args!("{i}"))?;
+        w.write_field(&res.session_keys[r.session.index()])?;
+        f.num(&mut w, format_args!("{}", r.turn))?;
+        f.num(&mut w, format_args!("{}", r.backend))?;
+        w.write_field(r.branch.as_str())?;
+        f.num(&mut w, format_args!("{}", r.prompt_tokens))?;
+        f.num(&mut w, format_args!("{}", r.output_tokens))?;
+        f.num(&mut w, format_args!("{}", r.cached_tokens))?;
+        f.num(&mut w, format_args!("{}", r.preemptions))?;
+        f.time(&mut w, Some(r.t_router))?;
+        for x in [
+            r.t_engine,
+            r.t_admit,
+            r.t_first_token,
+            r.t_first_chunk,
+            r.t_finish_engine,
+            r.t_done,
+            r.t_failed,
+        ] {
+            f.time(&mut w, x)?;
+        }
+        f.diff(&mut w, r.t_engine, r.t_admit)?;
+        f.diff(&mut w, Some(r.t_router), r.t_first_chunk)?;
+        f.diff(&mut w, Some(r.t_router), r.t_done)?;
+        w.write_record(None::<&[u8]>)?;
     }
     w.flush()?;
     Ok(())
@@ -172,31 +196,38 @@ fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
         }
     }
     w.write_record(&header)?;
+    // One field at a time through a reused buffer: the file has ~100 fields per decision.
+    let mut f = Fields::default();
     for (k, d) in log.rows.iter().enumerate() {
         let (view, truth) = log.detail(k);
-        let mut row = vec![
-            t(d.t),
-            d.request.to_string(),
-            res.session_keys[d.session.index()].clone(),
-            d.turn.to_string(),
-            d.branch.as_str().to_string(),
-            d.backend.to_string(),
-            d.match_chars.to_string(),
-        ];
+        f.num(&mut w, format_args!("{}", ns_to_secs(d.t.0)))?;
+        f.num(&mut w, format_args!("{}", d.request))?;
+        w.write_field(&res.session_keys[d.session.index()])?;
+        f.num(&mut w, format_args!("{}", d.turn))?;
+        w.write_field(d.branch.as_str())?;
+        f.num(&mut w, format_args!("{}", d.backend))?;
+        f.num(&mut w, format_args!("{}", d.match_chars))?;
         for (v, tr) in view.iter().zip(truth) {
-            row.push(u8::from(v.listed).to_string());
+            w.write_field(if v.listed { "1" } else { "0" })?;
             match v.engine {
                 Some(e) => {
-                    row.push(e.running.to_string());
-                    row.push(e.waiting.to_string());
-                    row.push(format!("{}", ns_to_secs((d.t - e.read_at).0)));
+                    f.num(&mut w, format_args!("{}", e.running))?;
+                    f.num(&mut w, format_args!("{}", e.waiting))?;
+                    f.num(&mut w, format_args!("{}", ns_to_secs((d.t - e.read_at).0)))?;
                 }
-                None => row.extend([String::new(), String::new(), String::new()]),
+                None => {
+                    for _ in 0..3 {
+                        w.write_field("")?;
+                    }
+                }
             }
-            row.push(v.requests.map(|r| r.window_dispatches.to_string()).unwrap_or_default());
-            row.push(tr.to_string());
+            match v.requests {
+                Some(r) => f.num(&mut w, format_args!("{}", r.window_dispatches))?,
+                None => w.write_field("")?,
+            }
+            f.num(&mut w, format_args!("{}", tr))?;
         }
-        w.write_record(&row)?;
+        w.write_record(None::<&[u8]>)?;
     }
     w.flush()?;
     Ok(())
