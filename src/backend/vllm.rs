@@ -281,7 +281,14 @@ impl VllmEngine {
             };
             debug_assert!(remaining > 0, "running request with nothing to compute");
             let n = remaining.min(budget);
-            let need = self.blocks_for(computed + n).saturating_sub(held);
+            // `blocks_for(computed + n) - held`, without a division when the held blocks
+            // already cover the new tokens (every decode step but one per block).
+            let end = computed + n;
+            let need = if u64::from(end) <= u64::from(held) * u64::from(self.cfg.block_size_tokens) {
+                0
+            } else {
+                self.blocks_for(end) - held
+            };
             let mut scheduled = true;
             while need > self.pool.num_free() {
                 let victim = self.running.pop().expect("running list empty while preempting");
@@ -444,16 +451,22 @@ impl VllmEngine {
 
     /// Allocates `need` new blocks for slot `s` and caches every block that will be full
     /// once `n` more tokens are computed (vLLM caches at allocation time).
+    #[inline]
     fn grow(&mut self, s: u32, need: u32, n: u32) {
+        let sl = self.slots[s as usize].as_mut().expect("dangling slot");
         for _ in 0..need {
-            let b = self.pool.allocate();
-            self.slots[s as usize].as_mut().expect("dangling slot").blocks.push(b);
+            sl.blocks.push(self.pool.allocate());
         }
         if !self.cfg.prefix_caching {
             return;
         }
         let bs = self.cfg.block_size_tokens;
-        let sl = self.slots[s as usize].as_mut().expect("dangling slot");
+        // Nothing to cache unless a further block fills up (checked without a division).
+        if sl.hashed as usize >= sl.hashes.len()
+            || u64::from(sl.computed + n) < (u64::from(sl.hashed) + 1) * u64::from(bs)
+        {
+            return;
+        }
         let full = ((sl.computed + n) / bs).min(sl.hashes.len() as u32);
         while sl.hashed < full {
             let i = sl.hashed as usize;

@@ -10,11 +10,49 @@
 //!   so with no match at all the answer is *all* available endpoints.
 
 use rustc_hash::FxHashMap;
-use smallvec::SmallVec;
 
 use crate::ids::BackendId;
 
-type EndpointSet = SmallVec<[BackendId; 4]>;
+/// A set of endpoints: backends 0..63 as bits of a mask (one AND per node when matching),
+/// any others (fleets of more than 64) in a spilled list. Sets are only tested for
+/// membership, never iterated, so nothing depends on their internal order.
+#[derive(Default)]
+struct EndpointSet {
+    low: u64,
+    /// Boxed slice (16 bytes, not a `Vec`'s 24): node size matters, spills are rare.
+    high: Option<Box<[BackendId]>>,
+}
+
+impl EndpointSet {
+    #[inline]
+    fn contains(&self, b: BackendId) -> bool {
+        if b.0 < 64 {
+            self.low & (1 << b.0) != 0
+        } else {
+            self.high.as_ref().is_some_and(|h| h.contains(&b))
+        }
+    }
+
+    /// Adds `b`; true if it was not there.
+    #[inline]
+    fn insert(&mut self, b: BackendId) -> bool {
+        if b.0 < 64 {
+            let bit = 1 << b.0;
+            let new = self.low & bit == 0;
+            self.low |= bit;
+            new
+        } else {
+            let old = self.high.take().unwrap_or_default();
+            let new = !old.contains(&b);
+            let mut v = old.into_vec();
+            if new {
+                v.push(b);
+            }
+            self.high = Some(v.into_boxed_slice());
+            new
+        }
+    }
+}
 
 const NIL: u32 = u32::MAX;
 
@@ -51,7 +89,7 @@ impl HashTrie {
     pub fn new() -> HashTrie {
         HashTrie {
             nodes: vec![Node {
-                endpoints: EndpointSet::new(),
+                endpoints: EndpointSet::default(),
                 first_hash: 0,
                 first_child: NIL,
             }],
@@ -86,7 +124,7 @@ impl HashTrie {
     fn new_child(&mut self, parent: u32, h: u64) -> u32 {
         let id = self.nodes.len() as u32;
         self.nodes.push(Node {
-            endpoints: EndpointSet::new(),
+            endpoints: EndpointSet::default(),
             first_hash: 0,
             first_child: NIL,
         });
@@ -101,12 +139,7 @@ impl HashTrie {
     }
 
     fn add(set: &mut EndpointSet, b: BackendId) -> bool {
-        if set.contains(&b) {
-            false
-        } else {
-            set.push(b);
-            true
-        }
+        set.insert(b)
     }
 
     /// Nodes (root excluded) that gained the endpoint in the last insert: the characters
@@ -149,7 +182,7 @@ impl HashTrie {
         let mut node = path.last().copied().unwrap_or(0);
         for &h in &chunks[path.len()..] {
             node = self.new_child(node, h);
-            self.nodes[node as usize].endpoints.push(endpoint);
+            self.nodes[node as usize].endpoints.insert(endpoint);
             added += 1;
         }
         self.last_added = added;
@@ -164,19 +197,43 @@ impl HashTrie {
     }
 
     fn match_walked(&self, available: &[BackendId]) -> (usize, Vec<BackendId>) {
-        let mut selected: Vec<BackendId> = available.to_vec();
-        let mut inter: Vec<BackendId> = Vec::with_capacity(available.len());
+        // `selected` starts as `available` and is narrowed node by node; it is kept as a
+        // mask (backends below 64) plus a list of the others in `available` order, and
+        // turned back into a list in `available` order at the end.
+        let mut low = 0u64;
+        let mut high: Vec<BackendId> = Vec::new();
+        for &b in available {
+            if b.0 < 64 {
+                low |= 1 << b.0;
+            } else {
+                high.push(b);
+            }
+        }
         let mut matched = 0;
         for &n in &self.path {
             let set = &self.nodes[n as usize].endpoints;
-            inter.clear();
-            inter.extend(selected.iter().copied().filter(|b| set.contains(b)));
-            if inter.is_empty() {
+            let l = low & set.low;
+            let keeps_high = !high.is_empty() && high.iter().any(|&b| set.contains(b));
+            if l == 0 && !keeps_high {
                 break;
             }
-            std::mem::swap(&mut selected, &mut inter);
+            low = l;
+            if !high.is_empty() {
+                high.retain(|&b| set.contains(b));
+            }
             matched += 1;
         }
+        let selected = available
+            .iter()
+            .copied()
+            .filter(|&b| {
+                if b.0 < 64 {
+                    low & (1 << b.0) != 0
+                } else {
+                    high.contains(&b)
+                }
+            })
+            .collect();
         (matched, selected)
     }
 
@@ -208,6 +265,21 @@ mod tests {
     fn no_match_returns_all_available() {
         let mut t = HashTrie::new();
         assert_eq!(t.longest_prefix_match(&[1, 2], &[A, B, C]), (0, vec![A, B, C]));
+    }
+
+    #[test]
+    fn large_fleets_match_like_small_ones() {
+        // Backends beyond 64 use the spilled list; results keep `available` order.
+        let (x, y, z) = (BackendId(70), BackendId(3), BackendId(100));
+        let mut t = HashTrie::new();
+        t.insert(&[1, 2, 3], x);
+        t.insert(&[1, 2], y);
+        t.insert(&[1, 9], z);
+        assert_eq!(t.longest_prefix_match(&[1, 2, 3, 4], &[z, y, x]), (3, vec![x]));
+        assert_eq!(t.longest_prefix_match(&[1, 2, 7], &[z, x, y]), (2, vec![x, y]));
+        assert_eq!(t.longest_prefix_match(&[1], &[x, z, y]), (1, vec![x, z, y]));
+        assert_eq!(t.longest_prefix_match(&[1, 2, 3], &[z, y]), (2, vec![y]));
+        assert_eq!(t.longest_prefix_match(&[1, 9], &[y, z]), (2, vec![z]));
     }
 
     #[test]
