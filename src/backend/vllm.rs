@@ -76,22 +76,31 @@ impl StepEvents {
     }
 }
 
+/// One request in the engine. The fields every step reads (the scheduler's running loop,
+/// `finish_step`) come first and fit in the first cache line (`repr(C)`, 64-byte aligned;
+/// `Option<Slot>`'s tag is the niche in `blocks`, also in that line); the content and its
+/// block hashes, read at admission only, follow.
+#[repr(C, align(64))]
 struct Slot {
+    blocks: Vec<u32>,
     id: RequestId,
-    content: Content,
     /// Prompt plus generated tokens.
     num_tokens: u32,
     computed: u32,
     generated: u32,
-    blocks: Vec<u32>,
-    /// Chained hashes of every full block of the request's content (prefix caching only).
-    hashes: Vec<u64>,
-    /// Leading entries of `blocks` registered in the cache.
-    hashed: u32,
-    admitted_before: bool,
-    preemptions: u32,
     /// Tokens scheduled in the step in progress.
     scheduled: u32,
+    /// `content.output_tokens`.
+    output_tokens: u32,
+    /// Leading entries of `blocks` registered in the cache.
+    hashed: u32,
+    /// `hashes.len()`.
+    n_hashes: u32,
+    preemptions: u32,
+    admitted_before: bool,
+    /// Chained hashes of every full block of the request's content (prefix caching only).
+    hashes: Vec<u64>,
+    content: Content,
 }
 
 /// Prefix-cache counters (vLLM's `prefix_cache_queries` / `_hits`, in tokens).
@@ -160,17 +169,19 @@ impl VllmEngine {
             "request larger than the KV cache reached the engine (validation missed it)"
         );
         let slot = Slot {
+            blocks: Vec::new(),
             id,
             num_tokens: content.prompt_tokens,
-            content,
             computed: 0,
             generated: 0,
-            blocks: Vec::new(),
-            hashes: Vec::new(),
-            hashed: 0,
-            admitted_before: false,
-            preemptions: 0,
             scheduled: 0,
+            output_tokens: content.output_tokens,
+            hashed: 0,
+            n_hashes: 0,
+            preemptions: 0,
+            admitted_before: false,
+            hashes: Vec::new(),
+            content,
         };
         let idx = match self.free_slots.pop() {
             Some(i) => {
@@ -390,7 +401,7 @@ impl VllmEngine {
                 if sl.generated == 1 {
                     ev.first_tokens.push(sl.id);
                 }
-                if sl.generated == sl.content.output_tokens {
+                if sl.generated == sl.output_tokens {
                     any_finished = true;
                 }
             }
@@ -402,7 +413,7 @@ impl VllmEngine {
             let slots = &self.slots;
             self.running.retain(|&s| {
                 let sl = slots[s as usize].as_ref().expect("dangling slot");
-                let finished = sl.generated == sl.content.output_tokens;
+                let finished = sl.generated == sl.output_tokens;
                 if finished {
                     done.push(s);
                 }
@@ -442,6 +453,7 @@ impl VllmEngine {
             let total_full = (self.slot(s).content.total_tokens() / bs) as usize;
             let sl = self.slots[s as usize].as_mut().expect("dangling slot");
             block_hashes(&sl.content, bs, total_full, &mut sl.hashes);
+            sl.n_hashes = sl.hashes.len() as u32;
         }
         let sl = self.slots[s as usize].as_ref().expect("dangling slot");
         let max_hit = (((sl.num_tokens - 1) / bs) as usize).min(sl.hashes.len());
@@ -462,12 +474,10 @@ impl VllmEngine {
         }
         let bs = self.cfg.block_size_tokens;
         // Nothing to cache unless a further block fills up (checked without a division).
-        if sl.hashed as usize >= sl.hashes.len()
-            || u64::from(sl.computed + n) < (u64::from(sl.hashed) + 1) * u64::from(bs)
-        {
+        if sl.hashed >= sl.n_hashes || u64::from(sl.computed + n) < (u64::from(sl.hashed) + 1) * u64::from(bs) {
             return;
         }
-        let full = ((sl.computed + n) / bs).min(sl.hashes.len() as u32);
+        let full = ((sl.computed + n) / bs).min(sl.n_hashes);
         while sl.hashed < full {
             let i = sl.hashed as usize;
             self.pool.cache(sl.blocks[i], sl.hashes[i]);
@@ -573,6 +583,13 @@ mod tests {
             assert!(steps < 100_000);
         }
         (steps, done)
+    }
+
+    #[test]
+    fn per_step_fields_share_one_cache_line() {
+        assert!(std::mem::offset_of!(Slot, admitted_before) < 64);
+        assert_eq!(std::mem::align_of::<Option<Slot>>(), 64);
+        assert_eq!(std::mem::size_of::<Option<Slot>>(), std::mem::size_of::<Slot>());
     }
 
     #[test]

@@ -13,45 +13,12 @@ use rustc_hash::FxHashMap;
 
 use crate::ids::BackendId;
 
-/// A set of endpoints: backends 0..63 as bits of a mask (one AND per node when matching),
-/// any others (fleets of more than 64) in a spilled list. Sets are only tested for
-/// membership, never iterated, so nothing depends on their internal order.
-#[derive(Default)]
-struct EndpointSet {
-    low: u64,
-    /// Boxed slice (16 bytes, not a `Vec`'s 24): node size matters, spills are rare.
-    high: Option<Box<[BackendId]>>,
-}
-
-impl EndpointSet {
-    #[inline]
-    fn contains(&self, b: BackendId) -> bool {
-        if b.0 < 64 {
-            self.low & (1 << b.0) != 0
-        } else {
-            self.high.as_ref().is_some_and(|h| h.contains(&b))
-        }
-    }
-
-    /// Adds `b`; true if it was not there.
-    #[inline]
-    fn insert(&mut self, b: BackendId) -> bool {
-        if b.0 < 64 {
-            let bit = 1 << b.0;
-            let new = self.low & bit == 0;
-            self.low |= bit;
-            new
-        } else {
-            let old = self.high.take().unwrap_or_default();
-            let new = !old.contains(&b);
-            let mut v = old.into_vec();
-            if new {
-                v.push(b);
-            }
-            self.high = Some(v.into_boxed_slice());
-            new
-        }
-    }
+/// Endpoints of a node: backends 0..63 are bits of the node's mask (one AND per node when
+/// matching); any others (fleets of more than 64) are listed in [`HashTrie::high`]. Sets are
+/// only tested for membership, never iterated, so nothing depends on their internal order.
+#[inline]
+fn bit(b: BackendId) -> Option<u64> {
+    (b.0 < 64).then(|| 1u64 << b.0)
 }
 
 const NIL: u32 = u32::MAX;
@@ -60,7 +27,8 @@ const NIL: u32 = u32::MAX;
 /// first child is stored inline and only further children go to the shared map; nodes of
 /// one chain are created consecutively, which keeps a walk cache-friendly.
 struct Node {
-    endpoints: EndpointSet,
+    /// Endpoints 0..63 (see [`bit`]).
+    low: u64,
     first_hash: u64,
     first_child: u32,
 }
@@ -72,6 +40,8 @@ pub struct HashTrie {
     /// (parent, chunk hash) -> child, for children after the first. Looked up only, never
     /// iterated.
     more: FxHashMap<(u32, u64), u32>,
+    /// Endpoints 64 and up, per node (large fleets only). Looked up only, never iterated.
+    high: FxHashMap<u32, Vec<BackendId>>,
     /// Scratch: nodes on the last walked path.
     path: Vec<u32>,
     /// Nodes (root excluded) that gained the endpoint in the last insert.
@@ -89,11 +59,12 @@ impl HashTrie {
     pub fn new() -> HashTrie {
         HashTrie {
             nodes: vec![Node {
-                endpoints: EndpointSet::default(),
+                low: 0,
                 first_hash: 0,
                 first_child: NIL,
             }],
             more: FxHashMap::default(),
+            high: FxHashMap::default(),
             path: Vec::new(),
             last_added: 0,
         }
@@ -124,7 +95,7 @@ impl HashTrie {
     fn new_child(&mut self, parent: u32, h: u64) -> u32 {
         let id = self.nodes.len() as u32;
         self.nodes.push(Node {
-            endpoints: EndpointSet::default(),
+            low: 0,
             first_hash: 0,
             first_child: NIL,
         });
@@ -138,8 +109,34 @@ impl HashTrie {
         id
     }
 
-    fn add(set: &mut EndpointSet, b: BackendId) -> bool {
-        set.insert(b)
+    /// Adds endpoint `b` to `node`; true if it was not there.
+    #[inline]
+    fn add(&mut self, node: u32, b: BackendId) -> bool {
+        match bit(b) {
+            Some(m) => {
+                let n = &mut self.nodes[node as usize];
+                let new = n.low & m == 0;
+                n.low |= m;
+                new
+            }
+            None => {
+                let h = self.high.entry(node).or_default();
+                let new = !h.contains(&b);
+                if new {
+                    h.push(b);
+                }
+                new
+            }
+        }
+    }
+
+    /// True if `node` holds endpoint `b`.
+    #[inline]
+    fn holds(&self, node: u32, b: BackendId) -> bool {
+        match bit(b) {
+            Some(m) => self.nodes[node as usize].low & m != 0,
+            None => self.high.get(&node).is_some_and(|h| h.contains(&b)),
+        }
     }
 
     /// Nodes (root excluded) that gained the endpoint in the last insert: the characters
@@ -173,16 +170,16 @@ impl HashTrie {
 
     /// Insert after [`HashTrie::walk`] on the same chunks: the existing path is reused.
     fn insert_walked(&mut self, chunks: &[u64], endpoint: BackendId) {
-        Self::add(&mut self.nodes[0].endpoints, endpoint);
+        self.add(0, endpoint);
         let path = std::mem::take(&mut self.path);
         let mut added = 0;
         for &n in &path {
-            added += usize::from(Self::add(&mut self.nodes[n as usize].endpoints, endpoint));
+            added += usize::from(self.add(n, endpoint));
         }
         let mut node = path.last().copied().unwrap_or(0);
         for &h in &chunks[path.len()..] {
             node = self.new_child(node, h);
-            self.nodes[node as usize].endpoints.insert(endpoint);
+            self.add(node, endpoint);
             added += 1;
         }
         self.last_added = added;
@@ -203,23 +200,21 @@ impl HashTrie {
         let mut low = 0u64;
         let mut high: Vec<BackendId> = Vec::new();
         for &b in available {
-            if b.0 < 64 {
-                low |= 1 << b.0;
-            } else {
-                high.push(b);
+            match bit(b) {
+                Some(m) => low |= m,
+                None => high.push(b),
             }
         }
         let mut matched = 0;
         for &n in &self.path {
-            let set = &self.nodes[n as usize].endpoints;
-            let l = low & set.low;
-            let keeps_high = !high.is_empty() && high.iter().any(|&b| set.contains(b));
+            let l = low & self.nodes[n as usize].low;
+            let keeps_high = !high.is_empty() && high.iter().any(|&b| self.holds(n, b));
             if l == 0 && !keeps_high {
                 break;
             }
             low = l;
             if !high.is_empty() {
-                high.retain(|&b| set.contains(b));
+                high.retain(|&b| self.holds(n, b));
             }
             matched += 1;
         }
