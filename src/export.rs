@@ -18,6 +18,42 @@ fn t(x: SimTime) -> String {
     format!("{}", ns_to_secs(x.0))
 }
 
+/// Appends rows `0..n` (each by `row`, which ends its record) to `out`: blocks
+/// of rows are formatted on all threads into memory and appended in order, so the bytes are
+/// exactly those of a sequential write (a csv writer keeps no state across records).
+fn write_rows(
+    out: &mut impl Write,
+    n: usize,
+    row: impl Fn(&mut csv::Writer<Vec<u8>>, &mut Fields, usize) -> csv::Result<()> + Sync,
+) -> Result<()> {
+    use rayon::prelude::*;
+    const BLOCK: usize = 4096;
+    // A bounded window of blocks at a time keeps the memory formatted ahead small.
+    let window = BLOCK * 4 * rayon::current_num_threads().max(1);
+    let mut start = 0;
+    while start < n {
+        let end = (start + window).min(n);
+        let blocks: Vec<Result<Vec<u8>>> = (start..end)
+            .step_by(BLOCK)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|a| {
+                let mut bw = csv::Writer::from_writer(Vec::new());
+                let mut f = Fields::default();
+                for i in a..(a + BLOCK).min(end) {
+                    row(&mut bw, &mut f, i)?;
+                }
+                bw.into_inner().map_err(|e| anyhow::anyhow!("{}", e.error()))
+            })
+            .collect();
+        for b in blocks {
+            out.write_all(&b?)?;
+        }
+        start = end;
+    }
+    Ok(())
+}
+
 /// Formats CSV fields into one reused buffer (no allocation per field).
 #[derive(Default)]
 struct Fields {
@@ -97,7 +133,8 @@ pub fn write_json<T: Serialize>(p: &Path, v: &T) -> Result<()> {
 }
 
 fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
-    let mut w = csv::Writer::from_path(p)?;
+    let mut out = std::io::BufWriter::new(fs::File::create(p)?);
+    let mut w = csv::Writer::from_writer(&mut out);
     w.write_record([
         "request_id",
         "session",
@@ -120,18 +157,20 @@ fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
         "ttft_s",
         "e2e_s",
     ])?;
-    let mut f = Fields::default();
-    for (i, r) in res.requests.iter().enumerate() {
-        f.num(&mut w, format_args!("{i}"))?;
+    w.flush()?;
+    drop(w);
+    write_rows(&mut out, res.requests.len(), |w, f, i| {
+        let r = &res.requests[i];
+        f.num(w, format_args!("{i}"))?;
         w.write_field(&res.session_keys[r.session.index()])?;
-        f.num(&mut w, format_args!("{}", r.turn))?;
-        f.num(&mut w, format_args!("{}", r.backend))?;
+        f.num(w, format_args!("{}", r.turn))?;
+        f.num(w, format_args!("{}", r.backend))?;
         w.write_field(r.branch.as_str())?;
-        f.num(&mut w, format_args!("{}", r.prompt_tokens))?;
-        f.num(&mut w, format_args!("{}", r.output_tokens))?;
-        f.num(&mut w, format_args!("{}", r.cached_tokens))?;
-        f.num(&mut w, format_args!("{}", r.preemptions))?;
-        f.time(&mut w, Some(r.t_router))?;
+        f.num(w, format_args!("{}", r.prompt_tokens))?;
+        f.num(w, format_args!("{}", r.output_tokens))?;
+        f.num(w, format_args!("{}", r.cached_tokens))?;
+        f.num(w, format_args!("{}", r.preemptions))?;
+        f.time(w, Some(r.t_router))?;
         for x in [
             r.t_engine,
             r.t_admit,
@@ -141,14 +180,14 @@ fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
             r.t_done,
             r.t_failed,
         ] {
-            f.time(&mut w, x)?;
+            f.time(w, x)?;
         }
-        f.diff(&mut w, r.t_engine, r.t_admit)?;
-        f.diff(&mut w, Some(r.t_router), r.t_first_chunk)?;
-        f.diff(&mut w, Some(r.t_router), r.t_done)?;
-        w.write_record(None::<&[u8]>)?;
-    }
-    w.flush()?;
+        f.diff(w, r.t_engine, r.t_admit)?;
+        f.diff(w, Some(r.t_router), r.t_first_chunk)?;
+        f.diff(w, Some(r.t_router), r.t_done)?;
+        w.write_record(None::<&[u8]>)
+    })?;
+    out.flush()?;
     Ok(())
 }
 
@@ -170,7 +209,8 @@ fn write_series(p: &Path, res: &RunResult) -> Result<()> {
 
 fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
     let log = &res.decisions;
-    let mut w = csv::Writer::from_path(p)?;
+    let mut out = std::io::BufWriter::new(fs::File::create(p)?);
+    let mut w = csv::Writer::from_writer(&mut out);
     let mut header: Vec<String> = [
         "t_s",
         "request_id",
@@ -197,23 +237,25 @@ fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
     }
     w.write_record(&header)?;
     // One field at a time through a reused buffer: the file has ~100 fields per decision.
-    let mut f = Fields::default();
-    for (k, d) in log.rows.iter().enumerate() {
+    w.flush()?;
+    drop(w);
+    write_rows(&mut out, log.rows.len(), |w, f, k| {
+        let d = &log.rows[k];
         let (view, truth) = log.detail(k);
-        f.num(&mut w, format_args!("{}", ns_to_secs(d.t.0)))?;
-        f.num(&mut w, format_args!("{}", d.request))?;
+        f.num(w, format_args!("{}", ns_to_secs(d.t.0)))?;
+        f.num(w, format_args!("{}", d.request))?;
         w.write_field(&res.session_keys[d.session.index()])?;
-        f.num(&mut w, format_args!("{}", d.turn))?;
+        f.num(w, format_args!("{}", d.turn))?;
         w.write_field(d.branch.as_str())?;
-        f.num(&mut w, format_args!("{}", d.backend))?;
-        f.num(&mut w, format_args!("{}", d.match_chars))?;
+        f.num(w, format_args!("{}", d.backend))?;
+        f.num(w, format_args!("{}", d.match_chars))?;
         for (v, tr) in view.iter().zip(truth) {
             w.write_field(if v.listed { "1" } else { "0" })?;
             match v.engine {
                 Some(e) => {
-                    f.num(&mut w, format_args!("{}", e.running))?;
-                    f.num(&mut w, format_args!("{}", e.waiting))?;
-                    f.num(&mut w, format_args!("{}", ns_to_secs((d.t - e.read_at).0)))?;
+                    f.num(w, format_args!("{}", e.running))?;
+                    f.num(w, format_args!("{}", e.waiting))?;
+                    f.num(w, format_args!("{}", ns_to_secs((d.t - e.read_at).0)))?;
                 }
                 None => {
                     for _ in 0..3 {
@@ -222,13 +264,13 @@ fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
                 }
             }
             match v.requests {
-                Some(r) => f.num(&mut w, format_args!("{}", r.window_dispatches))?,
+                Some(r) => f.num(w, format_args!("{}", r.window_dispatches))?,
                 None => w.write_field("")?,
             }
-            f.num(&mut w, format_args!("{}", tr))?;
+            f.num(w, format_args!("{}", tr))?;
         }
-        w.write_record(None::<&[u8]>)?;
-    }
-    w.flush()?;
+        w.write_record(None::<&[u8]>)
+    })?;
+    out.flush()?;
     Ok(())
 }
