@@ -641,7 +641,7 @@ fn refine(res: &RunResult, cfg: &SimConfig, i: usize, fam: Cause, opts: &Explain
         return fam;
     }
     let t = log.rows[i].t;
-    if let Some(v) = view[pick].engine {
+    if let Some(v) = view.get(pick).engine {
         // A zero reading is "zero stats" only when the scrape itself read zeros (the
         // simulator knows its fault timeline); a zero that is merely old is a stale view.
         let misread = cfg

@@ -62,7 +62,7 @@ pub fn hints(log: &DecisionLog, names: &[String], interval_s: f64) -> Vec<Hint> 
         let (mut zero_busy, mut seen, mut peak, mut first, mut last) = (0usize, 0usize, 0u32, None, None);
         let (mut missing, mut mfirst, mut mlast) = (0usize, None, None);
         for (i, r) in rows.iter().enumerate() {
-            let v = log.detail(i).0[b];
+            let v = log.view(i).get(b);
             let local = v.requests.map_or(0, |q| q.in_prefill + q.in_decoding);
             match v.engine {
                 Some(e) => {
@@ -206,7 +206,7 @@ pub fn hints(log: &DecisionLog, names: &[String], interval_s: f64) -> Vec<Hint> 
 }
 
 /// Oldest engine entry's age at `now` in a view, seconds.
-fn oldest_age(view: &[crate::router::ViewEntry], now: SimTime) -> f64 {
+fn oldest_age(view: crate::metrics::View<'_>, now: SimTime) -> f64 {
     view.iter()
         .filter_map(|v| v.engine)
         .map(|e| ns_to_secs(now.0.saturating_sub(e.read_at.0)))

@@ -524,10 +524,7 @@ impl<'w> Simulation<'w> {
             rejected: 0,
             abandoned: 0,
             retry_rng: stream(cfg.seed, "client.retry", 0),
-            decisions: DecisionLog {
-                n_backends: n,
-                ..Default::default()
-            },
+            decisions: DecisionLog::new(n, cfg.router.request_stats_window.as_secs_f64()),
             gauges: (0..n).map(|_| GaugeHistory::default()).collect(),
             sessions: vec![SessionState::default(); workload.sessions.len()],
             requests: Vec::with_capacity(workload.total_requests()),
@@ -736,7 +733,7 @@ impl<'w> Simulation<'w> {
                 }
             });
         }
-        let audit = self.opts.record_decisions.then_some(&mut self.decisions.views);
+        let audit = self.opts.record_decisions.then_some(&mut self.decisions.scratch);
         self.replica_of.push(replica as u16);
         let (b, d) = self.routers[replica].route(now, rid, key, &content, audit);
         let min = self.least_outstanding().expect("a listed endpoint was picked");
@@ -745,6 +742,7 @@ impl<'w> Simulation<'w> {
             self.view_ages.push(age.0);
         }
         if self.opts.record_decisions {
+            self.decisions.commit_view();
             self.decisions.truth.extend_from_slice(&self.outstanding);
             self.decisions.rows.push(DecisionRow {
                 t: now,

@@ -68,4 +68,5 @@ fn library_runs_are_identical_in_every_record() {
     assert_eq!(r1.series, r2.series);
     assert_eq!(r1.decisions.rows, r2.decisions.rows);
     assert_eq!(r1.decisions.views, r2.decisions.views);
+    assert_eq!(r1.decisions.engines, r2.decisions.engines);
 }

@@ -111,7 +111,7 @@ fn request_stats_stay_consistent_when_responses_beat_the_lagged_dispatch() {
     assert_eq!(res.summary.requests.finished, 8);
     for i in 1..res.decisions.rows.len() {
         let (view, _) = res.decisions.detail(i);
-        for v in view.iter().filter_map(|v| v.requests.as_ref()) {
+        for v in view.iter().filter_map(|v| v.requests) {
             assert_eq!((v.in_prefill, v.in_decoding), (0, 0), "decision {i}: {v:?}");
         }
     }

@@ -11,12 +11,14 @@
 //! Together this is LRU over unreferenced blocks; callers free a request's blocks in
 //! reverse order so its tail is evicted before its prefix.
 //!
-//! Implementation note: the content-hash index is a `hashbrown::HashTable` of block ids
-//! whose keys live in the blocks themselves (4 bytes per entry instead of 16), because the
-//! index is touched for every block computed and its cache misses dominate run time.
-//! Content hashes are already well mixed, so they serve as their own table hash.
-
-use hashbrown::HashTable;
+//! Implementation note: the content-hash index is touched for every block computed, and
+//! its cache misses dominate run time. It is an open-addressing table with linear probing
+//! that stores `(hash, block)` pairs inline (a lookup reads one slot, then only the block
+//! it finds, which the caller touches anyway), sized to a power of two of at least twice
+//! the block count (it never holds more entries than blocks, so it never grows), with
+//! backward-shift deletion (no tombstones). Content hashes are already well mixed, so
+//! their low bits are the home slot. Nothing observable depends on slot order: the table
+//! is only ever searched by key.
 
 const NIL: u32 = u32::MAX;
 
@@ -47,9 +49,8 @@ pub struct BlockPool {
     head: u32,
     tail: u32,
     free: u32,
-    /// Cached blocks, found by content hash (the key is `blocks[id].hash`). Never iterated
-    /// into anything observable.
-    index: HashTable<u32>,
+    /// Cached blocks, found by content hash. Never iterated into anything observable.
+    index: HashIndex,
     /// KV events (`BlockStored` / `BlockRemoved`, as vLLM publishes them to KV-aware
     /// routers), recorded only when enabled.
     events: Option<Vec<KvEvent>>,
@@ -74,7 +75,7 @@ impl BlockPool {
             tail: NIL,
             free: 0,
             events: None,
-            index: HashTable::with_capacity(n as usize),
+            index: HashIndex::new(n),
         };
         for b in 0..n {
             p.push_tail(b);
@@ -105,8 +106,7 @@ impl BlockPool {
     /// The block caching `hash`, if any.
     #[inline]
     fn holder(&self, hash: u64) -> Option<u32> {
-        let blocks = &self.blocks;
-        self.index.find(hash, |&b| blocks[b as usize].hash == hash).copied()
+        self.index.get(hash)
     }
 
     /// Number of leading `hashes` present in the cache.
@@ -154,9 +154,7 @@ impl BlockPool {
         if blk.cached {
             blk.cached = false;
             let hash = blk.hash;
-            if let Ok(e) = self.index.find_entry(hash, |&x| x == b) {
-                e.remove();
-            }
+            self.index.remove(hash, b);
             if let Some(ev) = self.events.as_mut() {
                 ev.push(KvEvent { stored: false, hash });
             }
@@ -181,14 +179,11 @@ impl BlockPool {
     pub fn cache(&mut self, block: u32, hash: u64) {
         let blk = &mut self.blocks[block as usize];
         debug_assert!(blk.ref_cnt > 0);
-        if blk.cached || self.holder(hash).is_some() {
+        if blk.cached || !self.index.insert_new(hash, block) {
             return;
         }
-        let blk = &mut self.blocks[block as usize];
         blk.cached = true;
         blk.hash = hash;
-        let blocks = &self.blocks;
-        self.index.insert_unique(hash, block, |&b| blocks[b as usize].hash);
         if let Some(ev) = self.events.as_mut() {
             ev.push(KvEvent { stored: true, hash });
         }
@@ -206,6 +201,7 @@ impl BlockPool {
         }
     }
 
+    #[inline]
     fn push_tail(&mut self, b: u32) {
         let tail = self.tail;
         {
@@ -222,6 +218,7 @@ impl BlockPool {
         self.free += 1;
     }
 
+    #[inline]
     fn unlink(&mut self, b: u32) {
         let Block { prev: p, next: n, .. } = self.blocks[b as usize];
         if p != NIL {
@@ -285,6 +282,113 @@ impl BlockPool {
     }
 }
 
+/// One slot of [`HashIndex`]: a content hash and the block caching it (`NIL`: empty).
+#[derive(Clone, Copy)]
+struct Slot {
+    hash: u64,
+    block: u32,
+}
+
+const EMPTY: Slot = Slot { hash: 0, block: NIL };
+
+/// Content hash -> block, open addressing with linear probing (see the module docs).
+struct HashIndex {
+    slots: Vec<Slot>,
+    mask: usize,
+    len: usize,
+}
+
+impl HashIndex {
+    /// An index for at most `n` entries.
+    fn new(n: u32) -> HashIndex {
+        let size = (2 * n as usize).next_power_of_two().max(8);
+        HashIndex {
+            slots: vec![EMPTY; size],
+            mask: size - 1,
+            len: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn home(&self, hash: u64) -> usize {
+        hash as usize & self.mask
+    }
+
+    /// The block stored under `hash`.
+    #[inline]
+    fn get(&self, hash: u64) -> Option<u32> {
+        let mut i = self.home(hash);
+        loop {
+            let s = self.slots[i];
+            if s.block == NIL {
+                return None;
+            }
+            if s.hash == hash {
+                return Some(s.block);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Stores `block` under `hash` unless the hash is present; true if stored.
+    #[inline]
+    fn insert_new(&mut self, hash: u64, block: u32) -> bool {
+        let mut i = self.home(hash);
+        loop {
+            let s = self.slots[i];
+            if s.block == NIL {
+                break;
+            }
+            if s.hash == hash {
+                return false;
+            }
+            i = (i + 1) & self.mask;
+        }
+        assert!(self.len < self.slots.len() / 2, "hash index over capacity");
+        self.slots[i] = Slot { hash, block };
+        self.len += 1;
+        true
+    }
+
+    /// Removes the entry `(hash, block)`, which must be present.
+    fn remove(&mut self, hash: u64, block: u32) {
+        let mask = self.mask;
+        let mut i = self.home(hash);
+        loop {
+            let s = self.slots[i];
+            assert!(s.block != NIL, "removing a hash that is not indexed");
+            if s.block == block {
+                debug_assert_eq!(s.hash, hash);
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        // Backward-shift deletion: move later entries of the probe run into the hole when
+        // their home slot does not lie (cyclically) after the hole.
+        let mut hole = i;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let s = self.slots[j];
+            if s.block == NIL {
+                break;
+            }
+            let home = self.home(s.hash);
+            // Distance from home to j and from hole to j, cyclically.
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.slots[hole] = s;
+                hole = j;
+            }
+        }
+        self.slots[hole] = EMPTY;
+        self.len -= 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +449,33 @@ mod tests {
         assert_eq!(p.cached_prefix_len(&[99]), 1);
         assert_eq!(p.cached_prefix_len(&[98]), 1);
         assert_eq!(p.index.len(), 2);
+    }
+
+    #[test]
+    fn hash_index_matches_a_map_under_churn() {
+        // Colliding homes (small table, hashes sharing low bits) and wrap-around.
+        let mut ix = HashIndex::new(16);
+        let mut model = std::collections::BTreeMap::new();
+        let mut x = 0x1234_5678u64;
+        for step in 0..20_000u32 {
+            x = crate::content::mix(x, u64::from(step));
+            let h = (x % 64) << 3 | (x % 5); // few distinct hashes, clustered homes
+            if model.len() < 16 && !model.contains_key(&h) && x % 3 != 0 {
+                assert!(ix.insert_new(h, step));
+                model.insert(h, step);
+            } else if let Some(&b) = model.get(&h) {
+                assert!(!ix.insert_new(h, 0));
+                if x % 2 == 0 {
+                    ix.remove(h, b);
+                    model.remove(&h);
+                }
+            }
+            assert_eq!(ix.len(), model.len());
+            for (&k, &v) in &model {
+                assert_eq!(ix.get(k), Some(v));
+            }
+            assert_eq!(ix.get(h), model.get(&h).copied());
+        }
     }
 
     #[test]

@@ -76,22 +76,31 @@ impl StepEvents {
     }
 }
 
+/// One request in the engine. The fields every step reads (the scheduler's running loop,
+/// `finish_step`) come first and fit in the first cache line (`repr(C)`, 64-byte aligned;
+/// `Option<Slot>`'s tag is the niche in `blocks`, also in that line); the content and its
+/// block hashes, read at admission only, follow.
+#[repr(C, align(64))]
 struct Slot {
+    blocks: Vec<u32>,
     id: RequestId,
-    content: Content,
     /// Prompt plus generated tokens.
     num_tokens: u32,
     computed: u32,
     generated: u32,
-    blocks: Vec<u32>,
-    /// Chained hashes of every full block of the request's content (prefix caching only).
-    hashes: Vec<u64>,
-    /// Leading entries of `blocks` registered in the cache.
-    hashed: u32,
-    admitted_before: bool,
-    preemptions: u32,
     /// Tokens scheduled in the step in progress.
     scheduled: u32,
+    /// `content.output_tokens`.
+    output_tokens: u32,
+    /// Leading entries of `blocks` registered in the cache.
+    hashed: u32,
+    /// `hashes.len()`.
+    n_hashes: u32,
+    preemptions: u32,
+    admitted_before: bool,
+    /// Chained hashes of every full block of the request's content (prefix caching only).
+    hashes: Vec<u64>,
+    content: Content,
 }
 
 /// Prefix-cache counters (vLLM's `prefix_cache_queries` / `_hits`, in tokens).
@@ -160,17 +169,19 @@ impl VllmEngine {
             "request larger than the KV cache reached the engine (validation missed it)"
         );
         let slot = Slot {
+            blocks: Vec::new(),
             id,
             num_tokens: content.prompt_tokens,
-            content,
             computed: 0,
             generated: 0,
-            blocks: Vec::new(),
-            hashes: Vec::new(),
-            hashed: 0,
-            admitted_before: false,
-            preemptions: 0,
             scheduled: 0,
+            output_tokens: content.output_tokens,
+            hashed: 0,
+            n_hashes: 0,
+            preemptions: 0,
+            admitted_before: false,
+            hashes: Vec::new(),
+            content,
         };
         let idx = match self.free_slots.pop() {
             Some(i) => {
@@ -281,7 +292,14 @@ impl VllmEngine {
             };
             debug_assert!(remaining > 0, "running request with nothing to compute");
             let n = remaining.min(budget);
-            let need = self.blocks_for(computed + n).saturating_sub(held);
+            // `blocks_for(computed + n) - held`, without a division when the held blocks
+            // already cover the new tokens (every decode step but one per block).
+            let end = computed + n;
+            let need = if u64::from(end) <= u64::from(held) * u64::from(self.cfg.block_size_tokens) {
+                0
+            } else {
+                self.blocks_for(end) - held
+            };
             let mut scheduled = true;
             while need > self.pool.num_free() {
                 let victim = self.running.pop().expect("running list empty while preempting");
@@ -383,7 +401,7 @@ impl VllmEngine {
                 if sl.generated == 1 {
                     ev.first_tokens.push(sl.id);
                 }
-                if sl.generated == sl.content.output_tokens {
+                if sl.generated == sl.output_tokens {
                     any_finished = true;
                 }
             }
@@ -395,7 +413,7 @@ impl VllmEngine {
             let slots = &self.slots;
             self.running.retain(|&s| {
                 let sl = slots[s as usize].as_ref().expect("dangling slot");
-                let finished = sl.generated == sl.content.output_tokens;
+                let finished = sl.generated == sl.output_tokens;
                 if finished {
                     done.push(s);
                 }
@@ -435,6 +453,7 @@ impl VllmEngine {
             let total_full = (self.slot(s).content.total_tokens() / bs) as usize;
             let sl = self.slots[s as usize].as_mut().expect("dangling slot");
             block_hashes(&sl.content, bs, total_full, &mut sl.hashes);
+            sl.n_hashes = sl.hashes.len() as u32;
         }
         let sl = self.slots[s as usize].as_ref().expect("dangling slot");
         let max_hit = (((sl.num_tokens - 1) / bs) as usize).min(sl.hashes.len());
@@ -444,17 +463,21 @@ impl VllmEngine {
 
     /// Allocates `need` new blocks for slot `s` and caches every block that will be full
     /// once `n` more tokens are computed (vLLM caches at allocation time).
+    #[inline]
     fn grow(&mut self, s: u32, need: u32, n: u32) {
+        let sl = self.slots[s as usize].as_mut().expect("dangling slot");
         for _ in 0..need {
-            let b = self.pool.allocate();
-            self.slots[s as usize].as_mut().expect("dangling slot").blocks.push(b);
+            sl.blocks.push(self.pool.allocate());
         }
         if !self.cfg.prefix_caching {
             return;
         }
         let bs = self.cfg.block_size_tokens;
-        let sl = self.slots[s as usize].as_mut().expect("dangling slot");
-        let full = ((sl.computed + n) / bs).min(sl.hashes.len() as u32);
+        // Nothing to cache unless a further block fills up (checked without a division).
+        if sl.hashed >= sl.n_hashes || u64::from(sl.computed + n) < (u64::from(sl.hashed) + 1) * u64::from(bs) {
+            return;
+        }
+        let full = ((sl.computed + n) / bs).min(sl.n_hashes);
         while sl.hashed < full {
             let i = sl.hashed as usize;
             self.pool.cache(sl.blocks[i], sl.hashes[i]);
@@ -560,6 +583,13 @@ mod tests {
             assert!(steps < 100_000);
         }
         (steps, done)
+    }
+
+    #[test]
+    fn per_step_fields_share_one_cache_line() {
+        assert!(std::mem::offset_of!(Slot, admitted_before) < 64);
+        assert_eq!(std::mem::align_of::<Option<Slot>>(), 64);
+        assert_eq!(std::mem::size_of::<Option<Slot>>(), std::mem::size_of::<Slot>());
     }
 
     #[test]

@@ -10,11 +10,16 @@
 //!   so with no match at all the answer is *all* available endpoints.
 
 use rustc_hash::FxHashMap;
-use smallvec::SmallVec;
 
 use crate::ids::BackendId;
 
-type EndpointSet = SmallVec<[BackendId; 4]>;
+/// Endpoints of a node: backends 0..63 are bits of the node's mask (one AND per node when
+/// matching); any others (fleets of more than 64) are listed in [`HashTrie::high`]. Sets are
+/// only tested for membership, never iterated, so nothing depends on their internal order.
+#[inline]
+fn bit(b: BackendId) -> Option<u64> {
+    (b.0 < 64).then(|| 1u64 << b.0)
+}
 
 const NIL: u32 = u32::MAX;
 
@@ -22,7 +27,8 @@ const NIL: u32 = u32::MAX;
 /// first child is stored inline and only further children go to the shared map; nodes of
 /// one chain are created consecutively, which keeps a walk cache-friendly.
 struct Node {
-    endpoints: EndpointSet,
+    /// Endpoints 0..63 (see [`bit`]).
+    low: u64,
     first_hash: u64,
     first_child: u32,
 }
@@ -34,6 +40,8 @@ pub struct HashTrie {
     /// (parent, chunk hash) -> child, for children after the first. Looked up only, never
     /// iterated.
     more: FxHashMap<(u32, u64), u32>,
+    /// Endpoints 64 and up, per node (large fleets only). Looked up only, never iterated.
+    high: FxHashMap<u32, Vec<BackendId>>,
     /// Scratch: nodes on the last walked path.
     path: Vec<u32>,
     /// Nodes (root excluded) that gained the endpoint in the last insert.
@@ -51,11 +59,12 @@ impl HashTrie {
     pub fn new() -> HashTrie {
         HashTrie {
             nodes: vec![Node {
-                endpoints: EndpointSet::new(),
+                low: 0,
                 first_hash: 0,
                 first_child: NIL,
             }],
             more: FxHashMap::default(),
+            high: FxHashMap::default(),
             path: Vec::new(),
             last_added: 0,
         }
@@ -86,7 +95,7 @@ impl HashTrie {
     fn new_child(&mut self, parent: u32, h: u64) -> u32 {
         let id = self.nodes.len() as u32;
         self.nodes.push(Node {
-            endpoints: EndpointSet::new(),
+            low: 0,
             first_hash: 0,
             first_child: NIL,
         });
@@ -100,12 +109,33 @@ impl HashTrie {
         id
     }
 
-    fn add(set: &mut EndpointSet, b: BackendId) -> bool {
-        if set.contains(&b) {
-            false
-        } else {
-            set.push(b);
-            true
+    /// Adds endpoint `b` to `node`; true if it was not there.
+    #[inline]
+    fn add(&mut self, node: u32, b: BackendId) -> bool {
+        match bit(b) {
+            Some(m) => {
+                let n = &mut self.nodes[node as usize];
+                let new = n.low & m == 0;
+                n.low |= m;
+                new
+            }
+            None => {
+                let h = self.high.entry(node).or_default();
+                let new = !h.contains(&b);
+                if new {
+                    h.push(b);
+                }
+                new
+            }
+        }
+    }
+
+    /// True if `node` holds endpoint `b`.
+    #[inline]
+    fn holds(&self, node: u32, b: BackendId) -> bool {
+        match bit(b) {
+            Some(m) => self.nodes[node as usize].low & m != 0,
+            None => self.high.get(&node).is_some_and(|h| h.contains(&b)),
         }
     }
 
@@ -140,16 +170,16 @@ impl HashTrie {
 
     /// Insert after [`HashTrie::walk`] on the same chunks: the existing path is reused.
     fn insert_walked(&mut self, chunks: &[u64], endpoint: BackendId) {
-        Self::add(&mut self.nodes[0].endpoints, endpoint);
+        self.add(0, endpoint);
         let path = std::mem::take(&mut self.path);
         let mut added = 0;
         for &n in &path {
-            added += usize::from(Self::add(&mut self.nodes[n as usize].endpoints, endpoint));
+            added += usize::from(self.add(n, endpoint));
         }
         let mut node = path.last().copied().unwrap_or(0);
         for &h in &chunks[path.len()..] {
             node = self.new_child(node, h);
-            self.nodes[node as usize].endpoints.push(endpoint);
+            self.add(node, endpoint);
             added += 1;
         }
         self.last_added = added;
@@ -164,19 +194,41 @@ impl HashTrie {
     }
 
     fn match_walked(&self, available: &[BackendId]) -> (usize, Vec<BackendId>) {
-        let mut selected: Vec<BackendId> = available.to_vec();
-        let mut inter: Vec<BackendId> = Vec::with_capacity(available.len());
+        // `selected` starts as `available` and is narrowed node by node; it is kept as a
+        // mask (backends below 64) plus a list of the others in `available` order, and
+        // turned back into a list in `available` order at the end.
+        let mut low = 0u64;
+        let mut high: Vec<BackendId> = Vec::new();
+        for &b in available {
+            match bit(b) {
+                Some(m) => low |= m,
+                None => high.push(b),
+            }
+        }
         let mut matched = 0;
         for &n in &self.path {
-            let set = &self.nodes[n as usize].endpoints;
-            inter.clear();
-            inter.extend(selected.iter().copied().filter(|b| set.contains(b)));
-            if inter.is_empty() {
+            let l = low & self.nodes[n as usize].low;
+            let keeps_high = !high.is_empty() && high.iter().any(|&b| self.holds(n, b));
+            if l == 0 && !keeps_high {
                 break;
             }
-            std::mem::swap(&mut selected, &mut inter);
+            low = l;
+            if !high.is_empty() {
+                high.retain(|&b| self.holds(n, b));
+            }
             matched += 1;
         }
+        let selected = available
+            .iter()
+            .copied()
+            .filter(|&b| {
+                if b.0 < 64 {
+                    low & (1 << b.0) != 0
+                } else {
+                    high.contains(&b)
+                }
+            })
+            .collect();
         (matched, selected)
     }
 
@@ -208,6 +260,21 @@ mod tests {
     fn no_match_returns_all_available() {
         let mut t = HashTrie::new();
         assert_eq!(t.longest_prefix_match(&[1, 2], &[A, B, C]), (0, vec![A, B, C]));
+    }
+
+    #[test]
+    fn large_fleets_match_like_small_ones() {
+        // Backends beyond 64 use the spilled list; results keep `available` order.
+        let (x, y, z) = (BackendId(70), BackendId(3), BackendId(100));
+        let mut t = HashTrie::new();
+        t.insert(&[1, 2, 3], x);
+        t.insert(&[1, 2], y);
+        t.insert(&[1, 9], z);
+        assert_eq!(t.longest_prefix_match(&[1, 2, 3, 4], &[z, y, x]), (3, vec![x]));
+        assert_eq!(t.longest_prefix_match(&[1, 2, 7], &[z, x, y]), (2, vec![x, y]));
+        assert_eq!(t.longest_prefix_match(&[1], &[x, z, y]), (1, vec![x, z, y]));
+        assert_eq!(t.longest_prefix_match(&[1, 2, 3], &[z, y]), (2, vec![y]));
+        assert_eq!(t.longest_prefix_match(&[1, 9], &[y, z]), (2, vec![z]));
     }
 
     #[test]
