@@ -327,6 +327,34 @@ fn a_sweeps_identity_covers_the_trace_bytes() {
     assert_eq!(a, sha());
     std::fs::write(&tr, "arrival_s,input_tokens,output_tokens\n0,10,5\n1,21,5\n").unwrap();
     assert_ne!(a, sha());
+
+    // A trace that only a sweep level names counts too.
+    let other = write(tmp.path(), "u.csv", "arrival_s,input_tokens,output_tokens\n0,10,5\n");
+    let axis_sha = || {
+        let out = tmp.path().join("o2");
+        sim()
+            .args([
+                "sweep",
+                "--no-plots",
+                "-j",
+                "1",
+                "--quiet",
+                "-L",
+                "workload.traces[0].file",
+                "t.csv,u.csv",
+                "--out",
+            ])
+            .arg(&out)
+            .arg(&sc)
+            .assert()
+            .success();
+        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+        j["meta"]["scenario_sha256"].as_str().unwrap().to_string()
+    };
+    let b = axis_sha();
+    assert_eq!(b, axis_sha());
+    std::fs::write(&other, "arrival_s,input_tokens,output_tokens\n0,11,5\n").unwrap();
+    assert_ne!(b, axis_sha());
 }
 
 #[test]

@@ -24,9 +24,26 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Hex SHA-256 of the scenario text, followed (when it replays traces) by each trace
-/// file's path and bytes: a changed trace is a different sweep.
-pub fn inputs_sha256(src: &Source) -> String {
-    let files = src.trace_files();
+/// file's path and bytes, including files that only a sweep level names
+/// (`-L workload.traces[0].file a.csv,b.csv`): a changed trace is a different sweep.
+pub fn inputs_sha256(src: &Source, plan: Option<&Plan>) -> String {
+    let mut files = src.trace_files();
+    for axis in plan.map_or(&[][..], |p| &p.axes[..]) {
+        if !axis.paths.iter().any(|p| p.contains("traces")) {
+            continue;
+        }
+        for level in &axis.levels {
+            let mut alt = src.clone();
+            // A level that does not apply fails its runs with a clear message.
+            if alt.apply(&level.sets, "sweep").is_ok() {
+                for f in alt.trace_files() {
+                    if !files.contains(&f) {
+                        files.push(f);
+                    }
+                }
+            }
+        }
+    }
     if files.is_empty() {
         return sha256_hex(src.text.as_bytes());
     }
@@ -47,7 +64,7 @@ pub fn meta(src: &Source, scenario_name: &str, sets: &[(String, String)], plan: 
     Meta {
         fleetsim_version: env!("CARGO_PKG_VERSION").to_string(),
         scenario: scenario_name.to_string(),
-        scenario_sha256: inputs_sha256(src),
+        scenario_sha256: inputs_sha256(src, Some(&plan)),
         sets: sets.iter().map(|(k, v)| format!("{k}={v}")).collect(),
         points: plan.points(),
         runs: plan.runs(),
