@@ -217,10 +217,18 @@ fn duplicate_group_names_and_urls() {
 
 #[test]
 fn shipped_scenarios_load() {
-    for f in ["burst8.toml", "burst8-fixed.toml", "bench-10k.toml"] {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("scenarios")
-            .join(f);
+    // Every top-level scenario (`sim check` runs them too) and the small benchmarks; the
+    // 1M-request ones under bench/ are left to `sim bench`.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 16, "{files:?}");
+    files.push(dir.join("bench").join("peer-benchmark.toml"));
+    for p in files {
         load(&p, &[]).unwrap_or_else(|e| panic!("{e}"));
     }
 }
