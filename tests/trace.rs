@@ -299,6 +299,20 @@ fn run_each_trace_scenario_reports_imbalance_and_reruns_from_results() {
     }
 }
 
+/// The `scenario_sha256` that `sim sweep SCENARIO ARGS` records.
+fn sweep_sha(scenario: &std::path::Path, out: &std::path::Path, args: &[&str]) -> String {
+    sim()
+        .args(["sweep", "--no-plots", "-j", "1", "--quiet"])
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .arg(scenario)
+        .assert()
+        .success();
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    j["meta"]["scenario_sha256"].as_str().unwrap().to_string()
+}
+
 #[test]
 fn a_sweeps_identity_covers_the_trace_bytes() {
     let tmp = tempfile::tempdir().unwrap();
@@ -312,49 +326,19 @@ fn a_sweeps_identity_covers_the_trace_bytes() {
         "s.toml",
         "[backends]\ncount = 2\n[router.policy]\nkind = \"roundrobin\"\n[[workload.traces]]\nfile = \"t.csv\"\n",
     );
-    let sha = || {
-        let out = tmp.path().join("o");
-        sim()
-            .args(["sweep", "--no-plots", "-j", "1", "--quiet", "--out"])
-            .arg(&out)
-            .arg(&sc)
-            .assert()
-            .success();
-        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
-        j["meta"]["scenario_sha256"].as_str().unwrap().to_string()
-    };
-    let a = sha();
-    assert_eq!(a, sha());
+    let out = tmp.path().join("o");
+    let a = sweep_sha(&sc, &out, &[]);
+    assert_eq!(a, sweep_sha(&sc, &out, &[]));
     std::fs::write(&tr, "arrival_s,input_tokens,output_tokens\n0,10,5\n1,21,5\n").unwrap();
-    assert_ne!(a, sha());
+    assert_ne!(a, sweep_sha(&sc, &out, &[]));
 
     // A trace that only a sweep level names counts too.
     let other = write(tmp.path(), "u.csv", "arrival_s,input_tokens,output_tokens\n0,10,5\n");
-    let axis_sha = || {
-        let out = tmp.path().join("o2");
-        sim()
-            .args([
-                "sweep",
-                "--no-plots",
-                "-j",
-                "1",
-                "--quiet",
-                "-L",
-                "workload.traces[0].file",
-                "t.csv,u.csv",
-                "--out",
-            ])
-            .arg(&out)
-            .arg(&sc)
-            .assert()
-            .success();
-        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
-        j["meta"]["scenario_sha256"].as_str().unwrap().to_string()
-    };
-    let b = axis_sha();
-    assert_eq!(b, axis_sha());
+    let axis = ["-L", "workload.traces[0].file", "t.csv,u.csv"];
+    let b = sweep_sha(&sc, &out, &axis);
+    assert_eq!(b, sweep_sha(&sc, &out, &axis));
     std::fs::write(&other, "arrival_s,input_tokens,output_tokens\n0,11,5\n").unwrap();
-    assert_ne!(b, axis_sha());
+    assert_ne!(b, sweep_sha(&sc, &out, &axis));
 }
 
 #[test]
