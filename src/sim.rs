@@ -1172,11 +1172,20 @@ impl<'w> Simulation<'w> {
             if listed != (*m == Membership::Active) {
                 return Err(format!("backend {i} is {m:?} but listed = {listed}"));
             }
-            if *m == Membership::Absent && self.outstanding[i] > 0 {
-                return Err(format!(
-                    "backend {i} left but {} requests are outstanding on it",
-                    self.outstanding[i]
-                ));
+            if *m == Membership::Absent {
+                // Nothing may still be at the engine of a backend that left: what remains
+                // outstanding is on the wire, dispatched before it left (refused on arrival).
+                let on_wire = self
+                    .requests
+                    .iter()
+                    .filter(|r| r.backend.index() == i && r.t_failed.is_none() && r.t_engine.is_none())
+                    .count() as u32;
+                if self.outstanding[i] != on_wire {
+                    return Err(format!(
+                        "backend {i} left but {} requests are outstanding on it ({on_wire} on the wire)",
+                        self.outstanding[i]
+                    ));
+                }
             }
         }
         let outstanding: u32 = self.outstanding.iter().sum();

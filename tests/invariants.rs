@@ -96,25 +96,60 @@ max_context_tokens = {ctx}
         retries in 0u32..4,
         seed in 0u64..1000,
     ) {
-        // One membership story per backend (backend 0 always stays).
-        let mut events = Vec::new();
-        for b in 1..backends as usize {
-            let (k, at, d) = kinds[b - 1];
-            let d = d + 0.1;
-            match k {
-                1 => events.push(format!("{{ at_s = {at}, backend = {b}, kind = \"leave\" }}")),
-                2 => events.push(format!("{{ at_s = {at}, backend = {b}, kind = \"drain\" }}")),
-                3 => events.push(format!("{{ at_s = {at}, backend = {b}, kind = \"restart\", downtime_s = {d} }}")),
-                4 => events.push(format!("{{ at_s = {at}, backend = {b}, kind = \"join\" }}")),
-                5 => {
-                    events.push(format!("{{ at_s = {at}, backend = {b}, kind = \"leave\" }}"));
-                    events.push(format!("{{ at_s = {}, backend = {b}, kind = \"join\" }}", at + d));
-                }
-                _ => {}
+        fleet_case(FleetCase { backends, seqs, kv_blocks, policy, interval_s, sessions, turns, kinds, retries, seed })?;
+    }
+}
+
+/// One random fleet (the proptest's inputs).
+struct FleetCase {
+    backends: u32,
+    seqs: u32,
+    kv_blocks: u32,
+    policy: usize,
+    interval_s: f64,
+    sessions: u32,
+    turns: u32,
+    kinds: Vec<(u8, f64, f64)>,
+    retries: u32,
+    seed: u64,
+}
+
+/// Runs a fleet with one membership story per backend, checking every invariant after
+/// every event, then the end state.
+fn fleet_case(c: FleetCase) -> Result<(), TestCaseError> {
+    let FleetCase {
+        backends,
+        seqs,
+        kv_blocks,
+        policy,
+        interval_s,
+        sessions,
+        turns,
+        kinds,
+        retries,
+        seed,
+    } = c;
+    // One membership story per backend (backend 0 always stays).
+    let mut events = Vec::new();
+    for b in 1..backends as usize {
+        let (k, at, d) = kinds[b - 1];
+        let d = d + 0.1;
+        match k {
+            1 => events.push(format!("{{ at_s = {at}, backend = {b}, kind = \"leave\" }}")),
+            2 => events.push(format!("{{ at_s = {at}, backend = {b}, kind = \"drain\" }}")),
+            3 => events.push(format!(
+                "{{ at_s = {at}, backend = {b}, kind = \"restart\", downtime_s = {d} }}"
+            )),
+            4 => events.push(format!("{{ at_s = {at}, backend = {b}, kind = \"join\" }}")),
+            5 => {
+                events.push(format!("{{ at_s = {at}, backend = {b}, kind = \"leave\" }}"));
+                events.push(format!("{{ at_s = {}, backend = {b}, kind = \"join\" }}", at + d));
             }
+            _ => {}
         }
-        let text = format!(
-            r#"
+    }
+    let text = format!(
+        r#"
 fleet_events = [{events}]
 [backends]
 count = {backends}
@@ -139,21 +174,56 @@ output_tokens = {{ dist = "uniform", min = 1, max = 200 }}
 think_time_s = {{ dist = "exponential", mean = 0.5 }}
 max_context_tokens = {ctx}
 "#,
-            events = events.join(", "),
-            policy = POLICIES[policy],
-            turns_max = turns + 1,
-            ctx = kv_blocks * 16,
-        );
-        let (s, w) = inline(&text, &[("seed", &seed.to_string())]);
-        let opts = fleetsim::sim::RunOptions { record_series: true, record_decisions: true, check_invariants: true, record_event_log: false };
-        let res = match fleetsim::sim::run(s.sim.clone(), &w, opts) { Ok(r) => r.0, Err(e) => panic!("{e}\n{text}") };
-        let c = &res.summary.requests;
-        prop_assert_eq!(c.in_flight, 0);
-        prop_assert_eq!(c.finished + c.abandoned, c.planned, "{:?}\n{}", c, text);
-        for r in &res.requests {
-            // A request either completed or failed, never both.
-            prop_assert!(r.t_done.is_some() != r.t_failed.is_some());
-        }
-        prop_assert_eq!(res.requests.iter().filter(|r| r.t_failed.is_some()).count() as u64, c.failed);
+        events = events.join(", "),
+        policy = POLICIES[policy],
+        turns_max = turns + 1,
+        ctx = kv_blocks * 16,
+    );
+    let (s, w) = inline(&text, &[("seed", &seed.to_string())]);
+    let opts = fleetsim::sim::RunOptions {
+        record_series: true,
+        record_decisions: true,
+        check_invariants: true,
+        record_event_log: false,
+    };
+    let res = match fleetsim::sim::run(s.sim.clone(), &w, opts) {
+        Ok(r) => r.0,
+        Err(e) => panic!("{e}\n{text}"),
+    };
+    let c = &res.summary.requests;
+    prop_assert_eq!(c.in_flight, 0);
+    prop_assert_eq!(c.finished + c.abandoned, c.planned, "{:?}\n{}", c, text);
+    for r in &res.requests {
+        // A request either completed or failed, never both.
+        prop_assert!(r.t_done.is_some() != r.t_failed.is_some());
     }
+    prop_assert_eq!(
+        res.requests.iter().filter(|r| r.t_failed.is_some()).count() as u64,
+        c.failed
+    );
+    Ok(())
+}
+
+/// Found by the proptest: a restart while a request is on its way to the backend leaves it
+/// outstanding there, legitimately, until it arrives and is refused.
+#[test]
+fn a_restart_with_a_request_on_the_wire() {
+    fleet_case(FleetCase {
+        backends: 2,
+        seqs: 2,
+        kv_blocks: 60,
+        policy: 2,
+        interval_s: 0.05,
+        sessions: 9,
+        turns: 1,
+        kinds: vec![
+            (1, 1.7413552112227693, 0.0),
+            (0, 0.2, 0.0),
+            (0, 0.2, 0.0),
+            (0, 0.2, 0.0),
+        ],
+        retries: 0,
+        seed: 480,
+    })
+    .unwrap();
 }
