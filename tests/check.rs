@@ -1,13 +1,8 @@
 //! `sim check` and `sim compare` as a CI uses them: exit codes, tables, JUnit, goldens.
 
-use assert_cmd::Command;
+mod common;
+use common::sim;
 use predicates::prelude::*;
-
-fn sim() -> Command {
-    let mut c = Command::cargo_bin("sim").unwrap();
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
 
 #[test]
 fn shipped_scenarios_pass_their_bounds() {

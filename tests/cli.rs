@@ -1,13 +1,8 @@
 //! `sim` as users call it: exit codes, one-line errors, files written.
 
-use assert_cmd::Command;
+mod common;
+use common::{sim, write};
 use predicates::prelude::*;
-
-fn sim() -> Command {
-    let mut c = Command::cargo_bin("sim").unwrap();
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
 
 /// Runs `sim ARGS` and asserts a clean input error: exit code 2, `needle` on stderr, no panic.
 fn rejects<S: AsRef<std::ffi::OsStr>>(args: &[S], needle: &str) {
@@ -16,12 +11,6 @@ fn rejects<S: AsRef<std::ffi::OsStr>>(args: &[S], needle: &str) {
         .assert()
         .code(2)
         .stderr(predicate::str::contains(needle).and(predicate::str::contains("panicked").not()));
-}
-
-fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
 }
 
 #[test]

@@ -4,14 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use assert_cmd::Command;
+mod common;
+use common::sim;
 use predicates::prelude::*;
-
-fn sim() -> Command {
-    let mut c = Command::cargo_bin("sim").unwrap();
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
 
 /// A small burst8 grid: 2 fallbacks x 2 intervals x 3 seeds = 12 runs.
 const GRID: [&str; 9] = [

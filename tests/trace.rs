@@ -1,22 +1,11 @@
 //! Trace replay end to end: open- vs closed-loop timing on a hand-made trace, retries, and
 //! `sim trace` / `sim run` as users call them.
 
-use assert_cmd::Command;
+mod common;
+use common::{sim, write};
 use fleetsim::sim::{RunOptions, run};
 use fleetsim::time::SimTime;
 use predicates::prelude::*;
-
-fn sim() -> Command {
-    let mut c = Command::cargo_bin("sim").unwrap();
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
-
-fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
 
 const TINY: &str = "arrival_s,session_id,turn,input_tokens,output_tokens\n0,a,0,10,5\n1,a,1,20,5\n1.5,b,0,10,5\n";
 

@@ -1,7 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
 
 use fleetsim::scenario::{Scenario, load, load_str};
 use fleetsim::sim::{RunOptions, RunResult, run};
@@ -53,4 +55,18 @@ pub fn final_placement(res: &RunResult, group: &str, backends: usize) -> Vec<u32
         }
     }
     out
+}
+
+/// `sim` from the build under test, run in the crate root (so `scenarios/...` resolves).
+pub fn sim() -> Command {
+    let mut c = Command::cargo_bin("sim").unwrap();
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+/// Writes `text` to `dir/name` and returns the path.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
 }
