@@ -11,22 +11,52 @@
 //! Together this is LRU over unreferenced blocks; callers free a request's blocks in
 //! reverse order so its tail is evicted before its prefix.
 //!
-//! Implementation note: the content-hash index is touched for every block computed, and
+//! Implementation notes. The free queue is a ring of block ids with lazy deletion: a block
+//! records the absolute ring position of its live entry; a hit only bumps the reference
+//! count, which leaves that entry stale, and allocation skips stale entries as it pops
+//! them. The order of live entries is exactly that of a linked free queue, and the ring is
+//! compacted when stale entries outnumber the blocks. Unlike a linked list, the blocks
+//! about to be evicted can be read ahead without chasing pointers.
+//!
+//! The content-hash index is touched for every block computed, and
 //! its cache misses dominate run time. It is an open-addressing table with linear probing
-//! that stores `(hash, block)` pairs inline (a lookup reads one slot, then only the block
-//! it finds, which the caller touches anyway), sized to a power of two of at least twice
-//! the block count (it never holds more entries than blocks, so it never grows), with
-//! backward-shift deletion (no tombstones). Content hashes are already well mixed, so
-//! their low bits are the home slot. Nothing observable depends on slot order: the table
+//! whose 8-byte slots hold a 32-bit tag of the hash and the block (a lookup reads one
+//! slot, then the block it names, whose full hash confirms the match and which the caller
+//! touches anyway), sized to a power of two of at least twice the block count (it never
+//! holds more entries than blocks, so it never grows), with backward-shift deletion (no
+//! tombstones). Content hashes are already well mixed, so the tag's low bits are the home
+//! slot. Nothing observable depends on slot order: the table
 //! is only ever searched by key.
+//!
+//! Those misses are independent of each other, so the batch operations below
+//! ([`BlockPool::allocate_n`], [`BlockPool::cache_range`], [`BlockPool::cached_prefix`],
+//! [`BlockPool::release_rev`]) prefetch the blocks and index slots a few blocks ahead: the
+//! same operations in the same order, with the memory latency overlapped instead of paid
+//! one block at a time.
 
 const NIL: u32 = u32::MAX;
+
+/// How many blocks ahead the batch operations prefetch index slots: enough misses in
+/// flight to cover memory latency, few enough to stay in L1.
+const PREFETCH_AHEAD: usize = 16;
+
+/// Asks the CPU to start loading `p`'s cache line. A hint only: it changes no state.
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and never writes, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
 
 /// One block's bookkeeping, kept together so each pool operation touches one cache line.
 #[derive(Clone, Copy)]
 struct Block {
-    prev: u32,
-    next: u32,
+    /// Absolute ring position of the block's live free-queue entry (when `ref_cnt == 0`).
+    pos: u64,
     ref_cnt: u32,
     cached: bool,
     /// Content hash, meaningful when `cached`.
@@ -46,8 +76,10 @@ pub struct KvEvent {
 /// The block pool of one engine.
 pub struct BlockPool {
     blocks: Vec<Block>,
-    head: u32,
-    tail: u32,
+    /// The free queue: block ids in eviction order, live and stale entries (see the
+    /// module docs). `ring[0]` sits at absolute position `ring_front`.
+    ring: std::collections::VecDeque<u32>,
+    ring_front: u64,
     free: u32,
     /// Cached blocks, found by content hash. Never iterated into anything observable.
     index: HashIndex,
@@ -63,16 +95,15 @@ impl BlockPool {
         let mut p = BlockPool {
             blocks: vec![
                 Block {
-                    prev: NIL,
-                    next: NIL,
+                    pos: 0,
                     ref_cnt: 0,
                     cached: false,
                     hash: 0
                 };
                 n as usize
             ],
-            head: NIL,
-            tail: NIL,
+            ring: std::collections::VecDeque::with_capacity(2 * n as usize + 1),
+            ring_front: 0,
             free: 0,
             events: None,
             index: HashIndex::new(n),
@@ -106,7 +137,7 @@ impl BlockPool {
     /// The block caching `hash`, if any.
     #[inline]
     fn holder(&self, hash: u64) -> Option<u32> {
-        self.index.get(hash)
+        self.index.get(hash, |b| self.blocks[b as usize].hash)
     }
 
     /// Number of leading `hashes` present in the cache.
@@ -119,10 +150,21 @@ impl BlockPool {
     pub fn cached_prefix(&self, hashes: &[u64], out: &mut Vec<u32>) -> u32 {
         out.clear();
         let mut unreferenced = 0;
-        for h in hashes {
+        for h in hashes.iter().take(PREFETCH_AHEAD) {
+            self.index.prefetch(*h);
+        }
+        for (i, h) in hashes.iter().enumerate() {
+            if let Some(&ahead) = hashes.get(i + PREFETCH_AHEAD) {
+                self.index.prefetch(ahead);
+            }
             let Some(b) = self.holder(*h) else { break };
-            unreferenced += u32::from(self.blocks[b as usize].ref_cnt == 0);
+            prefetch(&self.blocks[b as usize]);
             out.push(b);
+        }
+        // A second pass reads the blocks, so their misses overlap instead of each waiting
+        // behind its index lookup.
+        for &b in out.iter() {
+            unreferenced += u32::from(self.blocks[b as usize].ref_cnt == 0);
         }
         unreferenced
     }
@@ -137,19 +179,38 @@ impl BlockPool {
         self.blocks[block as usize].ref_cnt == 0
     }
 
-    /// Takes a reference on a cached block, removing it from the free queue if needed.
+    /// Takes a reference on a cached block, removing it from the free queue if needed
+    /// (its ring entry goes stale).
     pub fn touch(&mut self, block: u32) {
-        if self.blocks[block as usize].ref_cnt == 0 {
-            self.unlink(block);
+        let blk = &mut self.blocks[block as usize];
+        if blk.ref_cnt == 0 {
+            self.free -= 1;
         }
-        self.blocks[block as usize].ref_cnt += 1;
+        blk.ref_cnt += 1;
+    }
+
+    /// True if ring entry `b` at absolute position `pos` is the block's live entry.
+    #[inline]
+    fn is_live(&self, b: u32, pos: u64) -> bool {
+        let blk = &self.blocks[b as usize];
+        blk.ref_cnt == 0 && blk.pos == pos
     }
 
     /// Pops a block from the head of the free queue (evicting its cached hash).
     pub fn allocate(&mut self) -> u32 {
-        let b = self.head;
-        assert!(b != NIL, "allocate on an exhausted pool (callers check num_free first)");
-        self.unlink(b);
+        assert!(
+            self.free > 0,
+            "allocate on an exhausted pool (callers check num_free first)"
+        );
+        let b = loop {
+            let b = self.ring.pop_front().expect("free blocks but an empty ring");
+            let pos = self.ring_front;
+            self.ring_front += 1;
+            if self.is_live(b, pos) {
+                break b;
+            }
+        };
+        self.free -= 1;
         let blk = &mut self.blocks[b as usize];
         if blk.cached {
             blk.cached = false;
@@ -163,6 +224,45 @@ impl BlockPool {
         b
     }
 
+    /// Allocates `n` blocks, appending them to `out`: exactly `n` calls of
+    /// [`allocate`](Self::allocate), with the blocks about to be popped, then the index
+    /// slots of those to be evicted, prefetched along the ring.
+    pub fn allocate_n(&mut self, n: u32, out: &mut Vec<u32>) {
+        // Two stages: ring entries 2D ahead have their blocks fetched; entries D ahead,
+        // whose blocks should have arrived by then, have their index slots fetched. Never
+        // look further than the `n` entries this call pops at least (a decode step pops
+        // one, and reading further would cost more than it saves).
+        let d = PREFETCH_AHEAD;
+        let limit = (n as usize).min(self.ring.len());
+        for k in 0..limit.min(2 * d) {
+            prefetch(&self.blocks[self.ring[k] as usize]);
+        }
+        for k in 0..limit.min(d) {
+            self.prefetch_eviction(k);
+        }
+        for i in 0..n as usize {
+            // Ring offsets shrink as entries are popped: offset `k` now is entry `i + k`
+            // of the call, give or take the stale entries already skipped.
+            let left = n as usize - i;
+            if 2 * d < left && 2 * d < self.ring.len() {
+                prefetch(&self.blocks[self.ring[2 * d] as usize]);
+            }
+            if d < left && d < self.ring.len() {
+                self.prefetch_eviction(d);
+            }
+            out.push(self.allocate());
+        }
+    }
+
+    /// Prefetches the index slot that evicting the block at ring offset `k` would touch.
+    #[inline]
+    fn prefetch_eviction(&self, k: usize) {
+        let blk = &self.blocks[self.ring[k] as usize];
+        if blk.cached {
+            self.index.prefetch(blk.hash);
+        }
+    }
+
     /// Drops one reference; an unreferenced block goes to the tail of the free queue.
     pub fn release(&mut self, block: u32) {
         let blk = &mut self.blocks[block as usize];
@@ -173,19 +273,49 @@ impl BlockPool {
         }
     }
 
+    /// [`release`](Self::release) for each block of `blocks` from last to first (the order
+    /// a finished request frees its blocks in), prefetching the blocks ahead.
+    pub fn release_rev(&mut self, blocks: &[u32]) {
+        for (i, &b) in blocks.iter().enumerate().rev() {
+            if let Some(ahead) = i.checked_sub(PREFETCH_AHEAD) {
+                prefetch(&self.blocks[blocks[ahead] as usize]);
+            }
+            self.release(b);
+        }
+    }
+
     /// Registers a full block's content hash. If another block already caches the same
     /// content, the index keeps the first one and this block stays uncached (vLLM can hold
     /// duplicates; one copy is enough for hits).
     pub fn cache(&mut self, block: u32, hash: u64) {
-        let blk = &mut self.blocks[block as usize];
-        debug_assert!(blk.ref_cnt > 0);
-        if blk.cached || !self.index.insert_new(hash, block) {
+        debug_assert!(self.blocks[block as usize].ref_cnt > 0);
+        if self.blocks[block as usize].cached {
             return;
         }
+        let blocks = &self.blocks;
+        if !self.index.insert_new(hash, block, |b| blocks[b as usize].hash) {
+            return;
+        }
+        let blk = &mut self.blocks[block as usize];
         blk.cached = true;
         blk.hash = hash;
         if let Some(ev) = self.events.as_mut() {
             ev.push(KvEvent { stored: true, hash });
+        }
+    }
+
+    /// [`cache`](Self::cache) for each `(blocks[i], hashes[i])` in order, prefetching the
+    /// index slots ahead.
+    pub fn cache_range(&mut self, blocks: &[u32], hashes: &[u64]) {
+        debug_assert_eq!(blocks.len(), hashes.len());
+        for h in hashes.iter().take(PREFETCH_AHEAD) {
+            self.index.prefetch(*h);
+        }
+        for (i, (&b, &h)) in blocks.iter().zip(hashes).enumerate() {
+            if let Some(&ahead) = hashes.get(i + PREFETCH_AHEAD) {
+                self.index.prefetch(ahead);
+            }
+            self.cache(b, h);
         }
     }
 
@@ -203,61 +333,50 @@ impl BlockPool {
 
     #[inline]
     fn push_tail(&mut self, b: u32) {
-        let tail = self.tail;
-        {
-            let blk = &mut self.blocks[b as usize];
-            blk.prev = tail;
-            blk.next = NIL;
+        if self.ring.len() >= 2 * self.blocks.len() {
+            self.compact();
         }
-        if tail != NIL {
-            self.blocks[tail as usize].next = b;
-        } else {
-            self.head = b;
-        }
-        self.tail = b;
+        self.blocks[b as usize].pos = self.ring_front + self.ring.len() as u64;
+        self.ring.push_back(b);
         self.free += 1;
     }
 
-    #[inline]
-    fn unlink(&mut self, b: u32) {
-        let Block { prev: p, next: n, .. } = self.blocks[b as usize];
-        if p != NIL {
-            self.blocks[p as usize].next = n;
-        } else {
-            debug_assert_eq!(self.head, b);
-            self.head = n;
-        }
-        if n != NIL {
-            self.blocks[n as usize].prev = p;
-        } else {
-            debug_assert_eq!(self.tail, b);
-            self.tail = p;
-        }
-        let blk = &mut self.blocks[b as usize];
-        blk.prev = NIL;
-        blk.next = NIL;
-        self.free -= 1;
+    /// Drops the stale ring entries, keeping the live ones in order. Amortised: it runs
+    /// after at least as many pushes as there are blocks.
+    #[cold]
+    fn compact(&mut self) {
+        let (mut pos, mut next) = (self.ring_front, self.ring_front);
+        let blocks = &mut self.blocks;
+        self.ring.retain(|&b| {
+            let blk = &mut blocks[b as usize];
+            let live = blk.ref_cnt == 0 && blk.pos == pos;
+            if live {
+                blk.pos = next;
+                next += 1;
+            }
+            pos += 1;
+            live
+        });
     }
 
     /// Checks the pool's internal consistency (used by invariant checks and tests).
     pub fn check(&self) -> Result<(), String> {
+        // Live entries are unreferenced by construction and unique (one position each);
+        // so the count of live entries must equal both the free count and the count of
+        // unreferenced blocks, each of which then has its entry.
         let mut count = 0u32;
-        let mut b = self.head;
-        let mut last = NIL;
-        while b != NIL {
-            let blk = &self.blocks[b as usize];
-            if blk.ref_cnt != 0 {
-                return Err(format!("block {b} in free queue with ref {}", blk.ref_cnt));
+        for (k, &b) in self.ring.iter().enumerate() {
+            if b >= self.capacity() {
+                return Err(format!("ring entry {k} names block {b}, past the pool"));
             }
-            if blk.prev != last {
-                return Err(format!("broken back link at block {b}"));
-            }
-            last = b;
-            b = blk.next;
-            count += 1;
-            if count > self.capacity() {
-                return Err("free queue has a cycle".into());
-            }
+            count += u32::from(self.is_live(b, self.ring_front + k as u64));
+        }
+        if self.ring.len() > 2 * self.blocks.len() {
+            return Err(format!(
+                "ring of {} entries for {} blocks",
+                self.ring.len(),
+                self.blocks.len()
+            ));
         }
         if count != self.free {
             return Err(format!("free count {} but {} blocks in queue", self.free, count));
@@ -282,16 +401,24 @@ impl BlockPool {
     }
 }
 
-/// One slot of [`HashIndex`]: a content hash and the block caching it (`NIL`: empty).
+/// One slot of [`HashIndex`]: the tag of a content hash and the block caching it (`NIL`:
+/// empty). The block's own record holds the full hash.
 #[derive(Clone, Copy)]
 struct Slot {
-    hash: u64,
+    tag: u32,
     block: u32,
 }
 
-const EMPTY: Slot = Slot { hash: 0, block: NIL };
+const EMPTY: Slot = Slot { tag: 0, block: NIL };
+
+/// The 32-bit tag of a content hash: both halves folded, so every bit counts.
+#[inline]
+fn tag(hash: u64) -> u32 {
+    (hash ^ (hash >> 32)) as u32
+}
 
 /// Content hash -> block, open addressing with linear probing (see the module docs).
+/// Lookups confirm a tag match with `key_of(block)`, the full hash the block caches.
 struct HashIndex {
     slots: Vec<Slot>,
     mask: usize,
@@ -302,6 +429,7 @@ impl HashIndex {
     /// An index for at most `n` entries.
     fn new(n: u32) -> HashIndex {
         let size = (2 * n as usize).next_power_of_two().max(8);
+        assert!(size - 1 <= u32::MAX as usize, "hash index larger than its tags address");
         HashIndex {
             slots: vec![EMPTY; size],
             mask: size - 1,
@@ -314,20 +442,27 @@ impl HashIndex {
     }
 
     #[inline]
-    fn home(&self, hash: u64) -> usize {
-        hash as usize & self.mask
+    fn home(&self, tag: u32) -> usize {
+        tag as usize & self.mask
+    }
+
+    /// Starts loading the home slot of `hash`.
+    #[inline]
+    fn prefetch(&self, hash: u64) {
+        prefetch(&self.slots[self.home(tag(hash))]);
     }
 
     /// The block stored under `hash`.
     #[inline]
-    fn get(&self, hash: u64) -> Option<u32> {
-        let mut i = self.home(hash);
+    fn get(&self, hash: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
+        let t = tag(hash);
+        let mut i = self.home(t);
         loop {
             let s = self.slots[i];
             if s.block == NIL {
                 return None;
             }
-            if s.hash == hash {
+            if s.tag == t && key_of(s.block) == hash {
                 return Some(s.block);
             }
             i = (i + 1) & self.mask;
@@ -336,20 +471,21 @@ impl HashIndex {
 
     /// Stores `block` under `hash` unless the hash is present; true if stored.
     #[inline]
-    fn insert_new(&mut self, hash: u64, block: u32) -> bool {
-        let mut i = self.home(hash);
+    fn insert_new(&mut self, hash: u64, block: u32, key_of: impl Fn(u32) -> u64) -> bool {
+        let t = tag(hash);
+        let mut i = self.home(t);
         loop {
             let s = self.slots[i];
             if s.block == NIL {
                 break;
             }
-            if s.hash == hash {
+            if s.tag == t && key_of(s.block) == hash {
                 return false;
             }
             i = (i + 1) & self.mask;
         }
         assert!(self.len < self.slots.len() / 2, "hash index over capacity");
-        self.slots[i] = Slot { hash, block };
+        self.slots[i] = Slot { tag: t, block };
         self.len += 1;
         true
     }
@@ -357,12 +493,12 @@ impl HashIndex {
     /// Removes the entry `(hash, block)`, which must be present.
     fn remove(&mut self, hash: u64, block: u32) {
         let mask = self.mask;
-        let mut i = self.home(hash);
+        let mut i = self.home(tag(hash));
         loop {
             let s = self.slots[i];
             assert!(s.block != NIL, "removing a hash that is not indexed");
             if s.block == block {
-                debug_assert_eq!(s.hash, hash);
+                debug_assert_eq!(s.tag, tag(hash));
                 break;
             }
             i = (i + 1) & mask;
@@ -377,7 +513,7 @@ impl HashIndex {
             if s.block == NIL {
                 break;
             }
-            let home = self.home(s.hash);
+            let home = self.home(s.tag);
             // Distance from home to j and from hole to j, cyclically.
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
                 self.slots[hole] = s;
@@ -456,25 +592,33 @@ mod tests {
         // Colliding homes (small table, hashes sharing low bits) and wrap-around.
         let mut ix = HashIndex::new(16);
         let mut model = std::collections::BTreeMap::new();
+        // Block `step` holds hash `key[step]`; tags collide for hashes 2^32 apart.
+        let mut key = std::collections::BTreeMap::new();
         let mut x = 0x1234_5678u64;
         for step in 0..20_000u32 {
             x = crate::content::mix(x, u64::from(step));
-            let h = (x % 64) << 3 | (x % 5); // few distinct hashes, clustered homes
+            // Few distinct hashes, clustered homes, equal tags for different hashes.
+            let (base, k) = ((x % 64) << 3 | (x % 5), (x >> 40) % 3);
+            let h = (k << 32) | (base ^ k);
+            assert_eq!(tag(h), tag(base));
+            key.insert(step, h);
+            let key_of = |b: u32| key[&b];
             if model.len() < 16 && !model.contains_key(&h) && x % 3 != 0 {
-                assert!(ix.insert_new(h, step));
+                assert!(ix.insert_new(h, step, key_of));
                 model.insert(h, step);
             } else if let Some(&b) = model.get(&h) {
-                assert!(!ix.insert_new(h, 0));
+                assert!(!ix.insert_new(h, step, key_of));
                 if x % 2 == 0 {
                     ix.remove(h, b);
                     model.remove(&h);
                 }
             }
             assert_eq!(ix.len(), model.len());
+            let key_of = |b: u32| key[&b];
             for (&k, &v) in &model {
-                assert_eq!(ix.get(k), Some(v));
+                assert_eq!(ix.get(k, key_of), Some(v));
             }
-            assert_eq!(ix.get(h), model.get(&h).copied());
+            assert_eq!(ix.get(h, key_of), model.get(&h).copied());
         }
     }
 
@@ -489,5 +633,124 @@ mod tests {
         p.release(a);
         p.release(b);
         p.check().unwrap();
+    }
+
+    /// The textbook pool the ring must agree with: a free queue searched and spliced
+    /// linearly, a `BTreeMap` index.
+    struct NaivePool {
+        free: std::collections::VecDeque<u32>,
+        refs: Vec<u32>,
+        hash_of: Vec<Option<u64>>,
+        index: std::collections::BTreeMap<u64, u32>,
+    }
+
+    impl NaivePool {
+        fn new(n: u32) -> NaivePool {
+            NaivePool {
+                free: (0..n).collect(),
+                refs: vec![0; n as usize],
+                hash_of: vec![None; n as usize],
+                index: Default::default(),
+            }
+        }
+        fn allocate(&mut self) -> u32 {
+            let b = self.free.pop_front().unwrap();
+            if let Some(h) = self.hash_of[b as usize].take() {
+                self.index.remove(&h);
+            }
+            self.refs[b as usize] = 1;
+            b
+        }
+        fn touch(&mut self, b: u32) {
+            if self.refs[b as usize] == 0 {
+                let at = self.free.iter().position(|&x| x == b).unwrap();
+                self.free.remove(at);
+            }
+            self.refs[b as usize] += 1;
+        }
+        fn release(&mut self, b: u32) {
+            self.refs[b as usize] -= 1;
+            if self.refs[b as usize] == 0 {
+                self.free.push_back(b);
+            }
+        }
+        fn cache(&mut self, b: u32, h: u64) {
+            if self.hash_of[b as usize].is_none() && !self.index.contains_key(&h) {
+                self.index.insert(h, b);
+                self.hash_of[b as usize] = Some(h);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Any sequence of pool operations picks the same blocks, evicts the same content
+        /// and finds the same prefixes as the textbook LRU pool, through many compactions
+        /// of the ring (6 blocks, so stale entries pile up fast).
+        #[test]
+        fn ring_free_queue_matches_a_textbook_lru(ops in proptest::collection::vec((0u8..6, 0u32..64), 1..400)) {
+            const N: u32 = 6;
+            let mut pool = BlockPool::new(N);
+            let mut naive = NaivePool::new(N);
+            let mut held: Vec<u32> = Vec::new();
+            let mut out = Vec::new();
+            for (op, x) in ops {
+                match op {
+                    0 if pool.num_free() > 0 => {
+                        let b = pool.allocate();
+                        proptest::prop_assert_eq!(b, naive.allocate());
+                        held.push(b);
+                    }
+                    1 => {
+                        let n = x % 4;
+                        if pool.num_free() >= n {
+                            out.clear();
+                            pool.allocate_n(n, &mut out);
+                            let want: Vec<u32> = (0..n).map(|_| naive.allocate()).collect();
+                            proptest::prop_assert_eq!(&out, &want);
+                            held.extend_from_slice(&out);
+                        }
+                    }
+                    2 if !held.is_empty() => {
+                        let b = held[x as usize % held.len()];
+                        let h = u64::from(x % 16);
+                        pool.cache(b, h);
+                        naive.cache(b, h);
+                    }
+                    3 => {
+                        let h = u64::from(x % 16);
+                        let found = pool.holder(h);
+                        proptest::prop_assert_eq!(found, naive.index.get(&h).copied());
+                        if let Some(b) = found {
+                            pool.touch(b);
+                            naive.touch(b);
+                            held.push(b);
+                        }
+                    }
+                    4 if !held.is_empty() => {
+                        let b = held.swap_remove(x as usize % held.len());
+                        pool.release(b);
+                        naive.release(b);
+                    }
+                    5 if !held.is_empty() => {
+                        let k = (x as usize % held.len()) + 1;
+                        let tail = held.split_off(held.len() - k);
+                        pool.release_rev(&tail);
+                        for &b in tail.iter().rev() {
+                            naive.release(b);
+                        }
+                    }
+                    _ => {}
+                }
+                proptest::prop_assert_eq!(pool.num_free() as usize, naive.free.len());
+                if let Err(e) = pool.check() {
+                    return Err(proptest::test_runner::TestCaseError::fail(e));
+                }
+                let hashes: Vec<u64> = (0..16).collect();
+                let mut blocks = Vec::new();
+                pool.cached_prefix(&hashes, &mut blocks);
+                let want: Vec<u32> = hashes.iter().map_while(|h| naive.index.get(h).copied()).collect();
+                proptest::prop_assert_eq!(blocks, want);
+            }
+        }
     }
 }

@@ -466,9 +466,7 @@ impl VllmEngine {
     #[inline]
     fn grow(&mut self, s: u32, need: u32, n: u32) {
         let sl = self.slots[s as usize].as_mut().expect("dangling slot");
-        for _ in 0..need {
-            sl.blocks.push(self.pool.allocate());
-        }
+        self.pool.allocate_n(need, &mut sl.blocks);
         if !self.cfg.prefix_caching {
             return;
         }
@@ -478,18 +476,14 @@ impl VllmEngine {
             return;
         }
         let full = ((sl.computed + n) / bs).min(sl.n_hashes);
-        while sl.hashed < full {
-            let i = sl.hashed as usize;
-            self.pool.cache(sl.blocks[i], sl.hashes[i]);
-            sl.hashed += 1;
-        }
+        let range = sl.hashed as usize..full as usize;
+        self.pool.cache_range(&sl.blocks[range.clone()], &sl.hashes[range]);
+        sl.hashed = full;
     }
 
     /// Releases a request's blocks in reverse order, so its tail is evicted before its prefix.
     fn release_blocks(&mut self, blocks: &[u32]) {
-        for &b in blocks.iter().rev() {
-            self.pool.release(b);
-        }
+        self.pool.release_rev(blocks);
     }
 
     fn preempt(&mut self, s: u32, ev: &mut StepEvents) {
