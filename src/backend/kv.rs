@@ -252,6 +252,23 @@ impl BlockPool {
             }
             out.push(self.allocate());
         }
+        // Warm the next allocation too (decode steps allocate one block at a time, so the
+        // loop above never looks ahead for them): the head block's index slot now, the
+        // block behind it for next time.
+        if let Some(&b) = self.ring.front() {
+            self.prefetch_eviction(0);
+            prefetch(&self.blocks[b as usize]);
+        }
+        if let Some(&b) = self.ring.get(1) {
+            prefetch(&self.blocks[b as usize]);
+        }
+    }
+
+    /// Starts loading the index slot that caching or looking up `hash` will touch (a hint
+    /// for content a request will cache soon).
+    #[inline]
+    pub fn prefetch_content(&self, hash: u64) {
+        self.index.prefetch(hash);
     }
 
     /// Prefetches the index slot that evicting the block at ring offset `k` would touch.

@@ -479,6 +479,11 @@ impl VllmEngine {
         let range = sl.hashed as usize..full as usize;
         self.pool.cache_range(&sl.blocks[range.clone()], &sl.hashes[range]);
         sl.hashed = full;
+        // The next block this request fills (a decode step's, usually) will be cached into
+        // the index: start loading its slot now.
+        if let Some(&next) = sl.hashes.get(full as usize) {
+            self.pool.prefetch_content(next);
+        }
     }
 
     /// Releases a request's blocks in reverse order, so its tail is evicted before its prefix.
