@@ -63,6 +63,14 @@ struct Block {
     hash: u64,
 }
 
+impl Block {
+    /// True if this block's live free-queue entry sits at absolute ring position `pos`.
+    #[inline]
+    fn is_live_at(&self, pos: u64) -> bool {
+        self.ref_cnt == 0 && self.pos == pos
+    }
+}
+
 /// A KV cache event: a full block's content hash entered (`stored`) or left the prefix
 /// cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,14 +165,10 @@ impl BlockPool {
             if let Some(&ahead) = hashes.get(i + PREFETCH_AHEAD) {
                 self.index.prefetch(ahead);
             }
+            // The lookup has read the block (its hash confirms the match).
             let Some(b) = self.holder(*h) else { break };
-            prefetch(&self.blocks[b as usize]);
-            out.push(b);
-        }
-        // A second pass reads the blocks, so their misses overlap instead of each waiting
-        // behind its index lookup.
-        for &b in out.iter() {
             unreferenced += u32::from(self.blocks[b as usize].ref_cnt == 0);
+            out.push(b);
         }
         unreferenced
     }
@@ -192,8 +196,7 @@ impl BlockPool {
     /// True if ring entry `b` at absolute position `pos` is the block's live entry.
     #[inline]
     fn is_live(&self, b: u32, pos: u64) -> bool {
-        let blk = &self.blocks[b as usize];
-        blk.ref_cnt == 0 && blk.pos == pos
+        self.blocks[b as usize].is_live_at(pos)
     }
 
     /// Pops a block from the head of the free queue (evicting its cached hash).
@@ -253,11 +256,10 @@ impl BlockPool {
             out.push(self.allocate());
         }
         // Warm the next allocation too (decode steps allocate one block at a time, so the
-        // loop above never looks ahead for them): the head block's index slot now, the
-        // block behind it for next time.
-        if let Some(&b) = self.ring.front() {
+        // loop above never looks ahead for them): the head block's index slot now (reading
+        // the block), the block behind it for next time.
+        if !self.ring.is_empty() {
             self.prefetch_eviction(0);
-            prefetch(&self.blocks[b as usize]);
         }
         if let Some(&b) = self.ring.get(1) {
             prefetch(&self.blocks[b as usize]);
@@ -366,7 +368,7 @@ impl BlockPool {
         let blocks = &mut self.blocks;
         self.ring.retain(|&b| {
             let blk = &mut blocks[b as usize];
-            let live = blk.ref_cnt == 0 && blk.pos == pos;
+            let live = blk.is_live_at(pos);
             if live {
                 blk.pos = next;
                 next += 1;
