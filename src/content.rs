@@ -167,6 +167,16 @@ impl Content {
     }
 }
 
+/// One word naming the run of `len` tokens at position `pos` of `source`, so a block piece
+/// costs one [`mix`] rather than one per field (block hashing is on the engine's hot path:
+/// a 14k-token prompt has 860 blocks). Injective in `(pos, len)` for a given source (both
+/// below 2^32, odd multiplier); sources are themselves 64-bit hashes.
+#[inline]
+fn piece_word(source: u64, pos: u64, len: u64) -> u64 {
+    debug_assert!(pos <= u64::from(u32::MAX) && len <= u64::from(u32::MAX));
+    source ^ ((len << 32) | pos).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+}
+
 /// Chained hashes of the first `n_blocks` full blocks of `block_size` tokens.
 pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &mut Vec<u64>) {
     out.clear();
@@ -190,7 +200,7 @@ pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &m
                 continue;
             }
             let b = to.min(seg_end);
-            h = mix(mix(mix(h, s.source), u64::from(s.start) + (pos - seg_begin)), b - pos);
+            h = mix(h, piece_word(s.source, u64::from(s.start) + (pos - seg_begin), b - pos));
             pos = b;
         }
         out.push(h);
