@@ -82,6 +82,10 @@ fn bad_values_and_overrides_exit_2() {
         ("backends.count=0", "backends.count: must be an integer >= 1"),
         ("router.engine_stats_interval_s=-1", "router.engine_stats_interval_s"),
         ("backends.kv_blocks=10", "at most 160 tokens"),
+        (
+            "backends.kv_blocks=1073741824",
+            "backends.kv_blocks: too large (at most 1073741823)",
+        ),
         ("router.policy.kind=magic", "unknown policy `magic`"),
         ("workload.groups[9].turns=1", "out of range"),
     ] {

@@ -12,7 +12,7 @@
 //! reverse order so its tail is evicted before its prefix.
 //!
 //! Implementation notes. The free queue is a ring of block ids with lazy deletion: a block
-//! records the absolute ring position of its live entry; a hit only bumps the reference
+//! records the ring position of its live entry; a hit only bumps the reference
 //! count, which leaves that entry stale, and allocation skips stale entries as it pops
 //! them. The order of live entries is exactly that of a linked free queue, and the ring is
 //! compacted when stale entries outnumber the blocks. Unlike a linked list, the blocks
@@ -54,22 +54,45 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
-/// One block's bookkeeping, kept together so each pool operation touches one cache line.
+/// Ring positions are counted modulo 2^31, which is exact: the ring never holds more than
+/// `2 * kv_blocks + 1 < 2^31` entries, so no two of them share a position. The top bit of
+/// [`Block::pos_cached`] is the cached flag.
+const POS_MASK: u32 = (1 << 31) - 1;
+const CACHED: u32 = 1 << 31;
+
+/// One block's bookkeeping, kept together so each pool operation touches one cache line,
+/// and small (16 bytes) because the blocks of all backends are the simulator's largest
+/// randomly accessed data.
 #[derive(Clone, Copy)]
 struct Block {
-    /// Absolute ring position of the block's live free-queue entry (when `ref_cnt == 0`).
-    pos: u64,
-    ref_cnt: u32,
-    cached: bool,
-    /// Content hash, meaningful when `cached`.
+    /// Content hash, meaningful when cached.
     hash: u64,
+    ref_cnt: u32,
+    /// Ring position of the block's live free-queue entry (when `ref_cnt == 0`), and the
+    /// `CACHED` flag.
+    pos_cached: u32,
 }
 
 impl Block {
-    /// True if this block's live free-queue entry sits at absolute ring position `pos`.
+    /// True if this block's live free-queue entry sits at ring position `pos`.
     #[inline]
-    fn is_live_at(&self, pos: u64) -> bool {
-        self.ref_cnt == 0 && self.pos == pos
+    fn is_live_at(&self, pos: u32) -> bool {
+        self.ref_cnt == 0 && self.pos_cached & POS_MASK == pos
+    }
+
+    #[inline]
+    fn cached(&self) -> bool {
+        self.pos_cached & CACHED != 0
+    }
+
+    #[inline]
+    fn set_cached(&mut self, cached: bool) {
+        self.pos_cached = (self.pos_cached & POS_MASK) | if cached { CACHED } else { 0 };
+    }
+
+    #[inline]
+    fn set_pos(&mut self, pos: u32) {
+        self.pos_cached = (self.pos_cached & CACHED) | (pos & POS_MASK);
     }
 }
 
@@ -87,9 +110,9 @@ pub struct KvEvent {
 pub struct BlockPool {
     blocks: Vec<Block>,
     /// The free queue: block ids in eviction order, live and stale entries (see the
-    /// module docs). `ring[0]` sits at absolute position `ring_front`.
+    /// module docs). `ring[0]` sits at position `ring_front` (modulo 2^31).
     ring: std::collections::VecDeque<u32>,
-    ring_front: u64,
+    ring_front: u32,
     free: u32,
     /// Cached blocks, found by content hash. Never iterated into anything observable.
     index: HashIndex,
@@ -101,19 +124,24 @@ pub struct BlockPool {
 impl BlockPool {
     /// A pool of `n` free, empty blocks.
     pub fn new(n: u32) -> BlockPool {
-        assert!(n > 0 && n < NIL, "kv_blocks out of range");
+        BlockPool::with_ring_front(n, 0)
+    }
+
+    /// [`new`](Self::new) with the ring's positions starting at `front` (tests start near
+    /// the wrap-around).
+    fn with_ring_front(n: u32, front: u32) -> BlockPool {
+        assert!(n > 0 && n < super::MAX_KV_BLOCKS, "kv_blocks out of range");
         let mut p = BlockPool {
             blocks: vec![
                 Block {
-                    pos: 0,
+                    hash: 0,
                     ref_cnt: 0,
-                    cached: false,
-                    hash: 0
+                    pos_cached: 0
                 };
                 n as usize
             ],
             ring: std::collections::VecDeque::with_capacity(2 * n as usize + 1),
-            ring_front: 0,
+            ring_front: front & POS_MASK,
             free: 0,
             events: None,
             index: HashIndex::new(n),
@@ -195,9 +223,9 @@ impl BlockPool {
         blk.ref_cnt += 1;
     }
 
-    /// True if ring entry `b` at absolute position `pos` is the block's live entry.
+    /// True if ring entry `b` at position `pos` is the block's live entry.
     #[inline]
-    fn is_live(&self, b: u32, pos: u64) -> bool {
+    fn is_live(&self, b: u32, pos: u32) -> bool {
         self.blocks[b as usize].is_live_at(pos)
     }
 
@@ -210,15 +238,15 @@ impl BlockPool {
         let b = loop {
             let b = self.ring.pop_front().expect("free blocks but an empty ring");
             let pos = self.ring_front;
-            self.ring_front += 1;
+            self.ring_front = (self.ring_front + 1) & POS_MASK;
             if self.is_live(b, pos) {
                 break b;
             }
         };
         self.free -= 1;
         let blk = &mut self.blocks[b as usize];
-        if blk.cached {
-            blk.cached = false;
+        if blk.cached() {
+            blk.set_cached(false);
             let hash = blk.hash;
             self.index.remove(hash, b);
             if let Some(ev) = self.events.as_mut() {
@@ -279,7 +307,7 @@ impl BlockPool {
     #[inline]
     fn prefetch_eviction(&self, k: usize) {
         let blk = &self.blocks[self.ring[k] as usize];
-        if blk.cached {
+        if blk.cached() {
             self.index.prefetch(blk.hash);
         }
     }
@@ -310,7 +338,7 @@ impl BlockPool {
     /// duplicates; one copy is enough for hits).
     pub fn cache(&mut self, block: u32, hash: u64) {
         debug_assert!(self.blocks[block as usize].ref_cnt > 0);
-        if self.blocks[block as usize].cached {
+        if self.blocks[block as usize].cached() {
             return;
         }
         let blocks = &self.blocks;
@@ -318,7 +346,7 @@ impl BlockPool {
             return;
         }
         let blk = &mut self.blocks[block as usize];
-        blk.cached = true;
+        blk.set_cached(true);
         blk.hash = hash;
         if let Some(ev) = self.events.as_mut() {
             ev.push(KvEvent { stored: true, hash });
@@ -357,7 +385,8 @@ impl BlockPool {
         if self.ring.len() >= 2 * self.blocks.len() {
             self.compact();
         }
-        self.blocks[b as usize].pos = self.ring_front + self.ring.len() as u64;
+        let pos = self.ring_front.wrapping_add(self.ring.len() as u32);
+        self.blocks[b as usize].set_pos(pos);
         self.ring.push_back(b);
         self.free += 1;
     }
@@ -372,10 +401,10 @@ impl BlockPool {
             let blk = &mut blocks[b as usize];
             let live = blk.is_live_at(pos);
             if live {
-                blk.pos = next;
-                next += 1;
+                blk.set_pos(next);
+                next = (next + 1) & POS_MASK;
             }
-            pos += 1;
+            pos = (pos + 1) & POS_MASK;
             live
         });
     }
@@ -390,7 +419,7 @@ impl BlockPool {
             if b >= self.capacity() {
                 return Err(format!("ring entry {k} names block {b}, past the pool"));
             }
-            count += u32::from(self.is_live(b, self.ring_front + k as u64));
+            count += u32::from(self.is_live(b, self.ring_front.wrapping_add(k as u32) & POS_MASK));
         }
         if self.ring.len() > 2 * self.blocks.len() {
             return Err(format!(
@@ -408,7 +437,7 @@ impl BlockPool {
         }
         let mut cached = 0;
         for (i, b) in self.blocks.iter().enumerate() {
-            if b.cached {
+            if b.cached() {
                 cached += 1;
                 if self.holder(b.hash) != Some(i as u32) {
                     return Err(format!("block {i} is marked cached but the index does not find it"));
@@ -706,11 +735,15 @@ mod tests {
     proptest::proptest! {
         /// Any sequence of pool operations picks the same blocks, evicts the same content
         /// and finds the same prefixes as the textbook LRU pool, through many compactions
-        /// of the ring (6 blocks, so stale entries pile up fast).
+        /// of the ring (6 blocks, so stale entries pile up fast), and across the wrap-around
+        /// of ring positions.
         #[test]
-        fn ring_free_queue_matches_a_textbook_lru(ops in proptest::collection::vec((0u8..6, 0u32..64), 1..400)) {
+        fn ring_free_queue_matches_a_textbook_lru(
+            ops in proptest::collection::vec((0u8..6, 0u32..64), 1..400),
+            near_wrap in proptest::bool::ANY,
+        ) {
             const N: u32 = 6;
-            let mut pool = BlockPool::new(N);
+            let mut pool = BlockPool::with_ring_front(N, if near_wrap { POS_MASK - 30 } else { 0 });
             let mut naive = NaivePool::new(N);
             let mut held: Vec<u32> = Vec::new();
             let mut out = Vec::new();

@@ -7,6 +7,10 @@ pub mod perf;
 pub mod queueing;
 pub mod vllm;
 
+/// Upper bound (exclusive) on `kv_blocks`: the block pool counts ring positions modulo
+/// 2^31 and its ring holds up to twice the blocks.
+pub const MAX_KV_BLOCKS: u32 = 1 << 30;
+
 use queueing::QueueingServer;
 use vllm::VllmEngine;
 

@@ -1030,8 +1030,11 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
                 prefix_caching: b.prefix_caching.unwrap_or(true),
                 step_time,
             };
-            if cfg.kv_blocks >= u32::MAX / 2 {
-                return Err(FieldError::new("backends.kv_blocks", "too large"));
+            if cfg.kv_blocks >= crate::backend::MAX_KV_BLOCKS {
+                return Err(FieldError::new(
+                    "backends.kv_blocks",
+                    format!("too large (at most {})", crate::backend::MAX_KV_BLOCKS - 1),
+                ));
             }
             let limit = u64::from(cfg.kv_blocks) * u64::from(cfg.block_size_tokens);
             (BackendModel::Vllm(cfg), Some(limit.min(u64::from(u32::MAX)) as u32))
