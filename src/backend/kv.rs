@@ -60,6 +60,12 @@ fn prefetch<T>(p: *const T) {
 const POS_MASK: u32 = (1 << 31) - 1;
 const CACHED: u32 = 1 << 31;
 
+/// The ring position `k` entries after `pos`.
+#[inline]
+fn ring_pos(pos: u32, k: u32) -> u32 {
+    pos.wrapping_add(k) & POS_MASK
+}
+
 /// One block's bookkeeping, kept together so each pool operation touches one cache line,
 /// and small (16 bytes) because the blocks of all backends are the simulator's largest
 /// randomly accessed data.
@@ -141,7 +147,7 @@ impl BlockPool {
                 n as usize
             ],
             ring: std::collections::VecDeque::with_capacity(2 * n as usize + 1),
-            ring_front: front & POS_MASK,
+            ring_front: ring_pos(front, 0),
             free: 0,
             events: None,
             index: HashIndex::new(n),
@@ -238,7 +244,7 @@ impl BlockPool {
         let b = loop {
             let b = self.ring.pop_front().expect("free blocks but an empty ring");
             let pos = self.ring_front;
-            self.ring_front = (self.ring_front + 1) & POS_MASK;
+            self.ring_front = ring_pos(self.ring_front, 1);
             if self.is_live(b, pos) {
                 break b;
             }
@@ -385,7 +391,7 @@ impl BlockPool {
         if self.ring.len() >= 2 * self.blocks.len() {
             self.compact();
         }
-        let pos = self.ring_front.wrapping_add(self.ring.len() as u32);
+        let pos = ring_pos(self.ring_front, self.ring.len() as u32);
         self.blocks[b as usize].set_pos(pos);
         self.ring.push_back(b);
         self.free += 1;
@@ -402,9 +408,9 @@ impl BlockPool {
             let live = blk.is_live_at(pos);
             if live {
                 blk.set_pos(next);
-                next = (next + 1) & POS_MASK;
+                next = ring_pos(next, 1);
             }
-            pos = (pos + 1) & POS_MASK;
+            pos = ring_pos(pos, 1);
             live
         });
     }
@@ -419,7 +425,7 @@ impl BlockPool {
             if b >= self.capacity() {
                 return Err(format!("ring entry {k} names block {b}, past the pool"));
             }
-            count += u32::from(self.is_live(b, self.ring_front.wrapping_add(k as u32) & POS_MASK));
+            count += u32::from(self.is_live(b, ring_pos(self.ring_front, k as u32)));
         }
         if self.ring.len() > 2 * self.blocks.len() {
             return Err(format!(
