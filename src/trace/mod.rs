@@ -10,6 +10,7 @@
 
 pub mod convert;
 pub mod inspect;
+pub mod lines;
 pub mod parse;
 pub mod replay;
 pub mod sessions;

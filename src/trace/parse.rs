@@ -11,6 +11,8 @@ use std::path::Path;
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
+use super::lines::{Capped, Lines, check_header, check_width, io_error};
+
 /// A trace file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -353,7 +355,7 @@ pub fn read(path: &Path, opts: ReadOptions) -> Result<Trace, TraceError> {
     let format = match opts.format {
         Some(f) => f,
         None => {
-            let buf = r.fill_buf().map_err(|e| io_err(&file, e))?;
+            let buf = r.fill_buf().map_err(|e| io_error(&file, e))?;
             let text = String::from_utf8_lossy(&buf[..buf.len().min(4096)]).into_owned();
             let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
             detect(first).ok_or_else(|| TraceError {
@@ -381,15 +383,6 @@ pub fn read_from(r: impl Read, file: &str, format: Format, skip: bool) -> Result
     Ok(b.trace)
 }
 
-fn io_err(file: &str, e: std::io::Error) -> TraceError {
-    TraceError {
-        file: file.to_string(),
-        line: None,
-        column: None,
-        message: format!("cannot read the trace: {e}"),
-    }
-}
-
 #[derive(Deserialize)]
 struct MooncakeRow {
     timestamp: f64,
@@ -408,16 +401,15 @@ fn secs_to_ns(s: f64) -> Option<u64> {
 }
 
 fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
-    let mut r = BufReader::with_capacity(1 << 16, r);
-    let mut line = String::new();
-    let mut n = 0u64;
-    loop {
-        line.clear();
-        let got = r.read_line(&mut line).map_err(|e| io_err(&b.trace.file, e))?;
-        if got == 0 {
-            break;
-        }
-        n += 1;
+    let mut lines = Lines::new(r, &b.trace.file);
+    while let Some((n, line)) = lines.next_line()? {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                b.bad(e)?;
+                continue;
+            }
+        };
         let l = line.trim();
         if l.is_empty() {
             continue;
@@ -460,7 +452,12 @@ fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
 
 /// The JSON key whose value contains character `col` (1-based) of `line`, best effort.
 fn field_at(line: &str, col: usize) -> Option<&'static str> {
-    let upto = &line[..col.min(line.len())];
+    // serde_json counts bytes; step back to a char boundary (a BOM or `ü` is several bytes).
+    let end = (0..=col.min(line.len()))
+        .rev()
+        .find(|&i| line.is_char_boundary(i))
+        .unwrap_or(0);
+    let upto = &line[..end];
     ["timestamp", "input_length", "output_length", "hash_ids"]
         .into_iter()
         .filter_map(|k| upto.rfind(&format!("\"{k}\"")).map(|p| (p, k)))
@@ -470,27 +467,24 @@ fn field_at(line: &str, col: usize) -> Option<&'static str> {
 
 /// A CSV reader with the header's column positions.
 struct Csv<R: Read> {
-    rdr: csv::Reader<R>,
+    rdr: csv::Reader<Capped<R>>,
     header: Vec<String>,
 }
 
 impl<R: Read> Csv<R> {
-    fn new(r: R, file: &str) -> Result<Self, TraceError> {
+    /// Reads and checks the header (`known`: see [`check_header`]).
+    fn new(r: R, file: &str, known: Option<&[&str]>) -> Result<Self, TraceError> {
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(true)
             .flexible(true)
-            .from_reader(r);
-        let header = rdr
+            .from_reader(Capped::new(r));
+        let header: Vec<String> = rdr
             .headers()
-            .map_err(|e| TraceError {
-                file: file.to_string(),
-                line: Some(1),
-                column: None,
-                message: format!("cannot read the CSV header: {e}"),
-            })?
+            .map_err(|e| csv_error(file, e, Some(1)))?
             .iter()
-            .map(|h| h.trim().trim_start_matches('\u{feff}').to_string())
+            .map(|h| h.trim().to_string())
             .collect();
+        check_header(&header, known, file)?;
         Ok(Csv { rdr, header })
     }
 
@@ -537,6 +531,21 @@ fn float_secs(rec: &csv::StringRecord, i: usize, name: &str, b: &Builder, line: 
         .ok_or_else(|| b.err(line, Some(name), format!("expected seconds >= 0, got `{s}`")))
 }
 
+/// A CSV reader error as a trace error (a line-cap error names its line, not a record).
+fn csv_error(file: &str, e: csv::Error, line: Option<u64>) -> TraceError {
+    let line = e.position().map(csv::Position::line).or(line);
+    let message = format!("malformed CSV: {e}");
+    match e.into_kind() {
+        csv::ErrorKind::Io(io) => io_error(file, io),
+        _ => TraceError {
+            file: file.to_string(),
+            line,
+            column: None,
+            message,
+        },
+    }
+}
+
 fn csv_loop<R: Read>(
     c: &mut Csv<R>,
     b: &mut Builder,
@@ -551,13 +560,15 @@ fn csv_loop<R: Read>(
                 if rec.iter().all(|f| f.trim().is_empty()) {
                     continue;
                 }
-                if let Err(e) = row(&rec, line, b) {
+                let checked = check_width(rec.len(), c.header.len(), &b.trace.file, line);
+                if let Err(e) = checked.and_then(|()| row(&rec, line, b)) {
                     b.bad(e)?;
                 }
             }
+            // An I/O error (a line beyond the cap included) ends the read whatever the options.
+            Err(e) if e.is_io_error() => return Err(csv_error(&b.trace.file, e, None)),
             Err(e) => {
-                let line = e.position().map_or(0, csv::Position::line);
-                let err = b.err(line, None, format!("malformed CSV: {e}"));
+                let err = csv_error(&b.trace.file, e, None);
                 b.bad(err)?;
             }
         }
@@ -565,8 +576,18 @@ fn csv_loop<R: Read>(
     Ok(())
 }
 
+/// Every column of the native CSV (the first, fourth and fifth are required).
+pub const NATIVE_COLUMNS: [&str; 6] = [
+    "arrival_s",
+    "session_id",
+    "turn",
+    "input_tokens",
+    "output_tokens",
+    "block_ids",
+];
+
 fn read_native(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
-    let mut c = Csv::new(r, &b.trace.file)?;
+    let mut c = Csv::new(r, &b.trace.file, Some(&NATIVE_COLUMNS))?;
     let file = b.trace.file.clone();
     let arrival = c.col("arrival_s", &file)?;
     let input = c.col("input_tokens", &file)?;
@@ -607,49 +628,27 @@ fn read_native(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
     })
 }
 
-/// Days from 1970-01-01 to a civil date (proleptic Gregorian; Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Parses `YYYY-MM-DD HH:MM:SS[.fffffff]` (also with `T`, an optional trailing `Z` or
-/// `+00:00`) into ns since 1970.
+/// Parses `YYYY-MM-DD HH:MM:SS[.fffffffff]` (also with `T`, an optional trailing `Z` or
+/// `+00:00`) into ns since 1970, UTC. Impossible dates (Feb 29 2023, Apr 31) are refused,
+/// never rolled over into the next month; years outside 1970..=2500 too.
 pub fn parse_datetime(s: &str) -> Option<u64> {
     let s = s.trim().trim_end_matches('Z');
     let s = s.strip_suffix("+00:00").unwrap_or(s);
-    let (date, time) = s.split_once([' ', 'T'])?;
-    let mut d = date.splitn(3, '-');
-    let y: i64 = d.next()?.parse().ok()?;
-    let mo: u32 = d.next()?.parse().ok()?;
-    let da: u32 = d.next()?.parse().ok()?;
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || !(1970..=2500).contains(&y) {
+    // jiff also reads a bare date or `HH:MM`; the traces always write seconds.
+    let (_, time) = s.split_once([' ', 'T'])?;
+    if time.split(':').count() != 3 {
         return None;
     }
-    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
-    let mut t = hms.splitn(3, ':');
-    let h: u64 = t.next()?.parse().ok()?;
-    let mi: u64 = t.next()?.parse().ok()?;
-    let se: u64 = t.next()?.parse().ok()?;
-    if h > 23 || mi > 59 || se > 60 || frac.len() > 9 || !frac.bytes().all(|c| c.is_ascii_digit()) {
+    let dt: jiff::civil::DateTime = s.parse().ok()?;
+    if !(1970..=2500).contains(&dt.year()) {
         return None;
     }
-    let frac_ns: u64 = if frac.is_empty() {
-        0
-    } else {
-        frac.parse::<u64>().ok()? * 10u64.pow(9 - frac.len() as u32)
-    };
-    let days = u64::try_from(days_from_civil(y, mo, da)).ok()?;
-    Some((days * 86_400 + h * 3600 + mi * 60 + se) * 1_000_000_000 + frac_ns)
+    let ts = jiff::tz::TimeZone::UTC.to_timestamp(dt).ok()?;
+    u64::try_from(ts.as_nanosecond()).ok()
 }
 
 fn read_azure(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
-    let mut c = Csv::new(r, &b.trace.file)?;
+    let mut c = Csv::new(r, &b.trace.file, None)?;
     let file = b.trace.file.clone();
     let ts = c.col("TIMESTAMP", &file)?;
     let ctx = c.col("ContextTokens", &file)?;
@@ -670,7 +669,7 @@ fn read_azure(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
 }
 
 fn read_burstgpt(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
-    let mut c = Csv::new(r, &b.trace.file)?;
+    let mut c = Csv::new(r, &b.trace.file, None)?;
     let file = b.trace.file.clone();
     let ts = c.col("Timestamp", &file)?;
     let req = c.col("Request tokens", &file)?;
@@ -801,6 +800,21 @@ mod tests {
             Some(1_700_158_546)
         );
         assert_eq!(parse_datetime("2023-13-16 18:15:46"), None);
+        // Impossible calendar dates are refused, not normalised into the next month.
+        assert_eq!(parse_datetime("2023-02-29 00:00:00"), None);
+        assert_eq!(parse_datetime("2023-04-31 00:00:00"), None);
+        assert_eq!(parse_datetime("2023-11-16 24:00:00"), None);
+        assert_eq!(parse_datetime("2023-11-16 18:60:00"), None);
+        assert_eq!(parse_datetime("2023-11-16"), None);
+        assert_eq!(parse_datetime("1969-12-31 23:59:59"), None);
+        assert_eq!(
+            parse_datetime("2024-02-29 00:00:00").map(|t| t / 1_000_000_000),
+            Some(1_709_164_800)
+        );
+        assert_eq!(
+            parse_datetime("2023-11-16 18:15:46.6805900").map(|t| t % 1_000_000_000),
+            Some(680_590_000)
+        );
         assert_eq!(parse_datetime("yesterday"), None);
     }
 
@@ -851,6 +865,106 @@ mod tests {
         let e = parse("arrival_s,input_tokens,output_tokens\n-1,5,5\n", Format::Native).unwrap_err();
         assert_eq!(e.column.as_deref(), Some("arrival_s"));
         let e = parse("arrival_s,input_tokens,output_tokens\n1,5\n", Format::Native).unwrap_err();
-        assert_eq!(e.column.as_deref(), Some("output_tokens"));
+        assert_eq!(e.line, Some(2));
+        assert!(
+            e.message.starts_with("the row has 2 fields but the header has 3"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn mooncake_non_ascii_and_bom_do_not_panic() {
+        // Issue 17: slicing the error message at a byte inside `ü` panicked.
+        let text = "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [0]}\nü\n";
+        let e = parse(text, Format::Mooncake).unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        let t = read_from(text.as_bytes(), "t", Format::Mooncake, true).unwrap();
+        assert_eq!((t.rows.len(), t.skipped), (1, 1));
+        let e = parse(
+            "{\"timestamp\": 0, \"input_length\": \"ü\", \"output_length\": 5}\n",
+            Format::Mooncake,
+        )
+        .unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("input_length"), "{e}");
+        // A UTF-8 BOM before the first row is not part of it.
+        let bom = "\u{feff}{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [0]}\n";
+        for skip in [false, true] {
+            let t = read_from(bom.as_bytes(), "t", Format::Mooncake, skip).unwrap();
+            assert_eq!((t.rows.len(), t.skipped), (1, 0));
+        }
+        let e = read_from(&b"{\"timestamp\": 0, \xff}\n"[..], "t", Format::Mooncake, false).unwrap_err();
+        assert_eq!(e.to_string(), "t:1: not UTF-8 (byte 18)");
+    }
+
+    #[test]
+    fn endless_line_is_an_error_not_an_abort() {
+        let e = read_from(std::io::repeat(b' ').take(40 << 20), "t", Format::Mooncake, true).unwrap_err();
+        assert!(e.message.contains("line 1 is longer than 16 MiB"), "{e}");
+        let mut csv = b"arrival_s,input_tokens,output_tokens\n".to_vec();
+        csv.extend(std::iter::repeat_n(b'1', 20 << 20));
+        let e = read_from(&csv[..], "t", Format::Native, true).unwrap_err();
+        assert!(e.message.contains("line 2 is longer than 16 MiB"), "{e}");
+    }
+
+    #[test]
+    fn csv_rows_and_headers_are_strict() {
+        // A missing middle field no longer shifts the next value into its column.
+        for (text, want) in [
+            (
+                "arrival_s,input_tokens,output_tokens\n0,5\n",
+                "t:2: the row has 2 fields but the header has 3",
+            ),
+            (
+                "arrival_s,input_tokens,output_tokens\n0,5,5,9\n",
+                "t:2: the row has 4 fields but the header has 3",
+            ),
+            (
+                "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,374\n",
+                "t:2: the row has 2 fields",
+            ),
+            (
+                "arrival_s,input_tokens,output_tokens,input_tokens\n0,5,5,6\n",
+                "t:1: column `input_tokens`: appears twice",
+            ),
+            (
+                "arrival_s,,input_tokens,output_tokens\n0,,5,5\n",
+                "t:1: header column 2 is empty",
+            ),
+            (
+                "arrival_s,sesion_id,input_tokens,output_tokens\n0,a,5,5\n",
+                "t:1: column `sesion_id`: unknown column",
+            ),
+            (
+                "Timestamp,Model,Request tokens,Response tokens,Total tokens,Model\n",
+                "t:1: column `Model`: appears twice",
+            ),
+        ] {
+            let f = detect(text.lines().next().unwrap()).unwrap();
+            let e = parse(text, f).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{text:?}: {e}");
+        }
+        // A short row is skipped whole under skip_bad_rows, never read shifted.
+        let t = read_from(
+            "arrival_s,input_tokens,output_tokens\n0,5\n1,6,7\n".as_bytes(),
+            "t",
+            Format::Native,
+            true,
+        )
+        .unwrap();
+        assert_eq!((t.rows.len(), t.skipped, t.rows[0].input), (1, 1, 6));
+        // A BOM before a CSV header is dropped.
+        let t = parse(
+            "\u{feff}TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,374,44\n",
+            Format::Azure,
+        )
+        .unwrap();
+        assert_eq!(t.rows.len(), 1);
+        // Impossible dates are refused, naming the column.
+        let e = parse(
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-29 18:15:46,374,44\n",
+            Format::Azure,
+        )
+        .unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("TIMESTAMP"));
     }
 }
