@@ -354,7 +354,10 @@ struct BenchArgs {
 
 /// Parses arguments and runs; never panics on user input.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
+    };
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -365,6 +368,29 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Help and version go to stdout (exit 0); a usage error is its first line alone on stderr
+/// (exit 2), like every other bad input, without clap's usage block.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    {
+        let _ = e.print();
+        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let text = e.render().to_string();
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("error: invalid arguments");
+    eprintln!("{} (see --help)", line.trim_end());
+    ExitCode::from(2)
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -428,19 +454,21 @@ fn cmd_trace(t: TraceCommand) -> Result<ExitCode> {
                 Some(m) => Some(crate::trace::SessionMode::parse(m).map_err(|e| anyhow::anyhow!("--sessions: {e}"))?),
                 None => None,
             };
-            let f = std::fs::File::create(&a.out).with_context(|| format!("cannot write {}", a.out.display()))?;
-            let mut w = std::io::BufWriter::new(f);
-            let n = crate::trace::convert::write_native(
-                &tr,
-                mode,
-                &InferConfig::default(),
-                &SynthConfig::default(),
-                a.read.block_tokens,
-                a.seed,
-                &mut w,
-            )
-            .with_context(|| format!("cannot write {}", a.out.display()))?;
-            std::io::Write::flush(&mut w)?;
+            let mut n = 0;
+            crate::atomic::write_with(&a.out, |tmp| {
+                let mut w = std::io::BufWriter::new(std::fs::File::create(tmp)?);
+                n = crate::trace::convert::write_native(
+                    &tr,
+                    mode,
+                    &InferConfig::default(),
+                    &SynthConfig::default(),
+                    a.read.block_tokens,
+                    a.seed,
+                    &mut w,
+                )?;
+                std::io::Write::flush(&mut w)?;
+                Ok(())
+            })?;
             eprintln!("wrote {n} rows to {}", a.out.display());
         }
         TraceCommand::Bench(a) => {
@@ -477,6 +505,15 @@ fn load_scenario(a: &ScenarioArgs) -> Result<(Scenario, Workload, String)> {
     Ok(load(&a.scenario, &sets)?)
 }
 
+/// `sim run` refuses a scenario whose `[sweep]` or `[expect]` `sim sweep`/`sim check` would
+/// (with the file's own seed: `--seed` picks this run, not the check's seeds).
+fn check_tool_tables(a: &ScenarioArgs) -> Result<()> {
+    let mut src = Source::read(&a.scenario)?;
+    src.apply(&a.sets, "--set")?;
+    let seed = src.table.get("seed").and_then(toml::Value::as_integer).unwrap_or(1);
+    crate::check::validate_tools(&src, seed.max(0) as u64)
+}
+
 fn perf_of(wall: std::time::Duration, events: u64, requests: u64) -> Perf {
     let wall_s = wall.as_secs_f64().max(1e-9);
     Perf {
@@ -489,6 +526,7 @@ fn perf_of(wall: std::time::Duration, events: u64, requests: u64) -> Perf {
 
 fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
+    check_tool_tables(&a.scenario)?;
     if !a.quiet {
         for n in &workload.notes {
             eprintln!("note: {n}");
@@ -534,17 +572,21 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             .out
             .clone()
             .unwrap_or_else(|| Path::new("results").join(&scenario.sim.name));
-        let mut written = write_all(&dir, &res, &effective, &perf, &hints)?;
+        // Whole or absent: written into a staging folder, moved into place when complete.
+        let stage = crate::atomic::Staging::new(&dir)?;
+        let mut written = write_all(stage.path(), &res, &effective, &perf, &hints)?;
         let fig = BackendSeries::new(&res.summary, &res.series);
-        written.extend(save(&fig, &dir.join("timeseries"))?);
+        written.extend(save(&fig, &stage.path().join("timeseries"))?);
         if a.explain {
             let src = Source::parse(&effective, &file, &res.summary.scenario)?;
             let x = explanation(&res, &scenario, &workload, &src, &a.explain_opts)?;
-            written.extend(write_explanation(&dir, &x)?);
+            written.extend(write_explanation(stage.path(), &x)?);
             if !a.quiet {
                 print!("\n{}", crate::explain::render(&x));
             }
         }
+        stage.commit()?;
+        written.push(dir.join(crate::atomic::MANIFEST));
         if !a.quiet {
             println!("wrote {}/{{{}}}", dir.display(), file_names(&written));
         }
@@ -610,7 +652,7 @@ fn explanation(
 
 fn write_explanation(dir: &Path, x: &crate::explain::Explanation) -> Result<Vec<PathBuf>> {
     let md = dir.join("explain.md");
-    std::fs::write(&md, crate::explain::render(x)).with_context(|| format!("writing {}", md.display()))?;
+    crate::atomic::write_file(&md, crate::explain::render(x).as_bytes())?;
     let js = dir.join("explain.json");
     write_json(&js, x).with_context(|| format!("writing {}", js.display()))?;
     Ok(vec![md, js])
@@ -620,6 +662,7 @@ fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
     let summary_path = a.dir.join("summary.json");
     let stored = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("{}: not a results folder written by `sim run`", summary_path.display()))?;
+    crate::atomic::verify(&a.dir)?;
     let name = serde_json::from_str::<serde_json::Value>(&stored)
         .ok()
         .and_then(|v| v.get("scenario").and_then(|n| n.as_str()).map(str::to_string))
@@ -642,6 +685,7 @@ fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
     }
     let x = explanation(&res, &scenario, &workload, &src, &a.opts)?;
     let written = write_explanation(&a.dir, &x)?;
+    crate::atomic::add_to_manifest(&a.dir, &["explain.md", "explain.json"])?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&x)?);
     } else {
@@ -963,7 +1007,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     let xml = crate::check::junit::to_xml(&reports)?;
-    std::fs::write(&a.junit, xml).with_context(|| format!("writing {}", a.junit.display()))?;
+    crate::atomic::write_file(&a.junit, &xml)?;
     if !a.quiet {
         println!("junit: {}", a.junit.display());
     }

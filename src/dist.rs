@@ -227,6 +227,11 @@ impl Dist {
                 if std < 0.0 {
                     return Err(format!("normal std must be >= 0, got {std}"));
                 }
+                // Every sampled quantity is a count or a duration: a negative mean would be
+                // clamped to 0 on most draws, silently another distribution.
+                if mean < 0.0 {
+                    return Err(format!("normal mean must be >= 0, got {mean}"));
+                }
                 Sampler::Normal(Normal::new(mean, std).map_err(|e| e.to_string())?)
             }
             DistSpec::LogNormal { mu, sigma } => {
@@ -373,8 +378,14 @@ mod tests {
     }
 
     #[test]
+    fn a_negative_normal_mean_is_refused_not_clamped() {
+        let e = Dist::from_spec(DistSpec::Normal { mean: -5.0, std: 0.1 }).unwrap_err();
+        assert_eq!(e, "normal mean must be >= 0, got -5");
+    }
+
+    #[test]
     fn counts_are_clamped() {
-        let d = Dist::from_spec(DistSpec::Normal { mean: -5.0, std: 0.1 }).unwrap();
+        let d = Dist::from_spec(DistSpec::Normal { mean: 0.0, std: 0.1 }).unwrap();
         let mut rng = stream(1, "t", 0);
         assert_eq!(d.sample_count(&mut rng, 1), 1);
         assert_eq!(Dist::constant(7.4).unwrap().sample_count(&mut rng, 1), 7);

@@ -125,11 +125,11 @@ pub fn write_all(
 }
 
 /// Pretty JSON plus a trailing newline.
+/// Written through a temporary file and a rename (see [`crate::atomic`]).
 pub fn write_json<T: Serialize>(p: &Path, v: &T) -> Result<()> {
-    let mut f = fs::File::create(p)?;
-    serde_json::to_writer_pretty(&mut f, v)?;
-    f.write_all(b"\n")?;
-    Ok(())
+    let mut out = serde_json::to_vec_pretty(v)?;
+    out.push(b'\n');
+    crate::atomic::write_file(p, &out)
 }
 
 fn write_requests(p: &Path, res: &RunResult) -> Result<()> {

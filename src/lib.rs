@@ -26,6 +26,7 @@
 //! they were scheduled, every random draw comes from a named stream derived from the master
 //! seed, and no hash map is ever iterated into anything observable.
 
+pub mod atomic;
 pub mod backend;
 pub mod check;
 pub mod cli;
@@ -41,6 +42,7 @@ pub mod ids;
 pub mod metrics;
 pub mod plot;
 pub mod policy;
+pub mod preflight;
 pub mod report;
 pub mod rng;
 pub mod router;

@@ -195,7 +195,7 @@ pub enum SimError {
     TooManyEvents(u64, SimTime),
     /// The run would pass the simulator's time horizon.
     #[error(
-        "the run reached the time horizon (1e18 ns, about 31.7 years of simulated time) at t = {0}; check the scenario's durations"
+        "the run reached the time horizon (1e18 ns, about 31.7 years of simulated time) at t = {0}; limits.max_sim_time_s stops a run earlier; else shorten workload.groups[].think_time_s or workload.traces[].time_scale"
     )]
     Horizon(SimTime),
     /// An invariant check failed.

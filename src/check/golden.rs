@@ -49,14 +49,24 @@ pub fn golden_path(dir: &Path, scenario: &str) -> PathBuf {
 /// Loads metrics from a golden file, a `summary.json`, or a results folder holding one.
 pub fn load_metrics(path: &Path) -> Result<(String, Map<String, Value>)> {
     let file = if path.is_dir() {
+        // A results folder must hold one whole run.
+        crate::atomic::verify(path)?;
         path.join("summary.json")
     } else {
+        // A summary.json inside a results folder is checked against its manifest too.
+        if let Some(dir) = path.parent().filter(|d| d.join(crate::atomic::MANIFEST).is_file()) {
+            crate::atomic::verify(dir)?;
+        }
         path.to_path_buf()
     };
     let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
     let v: Value = serde_json::from_slice(&bytes).with_context(|| format!("{}: not JSON", file.display()))?;
     if v.get("metrics").is_some() {
         let g: Golden = serde_json::from_value(v).with_context(|| format!("{}: not a golden file", file.display()))?;
+        // A metric that is not a number is bad input (exit 2), not a difference (exit 1).
+        if let Some((k, v)) = g.metrics.iter().find(|(_, v)| !v.is_number()) {
+            bail!("{}: metrics.{k}: expected a number, got {v}", file.display());
+        }
         return Ok((format!("{} seed {} ({})", g.scenario, g.seed, g.policy), g.metrics));
     }
     if v.get("idle_while_queued_s").is_some() {

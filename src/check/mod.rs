@@ -50,6 +50,23 @@ pub struct Expectations {
     pub checks: Vec<(String, Check)>,
 }
 
+/// Validates a scenario's tool tables (`[expect]`, and `[sweep]` without running its points)
+/// as `sim check` and `sim sweep` would, so `sim run` refuses a file they would refuse.
+pub fn validate_tools(src: &Source, seed: u64) -> Result<()> {
+    expectations(src, seed)?;
+    if src.tools.contains_key("sweep") {
+        let cli = crate::sweep::spec::CliAxes::default();
+        crate::sweep::spec::plan(src, &cli, crate::sweep::table::MAX_FILE_RUNS).map_err(|m| {
+            if m.starts_with(&src.file) {
+                anyhow::anyhow!(m)
+            } else {
+                anyhow::anyhow!("{}: {m}", src.file)
+            }
+        })?;
+    }
+    Ok(())
+}
+
 /// Reads and validates `[expect]`; errors name the file, line and `expect.checks[i]`.
 pub fn expectations(src: &Source, base_seed: u64) -> Result<Option<Expectations>> {
     let Some(f) = src.tool::<ExpectFile>("expect")? else {
@@ -58,7 +75,14 @@ pub fn expectations(src: &Source, base_seed: u64) -> Result<Option<Expectations>
     let seeds = match &f.seeds {
         None => vec![base_seed],
         Some(SeedsFile::Count(n)) => count_seeds(base_seed as i64, *n, MAX_CHECK_SEEDS)
-            .map_err(|m| anyhow::anyhow!(src.message("expect.seeds", &m)))?,
+            // `sim check` has no --max-runs: name its own cap instead.
+            .map_err(|m| {
+                let m = m.replace(
+                    "(raise it with --max-runs)",
+                    &format!("`sim check` runs at most {MAX_CHECK_SEEDS} seeds per scenario"),
+                );
+                anyhow::anyhow!(src.message("expect.seeds", &m))
+            })?,
         Some(SeedsFile::List(l)) => l.clone(),
     };
     check_seeds(&seeds).map_err(|m| anyhow::anyhow!(src.message("expect.seeds", &m)))?;

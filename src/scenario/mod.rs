@@ -3,6 +3,7 @@
 //! cross-field checks done). Every error names the key path, and the file and line where
 //! the key is written (see [`load`]).
 
+mod counts;
 mod locate;
 mod overrides;
 mod policy_tables;
@@ -206,6 +207,8 @@ pub struct LimitsFile {
     /// Refuse runs longer than this many events.
     #[serde(default = "default_max_events")]
     pub max_events: u64,
+    /// Refuse runs estimated to need more memory than this (default: half the machine's).
+    pub max_memory_gib: Option<f64>,
 }
 
 impl Default for LimitsFile {
@@ -213,6 +216,7 @@ impl Default for LimitsFile {
         LimitsFile {
             max_sim_time_s: None,
             max_events: default_max_events(),
+            max_memory_gib: None,
         }
     }
 }
@@ -545,6 +549,8 @@ pub struct Scenario {
     pub description: String,
     /// Largest request one engine can hold (tokens), `None` in queueing mode.
     pub context_limit_tokens: Option<u32>,
+    /// Memory budget (`limits.max_memory_gib`), checked before allocating.
+    pub budget: crate::preflight::Budget,
 }
 
 impl Scenario {
@@ -1181,6 +1187,8 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             (None, false) => None,
         };
         let input = dist(&g.input_tokens, &format!("{p}.input_tokens"))?;
+        counts::check(&g.turns, &format!("{p}.turns"), 1, "turns")?;
+        counts::check(&g.output_tokens, &format!("{p}.output_tokens"), 1, "output_tokens")?;
         groups.push(GroupConfig {
             name: g.name.clone(),
             sessions,
@@ -1217,13 +1225,57 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         }
         traces.push(tc);
     }
+    let budget = crate::preflight::Budget::new(limits.max_memory_gib)
+        .map_err(|m| FieldError::new("limits.max_memory_gib", m))?;
+    for t in &mut traces {
+        t.max_memory_bytes = budget.bytes;
+    }
+    preflight(&sim, &groups, &budget)?;
     Ok(Scenario {
         sim,
         groups,
         traces,
         description: f.description,
         context_limit_tokens: context_limit,
+        budget,
     })
+}
+
+/// Refuses a fleet or workload whose estimated memory exceeds the budget, naming the key that
+/// drives it (see [`crate::preflight`]).
+fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate::preflight::Budget) -> Res<()> {
+    use crate::preflight::{kv_bytes, sessions_bytes};
+    if let BackendModel::Vllm(cfg) = &sim.model {
+        let n = sim.backends.len() as u64;
+        let what = format!("{n} backends x backends.kv_blocks = {}", cfg.kv_blocks);
+        budget
+            .check(kv_bytes(n, u64::from(cfg.kv_blocks)), &what)
+            .map_err(|m| FieldError::new("backends.kv_blocks", m))?;
+    }
+    let need: Vec<u64> = groups
+        .iter()
+        .map(|g| sessions_bytes(u64::from(g.sessions), g.turns.mean()))
+        .collect();
+    let total = need.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    if let Some((i, _)) = need.iter().enumerate().max_by_key(|(_, b)| **b) {
+        let g = &groups[i];
+        let what = format!(
+            "{} sessions x mean turns {} in group `{}`",
+            g.sessions,
+            g.turns.mean(),
+            g.name
+        );
+        // Name the factor that drives the estimate.
+        let key = if g.turns.mean() > f64::from(g.sessions) {
+            "turns"
+        } else {
+            "sessions"
+        };
+        budget
+            .check(total, &what)
+            .map_err(|m| FieldError::new(format!("workload.groups[{i}].{key}"), m))?;
+    }
+    Ok(())
 }
 
 /// Validates one `[[workload.traces]]` table (`p` is its key path).
@@ -1366,6 +1418,9 @@ pub fn resolve_trace_files(table: &mut toml::Table, base: &Path) {
     }
 }
 
+/// Largest scenario file read (a scenario is a few KiB; this refuses a wrong file early).
+pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
+
 /// Top-level tables that belong to other commands (`sim sweep`, `sim check`): a scenario may
 /// carry them, `sim run` ignores them, and they never reach validation.
 pub const TOOL_TABLES: [&str; 2] = ["sweep", "expect"];
@@ -1393,12 +1448,15 @@ impl Source {
     /// Reads and parses `path`.
     pub fn read(path: &Path) -> Result<Source, ScenarioError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-            file: file.clone(),
-            location: None,
-            path: String::new(),
-            message: format!("cannot read the scenario: {e}"),
-        })?;
+        let text =
+            crate::atomic::read_text(path, MAX_SCENARIO_BYTES, "the scenario").map_err(|(location, message)| {
+                ScenarioError {
+                    file: file.clone(),
+                    location,
+                    path: String::new(),
+                    message,
+                }
+            })?;
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
         Source::parse(&text, &file, stem)
     }
@@ -1431,7 +1489,15 @@ impl Source {
     /// named in any error the values later cause.
     pub fn apply(&mut self, sets: &[(String, String)], origin: &str) -> Result<(), ScenarioError> {
         for (k, v) in sets {
-            overrides::apply(&mut self.table, k, v).map_err(|m| ScenarioError {
+            // `expect.*` and `sweep.*` set the tool tables, not the scenario.
+            let head = overrides::normalize(k);
+            let head = head.split(['.', '[']).next().unwrap_or("");
+            let table = if TOOL_TABLES.contains(&head) {
+                &mut self.tools
+            } else {
+                &mut self.table
+            };
+            overrides::apply(table, k, v).map_err(|m| ScenarioError {
                 file: self.file.clone(),
                 location: None,
                 path: overrides::normalize(k),

@@ -141,7 +141,37 @@ fn impossible_values_are_rejected() {
     assert_eq!(e.path, "router.engine_stats_interval_s");
     assert!(e.message.contains("(value from --set)"), "{e}");
     let e = load_err(MINIMAL, &[("workload.groups[0].output_tokens", "-5")]);
-    assert!(e.message.contains(">= 0"), "{e}");
+    assert!(e.message.contains("output_tokens must be at least 1, got -5"), "{e}");
+    // Issue 17: values that were clamped or rounded are refused, naming the key.
+    let e = load_err(MINIMAL, &[("workload.groups[0].output_tokens", "0")]);
+    assert_eq!(e.path, "workload.groups[0].output_tokens");
+    for t in ["0", "0.5", "{ dist = \"constant\", value = 0 }"] {
+        let e = load_err(MINIMAL, &[("workload.groups[0].turns", t)]);
+        assert!(e.path.starts_with("workload.groups[0].turns"), "{t}: {e}");
+    }
+    let e = load_err(
+        MINIMAL,
+        &[(
+            "workload.groups[0].think_time_s",
+            "{ dist = \"normal\", mean = -1, std = 1 }",
+        )],
+    );
+    assert_eq!(e.path, "workload.groups[0].think_time_s.mean", "{e}");
+    // The memory pre-flight names the key and the estimate.
+    let e = load_err(MINIMAL, &[("workload.groups[0].sessions", "2147483648")]);
+    assert_eq!(e.path, "workload.groups[0].sessions");
+    assert!(
+        e.message.contains("needs about") && e.message.contains("limits.max_memory_gib"),
+        "{e}"
+    );
+    let e = load_err(
+        MINIMAL,
+        &[("limits.max_memory_gib", "0.001"), ("backends.kv_blocks", "100000")],
+    );
+    assert_eq!(e.path, "backends.kv_blocks", "{e}");
+    assert!(e.message.contains("limits.max_memory_gib = 0.0;"), "{e}");
+    let e = load_err(MINIMAL, &[("limits.max_memory_gib", "-1")]);
+    assert_eq!(e.path, "limits.max_memory_gib");
     let e = load_err(
         MINIMAL,
         &[("workload.groups[0].arrival", "{ kind = \"poisson\", rate_per_s = 0 }")],

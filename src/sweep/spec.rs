@@ -421,7 +421,10 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
     let base_seed = src.table.get("seed").and_then(toml::Value::as_integer).unwrap_or(1);
     let mut seeds: Option<Vec<u64>> = None;
     let mut seed_from = String::new();
-    if let Some(pos) = axes.iter().position(|(a, _)| a.paths == ["seed"]) {
+    // A seed axis sets `seed` and nothing else at every level (a `cases` axis where some case
+    // leaves it unset is refused below, as any case that sets `seed`).
+    let seed_axis = |a: &Axis| a.paths == ["seed"] && a.levels.iter().all(|l| l.sets.len() == 1);
+    if let Some(pos) = axes.iter().position(|(a, _)| seed_axis(a)) {
         let (a, o) = axes.remove(pos);
         let mut list = Vec::new();
         for l in &a.levels {
@@ -718,6 +721,14 @@ mod tests {
         assert_eq!(p.labels(3), ["1", "1"]);
         assert_eq!(p.run_at(3), (1, 2));
         assert_eq!(p.seeds, [1, 2]);
+    }
+
+    #[test]
+    fn a_case_that_sets_seed_beside_one_that_does_not_is_an_error_not_a_panic() {
+        // Issue 17: indexing the unset case's first override panicked, even with --list.
+        let extra = "[[sweep.axis]]\nname = \"c\"\ncases = [ { label = \"a\", set = { seed = 3 } }, { label = \"b\", set = {} } ]\n";
+        let e = plan(&src(extra), &CliAxes::default(), DEFAULT_MAX_RUNS).unwrap_err();
+        assert!(e.contains("sweep.axis[0]: sweep seeds with `--seeds`"), "{e}");
     }
 
     #[test]

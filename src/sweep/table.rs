@@ -197,10 +197,23 @@ impl SweepFile {
     /// Parses [`SweepFile::to_bytes`] output.
     pub fn from_slice(bytes: &[u8]) -> Result<SweepFile> {
         let w: Wire = serde_json::from_slice(bytes)?;
+        for (i, c) in w.columns.iter().enumerate() {
+            anyhow::ensure!(!c.trim().is_empty(), "columns[{i}] is empty");
+            anyhow::ensure!(!w.columns[..i].contains(c), "columns: `{c}` appears twice");
+        }
         let mut rows = Vec::with_capacity(w.rows.len());
         for (run, point, seed, vals) in w.rows {
             if vals.len() != w.columns.len() {
                 bail!("run {run} has {} values for {} columns", vals.len(), w.columns.len());
+            }
+            // Metrics are numbers (or null where a run lacks one), never text.
+            if let Some((c, v)) = w
+                .columns
+                .iter()
+                .zip(&vals)
+                .find(|(_, v)| !(v.is_number() || v.is_null()))
+            {
+                bail!("run {run}, column `{c}`: expected a number or null, got {v}");
             }
             let metrics = w
                 .columns
@@ -386,13 +399,7 @@ fn param_header(plan: &Plan) -> Vec<String> {
 pub fn write_atomic(path: &Path, f: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> Result<()> {
     let mut buf = Vec::new();
     f(&mut buf)?;
-    let tmp = path.with_extension(format!(
-        "{}.tmp",
-        path.extension().and_then(|e| e.to_str()).unwrap_or("")
-    ));
-    fs::write(&tmp, &buf).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    crate::atomic::write_file(path, &buf)
 }
 
 /// `sweep.csv`: one row per run.
@@ -544,6 +551,10 @@ pub fn merge(files: &[(PathBuf, SweepFile)]) -> Result<SweepFile> {
         bail!("no shard files given");
     };
     let mut rows: Vec<Option<RunRow>> = vec![None; first.meta.runs as usize];
+    // The column order seen so far, and the first row of each point with its file: a
+    // renamed or swapped column in one shard must not land in another's place.
+    let mut order: Vec<String> = Vec::new();
+    let mut by_point: std::collections::BTreeMap<u64, (&RunRow, &Path)> = Default::default();
     for (p, f) in files {
         if !f.meta.same_runs(&first.meta) {
             bail!(
@@ -552,7 +563,32 @@ pub fn merge(files: &[(PathBuf, SweepFile)]) -> Result<SweepFile> {
                 first_path.display()
             );
         }
+        let cols = columns(&f.rows);
+        let common: Vec<&String> = cols.iter().filter(|c| order.contains(c)).collect();
+        let seen: Vec<&String> = order.iter().filter(|c| cols.contains(c)).collect();
+        if common != seen {
+            bail!(
+                "{}: its metric columns are in another order than in the files before it (renamed or swapped columns?)",
+                p.display()
+            );
+        }
+        for c in cols {
+            if !order.contains(&c) {
+                order.push(c);
+            }
+        }
         for r in &f.rows {
+            // Runs of one point report the same metrics, whatever shard ran them.
+            let (o, op) = *by_point.entry(r.point).or_insert((r, p.as_path()));
+            if !o.metrics.keys().eq(r.metrics.keys()) {
+                bail!(
+                    "{}: run {} reports other metric columns than run {} of the same point in {} (renamed columns?)",
+                    p.display(),
+                    r.run,
+                    o.run,
+                    op.display()
+                );
+            }
             let slot = rows
                 .get_mut(r.run as usize)
                 .with_context(|| format!("{}: run {} is outside the grid", p.display(), r.run))?;

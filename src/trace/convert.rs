@@ -51,14 +51,7 @@ pub fn write_native(
         }
     }
     let mut w = csv::WriterBuilder::new().from_writer(out);
-    w.write_record([
-        "arrival_s",
-        "session_id",
-        "turn",
-        "input_tokens",
-        "output_tokens",
-        "block_ids",
-    ])?;
+    w.write_record(super::parse::NATIVE_COLUMNS)?;
     let mut blocks = String::new();
     for &r in &order {
         let row = &trace.rows[r as usize];

@@ -180,6 +180,9 @@ struct Builder {
     dense: FxHashMap<u64, u32>,
     sessions: FxHashMap<String, u32>,
     skip: bool,
+    /// Memory the parsed trace may take (the default of `limits.max_memory_gib`): an
+    /// endless stream of valid rows is refused instead of growing until an abort.
+    budget_bytes: u64,
 }
 
 impl Builder {
@@ -194,6 +197,7 @@ impl Builder {
             dense: FxHashMap::default(),
             sessions: FxHashMap::default(),
             skip,
+            budget_bytes: crate::preflight::Budget::new(None).map_or(u64::MAX, |b| b.bytes),
         }
     }
 
@@ -302,6 +306,23 @@ impl Builder {
             self.trace.blocks.push(d);
         }
         let len = self.trace.blocks.len() - off;
+        if self.trace.rows.len() % 65_536 == 0 {
+            let bytes = self.trace.rows.len() * std::mem::size_of::<TraceRow>()
+                + self.trace.blocks.len() * 4
+                + self.trace.raw_blocks.len() * 12
+                + self.direct.len() * 4;
+            if bytes as u64 > self.budget_bytes {
+                return Err(self.err(
+                    line,
+                    None,
+                    format!(
+                        "the trace already takes {} of memory at {} rows, above the default limits.max_memory_gib (half this machine's memory); cut the file",
+                        crate::preflight::human(bytes as u64),
+                        self.trace.rows.len()
+                    ),
+                ));
+            }
+        }
         if self.trace.blocks.len() > u32::MAX as usize || self.trace.rows.len() >= u32::MAX as usize - 1 {
             return Err(self.err(line, None, "the trace is too large (more than 2^32 rows or block ids)"));
         }

@@ -108,6 +108,9 @@ pub struct TraceGroupConfig {
     pub block_tokens: Option<u32>,
     /// Service time per request (queueing backends).
     pub service_time_s: Option<Dist>,
+    /// Memory budget of the run in bytes (`limits.max_memory_gib`); the replay is refused
+    /// before allocating beyond it.
+    pub max_memory_bytes: u64,
 }
 
 impl TraceGroupConfig {
@@ -132,6 +135,7 @@ impl TraceGroupConfig {
             skip_bad_rows: false,
             block_tokens: None,
             service_time_s: None,
+            max_memory_bytes: u64::MAX,
         }
     }
 }
@@ -266,7 +270,18 @@ pub fn append_trace(
     );
     let blocks = used != "synthesize" && trace.has_blocks();
     let repeat = g.repeat.max(1) as u64;
-    let total = (m as u64 * repeat).min(g.max_requests.unwrap_or(u64::MAX));
+    let total = (m as u64)
+        .saturating_mul(repeat)
+        .min(g.max_requests.unwrap_or(u64::MAX));
+    let budget = crate::preflight::Budget {
+        bytes: g.max_memory_bytes,
+        gib: g.max_memory_bytes as f64 / (1u64 << 30) as f64,
+        explicit: true,
+    };
+    budget.check(
+        crate::preflight::requests_bytes(total),
+        &format!("{file}: {m} requests x repeat {repeat} = {total} requests"),
+    )?;
     // Rank of each window row in arrival order (for the request limit of the last replay).
     let mut rank = vec![u32::MAX; trace.rows.len()];
     for (i, &r) in window.iter().enumerate() {
