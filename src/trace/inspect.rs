@@ -232,8 +232,8 @@ pub fn render(x: &Inspection) -> String {
     rows.push((
         format!("sessions ({})", x.session_source),
         format!(
-            "{} sessions, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, longest {}, mean {:.2} turns",
-            s.sessions, s.chains, s.linked, s.branches, s.fanout_limited, s.longest_chain, s.mean_turns
+            "{} sessions, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, {} rejected for not growing, longest {}, mean {:.2} turns",
+            s.sessions, s.chains, s.linked, s.branches, s.fanout_limited, s.rejected_no_growth, s.longest_chain, s.mean_turns
         ),
     ));
     let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
