@@ -132,6 +132,26 @@ pub fn apply(
     Ok(())
 }
 
+/// Reader options from the command line: `--columns KEY=COL,...` and the session attributes.
+pub fn cli_read_options(columns: Option<&str>, attrs: &[String]) -> Result<AgentReadOptions, String> {
+    let mut o = AgentReadOptions {
+        session_attributes: attrs.to_vec(),
+        ..AgentReadOptions::default()
+    };
+    if let Some(c) = columns {
+        let mut t = toml::Table::new();
+        for kv in c.split(',').filter(|s| !s.trim().is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("expected KEY=COLUMN, got `{kv}`"))?;
+            t.insert(k.trim().to_string(), toml::Value::String(v.trim().to_string()));
+        }
+        let m = ColumnMap::from_toml(&toml::Value::Table(t)).map_err(|(k, m)| format!("{k}: {m}"))?;
+        o.columns = Some(m);
+    }
+    Ok(o)
+}
+
 /// Places the sessions of a trace of offsets (`offset_s`) at `session_arrival` times
 /// (seeded per trace group), in order of each session's first row.
 pub fn place_sessions(trace: &mut Trace, a: &AgentConfig, group: &str, seed: u64) -> Result<(), String> {

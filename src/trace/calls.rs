@@ -119,6 +119,14 @@ pub struct AgentReadOptions {
 /// The session attributes tried by default (then the trace id).
 pub const DEFAULT_SESSION_ATTRIBUTES: [&str; 2] = ["gen_ai.conversation.id", "session.id"];
 
+/// Tokens per block id of `t`: what the trace says (Dynamo), else its format's default.
+pub fn block_tokens(t: &Trace) -> u32 {
+    t.calls
+        .as_ref()
+        .and_then(|c| c.block_tokens)
+        .unwrap_or_else(|| t.format.map_or(512, Format::default_block_tokens))
+}
+
 /// Reads a trace of any format; `agent` configures the session-shaped readers.
 pub fn read(path: &Path, opts: ReadOptions, agent: &AgentReadOptions) -> Result<Trace, TraceError> {
     let file = path.display().to_string();

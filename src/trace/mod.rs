@@ -13,6 +13,7 @@ pub mod calls;
 pub mod convert;
 pub mod dynamo;
 pub mod fidelity;
+pub mod from_run;
 pub mod inspect;
 pub mod otel;
 pub mod pacing;

@@ -260,13 +260,7 @@ pub fn append_trace(
         Scale::Factor(f) => f,
         Scale::TargetRate(r) => (m as f64 / (span as f64 / 1e9)) / r,
     };
-    let block_tokens = g.block_tokens.unwrap_or_else(|| {
-        trace
-            .calls
-            .as_ref()
-            .and_then(|c| c.block_tokens)
-            .unwrap_or_else(|| trace.format.map_or(512, Format::default_block_tokens))
-    });
+    let block_tokens = g.block_tokens.unwrap_or_else(|| super::calls::block_tokens(trace));
     let calls = trace.calls.as_deref();
     // Closed loop by happens-before when the trace records ends or think times.
     let paced = g.mode == Mode::Closed && calls.is_some_and(|c| c.has_ends() || c.has_think());
