@@ -9,6 +9,7 @@
 //! * [`convert`]: any format to the native CSV (`sim trace convert`).
 
 pub mod agent_cfg;
+pub mod agent_inspect;
 pub mod calls;
 pub mod convert;
 pub mod dynamo;
