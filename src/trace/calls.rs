@@ -194,7 +194,14 @@ pub(super) fn push_call(
 /// A read error of the underlying stream (a corrupt or truncated gzip member, an I/O error)
 /// after `line` lines: never skippable, the rest of the file cannot be trusted.
 pub fn stream_err(file: &str, line: u64, gzip: bool, e: &std::io::Error) -> TraceError {
-    let what = if gzip || e.kind() == std::io::ErrorKind::InvalidInput || e.kind() == std::io::ErrorKind::InvalidData {
+    let text = e.to_string();
+    let compressed =
+        gzip || matches!(
+            e.kind(),
+            std::io::ErrorKind::InvalidInput | std::io::ErrorKind::UnexpectedEof
+        ) || text.contains("deflate")
+            || text.contains("gzip");
+    let what = if compressed {
         "corrupt or truncated compressed stream"
     } else {
         "cannot read the trace"

@@ -307,10 +307,10 @@ impl<R: Read> Read for CapLines<R> {
         for &c in &buf[..n] {
             self.run = if c == b'\n' { 0 } else { self.run + 1 };
             if self.run > self.cap {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("a line is longer than {} bytes", self.cap),
-                ));
+                return Err(std::io::Error::other(format!(
+                    "a line is longer than {} bytes",
+                    self.cap
+                )));
             }
         }
         Ok(n)
