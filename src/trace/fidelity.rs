@@ -84,7 +84,8 @@ pub fn summarize(w: &Workload, requests: &[RequestRec]) -> Option<ReplaySummary>
         ttft_ratio: percentiles(ratio_t),
         e2e_ratio: percentiles(ratio_e),
     });
-    (w.pacing.any() || fidelity.is_some()).then(|| ReplaySummary {
+    let any = w.pacing.any() || fidelity.is_some();
+    any.then_some(ReplaySummary {
         pacing: w.pacing,
         fidelity,
     })

@@ -291,7 +291,24 @@ pub(super) fn read(r: impl Read, b: &mut Builder, cols: &ColumnMap) -> Result<()
 }
 
 fn column_of<'c>(cols: &'c ColumnMap, key: &str) -> Option<&'c str> {
-    cols.pairs().into_iter().find(|(k, _)| *k == key).map(|(_, c)| c)
+    match key {
+        "input_tokens" => Some(cols.input_tokens.as_str()),
+        "output_tokens" => Some(cols.output_tokens.as_str()),
+        "session" => cols.session.as_deref(),
+        "turn" => cols.turn.as_deref(),
+        "start_unix_s" => cols.start_unix_s.as_deref(),
+        "start_s" => cols.start_s.as_deref(),
+        "start_ms" => cols.start_ms.as_deref(),
+        "offset_s" => cols.offset_s.as_deref(),
+        "end_unix_s" => cols.end_unix_s.as_deref(),
+        "end_s" => cols.end_s.as_deref(),
+        "latency_s" => cols.latency_s.as_deref(),
+        "think_s" => cols.think_s.as_deref(),
+        "ttft_s" => cols.ttft_s.as_deref(),
+        "block_hashes" => cols.block_hashes.as_deref(),
+        "model" => cols.model.as_deref(),
+        _ => None,
+    }
 }
 
 /// A reader that fails on a line longer than `cap` bytes (the csv crate has no limit).
