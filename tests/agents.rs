@@ -32,6 +32,11 @@ service_time_s = 2.0
 
 type Times = Vec<(u32, u32, f64, Option<f64>)>;
 
+/// `sim run SCENARIO --no-files`.
+fn sim_run(scenario: &std::path::Path) -> assert_cmd::assert::Assert {
+    sim().arg("run").arg(scenario).arg("--no-files").assert()
+}
+
 fn run_times(text: &str) -> (Times, fleetsim::metrics::Summary) {
     let (sc, w, _) = fleetsim::scenario::load_str(text, "t.toml", "t", &[]).unwrap();
     let (res, _) = run(sc.sim, &w, RunOptions::summary_only()).unwrap();
@@ -125,11 +130,7 @@ session_arrival = { kind = "interval", start_s = 0, every_s = 100 }"#;
             r#"columns = { session = "s", offset_s = "o", input_tokens = "in", output_tokens = "out" }"#,
         ),
     );
-    sim()
-        .arg("run")
-        .arg(&sc)
-        .arg("--no-files")
-        .assert()
+    sim_run(&sc)
         .code(2)
         .stderr(predicate::str::contains("workload.traces[0]").and(predicate::str::contains("session_arrival")));
 }
@@ -216,11 +217,7 @@ fn bad_agent_input_is_one_line_with_file_and_line() {
     // A sessions CSV row shorter than its header: an error, or counted with skip_bad_rows.
     let tr = write(tmp.path(), "short.csv", "s,start,end,in,out\na,0,3,10,5\na,4,10\n");
     let sc = write(tmp.path(), "short.toml", &scenario(&tr, COLUMNS));
-    sim()
-        .arg("run")
-        .arg(&sc)
-        .arg("--no-files")
-        .assert()
+    sim_run(&sc)
         .code(2)
         .stderr(predicate::str::contains("workload.traces[0].file").and(predicate::str::contains("short.csv:3")));
     let sc = write(
@@ -228,11 +225,7 @@ fn bad_agent_input_is_one_line_with_file_and_line() {
         "skip.toml",
         &scenario(&tr, &format!("{COLUMNS}\nskip_bad_rows = true")),
     );
-    sim()
-        .arg("run")
-        .arg(&sc)
-        .arg("--no-files")
-        .assert()
+    sim_run(&sc)
         .success()
         .stderr(predicate::str::contains("skipped 1 malformed rows"));
     // An unknown mapped key names its key path.
@@ -244,11 +237,7 @@ fn bad_agent_input_is_one_line_with_file_and_line() {
             r#"columns = { session = "s", begin = "start", input_tokens = "in", output_tokens = "out" }"#,
         ),
     );
-    sim()
-        .arg("run")
-        .arg(&sc)
-        .arg("--no-files")
-        .assert()
+    sim_run(&sc)
         .code(2)
         .stderr(predicate::str::contains("workload.traces[0].columns.begin"));
 }
