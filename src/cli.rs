@@ -104,15 +104,24 @@ enum TraceCommand {
 struct TraceReadArgs {
     /// Trace file.
     file: PathBuf,
-    /// Format: native, mooncake, azure or burstgpt (default: detected from the first line).
+    /// Format: native, mooncake, azure, burstgpt, dynamo, otel or sessions (default:
+    /// detected from the first line; sessions when --columns is given).
     #[arg(long)]
     format: Option<String>,
     /// Count and report malformed rows instead of failing on the first.
     #[arg(long)]
     skip_bad_rows: bool,
-    /// Tokens per prefix block id (default 512, Mooncake's).
-    #[arg(long, default_value_t = 512)]
-    block_tokens: u32,
+    /// Tokens per prefix block id (default: the trace's, Dynamo 16; else 512, Mooncake's).
+    #[arg(long)]
+    block_tokens: Option<u32>,
+    /// Column mapping of a `sessions` log: KEY=COLUMN,... with the scenario's `columns`
+    /// keys (e.g. session=conv,start_s=t,latency_s=dur,input_tokens=in,output_tokens=out).
+    #[arg(long)]
+    columns: Option<String>,
+    /// OTel span attribute naming the session (repeatable; default gen_ai.conversation.id,
+    /// then session.id, then the trace id).
+    #[arg(long = "session-attribute")]
+    session_attributes: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -131,6 +140,11 @@ struct TraceConvertArgs {
     /// Output CSV file.
     #[arg(long)]
     out: PathBuf,
+    /// Treat the trace argument as a results folder of `sim run` (requests.csv and
+    /// scenario.toml): write its calls as a `sessions` CSV to --out and, next to it, a
+    /// scenario (`<out stem>.toml`) that replays them closed-loop on the same fleet and router.
+    #[arg(long)]
+    from_run: bool,
     /// Sessions to write: auto (the trace's ids, else inferred from prefix blocks, else
     /// none), infer, none, synthesize (default: the trace's own ids, else none).
     #[arg(long)]
@@ -422,13 +436,16 @@ fn read_trace(a: &TraceReadArgs) -> Result<crate::trace::Trace> {
         Some(f) => Some(crate::trace::Format::parse(f).map_err(|m| anyhow::anyhow!("--format: {m}"))?),
         None => None,
     };
-    anyhow::ensure!(a.block_tokens >= 1, "--block-tokens must be at least 1");
-    let t = crate::trace::read(
+    anyhow::ensure!(a.block_tokens != Some(0), "--block-tokens must be at least 1");
+    let agent = crate::trace::agent_cfg::cli_read_options(a.columns.as_deref(), &a.session_attributes)
+        .map_err(|m| anyhow::anyhow!("--columns: {m}"))?;
+    let t = crate::trace::calls::read(
         &a.file,
         crate::trace::ReadOptions {
             format,
             skip_bad_rows: a.skip_bad_rows,
         },
+        &agent,
     )?;
     for n in t.notes() {
         eprintln!("note: {n}");
@@ -436,20 +453,34 @@ fn read_trace(a: &TraceReadArgs) -> Result<crate::trace::Trace> {
     Ok(t)
 }
 
+/// Tokens per block id: the flag, else what the trace says, else its format's default.
+fn block_tokens_of(a: &TraceReadArgs, t: &crate::trace::Trace) -> u32 {
+    a.block_tokens.unwrap_or_else(|| crate::trace::calls::block_tokens(t))
+}
+
 fn cmd_trace(t: TraceCommand) -> Result<ExitCode> {
     use crate::trace::sessions::{InferConfig, SynthConfig};
     match t {
         TraceCommand::Inspect(a) => {
             let tr = read_trace(&a.read)?;
-            let x = crate::trace::inspect::inspect(&tr, a.read.block_tokens, &InferConfig::default());
+            let x = crate::trace::inspect::inspect(&tr, block_tokens_of(&a.read, &tr), &InferConfig::default());
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&x)?);
             } else {
                 print!("{}", crate::trace::inspect::render(&x));
             }
         }
+        TraceCommand::Convert(a) if a.from_run => {
+            let (n, scen) = crate::trace::from_run::convert(&a.read.file, &a.out)?;
+            eprintln!(
+                "wrote {n} calls to {} and the replay scenario {}",
+                a.out.display(),
+                scen.display()
+            );
+        }
         TraceCommand::Convert(a) => {
             let tr = read_trace(&a.read)?;
+            let block_tokens = block_tokens_of(&a.read, &tr);
             let mode = match &a.sessions {
                 Some(m) => Some(crate::trace::SessionMode::parse(m).map_err(|e| anyhow::anyhow!("--sessions: {e}"))?),
                 None => None,
@@ -462,7 +493,7 @@ fn cmd_trace(t: TraceCommand) -> Result<ExitCode> {
                     mode,
                     &InferConfig::default(),
                     &SynthConfig::default(),
-                    a.read.block_tokens,
+                    block_tokens,
                     a.seed,
                     &mut w,
                 )?;
@@ -555,6 +586,9 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let hints = crate::hints::hints(&res.decisions, &names, interval_s);
     if !a.quiet {
         print!("{}", render(&res.summary, Some(&perf)));
+        for l in res.summary.replay.iter().flat_map(crate::trace::fidelity::render) {
+            println!("{l}");
+        }
         for h in &hints {
             println!("hint [{}] {}", h.kind, h.message);
         }
@@ -690,6 +724,9 @@ fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&x)?);
     } else {
         print!("{}", crate::explain::render(&x));
+        for l in res.summary.replay.iter().flat_map(crate::trace::fidelity::render) {
+            println!("{l}");
+        }
         println!("\nwrote {}/{{{}}}", a.dir.display(), file_names(&written));
     }
     Ok(ExitCode::SUCCESS)

@@ -686,6 +686,9 @@ pub struct Summary {
     pub backends: Vec<BackendSummary>,
     /// The moment of greatest stranding, if any.
     pub worst_moment: Option<WorstMoment>,
+    /// Replays of session traces: pacing and recorded-vs-simulated latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::trace::fidelity::ReplaySummary>,
 }
 
 /// Engine-side counters needed by the summary, per backend.
@@ -844,6 +847,7 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
             stranded: *s,
             backends: b.clone(),
         }),
+        replay: None,
     }
 }
 

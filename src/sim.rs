@@ -158,6 +158,7 @@ impl EventRecord {
             "Rejoin",
             "Fail",
             "Resend",
+            "Issue",
         ]
         .get(self.kind as usize)
         .copied()
@@ -180,6 +181,7 @@ impl EventRecord {
             Event::Rejoin { backend } => (11, backend.0, 0),
             Event::Fail { request } => (12, request.0, 0),
             Event::Resend { session, turn } => (13, session.0, turn),
+            Event::Issue { session, turn } => (14, session.0, turn),
         };
         EventRecord { t, kind, a, b }
     }
@@ -272,6 +274,11 @@ enum Event {
     },
     /// The client sends `turn` of `session` again.
     Resend {
+        session: SessionId,
+        turn: u32,
+    },
+    /// A replayed session sends `turn` (happens-before pacing, [`crate::trace::pacing`]).
+    Issue {
         session: SessionId,
         turn: u32,
     },
@@ -677,7 +684,7 @@ impl<'w> Simulation<'w> {
             }
             Event::Rejoin { backend } => self.on_fleet_event(now, backend, FleetEventKind::Join),
             Event::Fail { request } => self.on_fail(now, request),
-            Event::Resend { session, turn } => self.send_turn(now, session, turn),
+            Event::Resend { session, turn } | Event::Issue { session, turn } => self.send_turn(now, session, turn),
         }
     }
 
@@ -685,6 +692,15 @@ impl<'w> Simulation<'w> {
         let turn = self.sessions[s.index()].next_turn;
         let workload = self.workload;
         let plan = &workload.sessions[s.index()];
+        if let Some(rp) = plan.replay.as_deref().filter(|r| r.paced()) {
+            // Happens-before: the first call now, the calls overlapping it at their offsets.
+            for &t in rp.roots_after_first() {
+                let d = plan.turns[t as usize].think_before;
+                self.schedule(now, d, Event::Issue { session: s, turn: t });
+            }
+            self.send_turn(now, s, 0);
+            return;
+        }
         if plan.open_loop {
             // Open loop: the next turn follows this one's sending, not its completion.
             self.sessions[s.index()].next_turn += 1;
@@ -1059,9 +1075,13 @@ impl<'w> Simulation<'w> {
             self.open_attempts.remove(&(s.0, turn));
             let workload = self.workload;
             let plan = &workload.sessions[s.index()];
-            // Open loop: later turns do not wait for this one, only it is lost.
+            // Open loop: later turns do not wait for this one, only it is lost; paced: it and
+            // the calls waiting for it.
             let left = if plan.open_loop {
-                1
+                plan.replay
+                    .as_deref()
+                    .filter(|r| r.paced())
+                    .map_or(1, |r| r.lost_with(turn))
             } else {
                 plan.turns.len() - turn as usize
             };
@@ -1105,9 +1125,17 @@ impl<'w> Simulation<'w> {
         self.finished += 1;
         self.attempts[s.index()] = 0;
         if self.workload.sessions[s.index()].open_loop {
+            let turn = self.requests[rid.index()].turn;
             if !self.open_attempts.is_empty() {
-                let turn = self.requests[rid.index()].turn;
                 self.open_attempts.remove(&(s.0, turn));
+            }
+            let workload = self.workload;
+            let plan = &workload.sessions[s.index()];
+            if let Some(rp) = plan.replay.as_deref().filter(|r| r.paced()) {
+                for &t in rp.waiting_for(turn) {
+                    let d = plan.turns[t as usize].think_before;
+                    self.schedule(now, d, Event::Issue { session: s, turn: t });
+                }
             }
             return;
         }
@@ -1257,7 +1285,8 @@ impl<'w> Simulation<'w> {
             rejected: self.rejected,
             abandoned: self.abandoned,
         };
-        let summary = summarize(inputs, &self.fleet, &self.requests, &self.branches);
+        let mut summary = summarize(inputs, &self.fleet, &self.requests, &self.branches);
+        summary.replay = crate::trace::fidelity::summarize(self.workload, &self.requests);
         RunResult {
             summary,
             series: self.fleet.take_series(),

@@ -114,6 +114,9 @@ pub struct SessionPlan {
     /// For replayed traces with prefix blocks: index of turn 0 in
     /// [`Workload::trace_turns`] ([`NO_TRACE`] otherwise).
     pub trace_first: u32,
+    /// Replayed session-shaped traces: happens-before pacing, per-call content, recorded
+    /// latencies (see [`crate::trace::pacing`]).
+    pub replay: Option<Box<crate::trace::pacing::ReplayPlan>>,
 }
 
 /// [`SessionPlan::trace_first`] of a session whose content is not block-based.
@@ -145,7 +148,12 @@ impl SessionPlan {
     /// Token content of turn `t`.
     pub fn content(&self, t: usize) -> Content {
         let turn = &self.turns[t];
-        Content::session_turn(self.shared, self.source, turn.session_prompt_tokens, turn.output_tokens)
+        // Independent calls (replayed traces) each read their own stream after the prefix.
+        let source = match &self.replay {
+            Some(r) if r.independent => crate::content::mix(self.source, t as u64 + 1),
+            _ => self.source,
+        };
+        Content::session_turn(self.shared, source, turn.session_prompt_tokens, turn.output_tokens)
     }
 }
 
@@ -164,6 +172,8 @@ pub struct Workload {
     pub trace_salts: Vec<TraceSalt>,
     /// What building the workload reported (inferred sessions, skipped rows), for stderr.
     pub notes: Vec<String>,
+    /// How closed-loop trace replays paced their calls.
+    pub pacing: crate::trace::pacing::PacingCounts,
 }
 
 impl Workload {
@@ -253,6 +263,7 @@ pub fn generate(
                 key,
                 open_loop: false,
                 trace_first: NO_TRACE,
+                replay: None,
             });
         }
     }
@@ -265,6 +276,7 @@ pub fn generate(
         trace_blocks: Vec::new(),
         trace_salts: Vec::new(),
         notes: Vec::new(),
+        pacing: Default::default(),
     })
 }
 
@@ -276,8 +288,16 @@ fn beyond_horizon(what: &str) -> String {
 }
 
 fn open_times(g: &GroupConfig, rng: &mut SimRng) -> Result<Vec<SimTime>, String> {
-    let n = g.sessions as usize;
-    let times: Vec<Option<SimTime>> = match g.arrival {
+    arrival_times(&g.arrival, g.sessions as usize, rng)
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| t.ok_or_else(|| beyond_horizon(&format!("the opening of session {}-{i}", g.name))))
+        .collect()
+}
+
+/// `n` opening times by `arrival` (`None`: beyond the horizon).
+pub fn arrival_times(arrival: &Arrival, n: usize, rng: &mut SimRng) -> Vec<Option<SimTime>> {
+    match *arrival {
         Arrival::Burst { at, spread } => (0..n)
             .map(|_| {
                 let u: f64 = rand::RngExt::random(rng);
@@ -303,12 +323,7 @@ fn open_times(g: &GroupConfig, rng: &mut SimRng) -> Result<Vec<SimTime>, String>
                     .and_then(|d| start.checked_add(SimDuration(d)))
             })
             .collect(),
-    };
-    times
-        .into_iter()
-        .enumerate()
-        .map(|(i, t)| t.ok_or_else(|| beyond_horizon(&format!("the opening of session {}-{i}", g.name))))
-        .collect()
+    }
 }
 
 /// Draws one session's turns. Draw order per turn is fixed (input, output, think, service)

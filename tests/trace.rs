@@ -199,8 +199,11 @@ fn convert_round_trip_keeps_requests_and_prefixes() {
         for k in ["file", "format", "session_source"] {
             m.remove(k);
         }
-        // Inferred branches become sessions of their own in the file.
+        // Inferred branches become sessions of their own in the file; links rejected for
+        // not growing are an inference count; session-shape stats come with session ids.
         m["sessions"].as_object_mut().unwrap().remove("branches");
+        m["sessions"].as_object_mut().unwrap().remove("rejected_no_growth");
+        m.remove("agent");
         j
     };
     assert_eq!(

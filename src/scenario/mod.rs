@@ -462,6 +462,16 @@ pub struct TraceFile {
     pub block_tokens: Option<i64>,
     /// Service time per request, seconds (queueing backends).
     pub service_time_s: Option<toml::Value>,
+    /// `format = "sessions"`: which column holds what.
+    pub columns: Option<toml::Value>,
+    /// When sessions of a trace of offsets open (`kind = "burst" | "poisson" | "interval"`).
+    pub session_arrival: Option<toml::Value>,
+    /// `append` (default) or `independent`: content of calls without hashes.
+    pub context: Option<String>,
+    /// Prefix shared across sessions: tokens, or a table of tokens per model name.
+    pub shared_prefix_tokens: Option<toml::Value>,
+    /// `format = "otel"`: attributes naming the session, in order.
+    pub session_attributes: Option<Vec<String>>,
 }
 
 /// `[workload.traces.infer]`.
@@ -474,6 +484,8 @@ pub struct InferFile {
     pub max_fanout: Option<i64>,
     /// Longest gap between linked requests, seconds (default: any).
     pub max_gap_s: Option<f64>,
+    /// Fewest tokens a request's input must exceed its parent's by (default 1).
+    pub min_growth_tokens: Option<i64>,
 }
 
 /// `[workload.traces.synthesize]`.
@@ -1357,6 +1369,9 @@ fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::trace::Trac
         if let Some(v) = i.max_gap_s {
             g.infer.max_gap_ns = Some(secs(v, &format!("{q}.max_gap_s"), true)?.0);
         }
+        if let Some(v) = i.min_growth_tokens {
+            g.infer.min_growth_tokens = count(v, &format!("{q}.min_growth_tokens"), 0)?;
+        }
     }
     if let Some(sy) = &t.synthesize {
         let q = format!("{p}.synthesize");
@@ -1373,6 +1388,18 @@ fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::trace::Trac
             g.synthesize.max_open = count(v, &format!("{q}.max_open"), 1)?;
         }
     }
+    if let Some(v) = &t.session_arrival {
+        g.agent.session_arrival = Some(arrival(v, &format!("{p}.session_arrival"))?);
+    }
+    crate::trace::agent_cfg::apply(
+        &mut g.agent,
+        g.format,
+        t.columns.as_ref(),
+        t.context.as_deref(),
+        t.shared_prefix_tokens.as_ref(),
+        t.session_attributes.as_deref(),
+    )
+    .map_err(|(k, m)| FieldError::new(format!("{p}.{k}"), m))?;
     g.sends_session_key = t.sends_session_key;
     g.skip_bad_rows = t.skip_bad_rows;
     if let Some(b) = t.block_tokens {

@@ -89,6 +89,9 @@ pub struct Inspection {
     pub session_source: String,
     /// Session statistics.
     pub sessions: InferStats,
+    /// Session shape, for traces with session ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<super::agent_inspect::AgentStats>,
 }
 
 /// Inspects a parsed trace; sessions as `sim run` would group them with `sessions = "auto"`.
@@ -150,7 +153,7 @@ pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspect
         };
         st
     });
-    let (_, used, sessions) = group_sessions(
+    let (grouping, used, sessions) = group_sessions(
         trace,
         &order,
         SessionMode::Auto,
@@ -178,6 +181,8 @@ pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspect
         prefix,
         session_source: used.to_string(),
         sessions,
+        agent: (trace.has_sessions() || trace.calls.is_some())
+            .then(|| super::agent_inspect::stats(trace, &grouping, block_tokens)),
     }
 }
 
@@ -232,10 +237,13 @@ pub fn render(x: &Inspection) -> String {
     rows.push((
         format!("sessions ({})", x.session_source),
         format!(
-            "{} sessions, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, longest {}, mean {:.2} turns",
-            s.sessions, s.chains, s.linked, s.branches, s.fanout_limited, s.longest_chain, s.mean_turns
+            "{} sessions, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, {} rejected for not growing, longest {}, mean {:.2} turns",
+            s.sessions, s.chains, s.linked, s.branches, s.fanout_limited, s.rejected_no_growth, s.longest_chain, s.mean_turns
         ),
     ));
+    if let Some(a) = &x.agent {
+        rows.extend(super::agent_inspect::rows(a));
+    }
     let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     rows.iter().map(|(k, v)| format!("{k:<w$}  {v}\n")).collect()
 }

@@ -8,11 +8,20 @@
 //! * [`inspect`]: statistics (`sim trace inspect`);
 //! * [`convert`]: any format to the native CSV (`sim trace convert`).
 
+pub mod agent_cfg;
+pub mod agent_inspect;
+pub mod calls;
 pub mod convert;
+pub mod dynamo;
+pub mod fidelity;
+pub mod from_run;
 pub mod inspect;
 pub mod lines;
+pub mod otel;
+pub mod pacing;
 pub mod parse;
 pub mod replay;
+pub mod session_log;
 pub mod sessions;
 
 pub use parse::{Format, ReadOptions, Trace, TraceError, read};

@@ -24,10 +24,16 @@ pub enum Format {
     Azure,
     /// BurstGPT CSV (`Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`).
     BurstGpt,
+    /// NVIDIA Dynamo agent request trace `dynamo.request.trace.v1` (JSONL, plain or gzip).
+    Dynamo,
+    /// OpenTelemetry GenAI spans, OTLP/JSON as the Collector's file exporter writes them.
+    Otel,
+    /// Any per-call CSV or JSONL, read through a `columns = { ... }` mapping.
+    Sessions,
 }
 
 /// Every format, for messages.
-pub const FORMAT_NAMES: &str = "`native`, `mooncake`, `azure` or `burstgpt`";
+pub const FORMAT_NAMES: &str = "`native`, `mooncake`, `azure`, `burstgpt`, `dynamo`, `otel` or `sessions`";
 
 impl Format {
     /// Name as written in scenarios and on the command line.
@@ -37,6 +43,9 @@ impl Format {
             Format::Mooncake => "mooncake",
             Format::Azure => "azure",
             Format::BurstGpt => "burstgpt",
+            Format::Dynamo => "dynamo",
+            Format::Otel => "otel",
+            Format::Sessions => "sessions",
         }
     }
 
@@ -47,13 +56,20 @@ impl Format {
             "mooncake" => Ok(Format::Mooncake),
             "azure" => Ok(Format::Azure),
             "burstgpt" => Ok(Format::BurstGpt),
+            "dynamo" => Ok(Format::Dynamo),
+            "otel" => Ok(Format::Otel),
+            "sessions" => Ok(Format::Sessions),
             other => Err(format!("unknown trace format `{other}`; expected {FORMAT_NAMES}")),
         }
     }
 
-    /// Tokens per prefix block id when the format has them (Mooncake: 512).
+    /// Tokens per prefix block id when the format has them (Mooncake: 512; Dynamo: 16, its
+    /// `replay.trace_block_size`).
     pub fn default_block_tokens(self) -> u32 {
-        512
+        match self {
+            Format::Dynamo => 16,
+            _ => 512,
+        }
     }
 }
 
@@ -109,6 +125,8 @@ pub struct Trace {
     pub skip_messages: Vec<String>,
     /// Rows whose output of 0 tokens was replayed as 1 (a request must produce a token).
     pub zero_output_rows: u64,
+    /// Recorded per-call timing of session-shaped formats (`dynamo`, `otel`, `sessions`).
+    pub calls: Option<Box<super::calls::Calls>>,
 }
 
 impl Trace {
@@ -172,8 +190,8 @@ pub struct ReadOptions {
 /// Most skip messages kept.
 const KEEP_MESSAGES: usize = 5;
 
-struct Builder {
-    trace: Trace,
+pub(super) struct Builder {
+    pub(super) trace: Trace,
     /// Dense id by raw id for small raw ids (Mooncake's are `0..n`): a plain table lookup.
     direct: Vec<u32>,
     /// Dense id by raw id for the others.
@@ -186,7 +204,7 @@ struct Builder {
 }
 
 impl Builder {
-    fn new(file: &str, format: Format, skip: bool) -> Self {
+    pub(super) fn new(file: &str, format: Format, skip: bool) -> Self {
         Builder {
             trace: Trace {
                 file: file.to_string(),
@@ -201,7 +219,7 @@ impl Builder {
         }
     }
 
-    fn err(&self, line: u64, column: Option<&str>, message: impl Into<String>) -> TraceError {
+    pub(super) fn err(&self, line: u64, column: Option<&str>, message: impl Into<String>) -> TraceError {
         TraceError {
             file: self.trace.file.clone(),
             line: Some(line),
@@ -211,7 +229,7 @@ impl Builder {
     }
 
     /// Fails, or counts the row as skipped.
-    fn bad(&mut self, e: TraceError) -> Result<(), TraceError> {
+    pub(super) fn bad(&mut self, e: TraceError) -> Result<(), TraceError> {
         if !self.skip {
             return Err(e);
         }
@@ -222,7 +240,7 @@ impl Builder {
         Ok(())
     }
 
-    fn session(&mut self, name: &str) -> u32 {
+    pub(super) fn session(&mut self, name: &str) -> u32 {
         if name.is_empty() {
             return NO_SESSION;
         }
@@ -267,7 +285,7 @@ impl Builder {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn push(
+    pub(super) fn push(
         &mut self,
         line: u64,
         t_ns: u64,
@@ -354,6 +372,12 @@ fn open(path: &Path) -> Result<BufReader<File>, TraceError> {
 pub fn detect(first_line: &str) -> Option<Format> {
     let l = first_line.trim_start_matches('\u{feff}').trim();
     if l.starts_with('{') {
+        if l.contains("dynamo.request.trace") {
+            return Some(Format::Dynamo);
+        }
+        if l.contains("\"resourceSpans\"") {
+            return Some(Format::Otel);
+        }
         return (l.contains("\"input_length\"") || l.contains("\"hash_ids\"")).then_some(Format::Mooncake);
     }
     let cols: Vec<&str> = l.split(',').map(|c| c.trim().trim_matches('"')).collect();
@@ -372,11 +396,28 @@ pub fn detect(first_line: &str) -> Option<Format> {
 /// Reads a trace file.
 pub fn read(path: &Path, opts: ReadOptions) -> Result<Trace, TraceError> {
     let file = path.display().to_string();
-    let mut r = open(path)?;
-    let format = match opts.format {
+    let (r, format) = open_detected(path, opts.format)?;
+    read_from(r, &file, format, opts.skip_bad_rows)
+}
+
+/// Opens a trace (gzip-compressed or not, told by its magic bytes) and detects its format
+/// from the first non-empty line unless `format` is given.
+pub fn open_detected(path: &Path, format: Option<Format>) -> Result<(Box<dyn BufRead>, Format), TraceError> {
+    let file = path.display().to_string();
+    let mut raw = open(path)?;
+    let gzip = raw.fill_buf().map_err(|e| io_error(&file, e))?.starts_with(&[0x1f, 0x8b]);
+    let mut r: Box<dyn BufRead> = if gzip {
+        Box::new(BufReader::with_capacity(
+            1 << 16,
+            flate2::bufread::MultiGzDecoder::new(raw),
+        ))
+    } else {
+        Box::new(raw)
+    };
+    let format = match format {
         Some(f) => f,
         None => {
-            let buf = r.fill_buf().map_err(|e| io_error(&file, e))?;
+            let buf = r.fill_buf().map_err(|e| super::calls::stream_err(&file, 1, gzip, &e))?;
             let text = String::from_utf8_lossy(&buf[..buf.len().min(4096)]).into_owned();
             let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
             detect(first).ok_or_else(|| TraceError {
@@ -384,12 +425,12 @@ pub fn read(path: &Path, opts: ReadOptions) -> Result<Trace, TraceError> {
                 line: Some(1),
                 column: None,
                 message: format!(
-                    "cannot tell the trace format from the first line; set format = {FORMAT_NAMES} (native CSV needs the columns arrival_s and input_tokens; Azure: TIMESTAMP,ContextTokens,GeneratedTokens; BurstGPT: Timestamp,...,Request tokens,Response tokens; Mooncake: JSON lines with input_length)"
+                    "cannot tell the trace format from the first line; set format = {FORMAT_NAMES} (native CSV needs the columns arrival_s and input_tokens; Azure: TIMESTAMP,ContextTokens,GeneratedTokens; BurstGPT: Timestamp,...,Request tokens,Response tokens; Mooncake: JSON lines with input_length; Dynamo: dynamo.request.trace.v1 events; OTel: resourceSpans; any other per-call log: format = \"sessions\" with columns = {{ ... }})"
                 ),
             })?
         }
     };
-    read_from(r, &file, format, opts.skip_bad_rows)
+    Ok((r, format))
 }
 
 /// Reads a trace of a known format from any reader (`file` names it in messages).
@@ -400,6 +441,16 @@ pub fn read_from(r: impl Read, file: &str, format: Format, skip: bool) -> Result
         Format::Native => read_native(r, &mut b)?,
         Format::Azure => read_azure(r, &mut b)?,
         Format::BurstGpt => read_burstgpt(r, &mut b)?,
+        Format::Dynamo => super::dynamo::read(r, &mut b)?,
+        Format::Otel => super::otel::read(r, &mut b, &super::otel::OtelOptions::default())?,
+        Format::Sessions => {
+            return Err(TraceError {
+                file: file.to_string(),
+                line: None,
+                column: None,
+                message: "format = \"sessions\" needs a `columns = { ... }` mapping".into(),
+            });
+        }
     }
     Ok(b.trace)
 }

@@ -8,13 +8,17 @@
 //! session keys, so replays do not hit each other's caches); stop after `max_requests`
 //! requests (the earliest ones).
 //!
-//! Open loop: every turn is sent at its own trace time. Closed loop: a session's first turn
-//! is sent at its trace time and turn `k + 1` the recorded gap between the two arrivals after
-//! turn `k` *completes*.
+//! Open loop: every turn is sent at its own trace time. Closed loop: when the trace records
+//! call ends or think times (`dynamo`, `otel`, `sessions`), calls are paced by
+//! happens-before (see [`super::pacing`]); otherwise a session's first turn is sent at its
+//! trace time and turn `k + 1` the recorded gap between the two arrivals after turn `k`
+//! *completes* (counted as `arrival_gap_fallback`, with a warning).
 
 use std::path::PathBuf;
 
-use super::parse::{Format, ReadOptions, Trace, read};
+use super::agent_cfg::{AgentConfig, Context};
+use super::pacing::{PacingCounts, ROOT, ReplayPlan, pace};
+use super::parse::{Format, ReadOptions, Trace};
 use super::sessions::{self, InferConfig, InferStats, Sessions, SynthConfig};
 use crate::content::source_id;
 use crate::dist::Dist;
@@ -111,6 +115,8 @@ pub struct TraceGroupConfig {
     /// Memory budget of the run in bytes (`limits.max_memory_gib`); the replay is refused
     /// before allocating beyond it.
     pub max_memory_bytes: u64,
+    /// Session-shaped traces: column mapping, session placement, content.
+    pub agent: AgentConfig,
 }
 
 impl TraceGroupConfig {
@@ -136,6 +142,7 @@ impl TraceGroupConfig {
             block_tokens: None,
             service_time_s: None,
             max_memory_bytes: u64::MAX,
+            agent: AgentConfig::default(),
         }
     }
 }
@@ -200,14 +207,16 @@ pub fn append(
     seed: u64,
     context_limit_tokens: Option<u32>,
 ) -> Result<(), String> {
-    let trace = read(
+    let mut trace = super::calls::read(
         &g.file,
         ReadOptions {
             format: g.format,
             skip_bad_rows: g.skip_bad_rows,
         },
+        &g.agent.read,
     )
     .map_err(|e| e.to_string())?;
+    super::agent_cfg::place_sessions(&mut trace, &g.agent, &g.name, seed)?;
     append_trace(w, g, &trace, group, seed, context_limit_tokens)
 }
 
@@ -255,9 +264,12 @@ pub fn append_trace(
         Scale::Factor(f) => f,
         Scale::TargetRate(r) => (m as f64 / (span as f64 / 1e9)) / r,
     };
-    let block_tokens = g
-        .block_tokens
-        .unwrap_or_else(|| trace.format.map_or(512, Format::default_block_tokens));
+    let block_tokens = g.block_tokens.unwrap_or_else(|| super::calls::block_tokens(trace));
+    let calls = trace.calls.as_deref();
+    // Closed loop by happens-before when the trace records ends or think times.
+    let paced = g.mode == Mode::Closed && calls.is_some_and(|c| c.has_ends() || c.has_think());
+    let mut counts = PacingCounts::default();
+    let mut prefix_cut = 0u64;
     let mut srng = stream(seed, &format!("trace/{}/synthesize", g.name), 0);
     let (sessions, used, st) = group_sessions(
         trace,
@@ -334,14 +346,53 @@ pub fn append_trace(
             block_tokens,
         });
         for si in 0..sessions.len() {
-            let rows = sessions.session(si);
+            let rows: Vec<u32> = sessions
+                .session(si)
+                .iter()
+                .copied()
+                .filter(|&r| rank[r as usize] < take)
+                .collect();
+            let Some(&first) = rows.first() else {
+                continue;
+            };
             let mut turns = Vec::with_capacity(rows.len());
             let trace_first = if blocks { w.trace_turns.len() as u32 } else { NO_TRACE };
-            let mut prev: Option<u64> = None;
-            for &r in rows {
-                if rank[r as usize] >= take {
-                    continue;
+            let starts: Vec<u64> = rows.iter().map(|&r| trace.rows[r as usize].t_ns).collect();
+            let mut sc = PacingCounts::default();
+            let pacing = if paced {
+                pace(&rows, &starts, calls, &mut sc)
+            } else {
+                if g.mode == Mode::Closed {
+                    sc.at_session_offset = 1;
+                    sc.arrival_gap_fallback = rows.len() as u64 - 1;
                 }
+                Vec::new()
+            };
+            if rep == 0 {
+                counts.add(&sc);
+            }
+            // A prefix shared across sessions (system prompt, tool definitions), when the
+            // trace has no hashes: at most every call's prompt less one token.
+            let model = calls.and_then(|c| c.model_of(first as usize));
+            let shared = match g.agent.shared_prefix.tokens_for(model) {
+                Some(n) if !blocks && n > 0 => {
+                    let shortest = rows.iter().map(|&r| trace.rows[r as usize].input).min().unwrap_or(1);
+                    let len = n.min(shortest - 1);
+                    if len < n {
+                        prefix_cut += 1;
+                    }
+                    (len > 0).then(|| {
+                        (
+                            source_id("shared_prefix", &g.agent.shared_prefix.key(&g.name, model), 0),
+                            len,
+                        )
+                    })
+                }
+                _ => None,
+            };
+            let shared_len = shared.map_or(0, |(_, l)| l);
+            let mut prev: Option<u64> = None;
+            for (k, &r) in rows.iter().enumerate() {
                 let row = &trace.rows[r as usize];
                 let need = u64::from(row.input) + u64::from(row.output);
                 if let Some(lim) = context_limit_tokens
@@ -353,7 +404,14 @@ pub fn append_trace(
                     ));
                 }
                 let t = times[r as usize];
-                let think = prev.map_or(0, |p| t.saturating_sub(p));
+                let think = if paced {
+                    match pacing[k] {
+                        (ROOT, _) => t.saturating_sub(times[first as usize]),
+                        (_, gap) => (gap as f64 * factor).round() as u64,
+                    }
+                } else {
+                    prev.map_or(0, |p| t.saturating_sub(p))
+                };
                 prev = Some(t.max(prev.unwrap_or(0)));
                 let service = match &g.service_time_s {
                     Some(d) => {
@@ -369,7 +427,7 @@ pub fn append_trace(
                 };
                 turns.push(TurnPlan {
                     think_before: SimDuration(think),
-                    session_prompt_tokens: row.input,
+                    session_prompt_tokens: row.input - shared_len,
                     output_tokens: row.output,
                     service,
                 });
@@ -383,10 +441,27 @@ pub fn append_trace(
                     });
                 }
             }
-            let Some(first) = rows.iter().find(|&&r| rank[r as usize] < take) else {
-                continue;
-            };
-            let open_at = SimTime(times[*first as usize]);
+            let independent = g.agent.context == Context::Independent && !blocks;
+            let latency = calls.is_some_and(|c| c.has_latency());
+            let replay = (paced || independent || latency).then(|| {
+                let mut p = ReplayPlan::default();
+                p.independent = independent;
+                if let Some(c) = calls.filter(|_| latency) {
+                    p.recorded_ttft_ns = rows.iter().map(|&r| c.ttft_ns[r as usize]).collect();
+                    p.recorded_e2e_ns = rows
+                        .iter()
+                        .map(|&r| match c.end_ns[r as usize] {
+                            super::calls::NONE => super::calls::NONE,
+                            e => e - trace.rows[r as usize].t_ns,
+                        })
+                        .collect();
+                }
+                if paced {
+                    p = p.with_after(pacing.iter().map(|&(a, _)| a).collect());
+                }
+                Box::new(p)
+            });
+            let open_at = SimTime(times[first as usize]);
             let think_total: u64 = turns.iter().map(|t| t.think_before.0).sum();
             if open_at.0.saturating_add(think_total) >= HORIZON.0 {
                 return Err(beyond());
@@ -398,20 +473,43 @@ pub fn append_trace(
                 key: format!("{}-{n_sessions}", g.name),
                 open_at,
                 sends_key: g.sends_session_key,
-                shared: None,
+                shared,
                 source: source_id("trace-session", &g.name, (rep << 32) | si as u64),
                 turns,
                 hit_context_limit: false,
-                open_loop: g.mode == Mode::Open,
+                // Paced sessions keep several calls in flight, as open-loop ones do.
+                open_loop: g.mode == Mode::Open || paced,
                 trace_first,
+                replay,
             });
             n_sessions += 1;
             debug_assert!(index < u32::MAX as usize);
         }
     }
+    w.pacing.add(&counts);
+    if counts.arrival_gap_fallback > 0 {
+        w.notes.push(format!(
+            "warning: trace {}: {file}: {} of {} calls have no recorded end or think time before them; closed loop sends them the recorded arrival gap after the previous call completes (recorded service time is counted twice)",
+            g.name,
+            counts.arrival_gap_fallback,
+            m
+        ));
+    }
+    if paced {
+        w.notes.push(format!(
+            "trace {}: {file}: happens-before pacing: {} calls after a recorded end, {} after a think time, {} at a session offset ({} overlapped an earlier call)",
+            g.name, counts.after_recorded_end, counts.after_think_time, counts.at_session_offset, counts.overlapping
+        ));
+    }
+    if prefix_cut > 0 {
+        w.notes.push(format!(
+            "trace {}: {file}: {prefix_cut} sessions have a call shorter than shared_prefix_tokens; their shared prefix is cut to that call's prompt less one token",
+            g.name
+        ));
+    }
     w.notes.extend(trace.notes());
     w.notes.push(format!(
-        "trace {}: {file}: {} rows, {m} in the window, {replayed} requests replayed ({} loop, x{:.4} time, {} replay{}); sessions ({used}): {} per replay, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, longest {}, mean {:.2} turns",
+        "trace {}: {file}: {} rows, {m} in the window, {replayed} requests replayed ({} loop, x{:.4} time, {} replay{}); sessions ({used}): {} per replay, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, {} rejected for not growing, longest {}, mean {:.2} turns",
         g.name,
         trace.rows.len(),
         if g.mode == Mode::Open { "open" } else { "closed" },
@@ -423,6 +521,7 @@ pub fn append_trace(
         st.linked,
         st.branches,
         st.fanout_limited,
+        st.rejected_no_growth,
         st.longest_chain,
         st.mean_turns,
     ));

@@ -10,7 +10,10 @@
 //!   matching prefix wins; among equal prefixes, the most recent request. Sessions are
 //!   chains: the first request extending a parent continues its session; a further one
 //!   (a *branch*, e.g. a regenerated answer) opens a session of its own, up to `max_fanout`
-//!   extenders per parent, after which more are left unlinked.
+//!   extenders per parent, after which more are left unlinked. A request links only if its
+//!   input is also at least `min_growth_tokens` (default 1) longer than its parent's: a
+//!   sibling that re-sends the same context (a retry, a parallel sample) is not a later
+//!   turn; such rejected links are counted (`rejected_no_growth`).
 //! * `synthesize`: for traces without prefix data (Azure, BurstGPT). In arrival order, a
 //!   request opens a new session with probability `1 / mean_turns` (or when none is open);
 //!   otherwise it is the next turn of a session drawn uniformly from the `max_open` most
@@ -32,6 +35,8 @@ pub struct InferConfig {
     pub max_fanout: u32,
     /// Longest gap between a request and its extender, ns (`None`: any).
     pub max_gap_ns: Option<u64>,
+    /// Fewest tokens a request's input must exceed its parent's by.
+    pub min_growth_tokens: u32,
 }
 
 impl Default for InferConfig {
@@ -40,6 +45,7 @@ impl Default for InferConfig {
             min_shared_blocks: 2,
             max_fanout: 8,
             max_gap_ns: None,
+            min_growth_tokens: 1,
         }
     }
 }
@@ -121,6 +127,9 @@ pub struct InferStats {
     pub branches: u64,
     /// Requests left unlinked because their parent reached `max_fanout`.
     pub fanout_limited: u64,
+    /// Requests not linked to a parent whose blocks they extend because their input did
+    /// not grow by `min_growth_tokens` over it.
+    pub rejected_no_growth: u64,
     /// Longest chain (turns).
     pub longest_chain: u64,
     /// Mean turns per session.
@@ -193,7 +202,7 @@ pub fn infer(trace: &Trace, rows_in_order: &[u32], block_tokens: u32, cfg: &Infe
     let mut by_prefix: FxHashMap<u64, u32> = FxHashMap::default();
     let mut prefix = Vec::new();
     let mut sessions = 0u32;
-    let (mut branches, mut limited) = (0u64, 0u64);
+    let (mut branches, mut limited, mut no_growth) = (0u64, 0u64, 0u64);
     let min = cfg.min_shared_blocks.max(1) as usize;
     for &r in rows_in_order {
         let row = &trace.rows[r as usize];
@@ -206,6 +215,7 @@ pub fn infer(trace: &Trace, rows_in_order: &[u32], block_tokens: u32, cfg: &Infe
         }
         let mut parent = None;
         let mut hit_limit = false;
+        let mut not_grown = false;
         // Longest proper prefix first.
         for k in (min..blocks.len()).rev() {
             let Some(&p) = by_prefix.get(&prefix[k - 1]) else {
@@ -215,12 +225,19 @@ pub fn infer(trace: &Trace, rows_in_order: &[u32], block_tokens: u32, cfg: &Infe
             if cfg.max_gap_ns.is_some_and(|g| row.t_ns.saturating_sub(pr.t_ns) > g) {
                 continue;
             }
+            if u64::from(row.input) < u64::from(pr.input) + u64::from(cfg.min_growth_tokens) {
+                not_grown = true;
+                continue;
+            }
             if children[p as usize] >= cfg.max_fanout {
                 hit_limit = true;
                 continue;
             }
             parent = Some(p);
             break;
+        }
+        if not_grown && parent.is_none() {
+            no_growth += 1;
         }
         label[r as usize] = match parent {
             Some(p) => {
@@ -250,6 +267,7 @@ pub fn infer(trace: &Trace, rows_in_order: &[u32], block_tokens: u32, cfg: &Infe
     let mut st = InferStats::of(&s);
     st.branches = branches;
     st.fanout_limited = limited;
+    st.rejected_no_growth = no_growth;
     (s, st)
 }
 
@@ -324,6 +342,27 @@ mod tests {
         let (s, _) = infer(&t, &all(&t), 512, &cfg);
         assert_eq!(s.len(), 3);
         assert_eq!(s.session(1), &[1, 3]);
+    }
+
+    #[test]
+    fn links_need_growth() {
+        // Row 1 extends row 0's complete blocks but re-sends a shorter prompt: not a later
+        // turn. Row 2 extends both (the most recent, row 1, wins) and grows: linked.
+        let t = mooncake(&[(0, 1100, &[0, 1, 2]), (1, 1050, &[0, 1, 3]), (2, 1600, &[0, 1, 4, 5])]);
+        let (s, st) = infer(&t, &all(&t), 512, &InferConfig::default());
+        assert_eq!((s.session(0), s.session(1)), (&[0][..], &[1, 2][..]));
+        assert_eq!(st.rejected_no_growth, 1);
+        // Without the growth rule (min_growth_tokens = 0 still needs input >= parent's):
+        // 1050 < 1100 stays unlinked; at 1100 it links.
+        let t = mooncake(&[(0, 1100, &[0, 1, 2]), (1, 1100, &[0, 1, 3])]);
+        let (s, st) = infer(&t, &all(&t), 512, &InferConfig::default());
+        assert_eq!((s.len(), st.rejected_no_growth), (2, 1));
+        let cfg = InferConfig {
+            min_growth_tokens: 0,
+            ..InferConfig::default()
+        };
+        let (s, st) = infer(&t, &all(&t), 512, &cfg);
+        assert_eq!((s.len(), st.rejected_no_growth), (1, 0));
     }
 
     #[test]
