@@ -904,13 +904,7 @@ fn md_table(f: &SweepFile) -> Result<Vec<u8>> {
 }
 
 fn write_shard(p: &Path, f: &SweepFile) -> Result<()> {
-    if let Some(d) = p.parent() {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-    }
-    table::write_atomic(p, |o| {
-        o.extend(f.to_bytes()?);
-        Ok(())
-    })
+    table::write_file(p, f)
 }
 
 fn cmd_merge(a: MergeArgs) -> Result<ExitCode> {

@@ -23,7 +23,7 @@ pub mod space;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use crate::scenario::Source;
 use crate::sweep::exec::{ExecOptions, RunFailure, execute, shard_path};
@@ -96,16 +96,6 @@ pub fn round_plan(cands: &[Candidate], which: &[usize], seeds: &[u64], metrics: 
 /// `dir/rounds/round-R.json`.
 pub fn round_path(dir: &Path, r: usize) -> PathBuf {
     dir.join("rounds").join(format!("round-{r}.json"))
-}
-
-fn write_file(p: &Path, f: &SweepFile) -> Result<()> {
-    if let Some(d) = p.parent() {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-    }
-    table::write_atomic(p, |o| {
-        o.extend(f.to_bytes()?);
-        Ok(())
-    })
 }
 
 fn failure(f: RunFailure, file: &str) -> anyhow::Error {
@@ -182,7 +172,7 @@ pub fn drive(
                 executed += f.rows.len() as u64;
                 if let Some((k, n)) = opts.shard {
                     let p = shard_path(&shard_dir, k, n);
-                    write_file(
+                    table::write_file(
                         &p,
                         &SweepFile {
                             meta: meta.clone(),
@@ -213,7 +203,7 @@ pub fn drive(
                 f.rows.len(),
                 meta.runs
             );
-            write_file(&merged, &f)?;
+            table::write_file(&merged, &f)?;
             f.rows
         };
         let per = seeds.len();
