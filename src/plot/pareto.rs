@@ -109,11 +109,23 @@ impl Figure for ParetoPlot {
             .map_err(pe)?
             .label("Pareto front")
             .legend(move |(x, y)| Circle::new((x, y), 5, blue.filled()));
-        // Label at most 12 front points (the first ones along x) to keep the plot legible.
-        for p in front.iter().take(12) {
+        // Label at most 12 front points (the first ones along x), each position once with
+        // a count of the candidates that share it, to keep the plot legible.
+        let mut labelled: Vec<(f64, f64)> = Vec::new();
+        for p in &front {
+            if labelled.len() == 12 || labelled.contains(&(p.1, p.2)) {
+                continue;
+            }
+            labelled.push((p.1, p.2));
+            let same = front.iter().filter(|q| (q.1, q.2) == (p.1, p.2)).count();
+            let text = if same > 1 {
+                format!("{} (+{} at the same point)", clip(&p.0, 40), same - 1)
+            } else {
+                clip(&p.0, 44)
+            };
             chart
                 .draw_series(std::iter::once(Text::new(
-                    clip(&p.0, 44),
+                    text,
                     (p.1, p.2),
                     font(10.0).pos(plotters::style::text_anchor::Pos::new(
                         plotters::style::text_anchor::HPos::Left,
@@ -141,6 +153,8 @@ impl Figure for ParetoPlot {
                     .legend(move |(x, y)| TriangleMarker::new((x, y), 6, colour.filled()));
             }
         }
-        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
+        // Lower right: with two metrics to minimize, the front is lower left and the worst
+        // candidates upper right.
+        draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
     }
 }
