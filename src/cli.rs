@@ -84,6 +84,13 @@ enum Command {
     /// Example: sim trace inspect traces/mooncake_conversation_sample.jsonl --json
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Recommend a routing configuration for the scenario's fleet and traffic: successive
+    /// halving over a space of policies and parameters on common seeds, a ranked table
+    /// with 95% intervals, why the winner wins, the Pareto front, and the winner as TOML
+    /// and router flags (docs/tune.md).
+    ///
+    /// Example: sim tune scenarios/burst8.toml --budget 400 --out out/tune-burst8
+    Tune(Box<crate::tune::cli::TuneArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -428,6 +435,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Explain(a) => cmd_explain(a),
         Command::Bench(a) => cmd_bench(a),
         Command::Trace(t) => cmd_trace(t),
+        Command::Tune(a) => crate::tune::cli::cmd_tune(*a),
     }
 }
 
@@ -977,13 +985,7 @@ fn md_table(f: &SweepFile) -> Result<Vec<u8>> {
 }
 
 fn write_shard(p: &Path, f: &SweepFile) -> Result<()> {
-    if let Some(d) = p.parent() {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-    }
-    table::write_atomic(p, |o| {
-        o.extend(f.to_bytes()?);
-        Ok(())
-    })
+    table::write_file(p, f)
 }
 
 fn cmd_merge(a: MergeArgs) -> Result<ExitCode> {

@@ -51,4 +51,5 @@ pub mod sim;
 pub mod sweep;
 pub mod time;
 pub mod trace;
+pub mod tune;
 pub mod workload;

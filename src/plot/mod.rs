@@ -7,6 +7,7 @@
 //!
 //! Plot code sees only result data (sweep aggregates, run time series), never the simulator.
 
+pub mod pareto;
 pub mod series;
 pub mod sweep;
 

@@ -402,6 +402,17 @@ pub fn write_atomic(path: &Path, f: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> 
     crate::atomic::write_file(path, &buf)
 }
 
+/// Writes a sweep, shard or partial file atomically, creating its folder.
+pub fn write_file(path: &Path, f: &SweepFile) -> Result<()> {
+    if let Some(d) = path.parent() {
+        fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    write_atomic(path, |o| {
+        o.extend(f.to_bytes()?);
+        Ok(())
+    })
+}
+
 /// `sweep.csv`: one row per run.
 pub fn write_runs_csv(out: &mut Vec<u8>, meta: &Meta, rows: &[RunRow]) -> Result<()> {
     let cols = columns(rows);

@@ -1,0 +1,192 @@
+//! `sim tune` on the command line: arguments, the run, what is printed and written.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow};
+use clap::Args;
+
+use super::halving::{Search, Settings};
+use super::objective::{DEFAULT_OBJECTIVE, DEFAULT_PARETO, Objective, constraints, pareto_metrics};
+use super::{InvariantBroken, Options, Outcome, drive, report, space};
+use crate::scenario::{Source, parse_set};
+
+/// Default budget: this many runs per candidate.
+pub const DEFAULT_RUNS_PER_CANDIDATE: u64 = 8;
+
+/// `sim tune` arguments.
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    /// Scenario file (TOML): the fleet and the workload or trace to tune for.
+    scenario: PathBuf,
+    /// The first seed (default: the scenario's); seeds are SEED, SEED+1, ... for every candidate.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=i64::MAX as u64))]
+    seed: Option<u64>,
+    /// Override any scenario key before tuning (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE", value_parser = parse_set)]
+    sets: Vec<(String, String)>,
+    /// Space file: [[policy]] entries whose lists expand to candidates (default: every
+    /// catalogue policy with its upstream defaults and the parameters that matter; see
+    /// scenarios/tune/default-space.toml).
+    #[arg(long, value_name = "SPACE.toml")]
+    space: Option<PathBuf>,
+    /// Weighted objective, lower is better: METRIC[=WEIGHT],... Each metric counts in units
+    /// of the scenario's own mean; hit rates and throughputs are maximized.
+    #[arg(long, default_value = DEFAULT_OBJECTIVE)]
+    objective: String,
+    /// A bound every recommendation must meet, in the [expect] syntax:
+    /// 'mean(ttft_s.p99) <= 2' (a bare metric must hold on every seed). Repeatable.
+    #[arg(long = "constraint", value_name = "BOUND")]
+    constraints: Vec<String>,
+    /// Two or three metrics for the Pareto front and plot.
+    #[arg(long, default_value = DEFAULT_PARETO, value_name = "M1,M2[,M3]")]
+    pareto: String,
+    /// Total runs (default: 8 per candidate).
+    #[arg(long, value_name = "RUNS")]
+    budget: Option<u64>,
+    /// Keep the best 1/ETA of the candidates each round.
+    #[arg(long, default_value_t = 3)]
+    eta: u64,
+    /// Stop early when the leader beats the runner-up at this one-sided confidence
+    /// (paired t-test on common seeds, checked from the second round on).
+    #[arg(long, default_value_t = 0.95)]
+    confidence: f64,
+    /// Seeds per candidate in the screening round (at least 2).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
+    screen_seeds: u64,
+    /// Run every candidate on BUDGET / candidates seeds instead of halving (the exhaustive
+    /// sweep to check successive halving against).
+    #[arg(long)]
+    exhaustive: bool,
+    /// Worker threads (default: all cores). The result does not depend on it.
+    #[arg(long, short)]
+    jobs: Option<usize>,
+    /// Run only shard K of N of each round (0-based); run every shard again after each
+    /// round until one prints the recommendation.
+    #[arg(long, value_name = "K/N", value_parser = crate::sweep::exec::parse_shard)]
+    shard: Option<(u64, u64)>,
+    /// Output folder (default: out/tune/<scenario name>); completed rounds there are reused.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the candidates and exit without running.
+    #[arg(long)]
+    list: bool,
+    /// Rows of the ranked table printed (all are written to tune.md and tune.csv).
+    #[arg(long, default_value_t = 12)]
+    top: usize,
+    /// Do not draw the Pareto plot.
+    #[arg(long)]
+    no_plots: bool,
+    /// No progress bars, no report on stdout (files are still written).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Runs `sim tune`.
+pub fn cmd_tune(a: TuneArgs) -> Result<ExitCode> {
+    match tune(a) {
+        Err(e) if e.downcast_ref::<InvariantBroken>().is_some() => {
+            eprintln!("error: {e:#}");
+            Ok(ExitCode::from(1))
+        }
+        other => other,
+    }
+}
+
+fn tune(a: TuneArgs) -> Result<ExitCode> {
+    let mut sets = a.sets.clone();
+    if let Some(seed) = a.seed {
+        sets.push(("seed".into(), seed.to_string()));
+    }
+    let mut src = Source::read(&a.scenario)?;
+    src.apply(&sets, "--set")?;
+    let (base, _, _) = src.build()?;
+    let (space, strict) = match &a.space {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            (
+                space::parse(&text, &p.display().to_string()).map_err(|m| anyhow!(m))?,
+                true,
+            )
+        }
+        None => (space::default_space(), false),
+    };
+    let (cands, dropped) = space::resolve(&src, space, strict).map_err(|m| anyhow!(m))?;
+    if a.list {
+        for (i, c) in cands.iter().enumerate() {
+            println!("{i}\t{}", c.label);
+        }
+        for d in &dropped {
+            println!("-\t{}\t(left out: {})", d.label, d.reason);
+        }
+        eprintln!("{} candidates ({} left out)", cands.len(), dropped.len());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let objective = Objective::parse(&a.objective).map_err(|m| anyhow!(m))?;
+    let bounds = constraints(&a.constraints).map_err(|m| anyhow!(m))?;
+    let pareto = pareto_metrics(&a.pareto).map_err(|m| anyhow!(m))?;
+    let budget = a.budget.unwrap_or(DEFAULT_RUNS_PER_CANDIDATE * cands.len() as u64);
+    let base_seed = src
+        .table
+        .get("seed")
+        .and_then(toml::Value::as_integer)
+        .unwrap_or(1)
+        .max(0) as u64;
+    let settings = Settings {
+        budget,
+        eta: a.eta,
+        confidence: a.confidence,
+        min_seeds: a.screen_seeds,
+        exhaustive: a.exhaustive,
+    };
+    let mut search = Search::new(cands.len(), settings, objective, bounds, base_seed).map_err(|m| anyhow!(m))?;
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
+    let dir = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("out").join("tune").join(&base.sim.name));
+    let start = Instant::now();
+    let opts = Options {
+        jobs,
+        shard: a.shard,
+        dir: dir.clone(),
+        progress: !a.quiet,
+    };
+    let outcome = drive(&src, &base.sim.name, &sets, &cands, &mut search, &opts)?;
+    let (executed, wall) = match outcome {
+        Outcome::Waiting { round, missing } => {
+            if !a.quiet {
+                println!(
+                    "round {} shard done; waiting for {} more shard file(s) (e.g. {}); run every shard again when they are there",
+                    round + 1,
+                    missing.len(),
+                    missing[0].display()
+                );
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Outcome::Done { executed, wall } => (executed, wall),
+    };
+    let rep = report::build(&src, &base.sim.name, &cands, &dropped, &search, &pareto);
+    let written = report::write(&dir, &rep, !a.no_plots)?;
+    if !a.quiet {
+        print!("{}", report::render(&rep, a.top));
+        let names: Vec<String> = written
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        println!("\nwrote {}/{{{}}}", dir.display(), names.join(","));
+        eprintln!(
+            "{executed} runs executed ({} reused from {}) in {:.2} s on {jobs} threads ({:.2} s total)",
+            search.used - executed,
+            dir.join("rounds").display(),
+            wall.as_secs_f64(),
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

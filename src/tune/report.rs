@@ -1,0 +1,560 @@
+//! What `sim tune` reports: a pure function of the candidates and the finished search.
+//! The ranked table (means and 95% intervals), why the winner wins (paired differences
+//! against the runner-up and against the scenario's own configuration, on common seeds),
+//! the Pareto front, the winner as TOML and as router flags, and the files they go to.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::flags::{Flags, production_stack};
+use super::halving::{Paired, Search, Settings, Stop, paired};
+use super::objective::{maximize, pareto_front};
+use super::space::{Candidate, Dropped, OWN};
+use crate::scenario::Source;
+use crate::sweep::table::{Stat, fmt_mean_ci, fmt_stat, write_atomic};
+
+/// Mean and 95% interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct MeanCi {
+    /// Mean.
+    pub mean: f64,
+    /// Half-width (NaN below 2 seeds).
+    pub ci95: f64,
+}
+
+impl MeanCi {
+    fn of(xs: &[f64]) -> MeanCi {
+        let s = Stat::of(xs);
+        MeanCi {
+            mean: s.mean,
+            ci95: s.ci95,
+        }
+    }
+
+    fn text(&self) -> String {
+        fmt_mean_ci(self.mean, self.ci95)
+    }
+}
+
+/// One ranked candidate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// 1-based.
+    pub rank: usize,
+    /// Candidate label.
+    pub candidate: String,
+    /// Seeds it ran.
+    pub seeds: usize,
+    /// Last round it reached on merit (1-based).
+    pub round: usize,
+    /// Meets every constraint.
+    pub feasible: bool,
+    /// Objective score (lower is better; the scenario's own is about the sum of weights).
+    pub score: MeanCi,
+    /// The shown metrics, in [`Report::metrics`] order.
+    pub metrics: Vec<MeanCi>,
+}
+
+/// One metric of a paired comparison.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Diff {
+    /// Metric.
+    pub metric: String,
+    /// Winner's mean on the common seeds.
+    pub winner: f64,
+    /// The other's mean on the common seeds.
+    pub other: f64,
+    /// Paired difference winner - other.
+    pub diff: Paired,
+    /// The 95% interval of the difference excludes 0.
+    pub significant: bool,
+    /// The difference favours the winner.
+    pub favours_winner: bool,
+}
+
+/// The winner against another candidate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    /// The other candidate.
+    pub other: String,
+    /// Common seeds.
+    pub seeds: u64,
+    /// Configuration differences: `key: other -> winner`.
+    pub config: Vec<String>,
+    /// Objective score, paired: other - winner (the winner's lead; p small = a real lead).
+    pub score: Paired,
+    /// Every shown metric.
+    pub metrics: Vec<Diff>,
+}
+
+/// The Pareto front on the screening seeds (which every candidate ran).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Pareto {
+    /// Its metrics.
+    pub metrics: Vec<String>,
+    /// Seeds the means are over.
+    pub seeds: Vec<u64>,
+    /// `(candidate, means)` for every candidate, in candidate order.
+    pub points: Vec<(String, Vec<f64>)>,
+    /// Indices into `points` of the non-dominated candidates.
+    pub front: Vec<usize>,
+}
+
+/// One round, summarized.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RoundSummary {
+    /// Candidates that ran.
+    pub candidates: usize,
+    /// New seeds each ran.
+    pub seeds: Vec<u64>,
+    /// Leader after the round.
+    pub leader: String,
+    /// Leader against runner-up on every seed so far.
+    pub leader_vs_runner_up: Option<Paired>,
+}
+
+/// Everything `sim tune` reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// The objective as used (with its scales).
+    pub objective: String,
+    /// Constraints.
+    pub constraints: Vec<String>,
+    /// Search settings.
+    pub settings: Settings,
+    /// Candidates searched (the scenario's own first).
+    pub candidates: usize,
+    /// Candidates left out, with why.
+    pub dropped: Vec<(String, String)>,
+    /// Runs used.
+    pub runs: u64,
+    /// Why the search ended.
+    pub stop: Option<Stop>,
+    /// Rounds.
+    pub rounds: Vec<RoundSummary>,
+    /// The metrics of the table.
+    pub metrics: Vec<String>,
+    /// Ranked candidates.
+    pub ranked: Vec<Row>,
+    /// The recommendation.
+    pub winner: String,
+    /// Against the runner-up.
+    pub vs_runner_up: Option<Comparison>,
+    /// Against the scenario's own configuration (absent when it wins).
+    pub vs_scenario: Option<Comparison>,
+    /// The Pareto front.
+    pub pareto: Pareto,
+    /// The winner as scenario TOML.
+    pub snippet: String,
+    /// The winner as production-stack flags, when it is a production-stack router.
+    pub flags: Option<Flags>,
+}
+
+/// The `[router]` table of the scenario with `c` applied (policy included).
+fn effective_router(src: &Source, c: &Candidate) -> toml::Table {
+    let mut s = src.clone();
+    if s.apply(&c.sets, "tune").is_err() {
+        return toml::Table::new();
+    }
+    s.table
+        .get("router")
+        .and_then(toml::Value::as_table)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn show(v: Option<&toml::Value>) -> String {
+    match v {
+        None => "default".into(),
+        Some(toml::Value::String(s)) => s.clone(),
+        Some(x) => x.to_string(),
+    }
+}
+
+/// `key: other -> winner` for every router key or policy parameter that differs.
+fn config_diff(src: &Source, winner: &Candidate, other: &Candidate) -> Vec<String> {
+    let (w, o) = (effective_router(src, winner), effective_router(src, other));
+    let mut out = Vec::new();
+    let empty = toml::Table::new();
+    let wp = w.get("policy").and_then(toml::Value::as_table).unwrap_or(&empty);
+    let op = o.get("policy").and_then(toml::Value::as_table).unwrap_or(&empty);
+    let mut keys: Vec<&String> = wp.keys().chain(op.keys()).collect();
+    keys.sort_by_key(|k| (*k != "kind", k.to_string()));
+    keys.dedup();
+    for k in keys {
+        if wp.get(k) != op.get(k) {
+            out.push(format!("router.policy.{k}: {} -> {}", show(op.get(k)), show(wp.get(k))));
+        }
+    }
+    let mut keys: Vec<&String> = w.keys().chain(o.keys()).filter(|k| *k != "policy").collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        if w.get(k) != o.get(k) {
+            out.push(format!("router.{k}: {} -> {}", show(o.get(k)), show(w.get(k))));
+        }
+    }
+    out
+}
+
+fn compare(search: &Search, cands: &[Candidate], src: &Source, metrics: &[String], w: usize, o: usize) -> Comparison {
+    let n = search.runs[w].len().min(search.runs[o].len());
+    let cut = |v: Vec<f64>| v[..n].to_vec();
+    let diffs = metrics
+        .iter()
+        .map(|m| {
+            let (a, b) = (cut(search.values(w, m)), cut(search.values(o, m)));
+            // d = a - b: winner - other.
+            let d = paired(&b, &a);
+            let significant = d.ci95.is_finite() && d.mean.abs() > d.ci95;
+            Diff {
+                metric: m.clone(),
+                winner: Stat::of(&a).mean,
+                other: Stat::of(&b).mean,
+                diff: d,
+                significant,
+                favours_winner: if maximize(m) { d.mean > 0.0 } else { d.mean < 0.0 },
+            }
+        })
+        .collect();
+    // other - winner: the winner's lead, with the p-value of "it has none".
+    let s = paired(&cut(search.scores(w)), &cut(search.scores(o)));
+    Comparison {
+        other: cands[o].label.clone(),
+        seeds: n as u64,
+        config: config_diff(src, &cands[w], &cands[o]),
+        score: s,
+        metrics: diffs,
+    }
+}
+
+/// The winner as a ready-to-paste scenario fragment.
+pub fn snippet(scenario: &str, objective: &str, c: &Candidate) -> String {
+    let mut router = c.router.clone();
+    router.insert("policy".into(), toml::Value::Table(c.policy.clone()));
+    let mut top = toml::Table::new();
+    top.insert("router".into(), toml::Value::Table(router));
+    let body = toml::to_string(&top).unwrap_or_default();
+    let what = if c.label == OWN {
+        "the scenario's own configuration is the best found"
+    } else {
+        "parameters not written keep their upstream defaults"
+    };
+    format!("# sim tune {scenario}: recommended for {objective}\n# ({what})\n{body}")
+}
+
+/// Builds the report.
+pub fn build(
+    src: &Source,
+    scenario: &str,
+    cands: &[Candidate],
+    dropped: &[Dropped],
+    search: &Search,
+    pareto_metrics: &[String],
+) -> Report {
+    let mut metrics: Vec<String> = Vec::new();
+    let wanted = search
+        .objective
+        .terms
+        .iter()
+        .map(|t| t.metric.clone())
+        .chain(pareto_metrics.iter().cloned())
+        .chain(search.constraints.iter().map(|c| c.metric.clone()))
+        .chain(crate::sweep::spec::DEFAULT_METRICS.iter().map(|s| s.to_string()));
+    for m in wanted {
+        if !metrics.contains(&m) {
+            metrics.push(m);
+        }
+    }
+    let order = search.final_ranking();
+    let ranked: Vec<Row> = order
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| Row {
+            rank: i + 1,
+            candidate: cands[c].label.clone(),
+            seeds: search.runs[c].len(),
+            round: search.merit_round(c) + 1,
+            feasible: search.feasible(c),
+            score: MeanCi::of(&search.scores(c)),
+            metrics: metrics.iter().map(|m| MeanCi::of(&search.values(c, m))).collect(),
+        })
+        .collect();
+    let w = order[0];
+    let runner = order.get(1).copied();
+    let screen = search.rounds.first().map_or(0, |r| r.seeds.len());
+    let points: Vec<(String, Vec<f64>)> = cands
+        .iter()
+        .enumerate()
+        .map(|(c, cand)| {
+            let v = pareto_metrics
+                .iter()
+                .map(|m| Stat::of(&search.values(c, m)[..screen.min(search.runs[c].len())]).mean)
+                .collect();
+            (cand.label.clone(), v)
+        })
+        .collect();
+    let dirs: Vec<bool> = pareto_metrics.iter().map(|m| maximize(m)).collect();
+    let vals: Vec<Vec<f64>> = points.iter().map(|p| p.1.clone()).collect();
+    let objective = search.objective.describe();
+    let mut alt = src.clone();
+    let flags = alt
+        .apply(&cands[w].sets, "tune")
+        .ok()
+        .and_then(|_| alt.scenario().ok())
+        .and_then(|sc| production_stack(&sc.sim.router));
+    Report {
+        scenario: scenario.to_string(),
+        objective: objective.clone(),
+        constraints: search.constraints.iter().map(|c| c.to_string()).collect(),
+        settings: search.settings.clone(),
+        candidates: cands.len(),
+        dropped: dropped.iter().map(|d| (d.label.clone(), d.reason.clone())).collect(),
+        runs: search.used,
+        stop: search.stop,
+        rounds: search
+            .rounds
+            .iter()
+            .map(|r| RoundSummary {
+                candidates: r.candidates.len(),
+                seeds: r.seeds.clone(),
+                leader: cands[r.ranking[0]].label.clone(),
+                leader_vs_runner_up: r.leader_vs_runner_up,
+            })
+            .collect(),
+        ranked,
+        winner: cands[w].label.clone(),
+        vs_runner_up: runner.map(|r| compare(search, cands, src, &metrics, w, r)),
+        vs_scenario: (w != 0).then(|| compare(search, cands, src, &metrics, w, 0)),
+        pareto: Pareto {
+            metrics: pareto_metrics.to_vec(),
+            seeds: search.rounds.first().map(|r| r.seeds.clone()).unwrap_or_default(),
+            front: pareto_front(&vals, &dirs),
+            points,
+        },
+        snippet: snippet(scenario, &objective, &cands[w]),
+        flags,
+        metrics,
+    }
+}
+
+fn why(out: &mut String, c: &Comparison, against: &str) {
+    let _ = writeln!(
+        out,
+        "\nAgainst {against} `{}` ({} common seeds; the winner's objective lead {} ± {}, paired, p = {}):",
+        c.other,
+        c.seeds,
+        fmt_stat(c.score.mean),
+        fmt_stat(c.score.ci95),
+        fmt_stat(c.score.p)
+    );
+    if c.config.is_empty() {
+        let _ = writeln!(out, "- configuration: identical router settings");
+    }
+    for d in &c.config {
+        let _ = writeln!(out, "- {d}");
+    }
+    let sig: Vec<&Diff> = c.metrics.iter().filter(|d| d.significant).collect();
+    if sig.is_empty() {
+        let _ = writeln!(out, "- no shown metric differs beyond its 95% interval on these seeds");
+    }
+    for d in sig {
+        let _ = writeln!(
+            out,
+            "- {}: {} vs {} ({} {}, paired 95% CI ± {})",
+            d.metric,
+            fmt_stat(d.winner),
+            fmt_stat(d.other),
+            if d.favours_winner { "better by" } else { "worse by" },
+            fmt_stat(d.diff.mean.abs()),
+            fmt_stat(d.diff.ci95)
+        );
+    }
+}
+
+/// The report as Markdown; `top` limits the ranked table (the rest is summarized).
+pub fn render(r: &Report, top: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# sim tune: {}\n", r.scenario);
+    let _ = writeln!(out, "objective (lower is better): {}", r.objective);
+    if !r.constraints.is_empty() {
+        let _ = writeln!(out, "constraints: {}", r.constraints.join("; "));
+    }
+    let stop = match r.stop {
+        Some(Stop::Confident) => format!(
+            "stopped: the leader beat the runner-up at {}% confidence",
+            r.settings.confidence * 100.0
+        ),
+        Some(Stop::Exhaustive) => "exhaustive: every candidate on every seed".into(),
+        _ => "stopped: budget spent".into(),
+    };
+    let _ = writeln!(
+        out,
+        "{} candidates, {} of {} runs in {} rounds (successive halving, eta {}); {stop}",
+        r.candidates,
+        r.runs,
+        r.settings.budget,
+        r.rounds.len(),
+        r.settings.eta
+    );
+    for (i, rd) in r.rounds.iter().enumerate() {
+        let p = rd.leader_vs_runner_up.map_or(String::new(), |p| {
+            format!(
+                ", ahead of the runner-up by {} (p = {})",
+                fmt_stat(p.mean),
+                fmt_stat(p.p)
+            )
+        });
+        let seeds = match (rd.seeds.first(), rd.seeds.last()) {
+            (Some(a), Some(b)) if a != b => format!("seeds {a}-{b}"),
+            (Some(a), _) => format!("seed {a}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "- round {}: {} candidates x {seeds}; leader `{}`{p}",
+            i + 1,
+            rd.candidates,
+            rd.leader
+        );
+    }
+    let _ = writeln!(out, "\n## Ranking (mean ± 95% CI over each candidate's seeds)\n");
+    let mut head = vec!["rank", "candidate", "seeds", "score"];
+    head.extend(r.metrics.iter().map(String::as_str));
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
+    for row in r.ranked.iter().take(top) {
+        let mut cells = vec![
+            row.rank.to_string(),
+            format!(
+                "{}{}",
+                row.candidate,
+                if row.feasible { "" } else { " (violates constraints)" }
+            ),
+            row.seeds.to_string(),
+            row.score.text(),
+        ];
+        cells.extend(row.metrics.iter().map(MeanCi::text));
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+    if r.ranked.len() > top {
+        let _ = writeln!(out, "\n({} more in tune.md and tune.csv)", r.ranked.len() - top);
+    }
+    let _ = writeln!(out, "\n## Winner: `{}`", r.winner);
+    if let Some(c) = &r.vs_runner_up {
+        why(&mut out, c, "the runner-up");
+    }
+    match &r.vs_scenario {
+        Some(c) => why(&mut out, c, "the scenario's own configuration"),
+        None => {
+            let _ = writeln!(out, "\nThe scenario's own configuration is the best candidate found.");
+        }
+    }
+    let _ = writeln!(out, "\n```toml\n{}```", r.snippet);
+    if let Some(f) = &r.flags {
+        let _ = writeln!(
+            out,
+            "\nproduction-stack router flags:\n\n```\nvllm-router {}\n```",
+            f.line()
+        );
+        for n in &f.notes {
+            let _ = writeln!(out, "- {n}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n## Pareto front ({}; means over the screening seeds)\n",
+        r.pareto.metrics.join(", ")
+    );
+    for &i in &r.pareto.front {
+        let (label, v) = &r.pareto.points[i];
+        let vals: Vec<String> = r
+            .pareto
+            .metrics
+            .iter()
+            .zip(v)
+            .map(|(m, x)| format!("{m} {}", fmt_stat(*x)))
+            .collect();
+        let _ = writeln!(out, "- `{label}`: {}", vals.join(", "));
+    }
+    if !r.dropped.is_empty() {
+        let _ = writeln!(out, "\n{} space entries left out:", r.dropped.len());
+        for (l, why) in &r.dropped {
+            let _ = writeln!(out, "- `{l}`: {why}");
+        }
+    }
+    out
+}
+
+fn csv(r: &Report) -> Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut head = vec![
+        "rank".to_string(),
+        "candidate".into(),
+        "seeds".into(),
+        "round".into(),
+        "feasible".into(),
+        "score_mean".into(),
+        "score_ci95".into(),
+    ];
+    for m in &r.metrics {
+        head.push(format!("{m}_mean"));
+        head.push(format!("{m}_ci95"));
+    }
+    w.write_record(&head)?;
+    let num = |x: f64| {
+        if x.is_nan() {
+            String::new()
+        } else {
+            serde_json::Value::from(x).to_string()
+        }
+    };
+    for row in &r.ranked {
+        let mut rec = vec![
+            row.rank.to_string(),
+            row.candidate.clone(),
+            row.seeds.to_string(),
+            row.round.to_string(),
+            u8::from(row.feasible).to_string(),
+            num(row.score.mean),
+            num(row.score.ci95),
+        ];
+        for m in &row.metrics {
+            rec.push(num(m.mean));
+            rec.push(num(m.ci95));
+        }
+        w.write_record(&rec)?;
+    }
+    Ok(w.into_inner()?)
+}
+
+/// Writes tune.md, tune.json, tune.csv, winner.toml and the Pareto plot into `dir`.
+pub fn write(dir: &Path, r: &Report, plots: bool) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
+        let p = dir.join(name);
+        write_atomic(&p, |b| {
+            b.extend(bytes);
+            Ok(())
+        })?;
+        written.push(p);
+        Ok(())
+    };
+    put("tune.md", render(r, usize::MAX).into_bytes())?;
+    let mut js = serde_json::to_vec_pretty(r)?;
+    js.push(b'\n');
+    put("tune.json", js)?;
+    put("tune.csv", csv(r)?)?;
+    put("winner.toml", r.snippet.clone().into_bytes())?;
+    if plots {
+        let fig = crate::plot::pareto::ParetoPlot::new(r);
+        written.extend(crate::plot::save(&fig, &dir.join("pareto"))?);
+    }
+    Ok(written)
+}
