@@ -616,6 +616,43 @@ mod tests {
     }
 
     #[test]
+    fn shared_prefix_and_context_without_hashes() {
+        let mut g = TraceGroupConfig::new("p", "s.csv");
+        let ctx =
+            "c = { session = \"s\", start_s = \"t\", input_tokens = \"i\", output_tokens = \"o\", model = \"m\" }";
+        let cols = toml::from_str::<toml::Table>(ctx).unwrap()["c"].clone();
+        let sp = toml::Value::Table(toml::from_str("m1 = 100").unwrap());
+        super::super::agent_cfg::apply(&mut g.agent, None, Some(&cols), None, Some(&sp), None).unwrap();
+        let text = "s,t,i,o,m\na,0,300,5,m1\nb,1,200,5,m1\na,2,400,5,m1\nc,3,50,5,m1\nd,4,300,5,m2\n";
+        let t =
+            super::super::calls::read_any(text.as_bytes(), "s.csv", Format::Sessions, false, &g.agent.read).unwrap();
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        let c = |s: u32, k: usize| w.content(crate::ids::SessionId(s), k);
+        // a and b share the model's 100-token prefix; a's second call extends its first.
+        assert_eq!(c(0, 0).segments[0], c(1, 0).segments[0]);
+        assert_eq!(c(0, 0).segments[0].len, 100);
+        assert_eq!(c(0, 1).prompt_tokens, 400);
+        assert_eq!(c(0, 0).segments[1].source, c(0, 1).segments[1].source);
+        assert_ne!(c(0, 0).segments[1].source, c(1, 0).segments[1].source);
+        // c's 50-token call cuts its prefix to 49 tokens; d's model has none.
+        assert_eq!(c(2, 0).segments[0].len, 49);
+        assert_eq!(c(3, 0).segments.len(), 1);
+        assert!(
+            w.notes.iter().any(|n| n.contains("1 sessions have a call shorter")),
+            "{:?}",
+            w.notes
+        );
+        // Independent calls: same prefix, their own stream each.
+        g.agent.context = super::super::agent_cfg::Context::Independent;
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        let c = |s: u32, k: usize| w.content(crate::ids::SessionId(s), k);
+        assert_eq!(c(0, 0).segments[0], c(0, 1).segments[0]);
+        assert_ne!(c(0, 0).segments[1].source, c(0, 1).segments[1].source);
+    }
+
+    #[test]
     fn jitter_is_seeded() {
         let t = native("0,,,100,5,\n0,,,100,5,\n");
         let mut g = TraceGroupConfig::new("j", "n.csv");
