@@ -248,6 +248,9 @@ fn mutate(data: &[u8], rng: &mut Pcg64) -> Vec<u8> {
     d
 }
 
+/// Writes a mutated input into a folder and returns the arguments of `sim`.
+type ArgsOf = Box<dyn Fn(&[u8], &Path) -> Vec<String> + Sync>;
+
 /// One input kind: a corpus, how a mutated input becomes a command, and a case count.
 struct Kind {
     name: &'static str,
@@ -255,7 +258,7 @@ struct Kind {
     cases: usize,
     allow_1: bool,
     /// Writes the input into `dir` and returns the arguments of `sim`.
-    command: Box<dyn Fn(&[u8], &Path) -> Vec<String> + Sync>,
+    command: ArgsOf,
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
@@ -488,7 +491,7 @@ fn reproducers(dir: &Path) -> Vec<(Vec<String>, i32, &'static str)> {
         dir,
         "repeat.toml",
         format!(
-            "name = \"rep\"\n[backends]\ncount = 2\n[[workload.traces]]\nfile = \"{}\"\nrepeat = 1000000\n",
+            "name = \"rep\"\n[backends]\ncount = 2\n[router.policy]\nkind = \"roundrobin\"\n[[workload.traces]]\nfile = \"{}\"\nrepeat = 1000000\n",
             root().join("traces/peer_benchmark_4000.csv").display()
         )
         .as_bytes(),
