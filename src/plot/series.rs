@@ -86,7 +86,13 @@ impl BackendSeries {
                 .enumerate()
                 .map(|(i, s)| {
                     let b = &summary.backends[i];
-                    (b.name.clone(), b.slots, reduce(s, end_s))
+                    // A profiled backend's panel says what hardware it is.
+                    let name = if b.profile.is_empty() {
+                        b.name.clone()
+                    } else {
+                        format!("{} ({})", b.name, b.profile)
+                    };
+                    (name, b.slots, reduce(s, end_s))
                 })
                 .collect(),
         }
