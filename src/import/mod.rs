@@ -159,12 +159,13 @@ pub fn run(a: ImportArgs) -> Result<std::process::ExitCode> {
         .and_then(|s| s.to_str())
         .unwrap_or("imported")
         .to_string();
+    // The folder first: a trace path is resolved against it.
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    }
     // The written scenario must load: check before writing (results are whole or absent).
     crate::scenario::load_str(&text, &a.out.display().to_string(), &stem, &[])
         .map_err(|e| anyhow::anyhow!("the imported scenario does not validate (please report): {e}"))?;
-    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
     std::fs::write(&a.out, &text).map_err(|e| anyhow::anyhow!("{}: {e}", a.out.display()))?;
     eprintln!(
         "wrote {}; run it with: sim run {} --out out/{stem}",

@@ -593,6 +593,21 @@ mod tests {
     }
 
     #[test]
+    fn roofline_against_the_fit_where_both_exist() {
+        // docs/your-fleet.md: on H100 the roofline derivation gives 4794 / 31.4 / 40.1 µs
+        // against BLIS's fitted 5753 / 17.3 / 6.0 for Llama-3.1-8B.
+        let r = roofline(model_for("llama-3.1-8b").unwrap(), gpu("h100"), 1);
+        assert_eq!(
+            (
+                r.beta0_us.round(),
+                (r.beta1_us * 10.0).round(),
+                (r.beta2_us * 10.0).round()
+            ),
+            (4794.0, 314.0, 401.0)
+        );
+    }
+
+    #[test]
     fn model_names_map_from_vllm_serve_arguments() {
         assert_eq!(model_for("Qwen/Qwen3-14B").unwrap().name, "qwen3-14b");
         assert_eq!(
