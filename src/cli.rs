@@ -91,6 +91,17 @@ enum Command {
     ///
     /// Example: sim tune scenarios/burst8.toml --budget 400 --out out/tune-burst8
     Tune(Box<crate::tune::cli::TuneArgs>),
+    /// List the model/GPU/TP profiles (`profile = "..."` in [[backends.groups]]): step-time
+    /// coefficients, KV capacity derived as vLLM does, and each one's source and commit.
+    ///
+    /// Example: sim profiles --json
+    Profiles(crate::profiles::ProfilesArgs),
+    /// Write a commented scenario from a deployment's production-stack router flags, Helm
+    /// values and `vllm serve` flags; each value's comment names the flag or key it came from.
+    ///
+    /// Example: sim import --router-args "--routing-logic prefixaware --static-backends
+    ///          http://a:8000,http://b:8000 --static-models m,m" -o out/mine.toml
+    Import(Box<crate::import::ImportArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -436,6 +447,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Bench(a) => cmd_bench(a),
         Command::Trace(t) => cmd_trace(t),
         Command::Tune(a) => crate::tune::cli::cmd_tune(*a),
+        Command::Profiles(a) => crate::profiles::cli(&a),
+        Command::Import(a) => crate::import::run(*a),
     }
 }
 

@@ -193,15 +193,31 @@ fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
 
 fn write_series(p: &Path, res: &RunResult) -> Result<()> {
     let mut w = csv::Writer::from_path(p)?;
-    w.write_record(["t_s", "backend", "running", "waiting", "kv_used_blocks"])?;
+    // Group and profile columns only for fleets described with them (a single `[backends]`
+    // table keeps its original columns).
+    let labelled = res
+        .summary
+        .backends
+        .iter()
+        .any(|b| !b.group.is_empty() || !b.profile.is_empty());
+    let mut header = vec!["t_s", "backend", "running", "waiting", "kv_used_blocks"];
+    if labelled {
+        header.extend(["group", "profile"]);
+    }
+    w.write_record(&header)?;
     for r in &res.series {
-        w.write_record([
+        let mut row = vec![
             t(r.t),
             r.backend.to_string(),
             r.running.to_string(),
             r.waiting.to_string(),
             r.kv_used_blocks.to_string(),
-        ])?;
+        ];
+        if labelled && let Some(b) = res.summary.backends.get(r.backend.index()) {
+            row.push(b.group.clone());
+            row.push(b.profile.clone());
+        }
+        w.write_record(&row)?;
     }
     w.flush()?;
     Ok(())

@@ -595,6 +595,12 @@ pub struct BackendSummary {
     pub name: String,
     /// URL.
     pub url: String,
+    /// `[[backends.groups]]` name (absent for a single `[backends]` table).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// Profile (`<model>/<gpu>/tp<N>`), when the group names one.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub profile: String,
     /// Concurrent-request slots (`max_num_seqs`).
     pub slots: u32,
     /// Requests routed here.
@@ -718,6 +724,8 @@ pub struct SummaryInputs<'a> {
     pub events: u64,
     /// Backend names and URLs.
     pub names: Vec<(String, String)>,
+    /// Group and profile per backend.
+    pub labels: Vec<crate::backend::Label>,
     /// Engine counters per backend.
     pub engines: Vec<EngineCounters>,
     /// Planned requests.
@@ -787,6 +795,8 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
             BackendSummary {
                 name: inp.names[i].0.clone(),
                 url: inp.names[i].1.clone(),
+                group: inp.labels.get(i).map(|l| l.group.clone()).unwrap_or_default(),
+                profile: inp.labels.get(i).map(|l| l.profile.clone()).unwrap_or_default(),
                 slots: t.slots,
                 requests: per_backend_requests[i],
                 first_turn_sessions: inp.first_turns[i],

@@ -37,7 +37,9 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         );
     }
     let _ = writeln!(o);
-    let _ = writeln!(
+    // A fleet described by groups or profiles gets a last column naming them.
+    let labelled = s.backends.iter().any(|b| !b.profile.is_empty() || !b.group.is_empty());
+    let _ = write!(
         o,
         "{:<11} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>9}",
         "backend",
@@ -52,8 +54,9 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         "idle s",
         "cache hit"
     );
+    let _ = writeln!(o, "{}", if labelled { "  profile" } else { "" });
     for b in &s.backends {
-        let _ = writeln!(
+        let _ = write!(
             o,
             "{:<11} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8.2} {:>9.2} {:>8.1} {:>8.1} {:>8.1}%",
             b.name,
@@ -68,6 +71,11 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
             b.idle_s,
             b.prefix_cache_hit_rate * 100.0
         );
+        let _ = match (labelled, b.profile.is_empty()) {
+            (false, _) => writeln!(o),
+            (true, true) => writeln!(o, "  (step_time given)"),
+            (true, false) => writeln!(o, "  {}", b.profile),
+        };
     }
     let _ = writeln!(o);
     match &s.worst_moment {
@@ -76,7 +84,13 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
                 .backends
                 .iter()
                 .enumerate()
-                .map(|(i, [r, q])| format!("backend-{i} {r} running + {q} waiting"))
+                .map(|(i, [r, q])| {
+                    let name = s
+                        .backends
+                        .get(i)
+                        .map_or_else(|| format!("backend-{i}"), |b| b.name.clone());
+                    format!("{name} {r} running + {q} waiting")
+                })
                 .collect();
             let _ = writeln!(o, "worst moment        t = {:.1} s: {}", w.t_s, parts.join(" | "));
         }

@@ -50,8 +50,10 @@ pub struct SimConfig {
     pub seed: u64,
     /// Backend names and URLs, in discovery order.
     pub backends: Vec<(String, String)>,
-    /// Backend model (same for all backends).
-    pub model: BackendModel,
+    /// Backend model, one per backend in discovery order (all vLLM or all queueing).
+    pub models: Vec<BackendModel>,
+    /// Group and profile per backend, for outputs.
+    pub labels: Vec<crate::backend::Label>,
     /// Router.
     pub router: RouterConfig,
     /// Router to engine: HTTP, API server, tokenisation.
@@ -458,7 +460,7 @@ impl<'w> Simulation<'w> {
         let membership =
             crate::fleet::initial_membership(&cfg.fleet_events, n).expect("fleet events validated with the scenario");
         let listed: Vec<bool> = membership.iter().map(|m| *m == Membership::Active).collect();
-        let backends: Vec<Backend> = (0..n).map(|_| fresh_backend(&cfg.model)).collect();
+        let backends: Vec<Backend> = cfg.models.iter().map(fresh_backend).collect();
         let endpoints: Vec<EndpointInfo> = cfg
             .backends
             .iter()
@@ -1010,7 +1012,7 @@ impl<'w> Simulation<'w> {
     /// summary; events of the old incarnation become stale).
     fn replace_engine(&mut self, now: SimTime, b: BackendId) {
         let i = b.index();
-        let old = std::mem::replace(&mut self.backends[i], fresh_backend(&self.cfg.model));
+        let old = std::mem::replace(&mut self.backends[i], fresh_backend(&self.cfg.models[i]));
         let c = engine_counters(&old);
         let r = &mut self.retired[i];
         r.steps += c.steps;
@@ -1273,6 +1275,7 @@ impl<'w> Simulation<'w> {
             end,
             events: self.events,
             names: self.cfg.backends.clone(),
+            labels: self.cfg.labels.clone(),
             engines,
             planned: self.workload.total_requests() as u64,
             sessions: self.workload.sessions.len() as u64,

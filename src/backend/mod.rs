@@ -11,6 +11,16 @@ pub mod vllm;
 /// 2^31 and its ring holds up to twice the blocks.
 pub const MAX_KV_BLOCKS: u32 = 1 << 30;
 
+/// Which group and profile a backend belongs to, for per-backend outputs (both empty for
+/// a single `[backends]` table without a profile, whose outputs name neither).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Label {
+    /// `[[backends.groups]]` name.
+    pub group: String,
+    /// `<model>/<gpu>/tp<N>`.
+    pub profile: String,
+}
+
 use queueing::QueueingServer;
 use vllm::VllmEngine;
 

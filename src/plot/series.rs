@@ -23,6 +23,8 @@ type Steps = Vec<(f64, u32, u32)>;
 pub struct BackendSeries {
     title: String,
     end_s: f64,
+    /// Per panel, the backend's profile or group (empty for a plain `[backends]` table).
+    captions: Vec<String>,
     panels: Vec<(String, u32, Steps)>,
 }
 
@@ -81,6 +83,17 @@ impl BackendSeries {
         BackendSeries {
             title: format!("{}: running and waiting requests per backend{more}", summary.scenario),
             end_s,
+            // A grouped or profiled backend's panel says what it is.
+            captions: summary
+                .backends
+                .iter()
+                .take(MAX_BACKENDS)
+                .map(|b| match (b.group.is_empty(), b.profile.is_empty()) {
+                    (_, false) => b.profile.clone(),
+                    (false, true) => format!("group {}", b.group),
+                    (true, true) => String::new(),
+                })
+                .collect(),
             panels: per
                 .into_iter()
                 .enumerate()
@@ -117,6 +130,9 @@ impl Figure for BackendSeries {
         let areas = body.split_evenly((self.panels.len().max(1), 1));
         let last = self.panels.len().saturating_sub(1);
         for (k, ((name, slots, steps), area)) in self.panels.iter().zip(&areas).enumerate() {
+            if let Some(c) = self.captions.get(k).filter(|c| !c.is_empty()) {
+                area.draw(&Text::new(c.clone(), (62, 3), font(11.0))).map_err(pe)?;
+            }
             let mut chart = ChartBuilder::on(area)
                 .margin(4)
                 .x_label_area_size(if k == last { 34 } else { 4 })

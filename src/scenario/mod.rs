@@ -3,6 +3,7 @@
 //! cross-field checks done). Every error names the key path, and the file and line where
 //! the key is written (see [`load`]).
 
+mod backends;
 mod counts;
 mod locate;
 mod overrides;
@@ -13,8 +14,6 @@ use std::path::Path;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::backend::perf::StepTimeModel;
-use crate::backend::vllm::VllmConfig;
 use crate::dist::{Dist, DistTable};
 use crate::policy::{Fallback, POLICY_KINDS, PolicyConfig};
 use crate::router::RouterConfig;
@@ -90,8 +89,8 @@ pub struct ScenarioFile {
     /// Run limits.
     #[serde(default)]
     pub limits: LimitsFile,
-    /// The fleet.
-    pub backends: BackendsFile,
+    /// The fleet (`[backends]`, validated in [`backends`]).
+    pub backends: toml::Value,
     /// Network latencies.
     #[serde(default)]
     pub network: NetworkFile,
@@ -223,51 +222,6 @@ impl Default for LimitsFile {
 
 fn default_max_events() -> u64 {
     1_000_000_000
-}
-
-/// `[backends]`: N identical backends.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackendsFile {
-    /// Number of backends.
-    pub count: i64,
-    /// `"vllm"` (default) or `"queueing"`.
-    #[serde(default = "default_model")]
-    pub model: String,
-    /// Explicit endpoint URLs, in discovery order (default `http://backend-{i}:8000`).
-    pub urls: Option<Vec<String>>,
-    /// vLLM `--max-num-seqs` (default 1024: H100-class GPU, `vllm serve`).
-    pub max_num_seqs: Option<i64>,
-    /// vLLM `--max-num-batched-tokens` (default 8192: H100-class GPU, `vllm serve`).
-    pub max_num_batched_tokens: Option<i64>,
-    /// Usable KV blocks (default 29,205: Llama-3.1-8B on one H100, BLIS).
-    pub kv_blocks: Option<i64>,
-    /// Tokens per KV block (default 16).
-    pub block_size_tokens: Option<i64>,
-    /// Automatic prefix caching (default on).
-    pub prefix_caching: Option<bool>,
-    /// Step-time model coefficients.
-    pub step_time: Option<StepTimeFile>,
-    /// Delay between engine state and the value `/metrics` serves (default 0).
-    pub metrics_lag_s: Option<f64>,
-    /// Servers per backend (queueing model only).
-    pub slots: Option<i64>,
-}
-
-fn default_model() -> String {
-    "vllm".into()
-}
-
-/// `[backends.step_time]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StepTimeFile {
-    /// µs per step.
-    pub beta0_us: Option<f64>,
-    /// µs per prefill token.
-    pub beta1_us: Option<f64>,
-    /// µs per decode token.
-    pub beta2_us: Option<f64>,
 }
 
 /// `[network]`.
@@ -789,17 +743,6 @@ fn arrival(v: &toml::Value, path: &str) -> Res<Arrival> {
     }
 }
 
-fn vllm_only(b: &BackendsFile) -> Vec<(&'static str, bool)> {
-    vec![
-        ("max_num_seqs", b.max_num_seqs.is_some()),
-        ("max_num_batched_tokens", b.max_num_batched_tokens.is_some()),
-        ("kv_blocks", b.kv_blocks.is_some()),
-        ("block_size_tokens", b.block_size_tokens.is_some()),
-        ("prefix_caching", b.prefix_caching.is_some()),
-        ("step_time", b.step_time.is_some()),
-    ]
-}
-
 fn router_events(list: &[RouterEventFile], replicas: u32) -> Res<Vec<(SimTime, Option<u16>)>> {
     let mut out = Vec::new();
     for (i, e) in list.iter().enumerate() {
@@ -976,113 +919,12 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             format!("`{name}` cannot be used as a results folder name"),
         ));
     }
-    let b = &f.backends;
-    let n = count(b.count, "backends.count", 1)?;
-    if n > 4096 {
-        return Err(FieldError::new(
-            "backends.count",
-            format!("{n} backends is above the supported 4096"),
-        ));
-    }
-    let urls: Vec<String> = match &b.urls {
-        Some(u) => {
-            if u.len() != n as usize {
-                return Err(FieldError::new(
-                    "backends.urls",
-                    format!("lists {} URLs but backends.count = {n}", u.len()),
-                ));
-            }
-            let mut seen = std::collections::BTreeSet::new();
-            for (i, url) in u.iter().enumerate() {
-                if !seen.insert(url) {
-                    return Err(FieldError::new(
-                        format!("backends.urls[{i}]"),
-                        format!("duplicate URL `{url}`"),
-                    ));
-                }
-            }
-            u.clone()
-        }
-        None => (0..n).map(|i| format!("http://backend-{i}:8000")).collect(),
-    };
-    let names: Vec<(String, String)> = urls
-        .into_iter()
-        .enumerate()
-        .map(|(i, u)| (format!("backend-{i}"), u))
-        .collect();
-    let gauge_lag = secs(b.metrics_lag_s.unwrap_or(0.0), "backends.metrics_lag_s", true)?;
-    let (model, context_limit) = match b.model.as_str() {
-        "vllm" => {
-            if b.slots.is_some() {
-                return Err(FieldError::new(
-                    "backends.slots",
-                    "only applies to model = \"queueing\"; vLLM backends use max_num_seqs",
-                ));
-            }
-            let st = b.step_time.as_ref();
-            let coef = |v: Option<f64>, d: f64, k: &str| -> Res<f64> {
-                let x = v.unwrap_or(d);
-                if !x.is_finite() || !(0.0..=1e6).contains(&x) {
-                    return Err(FieldError::new(
-                        format!("backends.step_time.{k}"),
-                        format!("must be between 0 and 1e6 µs, got {x}"),
-                    ));
-                }
-                Ok(x)
-            };
-            let def = StepTimeModel::default();
-            let step_time = StepTimeModel {
-                beta0_us: coef(st.and_then(|s| s.beta0_us), def.beta0_us, "beta0_us")?,
-                beta1_us: coef(st.and_then(|s| s.beta1_us), def.beta1_us, "beta1_us")?,
-                beta2_us: coef(st.and_then(|s| s.beta2_us), def.beta2_us, "beta2_us")?,
-            };
-            let cfg = VllmConfig {
-                max_num_seqs: count(b.max_num_seqs.unwrap_or(1024), "backends.max_num_seqs", 1)?,
-                max_num_batched_tokens: count(
-                    b.max_num_batched_tokens.unwrap_or(8192),
-                    "backends.max_num_batched_tokens",
-                    1,
-                )?,
-                kv_blocks: count(b.kv_blocks.unwrap_or(29_205), "backends.kv_blocks", 1)?,
-                block_size_tokens: count(b.block_size_tokens.unwrap_or(16), "backends.block_size_tokens", 1)?,
-                prefix_caching: b.prefix_caching.unwrap_or(true),
-                step_time,
-            };
-            if cfg.kv_blocks >= crate::backend::MAX_KV_BLOCKS {
-                return Err(FieldError::new(
-                    "backends.kv_blocks",
-                    format!("too large (at most {})", crate::backend::MAX_KV_BLOCKS - 1),
-                ));
-            }
-            let limit = u64::from(cfg.kv_blocks) * u64::from(cfg.block_size_tokens);
-            (BackendModel::Vllm(cfg), Some(limit.min(u64::from(u32::MAX)) as u32))
-        }
-        "queueing" => {
-            if let Some((k, _)) = vllm_only(b).into_iter().find(|(_, set)| *set) {
-                return Err(FieldError::new(
-                    format!("backends.{k}"),
-                    "only applies to model = \"vllm\"",
-                ));
-            }
-            let slots = count(
-                b.slots
-                    .ok_or_else(|| FieldError::new("backends", "model = \"queueing\" needs `slots`"))?,
-                "backends.slots",
-                1,
-            )?;
-            (BackendModel::Queueing { slots }, None)
-        }
-        other => {
-            return Err(FieldError::new(
-                "backends.model",
-                format!("unknown model `{other}`; expected `vllm` or `queueing`"),
-            ));
-        }
-    };
+    let fleet_b = backends::validate(&f.backends)?;
+    let n = fleet_b.names.len() as u32;
     let r = &f.router;
     let fleet = policy_tables::Fleet {
-        block_size_tokens: b.block_size_tokens.unwrap_or(16).clamp(1, i64::from(u32::MAX)) as u32,
-        kv_blocks: b.kv_blocks.unwrap_or(29_205).clamp(1, i64::from(u32::MAX)) as u32,
+        block_size_tokens: fleet_b.block_size_tokens,
+        kv_blocks: fleet_b.kv_blocks,
         // Validated below; clamped here so a bad value is reported under its own key.
         chars_per_token: r.chars_per_token.clamp(1, 64) as u32,
     };
@@ -1128,7 +970,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
                 ));
             }
         },
-        block_size_tokens: count(b.block_size_tokens.unwrap_or(16), "backends.block_size_tokens", 1)?,
+        block_size_tokens: fleet_b.block_size_tokens,
         fresh_signals: r.fresh_signals,
         policy,
     };
@@ -1151,12 +993,13 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
     let sim = SimConfig {
         name,
         seed: f.seed,
-        backends: names,
-        model,
+        backends: fleet_b.names,
+        models: fleet_b.models,
+        labels: fleet_b.labels,
         router,
         dispatch_latency: secs(net.dispatch_latency_s, "network.dispatch_latency_s", true)?,
         response_latency: secs(net.response_latency_s, "network.response_latency_s", true)?,
-        gauge_lag,
+        gauge_lag: fleet_b.gauge_lag,
         max_sim_time,
         max_events: limits.max_events,
         faults: faults(&f.faults, n)?,
@@ -1164,7 +1007,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         fleet_events: fleet_events(&f.fleet_events, n)?,
         client: client(&f.client)?,
     };
-    let queueing = matches!(sim.model, BackendModel::Queueing { .. });
+    let queueing = matches!(sim.models[0], BackendModel::Queueing { .. });
     if f.workload.groups.is_empty() && f.workload.traces.is_empty() {
         return Err(FieldError::new(
             "workload.groups",
@@ -1248,7 +1091,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         groups,
         traces,
         description: f.description,
-        context_limit_tokens: context_limit,
+        context_limit_tokens: fleet_b.context_limit,
         budget,
     })
 }
@@ -1257,12 +1100,31 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
 /// drives it (see [`crate::preflight`]).
 fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate::preflight::Budget) -> Res<()> {
     use crate::preflight::{kv_bytes, sessions_bytes};
-    if let BackendModel::Vllm(cfg) = &sim.model {
-        let n = sim.backends.len() as u64;
-        let what = format!("{n} backends x backends.kv_blocks = {}", cfg.kv_blocks);
+    let kv_blocks: Vec<u64> = sim
+        .models
+        .iter()
+        .filter_map(|m| match m {
+            BackendModel::Vllm(cfg) => Some(u64::from(cfg.kv_blocks)),
+            _ => None,
+        })
+        .collect();
+    if !kv_blocks.is_empty() {
+        let total = kv_blocks.iter().fold(0u64, |a, b| a.saturating_add(*b));
+        let grouped = sim.labels.iter().any(|l| !l.group.is_empty());
+        let (key, what) = if grouped {
+            (
+                "backends.groups",
+                format!("{} backends with {total} KV blocks in all", kv_blocks.len()),
+            )
+        } else {
+            (
+                "backends.kv_blocks",
+                format!("{} backends x backends.kv_blocks = {}", kv_blocks.len(), kv_blocks[0]),
+            )
+        };
         budget
-            .check(kv_bytes(n, u64::from(cfg.kv_blocks)), &what)
-            .map_err(|m| FieldError::new("backends.kv_blocks", m))?;
+            .check(kv_bytes(1, total), &what)
+            .map_err(|m| FieldError::new(key, m))?;
     }
     let need: Vec<u64> = groups
         .iter()

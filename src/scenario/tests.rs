@@ -62,7 +62,7 @@ fn upstream_defaults() {
         },
         "prefix_min_match_length defaults to 0 upstream; QPS is upstream's fallback"
     );
-    let BackendModel::Vllm(v) = &s.sim.model else {
+    let BackendModel::Vllm(v) = &s.sim.models[0] else {
         panic!("vllm is the default model")
     };
     assert_eq!(
@@ -228,7 +228,7 @@ fn queueing_model_rules() {
             "{ dist = \"exponential\", mean = 1.0 }",
         )],
     );
-    assert_eq!(s.sim.model, BackendModel::Queueing { slots: 2 });
+    assert_eq!(s.sim.models[0], BackendModel::Queueing { slots: 2 });
     assert!(w.sessions[0].turns[0].service.0 > 0);
     let e = load_err(&text, &[("backends.max_num_seqs", "4")]);
     assert_eq!(e.path, "backends.max_num_seqs");

@@ -405,7 +405,10 @@ pub fn read(path: &Path, opts: ReadOptions) -> Result<Trace, TraceError> {
 pub fn open_detected(path: &Path, format: Option<Format>) -> Result<(Box<dyn BufRead>, Format), TraceError> {
     let file = path.display().to_string();
     let mut raw = open(path)?;
-    let gzip = raw.fill_buf().map_err(|e| io_error(&file, e))?.starts_with(&[0x1f, 0x8b]);
+    let gzip = raw
+        .fill_buf()
+        .map_err(|e| io_error(&file, e))?
+        .starts_with(&[0x1f, 0x8b]);
     let mut r: Box<dyn BufRead> = if gzip {
         Box::new(BufReader::with_capacity(
             1 << 16,

@@ -1,0 +1,167 @@
+//! Command-line flags as argparse reads them: `--flag value`, `--flag=value`, switches
+//! without a value, positionals. Each tool's flags are a table of names and arities; a
+//! flag not in the table is an error naming it, or (with `--allow-unknown`) kept as
+//! ignored.
+
+/// Whether a flag takes a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    /// `--flag VALUE`.
+    Value,
+    /// `--flag` alone.
+    Switch,
+}
+
+/// One flag occurrence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flag {
+    /// Canonical name (`--max-num-seqs`).
+    pub name: String,
+    /// Its value (`None` for a switch).
+    pub value: Option<String>,
+    /// How it was written (`--max-num-seqs 4`), for comments.
+    pub written: String,
+}
+
+/// The parse of one command line.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    /// Known flags, in order.
+    pub flags: Vec<Flag>,
+    /// Positional arguments.
+    pub positionals: Vec<String>,
+    /// Unknown flags kept under `--allow-unknown`.
+    pub unknown: Vec<String>,
+}
+
+impl Parsed {
+    /// The last occurrence of a flag (argparse: the last one wins).
+    pub fn get(&self, name: &str) -> Option<&Flag> {
+        self.flags.iter().rev().find(|f| f.name == name)
+    }
+}
+
+/// Parses `line` (shell quoting) against `table`. `what` names the command line in
+/// errors (`--router-args`); `underscores` accepts `--a_b` for `--a-b` (vLLM does, the
+/// production-stack router's plain argparse does not).
+pub fn parse(
+    line: &str,
+    table: &[(&str, Arity)],
+    what: &str,
+    underscores: bool,
+    allow_unknown: bool,
+) -> Result<Parsed, String> {
+    let words = shlex::split(line).ok_or_else(|| format!("{what}: unbalanced quotes in `{line}`"))?;
+    let mut out = Parsed::default();
+    let mut i = 0;
+    while i < words.len() {
+        let w = &words[i];
+        i += 1;
+        if !w.starts_with('-') || w == "-" {
+            out.positionals.push(w.clone());
+            continue;
+        }
+        let (raw, inline) = match w.split_once('=') {
+            Some((k, v)) => (k.to_string(), Some(v.to_string())),
+            None => (w.clone(), None),
+        };
+        let name = if underscores && raw.starts_with("--") {
+            format!("--{}", raw[2..].replace('_', "-"))
+        } else {
+            raw.clone()
+        };
+        match table.iter().find(|(n, _)| *n == name) {
+            Some((_, Arity::Switch)) => {
+                if inline.is_some() {
+                    return Err(format!("{what}: `{raw}` takes no value"));
+                }
+                out.flags.push(Flag {
+                    name,
+                    value: None,
+                    written: raw,
+                });
+            }
+            Some((_, Arity::Value)) => {
+                let value = match inline {
+                    Some(v) => v,
+                    None => {
+                        let v = words
+                            .get(i)
+                            .filter(|v| !v.starts_with("--"))
+                            .ok_or_else(|| format!("{what}: `{raw}` needs a value"))?;
+                        i += 1;
+                        v.clone()
+                    }
+                };
+                out.flags.push(Flag {
+                    written: format!("{raw} {value}"),
+                    name,
+                    value: Some(value),
+                });
+            }
+            None if allow_unknown => {
+                // Take a following non-flag word as its value.
+                let mut written = w.clone();
+                if inline.is_none()
+                    && let Some(v) = words.get(i).filter(|v| !v.starts_with('-'))
+                {
+                    written = format!("{w} {v}");
+                    i += 1;
+                }
+                out.unknown.push(written);
+            }
+            None => {
+                return Err(format!(
+                    "{what}: unknown flag `{raw}` (pass --allow-unknown to list it as ignored)"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A flag's value as a number, or an error naming the flag.
+pub fn number<T: std::str::FromStr>(f: &Flag, what: &str) -> Result<T, String> {
+    let v = f.value.as_deref().unwrap_or("");
+    v.trim()
+        .parse()
+        .map_err(|_| format!("{what}: `{}` expects a number, got `{v}`", f.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: &[(&str, Arity)] = &[("--a-b", Arity::Value), ("--on", Arity::Switch)];
+
+    #[test]
+    fn forms_and_errors() {
+        let p = parse("serve m --a-b 3 --on --a_b=4 'x y'", T, "t", true, false).unwrap();
+        assert_eq!(p.positionals, ["serve", "m", "x y"]);
+        assert_eq!(p.get("--a-b").unwrap().value.as_deref(), Some("4"));
+        assert_eq!(p.get("--a-b").unwrap().written, "--a_b 4");
+        assert!(p.get("--on").unwrap().value.is_none());
+        assert!(
+            parse("--a_b 3", T, "t", false, false)
+                .unwrap_err()
+                .contains("unknown flag `--a_b`")
+        );
+        assert!(
+            parse("--zz 1", T, "t", true, false)
+                .unwrap_err()
+                .contains("--allow-unknown")
+        );
+        assert_eq!(parse("--zz 1 --on", T, "t", true, true).unwrap().unknown, ["--zz 1"]);
+        assert!(
+            parse("--a-b", T, "t", true, false)
+                .unwrap_err()
+                .contains("needs a value")
+        );
+        assert!(
+            parse("--on=1", T, "t", true, false)
+                .unwrap_err()
+                .contains("takes no value")
+        );
+        assert!(parse("--a-b 'x", T, "t", true, false).unwrap_err().contains("quotes"));
+    }
+}

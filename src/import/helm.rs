@@ -1,0 +1,368 @@
+//! production-stack Helm values (the chart's own schema, `helm/values.yaml` @ a6c01db) to
+//! engines and router settings, following what the chart's templates pass as flags:
+//! `deployment-vllm-multi.yaml` turns `vllmConfig` into `vllm serve` flags (and passes
+//! `--no-enable-prefix-caching` whenever `vllmConfig` is given without
+//! `enablePrefixCaching: true`); `deployment-router.yaml` turns `routerSpec` into router
+//! flags. Values absent from the file take the chart's defaults, which differ from the
+//! router's own in one place: `engineScrapeInterval` is 15 in the chart, 30 in the router.
+
+use std::path::Path;
+
+use serde_yaml_ng::Value;
+
+use super::flags::{Flag, Parsed};
+use super::{Engine, Group, Import, router_flags, src, tables, vllm_flags};
+
+/// The chart's `routerSpec.engineScrapeInterval` default.
+pub const CHART_ENGINE_SCRAPE_INTERVAL_S: i64 = 15;
+
+/// Reads a values file into `imp` (engines as groups, one per enabled `modelSpec`).
+pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: bool) -> Result<(), String> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
+    let root: Value = serde_yaml_ng::from_str(&text).map_err(|e| match e.location() {
+        Some(l) => format!("{file}:{}:{}: {e}", l.line(), l.column()),
+        None => format!("{file}: {e}"),
+    })?;
+    let h = Helm { file: &file };
+    if !matches!(root, Value::Mapping(_) | Value::Null) {
+        return Err(format!("{file}: expected a mapping of chart values at the top level"));
+    }
+    let engine_spec = root.get("servingEngineSpec");
+    let specs = match engine_spec.and_then(|s| s.get("modelSpec")) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Sequence(s)) => s.clone(),
+        Some(_) => return Err(h.at("servingEngineSpec.modelSpec", "expected a list of models")),
+    };
+    for (i, m) in specs.iter().enumerate() {
+        let p = format!("servingEngineSpec.modelSpec[{i}]");
+        let name = h
+            .string(m, &p, "name")?
+            .ok_or_else(|| h.at(&format!("{p}.name"), "is required"))?;
+        if h.boolean(m, &p, "enabled")? == Some(false) {
+            imp.ignored.push(format!("{p} `{name}` (enabled: false)"));
+            continue;
+        }
+        let count = match h.int(m, &p, "replicaCount")? {
+            Some(n) if n < 0 => return Err(h.at(&format!("{p}.replicaCount"), "must be >= 0")),
+            Some(0) => {
+                imp.ignored.push(format!("{p} `{name}` (replicaCount: 0)"));
+                continue;
+            }
+            Some(n) => src(n, format!("{p}.replicaCount")),
+            None => src(1, format!("{p}.replicaCount absent: chart default 1")),
+        };
+        let gpu = match h.string(m, &p, "requestGPUType")? {
+            Some(t) => match ["h100", "a100", "l40s"]
+                .iter()
+                .find(|g| t.to_ascii_lowercase().contains(*g))
+            {
+                Some(g) => src(g.to_string(), format!("{p}.requestGPUType {t}")),
+                None => src(
+                    default_gpu.to_string(),
+                    format!("{p}.requestGPUType {t} unknown: --gpu"),
+                ),
+            },
+            None => src(default_gpu.to_string(), "--gpu"),
+        };
+        let mut engine = Engine::default();
+        if let Some(url) = h.string(m, &p, "modelURL")? {
+            engine.model = Some(src(url, format!("{p}.modelURL")));
+        }
+        if let Some(c) = m.get("vllmConfig").filter(|c| !c.is_null()) {
+            vllm_config(&h, c, &format!("{p}.vllmConfig"), &mut engine, imp, allow_unknown)?;
+        }
+        for key in ["requestGPU", "resources"] {
+            if m.get(key).is_some() {
+                imp.ignored.push(format!(
+                    "{p}.{key} (GPU count and resources: TP comes from vllmConfig.tensorParallelSize)"
+                ));
+            }
+        }
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') || name.is_empty() {
+            return Err(h.at(
+                &format!("{p}.name"),
+                &format!("`{name}` is not a valid Kubernetes name"),
+            ));
+        }
+        imp.groups.push(Group {
+            name,
+            count,
+            urls: None,
+            gpu,
+            engine,
+        });
+    }
+    if specs.len() > 1 && imp.groups.len() > 1 {
+        imp.notes.push(
+            "the chart's engines serve different models and the router first keeps the endpoints of the request's model; the simulator routes every request among all groups, so to study one model's pool delete the other groups".into(),
+        );
+    }
+    router_spec(&h, root.get("routerSpec"), imp, default_gpu, allow_unknown)
+}
+
+/// Error helpers that name the file and key path.
+struct Helm<'a> {
+    file: &'a str,
+}
+
+impl Helm<'_> {
+    fn at(&self, path: &str, msg: &str) -> String {
+        format!("{}: {path}: {msg}", self.file)
+    }
+
+    fn string(&self, m: &Value, p: &str, k: &str) -> Result<Option<String>, String> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(_) => Err(self.at(&format!("{p}.{k}"), "expected a string")),
+        }
+    }
+
+    fn boolean(&self, m: &Value, p: &str, k: &str) -> Result<Option<bool>, String> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(Value::String(s)) if s == "true" || s == "false" => Ok(Some(s == "true")),
+            Some(v) => Err(self.at(&format!("{p}.{k}"), &format!("expected true or false, got {}", show(v)))),
+        }
+    }
+
+    /// An integer (the chart's schema also allows numeric strings).
+    fn int(&self, m: &Value, p: &str, k: &str) -> Result<Option<i64>, String> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) if n.as_i64().is_some() => Ok(n.as_i64()),
+            Some(Value::String(s)) if s.trim().parse::<i64>().is_ok() => Ok(s.trim().parse().ok()),
+            Some(v) => Err(self.at(&format!("{p}.{k}"), &format!("expected an integer, got {}", show(v)))),
+        }
+    }
+
+    fn float(&self, m: &Value, p: &str, k: &str) -> Result<Option<f64>, String> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => Ok(n.as_f64()),
+            Some(Value::String(s)) if s.trim().parse::<f64>().is_ok() => Ok(s.trim().parse().ok()),
+            Some(v) => Err(self.at(&format!("{p}.{k}"), &format!("expected a number, got {}", show(v)))),
+        }
+    }
+
+    fn strings(&self, m: &Value, p: &str, k: &str) -> Result<Vec<String>, String> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Sequence(s)) => s
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    Value::Number(n) => Ok(n.to_string()),
+                    Value::Bool(b) => Ok(b.to_string()),
+                    _ => Err(self.at(&format!("{p}.{k}[{i}]"), "expected a string")),
+                })
+                .collect(),
+            Some(_) => Err(self.at(&format!("{p}.{k}"), "expected a list of strings")),
+        }
+    }
+}
+
+fn show(v: &Value) -> String {
+    serde_yaml_ng::to_string(v)
+        .map(|s| format!("`{}`", s.trim()))
+        .unwrap_or_else(|_| "a value of another type".into())
+}
+
+/// `vllmConfig`, as `deployment-vllm-multi.yaml` turns it into flags.
+fn vllm_config(
+    h: &Helm,
+    c: &Value,
+    p: &str,
+    e: &mut Engine,
+    imp: &mut Import,
+    allow_unknown: bool,
+) -> Result<(), String> {
+    if !c.is_mapping() {
+        return Err(h.at(p, "expected a mapping"));
+    }
+    let mut flags = Vec::new();
+    let mut push = |name: &str, value: Option<String>, key: &str| {
+        flags.push(Flag {
+            name: name.to_string(),
+            written: format!("{p}.{key}"),
+            value,
+        })
+    };
+    // The template: `if .enablePrefixCaching` -> --enable-prefix-caching, else
+    // --no-enable-prefix-caching (so an absent key turns prefix caching off).
+    match h.boolean(c, p, "enablePrefixCaching")? {
+        Some(true) => push("--enable-prefix-caching", None, "enablePrefixCaching"),
+        Some(false) => push("--no-enable-prefix-caching", None, "enablePrefixCaching"),
+        None => push(
+            "--no-enable-prefix-caching",
+            None,
+            "enablePrefixCaching absent: the chart passes --no-enable-prefix-caching",
+        ),
+    }
+    for (key, flag) in [
+        ("maxModelLen", "--max-model-len"),
+        ("tensorParallelSize", "--tensor-parallel-size"),
+        ("maxNumSeqs", "--max-num-seqs"),
+    ] {
+        if let Some(v) = h.int(c, p, key)? {
+            push(flag, Some(v.to_string()), key);
+        }
+    }
+    if let Some(v) = h.float(c, p, "gpuMemoryUtilization")? {
+        push("--gpu-memory-utilization", Some(v.to_string()), "gpuMemoryUtilization");
+    }
+    let known = [
+        "enablePrefixCaching",
+        "maxModelLen",
+        "tensorParallelSize",
+        "maxNumSeqs",
+        "gpuMemoryUtilization",
+        "extraArgs",
+    ];
+    if let Value::Mapping(map) = c {
+        for k in map.keys().filter_map(Value::as_str) {
+            if !known.contains(&k) {
+                imp.ignored.push(format!("{p}.{k} (--helm)"));
+            }
+        }
+    }
+    let parsed = Parsed {
+        flags,
+        positionals: Vec::new(),
+        unknown: Vec::new(),
+    };
+    vllm_flags(&parsed, e, "--helm")?;
+    // extraArgs come after the chart's own flags, so they win.
+    let extra = h.strings(c, p, "extraArgs")?;
+    if !extra.is_empty() {
+        let line = shlex::try_join(extra.iter().map(String::as_str))
+            .map_err(|e| h.at(&format!("{p}.extraArgs"), &e.to_string()))?;
+        let what = format!("{p}.extraArgs");
+        let x = super::flags::parse(&line, tables::VLLM, &format!("{}: {what}", h.file), true, allow_unknown)?;
+        vllm_flags(&x, e, &what)?;
+        for u in &x.unknown {
+            imp.ignored.push(format!("{u} ({what}, unknown)"));
+        }
+        super::ignored_of(&x, tables::VLLM_USED, &what, &mut imp.ignored);
+    }
+    Ok(())
+}
+
+/// `routerSpec`, as `deployment-router.yaml` turns it into flags (chart defaults when absent).
+fn router_spec(h: &Helm, r: Option<&Value>, imp: &mut Import, gpu: &str, allow_unknown: bool) -> Result<(), String> {
+    let empty = Value::Mapping(Default::default());
+    let r = r.filter(|v| !v.is_null()).unwrap_or(&empty);
+    if !r.is_mapping() {
+        return Err(h.at("routerSpec", "expected a mapping"));
+    }
+    let p = "routerSpec";
+    let mut flags = Vec::new();
+    let mut push = |name: &str, value: String, key: String| {
+        flags.push(Flag {
+            name: name.to_string(),
+            written: key,
+            value: Some(value),
+        })
+    };
+    match h.string(r, p, "routingLogic")? {
+        Some(v) => push("--routing-logic", v, "routerSpec.routingLogic".into()),
+        None => push(
+            "--routing-logic",
+            "roundrobin".into(),
+            "routerSpec.routingLogic absent: chart default roundrobin".into(),
+        ),
+    }
+    match h.int(r, p, "engineScrapeInterval")? {
+        Some(v) => push(
+            "--engine-stats-interval",
+            v.to_string(),
+            "routerSpec.engineScrapeInterval".into(),
+        ),
+        None => push(
+            "--engine-stats-interval",
+            CHART_ENGINE_SCRAPE_INTERVAL_S.to_string(),
+            format!(
+                "routerSpec.engineScrapeInterval absent: chart default {CHART_ENGINE_SCRAPE_INTERVAL_S} (the router's own default is 30)"
+            ),
+        ),
+    }
+    match h.int(r, p, "requestStatsWindow")? {
+        Some(v) => push(
+            "--request-stats-window",
+            v.to_string(),
+            "routerSpec.requestStatsWindow".into(),
+        ),
+        None => push(
+            "--request-stats-window",
+            "60".into(),
+            "routerSpec.requestStatsWindow absent: chart default 60".into(),
+        ),
+    }
+    // The template passes these only when set (non-empty, non-zero).
+    if let Some(v) = h.int(r, p, "prefixMinMatchLength")?.filter(|v| *v != 0) {
+        push(
+            "--prefix-min-match-length",
+            v.to_string(),
+            "routerSpec.prefixMinMatchLength".into(),
+        );
+    }
+    if let Some(v) = h.string(r, p, "sessionKey")?.filter(|v| !v.is_empty()) {
+        push("--session-key", v, "routerSpec.sessionKey".into());
+    }
+    if h.string(r, p, "serviceDiscovery")?.as_deref() == Some("static") {
+        for (key, flag) in [
+            ("staticBackends", "--static-backends"),
+            ("staticModels", "--static-models"),
+        ] {
+            if let Some(v) = h.string(r, p, key)?.filter(|v| !v.is_empty()) {
+                push(flag, v, format!("routerSpec.{key}"));
+            }
+        }
+    }
+    let parsed = Parsed {
+        flags,
+        positionals: Vec::new(),
+        unknown: Vec::new(),
+    };
+    // Flags written from values read as `routerSpec.key` in comments: mark them so.
+    router_flags(&parsed, imp, "--helm")?;
+    if let Some(n) = h.int(r, p, "replicaCount")? {
+        if !(1..=1024).contains(&n) {
+            return Err(h.at(
+                "routerSpec.replicaCount",
+                &format!("must be between 1 and 1024, got {n}"),
+            ));
+        }
+        imp.router.replicas = Some(src(n, "routerSpec.replicaCount (router replicas)"));
+    }
+    let extra = h.strings(r, p, "extraArgs")?;
+    if !extra.is_empty() {
+        let line = shlex::try_join(extra.iter().map(String::as_str))
+            .map_err(|e| h.at("routerSpec.extraArgs", &e.to_string()))?;
+        let x = super::flags::parse(
+            &line,
+            tables::ROUTER,
+            &format!("{}: routerSpec.extraArgs", h.file),
+            false,
+            allow_unknown,
+        )?;
+        router_flags(&x, imp, "routerSpec.extraArgs")?;
+    }
+    // Static backends from the chart describe the fleet when no modelSpec engine does.
+    if imp.groups.is_empty()
+        && let Some(b) = &imp.router.static_backends
+    {
+        imp.groups.push(Group {
+            name: "backend".into(),
+            count: src(b.v.len() as i64, format!("{} URLs in {}", b.v.len(), b.from)),
+            urls: Some(b.clone()),
+            gpu: src(gpu.to_string(), "--gpu"),
+            engine: Engine::default(),
+        });
+    }
+    Ok(())
+}

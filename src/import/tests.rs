@@ -1,0 +1,187 @@
+use super::*;
+use crate::backend::vllm::VllmConfig;
+use crate::sim::BackendModel;
+
+fn args(router: Option<&str>, helm: Option<&Path>, vllm: Option<&str>) -> ImportArgs {
+    ImportArgs {
+        router_args: router.map(String::from),
+        helm: helm.map(Path::to_path_buf),
+        vllm_args: vllm.map(String::from),
+        trace: None,
+        gpu: "h100".into(),
+        allow_unknown: false,
+        out: PathBuf::from("out/imported.toml"),
+    }
+}
+
+fn load(text: &str) -> crate::scenario::Scenario {
+    crate::scenario::load_str(text, "imported.toml", "imported", &[])
+        .unwrap_or_else(|e| panic!("{e}\n{text}"))
+        .0
+}
+
+fn vllm(m: &BackendModel) -> &VllmConfig {
+    match m {
+        BackendModel::Vllm(v) => v,
+        BackendModel::Queueing { .. } => panic!("vLLM expected"),
+    }
+}
+
+/// The operator setup of the motivating report (production-stack #1073): 2 static
+/// backends, prefixaware, stats every 10 s, a prefix threshold, 4 sequences per engine.
+const REPORT_ROUTER: &str = "vllm-router --port 8001 --service-discovery static \
+    --static-backends http://backend-0:8000,http://backend-1:8000 \
+    --static-models meta-llama/Llama-3.1-8B-Instruct,meta-llama/Llama-3.1-8B-Instruct \
+    --routing-logic prefixaware --engine-stats-interval 10 --prefix-min-match-length 16384";
+const REPORT_VLLM: &str = "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 4 --max-num-batched-tokens 8192 --enable-prefix-caching --port 8000";
+
+#[test]
+fn the_reports_router_command_line_is_burst8s_fleet_and_router() {
+    let text = import(&args(Some(REPORT_ROUTER), None, Some(REPORT_VLLM))).unwrap();
+    let got = load(&text);
+    let (want, _, _) = crate::scenario::load(Path::new("scenarios/burst8.toml"), &[]).unwrap();
+    assert_eq!(got.sim.router, want.sim.router, "router settings and policy");
+    assert_eq!(got.sim.backends, want.sim.backends, "names and URLs in discovery order");
+    assert_eq!(got.sim.models.len(), 2);
+    for (g, w) in got.sim.models.iter().zip(&want.sim.models) {
+        let (g, w) = (vllm(g), vllm(w));
+        // burst8 writes BLIS's coefficients to 0.01 µs; the profile keeps every digit.
+        for (a, b) in [
+            (g.step_time.beta0_us, w.step_time.beta0_us),
+            (g.step_time.beta1_us, w.step_time.beta1_us),
+            (g.step_time.beta2_us, w.step_time.beta2_us),
+        ] {
+            assert!((a - b).abs() < 0.01, "{a} vs {b}");
+        }
+        let strip = |v: &VllmConfig| VllmConfig {
+            step_time: Default::default(),
+            ..v.clone()
+        };
+        assert_eq!(strip(g), strip(w), "engine flags and KV capacity");
+    }
+    // Comments name the flag each value came from, and the ignored flags are listed.
+    assert!(text.contains("--engine-stats-interval 10 (--router-args)"), "{text}");
+    assert!(text.contains("--max-num-seqs 4 (--vllm-args)"), "{text}");
+    assert!(text.contains("#   --port 8001 (--router-args)"), "{text}");
+    assert!(
+        text.contains("#   --service-discovery static (--router-args)"),
+        "{text}"
+    );
+    assert!(text.contains("profile = \"llama-3.1-8b/h100/tp1\""), "{text}");
+}
+
+#[test]
+fn helm_values_in_the_charts_schema() {
+    let path = Path::new("docs/examples/helm-values.yaml");
+    let text = import(&args(None, Some(path), None)).unwrap();
+    let s = load(&text);
+    let names: Vec<&str> = s.sim.backends.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["llama8b-0", "llama8b-1", "llama8b-2", "qwen14b-0", "qwen14b-1"]);
+    let labels: Vec<&str> = s.sim.labels.iter().map(|l| l.profile.as_str()).collect();
+    assert_eq!(labels[0], "llama-3.1-8b/h100/tp1");
+    assert_eq!(labels[4], "qwen3-14b/a100/tp1");
+    let (l, q) = (vllm(&s.sim.models[0]), vllm(&s.sim.models[3]));
+    assert_eq!(
+        (l.max_num_seqs, l.max_num_batched_tokens, l.prefix_caching),
+        (128, 8192, true)
+    );
+    // No enablePrefixCaching: the chart passes --no-enable-prefix-caching. A100 defaults.
+    assert_eq!(
+        (q.max_num_seqs, q.max_num_batched_tokens, q.prefix_caching),
+        (64, 2048, false)
+    );
+    assert_eq!((l.kv_blocks, q.kv_blocks), (29_205, 18_223));
+    assert_eq!(s.sim.router.replicas, 2);
+    // engineScrapeInterval absent: the chart's 15, not the router's 30.
+    assert_eq!(s.sim.router.engine_stats_interval.as_secs_f64(), 15.0);
+    assert!(
+        text.contains("chart default 15 (the router's own default is 30)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("--disable-log-requests (servingEngineSpec.modelSpec[0].vllmConfig.extraArgs)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("servingEngineSpec.modelSpec[1].vllmConfig.dtype (--helm)"),
+        "{text}"
+    );
+    assert!(text.contains("--log-level info (routerSpec.extraArgs)"), "{text}");
+}
+
+#[test]
+fn without_a_trace_the_placeholder_workload_runs() {
+    let text = import(&args(
+        None,
+        None,
+        Some("vllm serve Qwen/Qwen3-14B --max-model-len 8192"),
+    ))
+    .unwrap();
+    assert!(text.contains("Placeholder workload"), "{text}");
+    let (s, w, _) = crate::scenario::load_str(&text, "i.toml", "i", &[]).unwrap();
+    let res = crate::sim::Simulation::new(s.sim.clone(), &w, crate::sim::RunOptions::summary_only())
+        .run()
+        .unwrap();
+    assert_eq!(res.summary.requests.finished, res.summary.requests.planned);
+    assert_eq!(s.groups[0].max_context_tokens, Some(8192));
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_flag_or_key() {
+    let e = import(&args(Some("--routing-logic roundrobin --frobnicate 3"), None, None)).unwrap_err();
+    assert_eq!(
+        e,
+        "--router-args: unknown flag `--frobnicate` (pass --allow-unknown to list it as ignored)"
+    );
+    let mut a = args(Some("--routing-logic roundrobin --frobnicate 3"), None, None);
+    a.allow_unknown = true;
+    assert!(
+        import(&a)
+            .unwrap()
+            .contains("#   --frobnicate 3 (--router-args, unknown)")
+    );
+    let e = import(&args(None, None, Some("vllm serve m --max-num-seqs many"))).unwrap_err();
+    assert!(e.contains("`--max-num-seqs` expects a number, got `many`"), "{e}");
+    let e = import(&args(Some("--routing-logic disaggregated_prefill"), None, None)).unwrap_err();
+    assert!(e.contains("not modelled"), "{e}");
+    // Impossible memory: 70B over 4 GPUs at 30% of 80 GiB leaves nothing for the cache.
+    let e = import(&args(
+        None,
+        None,
+        Some("vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 4 --gpu-memory-utilization 0.3"),
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("no KV cache fits") && e.contains("weights take 32.85 GiB per GPU"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'));
+}
+
+#[test]
+fn bad_yaml_and_bad_values_name_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("v.yaml");
+    std::fs::write(&p, "routerSpec:\n  routingLogic: [unclosed\n").unwrap();
+    let e = import(&args(None, Some(&p), None)).unwrap_err();
+    assert!(e.starts_with(&format!("{}:", p.display())) && !e.contains('\n'), "{e}");
+    assert!(e.contains(":3:") || e.contains(":2:"), "{e}");
+    std::fs::write(
+        &p,
+        "servingEngineSpec:\n  modelSpec:\n  - name: a\n    replicaCount: two\n",
+    )
+    .unwrap();
+    let e = import(&args(None, Some(&p), None)).unwrap_err();
+    assert!(
+        e.ends_with("servingEngineSpec.modelSpec[0].replicaCount: expected an integer, got `two`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn trace_paths_are_written_relative_to_the_scenario() {
+    assert_eq!(
+        relative_to(Path::new("traces"), Path::new("docs/examples")),
+        "../../traces"
+    );
+}
