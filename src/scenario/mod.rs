@@ -380,8 +380,13 @@ struct PrefixAwareFile {
     fallback: String,
     #[serde(default = "default_band")]
     band: i64,
+    #[serde(default = "default_tie")]
+    tie: String,
 }
 
+fn default_tie() -> String {
+    "random".into()
+}
 fn default_fallback() -> String {
     "qps".into()
 }
@@ -395,6 +400,8 @@ fn default_band() -> i64 {
 struct LeastInflightFile {
     #[serde(default = "default_band")]
     band: i64,
+    #[serde(default = "default_tie")]
+    tie: String,
 }
 
 /// `[router.policy]` for policies without parameters.
@@ -643,6 +650,9 @@ fn without(t: &toml::Table, key: &str) -> toml::Value {
     toml::Value::Table(t)
 }
 
+/// The tie rules of the least-in-flight choices, for messages.
+const TIES: &str = "`random` (PR #1089) or `first` (Python `min()`: first in discovery order)";
+
 fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Res<PolicyConfig> {
     let path = "router.policy";
     let Some(t) = t else {
@@ -667,10 +677,14 @@ fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Res<PolicyCon
             let fallback = match p.fallback.as_str() {
                 "qps" => Fallback::Qps,
                 "leastinflight" => Fallback::LeastInflight,
+                "local_inflight" => Fallback::LocalInflight,
+                "scraped_plus_sent" => Fallback::ScrapedPlusSent,
                 other => {
                     return Err(FieldError::new(
                         format!("{path}.fallback"),
-                        format!("unknown fallback `{other}`; expected `qps` (upstream) or `leastinflight` (PR #1089)"),
+                        format!(
+                            "unknown fallback `{other}`; expected `qps` (upstream), `leastinflight` (PR #1089), `local_inflight` or `scraped_plus_sent`"
+                        ),
                     ));
                 }
             };
@@ -684,12 +698,14 @@ fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Res<PolicyCon
                 prefix_min_match_length: p.prefix_min_match_length as u64,
                 fallback,
                 band: count(p.band, &format!("{path}.band"), 0)?,
+                tie: policy_tables::tie(&p.tie, &format!("{path}.tie"), TIES)?,
             })
         }
         "leastinflight" => {
             let p: LeastInflightFile = from_value(&rest, path)?;
             Ok(PolicyConfig::LeastInflight {
                 band: count(p.band, &format!("{path}.band"), 0)?,
+                tie: policy_tables::tie(&p.tie, &format!("{path}.tie"), TIES)?,
             })
         }
         other => policy_tables::parse(other, &rest, path, fleet).unwrap_or_else(|| {
