@@ -180,7 +180,7 @@ pub struct RouterEventFile {
 pub struct FaultFile {
     /// Backend index.
     pub backend: i64,
-    /// `scrape_fail`, `zero_stats`, `frozen_stats`, `extra_lag`, `slowdown`.
+    /// `scrape_fail`, `scrape_hang`, `zero_stats`, `frozen_stats`, `extra_lag`, `slowdown`.
     pub kind: String,
     /// Start, seconds (default 0).
     #[serde(default)]
@@ -322,6 +322,10 @@ pub struct RouterFile {
     /// Uniform jitter on every sleep between scrape passes, seconds (default 0).
     #[serde(default)]
     pub scrape_jitter_s: f64,
+    /// When the first scrape pass starts, as a fraction of the interval in [0, 1)
+    /// (default 0: at router start): the phase of the scrape against the workload.
+    #[serde(default)]
+    pub engine_stats_phase: f64,
     /// Load balancer in front of the replicas: "round_robin" (default), "random",
     /// "session_hash".
     #[serde(default = "default_front")]
@@ -344,6 +348,7 @@ impl Default for RouterFile {
             kv_event_lag_s: default_kv_lag(),
             replicas: default_replicas(),
             scrape_jitter_s: 0.0,
+            engine_stats_phase: 0.0,
             front: default_front(),
             fresh_signals: false,
             policy: None,
@@ -912,11 +917,12 @@ fn faults(list: &[FaultFile], n_backends: u32) -> Res<Vec<crate::faults::Fault>>
             }
         };
         let kind = match f.kind.as_str() {
-            "scrape_fail" | "zero_stats" | "frozen_stats" => {
+            "scrape_fail" | "scrape_hang" | "zero_stats" | "frozen_stats" => {
                 only("lag_s", f.lag_s.is_some(), "kind = \"extra_lag\"")?;
                 only("factor", f.factor.is_some(), "kind = \"slowdown\"")?;
                 match f.kind.as_str() {
                     "scrape_fail" => FaultKind::ScrapeFail,
+                    "scrape_hang" => FaultKind::ScrapeHang,
                     "zero_stats" => FaultKind::ZeroStats,
                     _ => FaultKind::FrozenStats,
                 }
@@ -942,7 +948,7 @@ fn faults(list: &[FaultFile], n_backends: u32) -> Res<Vec<crate::faults::Fault>>
                 return Err(FieldError::new(
                     at("kind"),
                     format!(
-                        "unknown fault `{other}`; expected scrape_fail, zero_stats, frozen_stats, extra_lag or slowdown"
+                        "unknown fault `{other}`; expected scrape_fail, scrape_hang, zero_stats, frozen_stats, extra_lag or slowdown"
                     ),
                 ));
             }
@@ -1115,6 +1121,15 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             n => n,
         },
         scrape_jitter: secs(r.scrape_jitter_s, "router.scrape_jitter_s", true)?,
+        engine_stats_phase: match r.engine_stats_phase {
+            v if (0.0..1.0).contains(&v) => v,
+            v => {
+                return Err(FieldError::new(
+                    "router.engine_stats_phase",
+                    format!("must be a fraction of the interval in [0, 1), got {v}"),
+                ));
+            }
+        },
         front: match r.front.as_str() {
             "round_robin" => FrontBalancer::RoundRobin,
             "random" => FrontBalancer::Random,

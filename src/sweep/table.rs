@@ -525,6 +525,11 @@ pub fn write_tables(dir: &Path, file: &SweepFile) -> Result<Vec<PathBuf>> {
     put("sweep.csv", &|o| write_runs_csv(o, &file.meta, &file.rows))?;
     put("aggregate.csv", &|o| write_aggregate_csv(o, &file.meta, &agg))?;
     put("aggregate.md", &|o| write_aggregate_md(o, &file.meta, &agg))?;
+    if !file.meta.plan.counts.is_empty() {
+        put("counts.md", &|o| {
+            super::counts::write_counts_md(o, &file.meta, &file.rows)
+        })?;
+    }
     Ok(written)
 }
 
