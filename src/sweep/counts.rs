@@ -9,7 +9,7 @@ use std::io::Write;
 use anyhow::Result;
 use serde_json::Value;
 
-use super::table::{Meta, RunRow};
+use super::table::{Meta, RunRow, point_runs};
 
 /// One cell: `value: seeds (percent)` for each value seen, ascending by value.
 fn cell(xs: &[f64]) -> String {
@@ -46,28 +46,21 @@ pub fn write_counts_md(out: &mut Vec<u8>, meta: &Meta, rows: &[RunRow]) -> Resul
     head.extend(plan.counts.iter().cloned());
     writeln!(out, "| {} |", head.join(" | "))?;
     writeln!(out, "|{}", head.iter().map(|_| "---|").collect::<String>())?;
-    let mut i = 0;
-    while i < rows.len() {
-        let p = rows[i].point;
-        let j = rows[i..]
-            .iter()
-            .position(|r| r.point != p)
-            .map_or(rows.len(), |k| i + k);
+    for (p, run) in point_runs(rows) {
         let mut cells: Vec<String> = plan
             .labels(p)
             .into_iter()
             .map(|l| format!("`{}`", l.replace('|', "\\|")))
             .collect();
-        cells.push((j - i).to_string());
+        cells.push(run.len().to_string());
         for m in &plan.counts {
-            let xs: Vec<f64> = rows[i..j]
+            let xs: Vec<f64> = rows[run.clone()]
                 .iter()
                 .filter_map(|r| r.metrics.get(m).and_then(Value::as_f64))
                 .collect();
             cells.push(if xs.is_empty() { "n/a".into() } else { cell(&xs) });
         }
         writeln!(out, "| {} |", cells.join(" | "))?;
-        i = j;
     }
     Ok(())
 }

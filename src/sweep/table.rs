@@ -354,13 +354,8 @@ pub struct Aggregate {
 pub fn aggregate(rows: &[RunRow]) -> Aggregate {
     let columns = columns(rows);
     let mut points = Vec::new();
-    let mut i = 0;
-    while i < rows.len() {
-        let p = rows[i].point;
-        let j = rows[i..]
-            .iter()
-            .position(|r| r.point != p)
-            .map_or(rows.len(), |k| i + k);
+    for (p, run) in point_runs(rows) {
+        let (i, j) = (run.start, run.end);
         let stats = columns
             .iter()
             .map(|c| {
@@ -372,9 +367,24 @@ pub fn aggregate(rows: &[RunRow]) -> Aggregate {
             })
             .collect();
         points.push((p, stats));
-        i = j;
     }
     Aggregate { columns, points }
+}
+
+/// The consecutive rows of each point (rows in run order): `(point, index range)`.
+pub fn point_runs(rows: &[RunRow]) -> Vec<(u64, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < rows.len() {
+        let p = rows[i].point;
+        let j = rows[i..]
+            .iter()
+            .position(|r| r.point != p)
+            .map_or(rows.len(), |k| i + k);
+        out.push((p, i..j));
+        i = j;
+    }
+    out
 }
 
 fn param_header(plan: &Plan) -> Vec<String> {
