@@ -355,6 +355,9 @@ fn happenings(cfg: &SimConfig, names: &[String]) -> Vec<Happening> {
         };
         let text = match f.kind {
             FaultKind::ScrapeFail => format!("{b}'s /metrics scrapes failed {window} (entry missing)"),
+            FaultKind::ScrapeHang => format!(
+                "{b}'s /metrics hung until the scrape timeout {window} (entry missing, every later read of each pass one interval late)"
+            ),
             FaultKind::ZeroStats => format!("{b}'s /metrics parsed to zeros {window}"),
             FaultKind::FrozenStats => format!("{b}'s scraped stats were frozen {window}"),
             FaultKind::ExtraLag(l) => format!(

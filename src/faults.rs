@@ -9,6 +9,12 @@
 //! * `frozen_stats`: the first value read inside the window is repeated until it ends
 //!   (a stuck exporter or cache).
 //! * `extra_lag`: values are `lag_s` older than the engine's state.
+//! * `scrape_hang`: the backend accepts the `/metrics` connection and never answers.
+//!   Upstream's scraper reads every endpoint one after another with `requests.get(url +
+//!   "/metrics", timeout=self.scrape_interval)` (production-stack
+//!   `stats/engine_stats.py`, `_scrape_one_endpoint` and `_scrape_metrics`), so the read
+//!   fails only after a whole interval, and every backend behind it in the pass is read
+//!   that much later: the published view ages by an extra interval for the whole fleet.
 //! * `slowdown`: the backend's engine steps take `factor` times longer (a degraded or
 //!   smaller GPU; vLLM backends only).
 //!
@@ -23,6 +29,8 @@ use crate::time::{SimDuration, SimTime};
 pub enum FaultKind {
     /// The scrape fails: no entry.
     ScrapeFail,
+    /// The scrape hangs until the scraper's timeout (the interval), then fails.
+    ScrapeHang,
     /// The scrape reads zeros.
     ZeroStats,
     /// The first value read in the window is repeated.
@@ -38,6 +46,7 @@ impl FaultKind {
     pub fn as_str(&self) -> &'static str {
         match self {
             FaultKind::ScrapeFail => "scrape_fail",
+            FaultKind::ScrapeHang => "scrape_hang",
             FaultKind::ZeroStats => "zero_stats",
             FaultKind::FrozenStats => "frozen_stats",
             FaultKind::ExtraLag(_) => "extra_lag",
@@ -134,7 +143,7 @@ impl Faults {
                 continue;
             }
             match f.kind {
-                FaultKind::ScrapeFail => return ScrapeOutcome::Fail,
+                FaultKind::ScrapeFail | FaultKind::ScrapeHang => return ScrapeOutcome::Fail,
                 FaultKind::ZeroStats => {
                     return ScrapeOutcome::Values(Gauges {
                         kv_total_blocks: live.kv_total_blocks,
@@ -146,6 +155,13 @@ impl Faults {
             }
         }
         ScrapeOutcome::Values(live)
+    }
+
+    /// True if a scrape of `b` started at `now` hangs until the scraper's timeout.
+    pub fn hangs(&self, b: BackendId, now: SimTime) -> bool {
+        self.faults
+            .iter()
+            .any(|f| f.kind == FaultKind::ScrapeHang && f.active(b, now))
     }
 
     /// The step-time factor of `b` at `now` (product of active slowdowns).
@@ -211,5 +227,22 @@ mod tests {
         assert_eq!(f.scrape(BackendId(0), SimTime(35), g(7)), ScrapeOutcome::Values(g(7)));
         assert_eq!(f.slowdown(b, SimTime(50)), 2.5);
         assert_eq!(f.slowdown(b, SimTime(100)), 1.0);
+    }
+
+    #[test]
+    fn scrape_hang_fails_and_holds_the_pass_only_in_its_window() {
+        let b = BackendId(0);
+        let mut f = Faults::new(vec![Fault {
+            backend: b,
+            kind: FaultKind::ScrapeHang,
+            from: SimTime(10),
+            until: SimTime(20),
+        }]);
+        assert!(!f.hangs(b, SimTime(9)));
+        assert!(f.hangs(b, SimTime(10)));
+        assert!(!f.hangs(BackendId(1), SimTime(10)));
+        assert!(!f.hangs(b, SimTime(20)));
+        assert_eq!(f.scrape(b, SimTime(15), g(3)), ScrapeOutcome::Fail);
+        assert_eq!(f.scrape(b, SimTime(25), g(3)), ScrapeOutcome::Values(g(3)));
     }
 }

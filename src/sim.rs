@@ -496,7 +496,7 @@ impl<'w> Simulation<'w> {
         // (production-stack issue #166: replicas do not coordinate).
         let r_count = routers.len() as u64;
         for r in 0..r_count {
-            let phase = SimTime(cfg.router.engine_stats_interval.0 / r_count * r);
+            let phase = cfg.router.first_scrape(r, r_count);
             queue.push(
                 phase,
                 Event::ScrapeRead {
@@ -668,7 +668,11 @@ impl<'w> Simulation<'w> {
                     kv_total_blocks: g.kv_total_blocks,
                     read_at: now,
                 });
-                let (next, after) = self.routers[replica as usize].scrape_read(pos as usize, entry);
+                let (next, mut after) = self.routers[replica as usize].scrape_read(pos as usize, entry);
+                if self.faults.hangs(b, now) {
+                    // Upstream's `requests.get(..., timeout=scrape_interval)`: the pass waits.
+                    after = after.max(self.cfg.router.engine_stats_interval);
+                }
                 let ev = match next {
                     ScrapeNext::Read(p) => Event::ScrapeRead { replica, pos: p as u32 },
                     ScrapeNext::PassEnd => Event::ScrapePassEnd { replica },

@@ -134,24 +134,43 @@ pub struct ScenarioReport {
     pub wall_s: f64,
 }
 
-/// Expands directories into their `*.toml` files (sorted, not recursive).
+/// A folder holding this file is not descended into by [`expand`] (benchmarks).
+pub const SKIP_MARKER: &str = ".sim-check-skip";
+
+/// Expands directories into their `*.toml` files, recursively (files of a folder sorted,
+/// then its subfolders in sorted order), skipping subfolders that hold [`SKIP_MARKER`].
 pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("reading {}", p.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.extension().is_some_and(|x| x == "toml"))
-                .collect();
-            files.sort();
-            anyhow::ensure!(!files.is_empty(), "{}: no .toml scenarios in this folder", p.display());
-            out.extend(files);
+            let before = out.len();
+            expand_dir(p, &mut out)?;
+            anyhow::ensure!(out.len() > before, "{}: no .toml scenarios in this folder", p.display());
         } else {
             out.push(p.clone());
         }
     }
     Ok(out)
+}
+
+fn expand_dir(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    out.extend(
+        entries
+            .iter()
+            .filter(|f| f.is_file() && f.extension().is_some_and(|x| x == "toml"))
+            .cloned(),
+    );
+    for sub in entries.iter().filter(|d| d.is_dir()) {
+        if !sub.join(SKIP_MARKER).exists() {
+            expand_dir(sub, out)?;
+        }
+    }
+    Ok(())
 }
 
 fn pool(jobs: usize) -> Result<rayon::ThreadPool> {

@@ -57,16 +57,29 @@ pub const CATALOGUE: &[PolicyDoc] = &[
             p(
                 "fallback",
                 "\"qps\"",
-                "below the threshold: \"qps\" (upstream) or \"leastinflight\" (PR #1089)",
+                "below the threshold: \"qps\" (upstream), \"leastinflight\" (PR #1089, scraped), \
+                 \"local_inflight\" (router's own in-flight, fresh) or \"scraped_plus_sent\" (scrape + own dispatches since)",
             ),
-            p("band", "1", "leastinflight fallback: random among loads <= min + band"),
+            p("band", "1", "load-based fallbacks: candidates are loads <= min + band"),
+            p(
+                "tie",
+                "\"random\"",
+                "load-based fallbacks: \"random\" among candidates (PR #1089) or \"first\" in discovery order",
+            ),
         ],
     },
     PolicyDoc {
         kind: "leastinflight",
         source: "PR #1089's least-in-flight rule on every request",
         signals: "scraped running + waiting (router.engine_stats_interval_s, 30 s); missing stats -> _qps_routing",
-        params: &[p("band", "1", "random among loads <= min + band")],
+        params: &[
+            p("band", "1", "candidates: loads <= min + band"),
+            p(
+                "tie",
+                "\"random\"",
+                "\"random\" among candidates (PR #1089) or \"first\" in discovery order (band 0: strict argmin)",
+            ),
+        ],
     },
     PolicyDoc {
         kind: "random",
@@ -253,7 +266,7 @@ pub const CATALOGUE: &[PolicyDoc] = &[
             p(
                 "imbalanced_threshold",
                 "(required)",
-                "max - min scraped load >= this: argmin instead (upstream default +inf = kvaware)",
+                "float >= 0; max - min scraped load >= this: argmin, first in list order (upstream default +inf = kvaware)",
             ),
         ],
     },

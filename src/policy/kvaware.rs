@@ -44,14 +44,14 @@ pub fn upstream_fallback(session: &mut Session, req: &RequestInfo, view: &Router
 pub struct KvAware {
     /// `--kv-aware-threshold` in tokens.
     pub threshold_tokens: u64,
-    /// PR #884 `--imbalanced-threshold` (None = +inf).
-    pub imbalanced_threshold: Option<u64>,
+    /// PR #884 `--imbalanced-threshold`, a float >= 0 (None = +inf).
+    pub imbalanced_threshold: Option<f64>,
     session: Session,
 }
 
 impl KvAware {
     /// A router with upstream's fallback state.
-    pub fn new(threshold_tokens: u64, imbalanced_threshold: Option<u64>) -> Self {
+    pub fn new(threshold_tokens: u64, imbalanced_threshold: Option<f64>) -> Self {
         KvAware {
             threshold_tokens,
             imbalanced_threshold,
@@ -73,7 +73,8 @@ impl RoutingPolicy for KvAware {
                 .map(|e| e.map_or(0, |e| u64::from(e.running) + u64::from(e.waiting)))
                 .collect();
             let (lo, hi) = (*q.iter().min().expect("n > 0"), *q.iter().max().expect("n > 0"));
-            if hi - lo >= th {
+            // Integer loads, float threshold: `spread >= 2.5` needs a spread of 3.
+            if (hi - lo) as f64 >= th {
                 let pos = q.iter().position(|&x| x == lo).expect("min exists");
                 return Decision {
                     pos,
@@ -159,16 +160,42 @@ pub(crate) mod tests {
         f.kv = Some(feed(&[10, 0]));
         let hashes: Vec<u64> = (1..=10).collect();
         let mut rng = stream(1, "t", 0);
-        let mut p = KvAware::new(2000, Some(11));
+        let mut p = KvAware::new(2000, Some(11.0));
         assert_eq!(
             p.route(&kv_req(&hashes, None), &f.view(), &mut rng).branch,
             Branch::KvImbalanced
         );
-        let mut p = KvAware::new(2000, Some(12));
+        let mut p = KvAware::new(2000, Some(12.0));
         assert_eq!(
             p.route(&kv_req(&hashes, None), &f.view(), &mut rng).pos,
             0,
             "spread 11 < 12: kvaware"
+        );
+    }
+
+    #[test]
+    fn pr884_float_threshold_and_first_url_ties() {
+        // Loads 3, 1, 1, 4: spread 3. 2.5 and 3.0 trigger, 3.01 does not; argmin ties go to
+        // the first endpoint in list order (Python `min`), never at random.
+        let mut f = ViewFixture::new(4).loads(&[(3, 0), (1, 0), (0, 1), (4, 0)]);
+        f.kv = Some(feed(&[0, 0, 0, 0]));
+        let mut rng = stream(1, "t", 0);
+        for th in [0.0, 2.5, 3.0] {
+            let mut p = KvAware::new(2000, Some(th));
+            for _ in 0..20 {
+                let d = p.route(&kv_req(&[1], None), &f.view(), &mut rng);
+                assert_eq!((d.pos, d.branch), (1, Branch::KvImbalanced), "threshold {th}");
+            }
+        }
+        let mut p = KvAware::new(2000, Some(3.01));
+        assert_ne!(
+            p.route(&kv_req(&[1], None), &f.view(), &mut rng).branch,
+            Branch::KvImbalanced
+        );
+        let mut p = KvAware::new(2000, Some(f64::INFINITY));
+        assert_ne!(
+            p.route(&kv_req(&[1], None), &f.view(), &mut rng).branch,
+            Branch::KvImbalanced
         );
     }
 }

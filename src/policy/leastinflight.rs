@@ -5,38 +5,59 @@
 //! 2. `m = min load`; candidates = `{e : load(e) <= m + band}` (band = 1 in the PR, so a
 //!    burst inside one scrape window, which sees one view, is not dog-piled onto the
 //!    single strict argmin);
-//! 3. uniformly random among candidates;
+//! 3. uniformly random among candidates (`tie = "random"`, the PR), or the first of them in
+//!    discovery order (`tie = "first"`: with `band = 0` this is the strict argmin with
+//!    first-URL ties that the #1073 report describes, and that Python's `min()` gives);
 //! 4. if any endpoint lacks engine stats, fall back to `_qps_routing`.
 //!
 //! Also usable standalone as the `leastinflight` policy.
 
+use super::leastrequest::Tie;
 use super::qps::qps_routing;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
 
-/// Picks by least in-flight within `band`; `None` if some endpoint has no engine stats.
-pub fn least_inflight(view: &RouterView, band: u32, rng: &mut SimRng) -> Option<usize> {
-    let mut loads = Vec::with_capacity(view.engine_stats.len());
-    for e in view.engine_stats {
-        let e = e.as_ref()?;
-        loads.push(u64::from(e.running) + u64::from(e.waiting));
-    }
-    let min = *loads.iter().min()?;
+/// Scraped `running + waiting` per endpoint; `None` if some endpoint has no engine stats.
+pub fn scraped_loads(view: &RouterView) -> Option<Vec<u64>> {
+    view.engine_stats
+        .iter()
+        .map(|e| e.as_ref().map(|e| u64::from(e.running) + u64::from(e.waiting)))
+        .collect()
+}
+
+/// Among the endpoints whose load is within `band` of the minimum, the one `tie` picks.
+/// Draws once from `rng` when `tie` is random, never when it is `first`.
+pub fn pick_in_band(loads: &[u64], band: u32, tie: Tie, rng: &mut SimRng) -> usize {
+    let min = *loads.iter().min().expect("at least one endpoint");
     let limit = min + u64::from(band);
-    let candidates: Vec<usize> = (0..loads.len()).filter(|&i| loads[i] <= limit).collect();
-    Some(candidates[uniform_index(rng, candidates.len())])
+    let mut candidates = (0..loads.len()).filter(|&i| loads[i] <= limit);
+    match tie {
+        Tie::First => candidates.next().expect("the minimum is a candidate"),
+        Tie::Random => {
+            let c: Vec<usize> = candidates.collect();
+            c[uniform_index(rng, c.len())]
+        }
+    }
+}
+
+/// Picks by least in-flight within `band`; `None` if some endpoint has no engine stats.
+pub fn least_inflight(view: &RouterView, band: u32, tie: Tie, rng: &mut SimRng) -> Option<usize> {
+    let loads = scraped_loads(view)?;
+    Some(pick_in_band(&loads, band, tie, rng))
 }
 
 /// The standalone policy.
 pub struct LeastInflight {
     /// Tie band.
     pub band: u32,
+    /// Tie rule inside the band.
+    pub tie: Tie,
 }
 
 impl RoutingPolicy for LeastInflight {
     fn route(&mut self, _req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision {
-        match least_inflight(view, self.band, rng) {
+        match least_inflight(view, self.band, self.tie, rng) {
             Some(pos) => Decision {
                 pos,
                 branch: Branch::LeastInflight,
@@ -62,7 +83,7 @@ mod tests {
         let f = ViewFixture::new(3).loads(&[(4, 1), (2, 0), (3, 0)]);
         let mut rng = stream(1, "t", 0);
         for _ in 0..50 {
-            assert_eq!(least_inflight(&f.view(), 0, &mut rng), Some(1));
+            assert_eq!(least_inflight(&f.view(), 0, Tie::Random, &mut rng), Some(1));
         }
     }
 
@@ -73,7 +94,7 @@ mod tests {
         let mut rng = stream(1, "t", 0);
         let mut counts = [0u32; 4];
         for _ in 0..10_000 {
-            counts[least_inflight(&f.view(), 1, &mut rng).unwrap()] += 1;
+            counts[least_inflight(&f.view(), 1, Tie::Random, &mut rng).unwrap()] += 1;
         }
         assert_eq!((counts[0], counts[3]), (0, 0));
         // Binomial(10000, 0.5): sd = 50; allow 5 sd.
@@ -86,7 +107,10 @@ mod tests {
             .loads(&[(0, 0), (0, 0)])
             .dispatches(&[Some(3), Some(1)]);
         f.engine[0] = None;
-        let mut p = LeastInflight { band: 1 };
+        let mut p = LeastInflight {
+            band: 1,
+            tie: Tie::Random,
+        };
         let d = p.route(&req(None, &[]), &f.view(), &mut stream(1, "t", 0));
         assert_eq!(
             d,
@@ -96,5 +120,35 @@ mod tests {
                 match_chars: 0
             }
         );
+    }
+
+    #[test]
+    fn tie_first_is_the_first_in_discovery_order_within_the_band() {
+        let mut rng = stream(1, "t", 0);
+        // Exact ties at the minimum (loads 2, 1, 1, 1): strict argmin, first URL.
+        let f = ViewFixture::new(4).loads(&[(2, 0), (1, 0), (0, 1), (1, 0)]);
+        for _ in 0..20 {
+            assert_eq!(least_inflight(&f.view(), 0, Tie::First, &mut rng), Some(1));
+        }
+        // With band 1 the first endpoint within min + 1 wins, even above the minimum.
+        let f = ViewFixture::new(3).loads(&[(3, 0), (2, 0), (1, 0)]);
+        assert_eq!(least_inflight(&f.view(), 1, Tie::First, &mut rng), Some(1));
+        assert_eq!(least_inflight(&f.view(), 0, Tie::First, &mut rng), Some(2));
+        // Random ties reach every tied endpoint.
+        let f = ViewFixture::new(3).loads(&[(1, 0), (1, 0), (1, 0)]);
+        let seen: std::collections::BTreeSet<usize> = (0..200)
+            .map(|_| least_inflight(&f.view(), 0, Tie::Random, &mut rng).unwrap())
+            .collect();
+        assert_eq!(seen.len(), 3);
+    }
+
+    #[test]
+    fn tie_first_draws_nothing_from_the_stream() {
+        let f = ViewFixture::new(2).loads(&[(1, 0), (1, 0)]);
+        let mut a = stream(7, "t", 0);
+        let b = a.clone();
+        pick_in_band(&[1, 1], 0, Tie::First, &mut a);
+        least_inflight(&f.view(), 3, Tie::First, &mut a);
+        assert_eq!(a, b);
     }
 }

@@ -19,6 +19,16 @@ pub enum Tie {
     First,
 }
 
+impl Tie {
+    /// Name as written in scenarios.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tie::Random => "random",
+            Tie::First => "first",
+        }
+    }
+}
+
 /// Router-local in-flight per endpoint (0 for one never used), from the router's request
 /// stats: fresh unless the scenario sets `router.request_stats_lag_s`, which then delays
 /// this signal too for every policy that reads it.

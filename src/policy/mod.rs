@@ -16,6 +16,7 @@ pub mod kvaware;
 pub mod leastinflight;
 pub mod leastrequest;
 pub mod llmd;
+pub mod load_since_scrape;
 pub mod loadaware;
 pub mod powerofd;
 pub mod prefixaware;
@@ -253,6 +254,13 @@ pub enum Fallback {
     Qps,
     /// Least-in-flight from engine stats, random within a band (PR #1089).
     LeastInflight,
+    /// Least-in-flight on the router's own in-flight counts (fresh, as `least_request`):
+    /// never stale for a single router, no engine stats needed.
+    LocalInflight,
+    /// Scraped load plus this router's own dispatches since each entry was read: the
+    /// scrape corrected by what the router itself sent after it (QPS while stats are
+    /// missing, as #1089).
+    ScrapedPlusSent,
 }
 
 impl Fallback {
@@ -261,6 +269,8 @@ impl Fallback {
         match self {
             Fallback::Qps => "qps",
             Fallback::LeastInflight => "leastinflight",
+            Fallback::LocalInflight => "local_inflight",
+            Fallback::ScrapedPlusSent => "scraped_plus_sent",
         }
     }
 }
@@ -280,11 +290,15 @@ pub enum PolicyConfig {
         fallback: Fallback,
         /// Least-in-flight tie band (+1 in PR #1089); unused with `fallback = "qps"`.
         band: u32,
+        /// Tie rule within the band (random in PR #1089); unused with `fallback = "qps"`.
+        tie: leastrequest::Tie,
     },
     /// Least-in-flight from scraped engine stats on every request (the fix, standalone).
     LeastInflight {
         /// Tie band.
         band: u32,
+        /// Tie rule within the band.
+        tie: leastrequest::Tie,
     },
     /// Uniform random.
     Random,
@@ -312,8 +326,8 @@ pub enum PolicyConfig {
     KvAware {
         /// `--kv-aware-threshold`, tokens.
         threshold_tokens: u64,
-        /// PR #884 `--imbalanced-threshold` (None = +inf).
-        imbalanced_threshold: Option<u64>,
+        /// PR #884 `--imbalanced-threshold`, a float >= 0 (None = +inf).
+        imbalanced_threshold: Option<f64>,
     },
     /// production-stack PR #1035 `loadaware`.
     LoadAware {
@@ -337,23 +351,20 @@ impl PolicyConfig {
                 prefix_min_match_length,
                 fallback,
                 band,
+                tie,
             } => match fallback {
                 Fallback::Qps => {
                     format!("prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = qps)")
                 }
-                Fallback::LeastInflight => format!(
-                    "prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = leastinflight, band = {band})"
+                _ => format!(
+                    "prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = {}, band = {band}{})",
+                    fallback.as_str(),
+                    tie_suffix(*tie)
                 ),
             },
-            PolicyConfig::LeastInflight { band } => format!("leastinflight (band = {band})"),
+            PolicyConfig::LeastInflight { band, tie } => format!("leastinflight (band = {band}{})", tie_suffix(*tie)),
             PolicyConfig::Random => "random".into(),
-            PolicyConfig::LeastRequest { tie } => format!(
-                "least_request (tie = {})",
-                match tie {
-                    leastrequest::Tie::Random => "random",
-                    leastrequest::Tie::First => "first",
-                }
-            ),
+            PolicyConfig::LeastRequest { tie } => format!("least_request (tie = {})", tie.as_str()),
             PolicyConfig::PowerOfD { d, load } => format!("power_of_d (d = {d}, load = {})", load.as_str()),
             PolicyConfig::SglangCacheAware(p) => format!(
                 "sglang_cache_aware (cache_threshold = {}, balance_abs_threshold = {}, balance_rel_threshold = {}, eviction_interval_secs = {}, max_tree_size = {})",
@@ -412,6 +423,15 @@ impl PolicyConfig {
     }
 }
 
+/// `, tie = first` when the tie rule is not the default (random), so existing reports keep
+/// their wording.
+fn tie_suffix(tie: leastrequest::Tie) -> &'static str {
+    match tie {
+        leastrequest::Tie::Random => "",
+        leastrequest::Tie::First => ", tie = first",
+    }
+}
+
 /// Instantiates a policy.
 pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
     match *cfg {
@@ -421,8 +441,9 @@ pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
             prefix_min_match_length,
             fallback,
             band,
-        } => Box::new(prefixaware::PrefixAware::new(prefix_min_match_length, fallback, band)),
-        PolicyConfig::LeastInflight { band } => Box::new(leastinflight::LeastInflight { band }),
+            tie,
+        } => Box::new(prefixaware::PrefixAware::new(prefix_min_match_length, fallback, band).with_tie(tie)),
+        PolicyConfig::LeastInflight { band, tie } => Box::new(leastinflight::LeastInflight { band, tie }),
         PolicyConfig::Random => Box::new(random::Random),
         PolicyConfig::LeastRequest { tie } => Box::new(leastrequest::LeastRequest { tie }),
         PolicyConfig::PowerOfD { d, load } => Box::new(powerofd::PowerOfD { d, load }),

@@ -7,7 +7,10 @@
 //! 2. If `match_len < prefix_min_match_length`: the fallback picks (`_qps_routing`
 //!    upstream; least-in-flight within a band with #1089, itself falling back to QPS when
 //!    any endpoint lacks engine stats), and **the prompt is inserted into the trie under
-//!    that pick** (#990). This insertion is the latch: every later turn of the session
+//!    that pick** (#990). Candidate fixes of #1073 are further fallbacks: `local_inflight`
+//!    (the router's own in-flight counts, fresh) and `scraped_plus_sent` (the scrape plus
+//!    this router's dispatches since it); all but `qps` pick within `band` of the
+//!    minimum under `tie` (`random` in #1089, `first` = Python `min()` order). This insertion is the latch: every later turn of the session
 //!    extends this prompt, matches it, and follows the first pick.
 //! 3. Else uniformly at random among the endpoints sharing the longest match; insert.
 //!
@@ -15,7 +18,9 @@
 //! uniformly at random. Load is never consulted on the matched branch.
 
 use super::hashtrie::HashTrie;
-use super::leastinflight::least_inflight;
+use super::leastinflight::{pick_in_band, scraped_loads};
+use super::leastrequest::{Tie, local_loads};
+use super::load_since_scrape::SentSinceScrape;
 use super::qps::qps_routing;
 use super::{Branch, Decision, Fallback, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
@@ -28,6 +33,8 @@ pub struct PrefixAware {
     min_match_chars: u64,
     fallback: Fallback,
     band: u32,
+    tie: Tie,
+    sent: SentSinceScrape,
 }
 
 impl PrefixAware {
@@ -38,8 +45,35 @@ impl PrefixAware {
             min_match_chars,
             fallback,
             band,
+            tie: Tie::Random,
+            sent: SentSinceScrape::default(),
         }
     }
+
+    /// The same router with tie rule `tie` inside the fallback's band.
+    pub fn with_tie(mut self, tie: Tie) -> Self {
+        self.tie = tie;
+        self
+    }
+}
+
+/// The below-threshold pick: `None` for a load-based fallback that lacks engine stats
+/// (then `_qps_routing`, as #1089).
+fn fallback_pick(
+    fallback: Fallback,
+    band: u32,
+    tie: Tie,
+    sent: &mut SentSinceScrape,
+    view: &RouterView,
+    rng: &mut SimRng,
+) -> Option<usize> {
+    let loads = match fallback {
+        Fallback::Qps => return Some(qps_routing(view)),
+        Fallback::LeastInflight => scraped_loads(view)?,
+        Fallback::LocalInflight => local_loads(view),
+        Fallback::ScrapedPlusSent => sent.loads(view)?,
+    };
+    Some(pick_in_band(&loads, band, tie, rng))
 }
 
 impl RoutingPolicy for PrefixAware {
@@ -49,17 +83,18 @@ impl RoutingPolicy for PrefixAware {
 
     fn route(&mut self, req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision {
         let available: Vec<BackendId> = view.endpoints.iter().map(|e| e.backend).collect();
-        let (min_match, fallback, band) = (self.min_match_chars, self.fallback, self.band);
-        self.trie
+        let (min_match, fallback, band, tie) = (self.min_match_chars, self.fallback, self.band, self.tie);
+        let sent = &mut self.sent;
+        let d = self
+            .trie
             .match_then_insert(req.prompt_chunks, &available, |chunks, matched| {
                 let match_chars = chunks as u64 * u64::from(req.chunk_chars);
                 let (pos, branch) = if match_chars < min_match {
-                    match fallback {
-                        Fallback::Qps => (qps_routing(view), Branch::FallbackQps),
-                        Fallback::LeastInflight => match least_inflight(view, band, rng) {
-                            Some(pos) => (pos, Branch::FallbackLeastInflight),
-                            None => (qps_routing(view), Branch::FallbackNoStatsQps),
-                        },
+                    match fallback_pick(fallback, band, tie, sent, view, rng) {
+                        Some(pos) if fallback == Fallback::Qps => (pos, Branch::FallbackQps),
+                        // Every load-based fallback reports as `fallback_leastinflight`.
+                        Some(pos) => (pos, Branch::FallbackLeastInflight),
+                        None => (qps_routing(view), Branch::FallbackNoStatsQps),
                     }
                 } else {
                     let b = matched[uniform_index(rng, matched.len())];
@@ -78,7 +113,11 @@ impl RoutingPolicy for PrefixAware {
                         match_chars,
                     },
                 )
-            })
+            });
+        if self.fallback == Fallback::ScrapedPlusSent {
+            self.sent.record(view.endpoints[d.pos].backend.index(), view.now);
+        }
+        d
     }
 }
 
@@ -135,5 +174,44 @@ mod tests {
             assert_eq!(again.pos, d.pos);
         }
         assert!((first[0] as i64 - 1000).abs() < 120, "{first:?}");
+    }
+
+    #[test]
+    fn fresh_fallbacks_spread_a_burst_that_one_stale_view_dogpiles() {
+        // One scrape, read when both backends were idle; eight new sessions arrive before
+        // the next. The stale argmin with first-URL ties sends all eight to backend 0;
+        // local in-flight and scrape-plus-sent alternate.
+        let mut rng = stream(0, "t", 0);
+        let mut stale = PrefixAware::new(100_000, Fallback::LeastInflight, 0).with_tie(Tie::First);
+        let mut plus = PrefixAware::new(100_000, Fallback::ScrapedPlusSent, 0).with_tie(Tie::First);
+        let mut local = PrefixAware::new(100_000, Fallback::LocalInflight, 0).with_tie(Tie::First);
+        let mut in_flight = [0u32; 2];
+        let mut picks = (vec![], vec![], vec![]);
+        for s in 0..8u64 {
+            let f = ViewFixture::new(2)
+                .loads(&[(0, 0), (0, 0)])
+                .in_flight(&[Some(in_flight[0]), Some(in_flight[1])])
+                .at(1.0);
+            picks.0.push(stale.route(&req(None, &[s]), &f.view(), &mut rng).pos);
+            picks.1.push(plus.route(&req(None, &[s]), &f.view(), &mut rng).pos);
+            let d = local.route(&req(None, &[s]), &f.view(), &mut rng);
+            assert_eq!(d.branch, Branch::FallbackLeastInflight);
+            in_flight[d.pos] += 1;
+            picks.2.push(d.pos);
+        }
+        assert_eq!(picks.0, vec![0; 8]);
+        assert_eq!(picks.1, vec![0, 1, 0, 1, 0, 1, 0, 1]);
+        assert_eq!(picks.2, vec![0, 1, 0, 1, 0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn scraped_plus_sent_needs_stats_like_1089() {
+        let mut p = PrefixAware::new(100_000, Fallback::ScrapedPlusSent, 1);
+        let mut f = ViewFixture::new(2)
+            .loads(&[(0, 0), (0, 0)])
+            .dispatches(&[Some(4), Some(1)]);
+        f.engine[0] = None;
+        let d = p.route(&req(None, &[1]), &f.view(), &mut stream(0, "t", 0));
+        assert_eq!((d.pos, d.branch), (1, Branch::FallbackNoStatsQps));
     }
 }

@@ -50,11 +50,24 @@ pub struct RouterConfig {
     pub front: crate::sim::FrontBalancer,
     /// Uniform jitter added to each sleep between scrape passes (0 upstream).
     pub scrape_jitter: SimDuration,
+    /// Start of the first scrape pass as a fraction of the interval, in [0, 1) (0: at
+    /// router start). Sweeping it moves the scrape against a burst.
+    pub engine_stats_phase: f64,
     /// Counterfactual device: every decision sees the engines' live gauges instead of the
     /// last scrape (the oracle view `sim explain` compares against). Off for real routers.
     pub fresh_signals: bool,
     /// The policy.
     pub policy: PolicyConfig,
+}
+
+impl RouterConfig {
+    /// When the first scrape pass of replica `r` of `replicas` starts: replicas spread
+    /// evenly over one interval (production-stack issue #166: they do not coordinate),
+    /// all shifted by `engine_stats_phase`.
+    pub fn first_scrape(&self, r: u64, replicas: u64) -> SimTime {
+        let i = self.engine_stats_interval.0;
+        SimTime(i / replicas * r + (i as f64 * self.engine_stats_phase).round() as u64)
+    }
 }
 
 /// What the policy saw of one backend at a decision, for the audit trail.

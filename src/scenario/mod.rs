@@ -180,7 +180,7 @@ pub struct RouterEventFile {
 pub struct FaultFile {
     /// Backend index.
     pub backend: i64,
-    /// `scrape_fail`, `zero_stats`, `frozen_stats`, `extra_lag`, `slowdown`.
+    /// `scrape_fail`, `scrape_hang`, `zero_stats`, `frozen_stats`, `extra_lag`, `slowdown`.
     pub kind: String,
     /// Start, seconds (default 0).
     #[serde(default)]
@@ -280,6 +280,10 @@ pub struct RouterFile {
     /// Uniform jitter on every sleep between scrape passes, seconds (default 0).
     #[serde(default)]
     pub scrape_jitter_s: f64,
+    /// When the first scrape pass starts, as a fraction of the interval in [0, 1)
+    /// (default 0: at router start): the phase of the scrape against the workload.
+    #[serde(default)]
+    pub engine_stats_phase: f64,
     /// Load balancer in front of the replicas: "round_robin" (default), "random",
     /// "session_hash".
     #[serde(default = "default_front")]
@@ -302,6 +306,7 @@ impl Default for RouterFile {
             kv_event_lag_s: default_kv_lag(),
             replicas: default_replicas(),
             scrape_jitter_s: 0.0,
+            engine_stats_phase: 0.0,
             front: default_front(),
             fresh_signals: false,
             policy: None,
@@ -338,8 +343,13 @@ struct PrefixAwareFile {
     fallback: String,
     #[serde(default = "default_band")]
     band: i64,
+    #[serde(default = "default_tie")]
+    tie: String,
 }
 
+fn default_tie() -> String {
+    "random".into()
+}
 fn default_fallback() -> String {
     "qps".into()
 }
@@ -353,6 +363,8 @@ fn default_band() -> i64 {
 struct LeastInflightFile {
     #[serde(default = "default_band")]
     band: i64,
+    #[serde(default = "default_tie")]
+    tie: String,
 }
 
 /// `[router.policy]` for policies without parameters.
@@ -615,6 +627,9 @@ fn without(t: &toml::Table, key: &str) -> toml::Value {
     toml::Value::Table(t)
 }
 
+/// The tie rules of the least-in-flight choices, for messages.
+const TIES: &str = "`random` (PR #1089) or `first` (Python `min()`: first in discovery order)";
+
 fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Res<PolicyConfig> {
     let path = "router.policy";
     let Some(t) = t else {
@@ -639,10 +654,14 @@ fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Res<PolicyCon
             let fallback = match p.fallback.as_str() {
                 "qps" => Fallback::Qps,
                 "leastinflight" => Fallback::LeastInflight,
+                "local_inflight" => Fallback::LocalInflight,
+                "scraped_plus_sent" => Fallback::ScrapedPlusSent,
                 other => {
                     return Err(FieldError::new(
                         format!("{path}.fallback"),
-                        format!("unknown fallback `{other}`; expected `qps` (upstream) or `leastinflight` (PR #1089)"),
+                        format!(
+                            "unknown fallback `{other}`; expected `qps` (upstream), `leastinflight` (PR #1089), `local_inflight` or `scraped_plus_sent`"
+                        ),
                     ));
                 }
             };
@@ -656,12 +675,14 @@ fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Res<PolicyCon
                 prefix_min_match_length: p.prefix_min_match_length as u64,
                 fallback,
                 band: count(p.band, &format!("{path}.band"), 0)?,
+                tie: policy_tables::tie(&p.tie, &format!("{path}.tie"), TIES)?,
             })
         }
         "leastinflight" => {
             let p: LeastInflightFile = from_value(&rest, path)?;
             Ok(PolicyConfig::LeastInflight {
                 band: count(p.band, &format!("{path}.band"), 0)?,
+                tie: policy_tables::tie(&p.tie, &format!("{path}.tie"), TIES)?,
             })
         }
         other => policy_tables::parse(other, &rest, path, fleet).unwrap_or_else(|| {
@@ -857,11 +878,12 @@ fn faults(list: &[FaultFile], n_backends: u32) -> Res<Vec<crate::faults::Fault>>
             }
         };
         let kind = match f.kind.as_str() {
-            "scrape_fail" | "zero_stats" | "frozen_stats" => {
+            "scrape_fail" | "scrape_hang" | "zero_stats" | "frozen_stats" => {
                 only("lag_s", f.lag_s.is_some(), "kind = \"extra_lag\"")?;
                 only("factor", f.factor.is_some(), "kind = \"slowdown\"")?;
                 match f.kind.as_str() {
                     "scrape_fail" => FaultKind::ScrapeFail,
+                    "scrape_hang" => FaultKind::ScrapeHang,
                     "zero_stats" => FaultKind::ZeroStats,
                     _ => FaultKind::FrozenStats,
                 }
@@ -887,7 +909,7 @@ fn faults(list: &[FaultFile], n_backends: u32) -> Res<Vec<crate::faults::Fault>>
                 return Err(FieldError::new(
                     at("kind"),
                     format!(
-                        "unknown fault `{other}`; expected scrape_fail, zero_stats, frozen_stats, extra_lag or slowdown"
+                        "unknown fault `{other}`; expected scrape_fail, scrape_hang, zero_stats, frozen_stats, extra_lag or slowdown"
                     ),
                 ));
             }
@@ -959,6 +981,15 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             n => n,
         },
         scrape_jitter: secs(r.scrape_jitter_s, "router.scrape_jitter_s", true)?,
+        engine_stats_phase: match r.engine_stats_phase {
+            v if (0.0..1.0).contains(&v) => v,
+            v => {
+                return Err(FieldError::new(
+                    "router.engine_stats_phase",
+                    format!("must be a fraction of the interval in [0, 1), got {v}"),
+                ));
+            }
+        },
         front: match r.front.as_str() {
             "round_robin" => FrontBalancer::RoundRobin,
             "random" => FrontBalancer::Random,

@@ -100,7 +100,7 @@ struct KvAwareFile {
 #[serde(deny_unknown_fields)]
 struct LbKvAwareFile {
     kv_aware_threshold: Option<i64>,
-    imbalanced_threshold: i64,
+    imbalanced_threshold: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,6 +163,31 @@ fn index_size(v: i64, path: &str) -> Res<u32> {
     Ok(v as u32)
 }
 
+/// A `tie` rule; `expected` names the upstreams of each choice for the message.
+pub(super) fn tie(v: &str, path: &str, expected: &str) -> Res<Tie> {
+    match v {
+        "random" => Ok(Tie::Random),
+        "first" => Ok(Tie::First),
+        other => Err(FieldError::new(
+            path,
+            format!("unknown tie rule `{other}`; expected {expected}"),
+        )),
+    }
+}
+
+/// PR #884's `--imbalanced-threshold`: a float >= 0 (`inf`, upstream's default, is plain
+/// `kvaware`).
+fn imbalanced_threshold(v: f64, path: &str) -> Res<f64> {
+    if v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(FieldError::new(
+            path,
+            format!("must be a number >= 0 (inf = plain kvaware), got {v}"),
+        ))
+    }
+}
+
 /// Validates the table of `kind` (without the `kind` key); `None` if `kind` is not one of
 /// these policies.
 pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) -> Option<Res<PolicyConfig>> {
@@ -170,17 +195,9 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) ->
     Some(match kind {
         "random" => from_value::<super::NoParams>(rest, path).map(|_| PolicyConfig::Random),
         "least_request" => from_value::<LeastRequestFile>(rest, path).and_then(|f| {
-            let tie = match f.tie.as_str() {
-                "random" => Tie::Random,
-                "first" => Tie::First,
-                other => {
-                    return Err(FieldError::new(
-                        at("tie"),
-                        format!("unknown tie rule `{other}`; expected `random` (AIBrix) or `first` (SGLang)"),
-                    ));
-                }
-            };
-            Ok(PolicyConfig::LeastRequest { tie })
+            Ok(PolicyConfig::LeastRequest {
+                tie: tie(&f.tie, &at("tie"), "`random` (AIBrix) or `first` (SGLang)")?,
+            })
         }),
         "power_of_d" => from_value::<PowerOfDFile>(rest, path).and_then(|f| {
             let load = match f.load.as_str() {
@@ -379,11 +396,10 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) ->
                     &at("kv_aware_threshold"),
                     0,
                 )?),
-                imbalanced_threshold: Some(u64::from(count(
+                imbalanced_threshold: Some(imbalanced_threshold(
                     f.imbalanced_threshold,
                     &at("imbalanced_threshold"),
-                    1,
-                )?)),
+                )?),
             })
         }),
         "loadaware" => from_value::<LoadAwareFile>(rest, path).and_then(|f| {

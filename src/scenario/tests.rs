@@ -58,7 +58,8 @@ fn upstream_defaults() {
         PolicyConfig::PrefixAware {
             prefix_min_match_length: 0,
             fallback: Fallback::Qps,
-            band: 1
+            band: 1,
+            tie: crate::policy::leastrequest::Tie::Random
         },
         "prefix_min_match_length defaults to 0 upstream; QPS is upstream's fallback"
     );
@@ -95,7 +96,8 @@ fn overrides_apply_before_validation() {
         PolicyConfig::PrefixAware {
             prefix_min_match_length: 0,
             fallback: Fallback::LeastInflight,
-            band: 0
+            band: 0,
+            tie: crate::policy::leastrequest::Tie::Random
         }
     );
     assert_eq!(s.sim.router.engine_stats_interval.0, 10 * NS_PER_S);

@@ -5,6 +5,7 @@
 //! * [`exec`]: the rayon pool, progress and partial files (how it runs);
 //! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows.
 
+pub mod counts;
 pub mod exec;
 pub mod spec;
 pub mod table;

@@ -47,6 +47,9 @@ pub struct SweepFile {
     pub axis: Vec<AxisFile>,
     /// Metrics for the Markdown table and the plots.
     pub metrics: Option<Vec<String>>,
+    /// Metrics whose per-point value distribution goes to `counts.md`.
+    #[serde(default)]
+    pub counts: Vec<String>,
     /// Plots.
     #[serde(default)]
     pub plot: PlotFile,
@@ -130,6 +133,9 @@ pub struct Plan {
     pub seeds: Vec<u64>,
     /// Headline metrics (Markdown table, plots).
     pub metrics: Vec<String>,
+    /// Metrics tabulated as value counts in `counts.md` (none: no file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counts: Vec<String>,
     /// Plot axes.
     pub plot: PlotFile,
 }
@@ -518,6 +524,7 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
         DEFAULT_METRICS.iter().map(|s| s.to_string()).collect()
     };
     check_metrics(&metrics, "metrics")?;
+    check_metrics(&file.counts, "counts")?;
     let mut plot = file.plot.clone();
     if let Some(m) = &plot.metrics {
         check_metrics(m, "sweep.plot.metrics")?;
@@ -550,6 +557,7 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
         axes,
         seeds,
         metrics,
+        counts: file.counts.clone(),
         plot,
     })
 }

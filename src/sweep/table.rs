@@ -367,13 +367,8 @@ pub struct Aggregate {
 pub fn aggregate(rows: &[RunRow]) -> Aggregate {
     let columns = columns(rows);
     let mut points = Vec::new();
-    let mut i = 0;
-    while i < rows.len() {
-        let p = rows[i].point;
-        let j = rows[i..]
-            .iter()
-            .position(|r| r.point != p)
-            .map_or(rows.len(), |k| i + k);
+    for (p, run) in point_runs(rows) {
+        let (i, j) = (run.start, run.end);
         let stats = columns
             .iter()
             .map(|c| {
@@ -385,9 +380,24 @@ pub fn aggregate(rows: &[RunRow]) -> Aggregate {
             })
             .collect();
         points.push((p, stats));
-        i = j;
     }
     Aggregate { columns, points }
+}
+
+/// The consecutive rows of each point (rows in run order): `(point, index range)`.
+pub fn point_runs(rows: &[RunRow]) -> Vec<(u64, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < rows.len() {
+        let p = rows[i].point;
+        let j = rows[i..]
+            .iter()
+            .position(|r| r.point != p)
+            .map_or(rows.len(), |k| i + k);
+        out.push((p, i..j));
+        i = j;
+    }
+    out
 }
 
 fn param_header(plan: &Plan) -> Vec<String> {
@@ -543,6 +553,11 @@ pub fn write_tables(dir: &Path, file: &SweepFile) -> Result<Vec<PathBuf>> {
     put("sweep.csv", &|o| write_runs_csv(o, &file.meta, &file.rows))?;
     put("aggregate.csv", &|o| write_aggregate_csv(o, &file.meta, &agg))?;
     put("aggregate.md", &|o| write_aggregate_md(o, &file.meta, &agg))?;
+    if !file.meta.plan.counts.is_empty() {
+        put("counts.md", &|o| {
+            super::counts::write_counts_md(o, &file.meta, &file.rows)
+        })?;
+    }
     Ok(written)
 }
 
