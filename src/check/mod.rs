@@ -79,7 +79,7 @@ pub fn expectations(src: &Source, base_seed: u64) -> Result<Option<Expectations>
             .map_err(|m| {
                 let m = m.replace(
                     "(raise it with --max-runs)",
-                    &format!("`sim check` runs at most {MAX_CHECK_SEEDS} seeds per scenario"),
+                    &format!("(`sim check` runs at most {MAX_CHECK_SEEDS} seeds per scenario)"),
                 );
                 anyhow::anyhow!(src.message("expect.seeds", &m))
             })?,
