@@ -8,6 +8,7 @@
 //! `LOADAWARE_BETA`) is PR #1035; the least-in-flight fallback is PR #1089, which adds no
 //! flag. `--engine-stats-interval` and `--request-stats-window` are whole seconds (> 0).
 
+use crate::policy::leastrequest::Tie;
 use crate::policy::{Fallback, PolicyConfig};
 use crate::router::RouterConfig;
 
@@ -66,18 +67,30 @@ pub fn production_stack(r: &RouterConfig) -> Option<Flags> {
             prefix_min_match_length,
             fallback,
             band,
+            tie,
         } => {
             f.args
                 .extend(["--prefix-min-match-length".into(), prefix_min_match_length.to_string()]);
-            if *fallback == Fallback::LeastInflight {
-                reads_scrape = true;
-                f.notes.push(
-                    "the least-in-flight fallback is production-stack PR #1089 (no flag: it replaces the QPS fallback)"
-                        .into(),
-                );
-                if *band != 1 {
+            match fallback {
+                Fallback::Qps => {}
+                Fallback::LeastInflight => {
+                    reads_scrape = true;
+                    f.notes.push(
+                        "the least-in-flight fallback is production-stack PR #1089 (no flag: it replaces the QPS fallback)"
+                            .into(),
+                    );
+                    if *band != 1 || *tie != Tie::Random {
+                        f.notes.push(format!(
+                            "band = {band}, tie = {}: PR #1089 picks at random within +1 of the minimum; this needs a patch",
+                            tie.as_str()
+                        ));
+                    }
+                }
+                Fallback::LocalInflight | Fallback::ScrapedPlusSent => {
+                    reads_scrape = *fallback == Fallback::ScrapedPlusSent;
                     f.notes.push(format!(
-                        "band = {band}: PR #1089 fixes the band at 1; this needs a patch"
+                        "fallback = {}: a fleetsim candidate fix for the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
+                        fallback.as_str()
                     ));
                 }
             }

@@ -89,6 +89,7 @@ pub fn round_plan(cands: &[Candidate], which: &[usize], seeds: &[u64], metrics: 
         }],
         seeds: seeds.to_vec(),
         metrics: metrics.to_vec(),
+        counts: Vec::new(),
         plot: PlotFile::default(),
     }
 }
