@@ -5,7 +5,9 @@
 //! * [`exec`]: the rayon pool, progress and partial files (how it runs);
 //! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows.
 
+pub mod build;
 pub mod exec;
+pub mod progress;
 pub mod spec;
 pub mod table;
 
