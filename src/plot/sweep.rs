@@ -375,10 +375,7 @@ impl Lines {
         }
         let pad = ((hi - lo) * 0.08).max(1e-9);
         let what = if clipped {
-            format!(
-                "mean ± 95% CI (clipped at the metric's bounds {}, marked |)",
-                bounds_text(bounds)
-            )
+            format!("mean ± 95% CI (clipped {}, marked |)", bounds_text(bounds))
         } else {
             "mean ± 95% CI".to_string()
         };
@@ -659,9 +656,9 @@ fn clipped_ends(st: &Stat, (lo, hi): (f64, f64)) -> impl Iterator<Item = f64> {
 
 fn bounds_text((lo, hi): (f64, f64)) -> String {
     if hi.is_finite() {
-        format!("[{}, {}]", fmt_stat(lo), fmt_stat(hi))
+        format!("to [{}, {}]", fmt_stat(lo), fmt_stat(hi))
     } else {
-        format!(">= {}", fmt_stat(lo))
+        format!("at {}", fmt_stat(lo))
     }
 }
 
