@@ -375,7 +375,7 @@ impl Lines {
         }
         let pad = ((hi - lo) * 0.08).max(1e-9);
         let what = if clipped {
-            format!("mean ± 95% CI (clipped {}, marked |)", bounds_text(bounds))
+            format!("mean ± 95% CI (clipped {})", bounds_text(bounds))
         } else {
             "mean ± 95% CI".to_string()
         };
