@@ -993,8 +993,10 @@ mod tests {
 
     #[test]
     fn metric_names_put_the_unit_last() {
-        let mut s = Summary::default();
-        s.ttft_s = percentiles(vec![1.0, 2.0]);
+        let s = Summary {
+            ttft_s: percentiles(vec![1.0, 2.0]),
+            ..Default::default()
+        };
         let m = flatten(&s);
         assert_eq!(m["ttft_p99_s"], serde_json::json!(1.99));
         assert_eq!(m["ttft_count"], serde_json::json!(2));
