@@ -33,7 +33,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run one scenario and write results/<scenario>/{summary.json, requests.csv, ...}.
+    /// Run one scenario and write out/<scenario>/{summary.json, requests.csv, ...}.
     ///
     /// Example: sim run scenarios/burst8.toml --set router.policy.fallback=leastinflight
     Run(RunArgs),
@@ -49,17 +49,18 @@ enum Command {
     Sweep(Box<SweepArgs>),
     /// Combine `sim sweep --shard K/N` outputs into the files one unsharded sweep writes.
     ///
-    /// Example: sim merge results/sweep-scrape-band/shards/*.json
+    /// Example: sim merge out/sweep-scrape-band/shards/*.json
     Merge(MergeArgs),
     /// Run scenarios and evaluate their [expect] bounds; print a pass/fail table, write
     /// JUnit XML; exit 1 if any bound fails, 2 on bad input.
     ///
     /// Example: sim check scenarios/ --determinism
     Check(CheckArgs),
-    /// Compare two results (golden files, summary.json files or results folders) metric by
-    /// metric; exit 1 if any differs beyond the tolerance.
+    /// Compare two results (golden files, summary.json files, run folders, or sweep folders
+    /// and sweep.json files point by point) metric by metric; exit 1 if any differs beyond
+    /// the tolerance.
     ///
-    /// Example: sim compare results/golden/burst8.json results/burst8 --rel-tol 0.01
+    /// Example: sim compare out/golden/burst8.json out/burst8 --rel-tol 0.01
     Compare(CompareArgs),
     /// Explain a run's stranded capacity in plain language: each worst episode (who idled,
     /// who queued), the decisions that caused it (branch, view and its age, truth), the
@@ -68,11 +69,11 @@ enum Command {
     /// The run is reproduced from RESULTS_DIR/scenario.toml (byte-identical by construction)
     /// and checked against RESULTS_DIR/summary.json; writes explain.md and explain.json there.
     ///
-    /// Example: sim explain results/burst8 --policy '{ kind = "leastinflight", band = 0 }'
+    /// Example: sim explain out/burst8 --policy '{ kind = "leastinflight", band = 0 }'
     Explain(ExplainArgs),
     /// List every routing policy: parameters with upstream defaults, the signals it reads
     /// and their freshness, and the upstream code it reproduces.
-    Policies,
+    Policies(PoliciesArgs),
     /// Measure simulator speed (events/s, requests/s) on a scenario; writes nothing unless
     /// --json is given.
     ///
@@ -197,7 +198,7 @@ struct ScenarioArgs {
 struct RunArgs {
     #[command(flatten)]
     scenario: ScenarioArgs,
-    /// Results folder (default: results/<scenario name>).
+    /// Results folder (default: out/<scenario name>, an ignored folder).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Do not write result files, only print the summary.
@@ -210,12 +211,16 @@ struct RunArgs {
     #[arg(long, short)]
     quiet: bool,
     /// Also store a compact golden summary (flattened metrics) as DIR/<scenario>.json,
-    /// for `sim compare` (DIR defaults to results/golden).
-    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "results/golden")]
+    /// for `sim compare` (DIR defaults to out/golden).
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "out/golden")]
     save_golden: Option<PathBuf>,
     /// Also explain the stranded capacity (as `sim explain` does) and write explain.md/json.
     #[arg(long)]
     explain: bool,
+    /// Also write timeline.json: every request's queued, prefill and decode phases per
+    /// backend in Chrome trace event format (open in https://ui.perfetto.dev).
+    #[arg(long)]
+    timeline: bool,
     #[command(flatten)]
     explain_opts: ExplainFlags,
 }
@@ -266,7 +271,7 @@ struct CheckArgs {
     #[arg(long)]
     invariants: bool,
     /// JUnit XML report.
-    #[arg(long, value_name = "FILE", default_value = "results/check/junit.xml")]
+    #[arg(long, value_name = "FILE", default_value = "out/check/junit.xml")]
     junit: PathBuf,
     /// Worker threads for the seeds of a scenario (default: all cores).
     #[arg(long, short)]
@@ -326,14 +331,14 @@ struct SweepArgs {
     /// <out>/shards/shard-K-of-N.json for `sim merge`.
     #[arg(long, value_name = "K/N", value_parser = crate::sweep::exec::parse_shard)]
     shard: Option<(u64, u64)>,
-    /// Results folder (default: results/<scenario name>).
+    /// Results folder (default: out/<scenario name>, an ignored folder).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Keep the runs already in the results folder (same sweep) and run only the rest.
     #[arg(long)]
     resume: bool,
     /// Metric for the Markdown table and plots (repeatable; default: idle_while_queued_s,
-    /// ttft_s.p99, ...; plots use the first two).
+    /// ttft_p99_s, ...; plots use the first two).
     #[arg(long = "metric", value_name = "METRIC")]
     metrics: Vec<String>,
     /// Axes of the heatmap, by axis name: --heatmap engine_stats_interval_s,band.
@@ -354,6 +359,9 @@ struct SweepArgs {
     /// No progress bar, no table on stdout.
     #[arg(long, short)]
     quiet: bool,
+    /// Seconds between progress lines when stderr is not a terminal (a batch log).
+    #[arg(long, value_name = "S", default_value_t = crate::sweep::progress::LINE_EVERY.as_secs_f64())]
+    progress_every_s: f64,
 }
 
 #[derive(Args, Debug)]
@@ -370,6 +378,13 @@ struct MergeArgs {
     /// No table on stdout.
     #[arg(long, short)]
     quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct PoliciesArgs {
+    /// Print JSON (kind, source, signals, params with upstream defaults) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -438,8 +453,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Sweep(a) => cmd_sweep(*a),
         Command::Merge(a) => cmd_merge(a),
         Command::Check(a) => cmd_check(a),
-        Command::Policies => {
-            print!("{}", crate::policy::catalogue::render());
+        Command::Policies(a) => {
+            if a.json {
+                print!("{}", crate::policy::catalogue::to_json());
+            } else {
+                print!("{}", crate::policy::catalogue::render());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Compare(a) => cmd_compare(a),
@@ -566,6 +585,13 @@ fn check_tool_tables(a: &ScenarioArgs) -> Result<()> {
     crate::check::validate_tools(&src, seed.max(0) as u64)
 }
 
+/// Where `sim run`/`sim sweep` write without `--out`: `out/<name>`, ignored by git, so a
+/// user's runs never touch the committed reference results in `results/` (CI writes those
+/// only through an explicit `--out`).
+pub fn default_out(name: &str) -> PathBuf {
+    Path::new("out").join(name)
+}
+
 fn perf_of(wall: std::time::Duration, events: u64, requests: u64) -> Perf {
     let wall_s = wall.as_secs_f64().max(1e-9);
     Perf {
@@ -623,15 +649,17 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         }
     }
     if !a.no_files {
-        let dir = a
-            .out
-            .clone()
-            .unwrap_or_else(|| Path::new("results").join(&scenario.sim.name));
+        let dir = a.out.clone().unwrap_or_else(|| default_out(&scenario.sim.name));
         // Whole or absent: written into a staging folder, moved into place when complete.
         let stage = crate::atomic::Staging::new(&dir)?;
         let mut written = write_all(stage.path(), &res, &effective, &perf, &hints)?;
         let fig = BackendSeries::new(&res.summary, &res.series);
         written.extend(save(&fig, &stage.path().join("timeseries"))?);
+        if a.timeline {
+            let p = stage.path().join("timeline.json");
+            crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;
+            written.push(p);
+        }
         if a.explain {
             let src = Source::parse(&effective, &file, &res.summary.scenario)?;
             let x = explanation(&res, &scenario, &workload, &src, &a.explain_opts)?;
@@ -821,9 +849,15 @@ fn file_names(paths: &[PathBuf]) -> String {
         .join(",")
 }
 
+/// `sweep-perf.json` (`sweep-perf-shard-K-of-N.json` for a shard, so shards sharing an
+/// output folder do not overwrite each other's): wall-clock figures of the runs this
+/// invocation ran (not those kept by `--resume`).
 #[derive(serde::Serialize)]
 struct SweepPerf {
+    build: &'static str,
+    shard: Option<[u64; 2]>,
     runs: u64,
+    resumed_runs: u64,
     jobs: usize,
     wall_s: f64,
     runs_per_s: f64,
@@ -883,10 +917,7 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let meta = crate::sweep::meta(&src, &base.sim.name, &sets, plan);
-    let dir = a
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("results").join(&base.sim.name));
+    let dir = a.out.clone().unwrap_or_else(|| default_out(&base.sim.name));
     let target = match a.shard {
         Some((k, n)) => shard_path(&dir, k, n),
         None => dir.join("sweep.json"),
@@ -899,6 +930,10 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
             "{}: written by a different sweep (scenario, version, overrides, axes or seeds differ); remove it or drop --resume",
             target.display()
         );
+        if !prev.complete || a.shard.is_some() {
+            let me = crate::sweep::build::identity();
+            table::check_same_build(&target, prev.build.as_deref(), Path::new("this sim"), Some(me))?;
+        }
         done = prev.rows;
     }
     let jobs = a
@@ -907,6 +942,7 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
     let owned = owned_runs(&meta.plan, a.shard).len() as u64;
     let skipped = done.len();
+    let resumed: Vec<u64> = done.iter().map(|r: &table::RunRow| r.run).collect();
     let partial_meta = meta.clone();
     let partial_dir = dir.clone();
     let shard = a.shard;
@@ -915,6 +951,7 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
             meta: partial_meta.clone(),
             shard: shard.map(|(k, n)| [k, n]),
             complete: false,
+            build: Some(crate::sweep::build::identity().to_string()),
             rows: rows.to_vec(),
         };
         match shard {
@@ -932,6 +969,8 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
             jobs,
             shard: a.shard,
             progress: !a.quiet,
+            progress_every: std::time::Duration::try_from_secs_f64(a.progress_every_s)
+                .map_err(|_| anyhow::anyhow!("--progress-every-s must be a finite number of seconds >= 0"))?,
             done,
             on_partial: Some(on_partial),
         },
@@ -950,11 +989,15 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     let events: u64 = result
         .rows
         .iter()
+        .filter(|r| resumed.binary_search(&r.run).is_err())
         .filter_map(|r| r.metrics.get("events").and_then(serde_json::Value::as_u64))
         .sum();
     let wall_s = wall.as_secs_f64().max(1e-9);
     let perf = SweepPerf {
+        build: crate::sweep::build::identity(),
+        shard: a.shard.map(|(k, n)| [k, n]),
         runs: ran,
+        resumed_runs: skipped as u64,
         jobs,
         wall_s,
         runs_per_s: ran as f64 / wall_s,
@@ -969,7 +1012,11 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         }
         None => crate::sweep::write_outputs(&dir, &result, !a.no_plots)?,
     };
-    write_json(&dir.join("sweep-perf.json"), &perf)?;
+    let perf_name = match a.shard {
+        Some((k, n)) => format!("sweep-perf-shard-{k}-of-{n}.json"),
+        None => "sweep-perf.json".into(),
+    };
+    write_json(&dir.join(perf_name), &perf)?;
     if !a.quiet {
         if a.shard.is_none() {
             print!("{}", String::from_utf8_lossy(&md_table(&result)?));
@@ -982,11 +1029,15 @@ fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
                 dir.display()
             );
         }
-        eprintln!(
-            "{ran} runs in {wall_s:.2} s on {jobs} threads: {:.0} runs/s, {:.2} M events/s",
-            perf.runs_per_s,
-            perf.events_per_s / 1e6
-        );
+        if ran == 0 {
+            eprintln!("nothing to run: all {skipped} runs were already done");
+        } else {
+            eprintln!(
+                "{ran} runs in {wall_s:.2} s on {jobs} threads: {:.0} runs/s, {:.2} M events/s",
+                perf.runs_per_s,
+                perf.events_per_s / 1e6
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1073,7 +1124,12 @@ fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
     );
     let (la, ma) = load_metrics(&a.a)?;
     let (lb, mb) = load_metrics(&a.b)?;
-    if let Some(bad) = a.metrics.iter().find(|m| !ma.contains_key(*m) && !mb.contains_key(*m)) {
+    let metrics: Vec<String> = a
+        .metrics
+        .iter()
+        .map(|m| crate::metrics::canonical_metric(m).into_owned())
+        .collect();
+    if let Some(bad) = metrics.iter().find(|m| !ma.contains_key(*m) && !mb.contains_key(*m)) {
         anyhow::bail!("--metric {bad}: neither side reports it");
     }
     let deltas = compare(
@@ -1083,7 +1139,7 @@ fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
             abs: a.abs_tol,
             rel: a.rel_tol,
         },
-        &a.metrics,
+        &metrics,
     );
     print!(
         "{}",

@@ -1,6 +1,8 @@
 //! Result files. Export sees only a [`RunResult`], never simulation internals.
 //!
-//! `summary.json`, `requests.csv`, `timeseries.csv`, `decisions.csv`, `hints.json` and `scenario.toml`
+//! `summary.json`, `requests.csv`, `timeseries.csv`, `decisions.csv` (wide: one row per
+//! decision), `decisions_long.csv` (long: one row per decision and backend, for dataframe
+//! tools), `hints.json` and `scenario.toml`
 //! (the effective scenario, overrides applied) are byte-identical for the same scenario and
 //! seed. `perf.json` holds wall-clock figures and is the only file that varies run to run.
 
@@ -10,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+
+pub mod timeline;
 
 use crate::sim::RunResult;
 use crate::time::{SimTime, ns_to_secs};
@@ -118,6 +122,7 @@ pub fn write_all(
     file("requests.csv", &|p| write_requests(p, res))?;
     file("timeseries.csv", &|p| write_series(p, res))?;
     file("decisions.csv", &|p| write_decisions(p, res))?;
+    file("decisions_long.csv", &|p| write_decisions_long(p, res))?;
     file("scenario.toml", &|p| Ok(fs::write(p, scenario_toml)?))?;
     file("hints.json", &|p| write_json(p, &hints))?;
     file("perf.json", &|p| write_json(p, perf))?;
@@ -266,25 +271,77 @@ fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
         f.num(w, format_args!("{}", d.backend))?;
         f.num(w, format_args!("{}", d.match_chars))?;
         for (v, tr) in view.iter().zip(truth) {
-            w.write_field(if v.listed { "1" } else { "0" })?;
-            match v.engine {
-                Some(e) => {
-                    f.num(w, format_args!("{}", e.running))?;
-                    f.num(w, format_args!("{}", e.waiting))?;
-                    f.num(w, format_args!("{}", ns_to_secs((d.t - e.read_at).0)))?;
-                }
-                None => {
-                    for _ in 0..3 {
-                        w.write_field("")?;
-                    }
-                }
-            }
-            match v.requests {
-                Some(r) => f.num(w, format_args!("{}", r.window_dispatches))?,
-                None => w.write_field("")?,
-            }
-            f.num(w, format_args!("{}", tr))?;
+            write_view(w, f, &v, *tr, d.t)?;
         }
+        w.write_record(None::<&[u8]>)
+    })?;
+    out.flush()?;
+    Ok(())
+}
+
+/// One backend's view at a decision at `t` and its true outstanding count: `listed,
+/// view_running, view_waiting, view_age_s, view_window_dispatches, true_outstanding`.
+fn write_view<W: Write>(
+    w: &mut csv::Writer<W>,
+    f: &mut Fields,
+    v: &crate::router::ViewEntry,
+    truth: u32,
+    t: SimTime,
+) -> csv::Result<()> {
+    w.write_field(if v.listed { "1" } else { "0" })?;
+    match v.engine {
+        Some(e) => {
+            f.num(w, format_args!("{}", e.running))?;
+            f.num(w, format_args!("{}", e.waiting))?;
+            f.num(w, format_args!("{}", ns_to_secs((t - e.read_at).0)))?;
+        }
+        None => {
+            for _ in 0..3 {
+                w.write_field("")?;
+            }
+        }
+    }
+    match v.requests {
+        Some(r) => f.num(w, format_args!("{}", r.window_dispatches))?,
+        None => w.write_field("")?,
+    }
+    f.num(w, format_args!("{truth}"))
+}
+
+/// `decisions_long.csv`: the view each candidate backend had at each decision, one row per
+/// (decision, backend): the same data as `decisions.csv` without its `b{i}_` columns, so
+/// `groupby("backend")` works directly.
+fn write_decisions_long(p: &Path, res: &RunResult) -> Result<()> {
+    let log = &res.decisions;
+    let n = log.n_backends;
+    let mut out = std::io::BufWriter::new(fs::File::create(p)?);
+    let mut w = csv::Writer::from_writer(&mut out);
+    w.write_record([
+        "t_s",
+        "request_id",
+        "branch",
+        "backend",
+        "picked",
+        "listed",
+        "view_running",
+        "view_waiting",
+        "view_age_s",
+        "view_window_dispatches",
+        "true_outstanding",
+    ])?;
+    w.flush()?;
+    drop(w);
+    write_rows(&mut out, log.rows.len() * n, |w, f, k| {
+        let (row, b) = (k / n, k % n);
+        let d = &log.rows[row];
+        let (view, truth) = log.detail(row);
+        let (v, tr) = view.iter().zip(truth).nth(b).expect("one view entry per backend");
+        f.num(w, format_args!("{}", ns_to_secs(d.t.0)))?;
+        f.num(w, format_args!("{}", d.request))?;
+        w.write_field(d.branch.as_str())?;
+        f.num(w, format_args!("{b}"))?;
+        w.write_field(if d.backend.index() == b { "1" } else { "0" })?;
+        write_view(w, f, &v, *tr, d.t)?;
         w.write_record(None::<&[u8]>)
     })?;
     out.flush()?;

@@ -688,6 +688,10 @@ pub struct Summary {
     pub ttft_s: Percentiles,
     /// Router arrival to stream end at the client.
     pub e2e_s: Percentiles,
+    /// Time per output token after the first, per request with at least 2 output tokens:
+    /// `(e2e - ttft) / (output_tokens - 1)`, as vLLM's `benchmarks/benchmark_serving.py`
+    /// (`calculate_metrics`: `tpot = (latency - ttft) / (output_len - 1)`) computes it.
+    pub tpot_s: Percentiles,
     /// Per backend.
     pub backends: Vec<BackendSummary>,
     /// The moment of greatest stranding, if any.
@@ -851,6 +855,7 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
         queue_wait_s: percentiles(qw),
         ttft_s: percentiles(ttft),
         e2e_s: percentiles(e2e),
+        tpot_s: tpot_of(requests),
         backends,
         worst_moment: fleet.worst.as_ref().map(|(t, s, b)| WorstMoment {
             t_s: round6(t.as_secs_f64()),
@@ -859,6 +864,18 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
         }),
         replay: None,
     }
+}
+
+/// TPOT percentiles over the finished requests with at least 2 output tokens (see
+/// [`Summary::tpot_s`]); client-side times, as the benchmark measures them.
+fn tpot_of(requests: &[RequestRec]) -> Percentiles {
+    percentiles(
+        requests
+            .iter()
+            .filter(|r| r.output_tokens > 1)
+            .filter_map(|r| Some(ns_to_secs((r.t_done? - r.t_first_chunk?).0) / f64::from(r.output_tokens - 1)))
+            .collect(),
+    )
 }
 
 /// Summary keys that identify rather than measure.
@@ -895,21 +912,75 @@ pub fn flatten_json(prefix: &str, v: &serde_json::Value, out: &mut serde_json::M
     }
 }
 
-/// The summary's numbers as `key.sub[i].leaf` -> value (strings and identifiers left out).
+/// The summary's numbers as `key.sub[i].leaf` -> value (strings and identifiers left out),
+/// percentiles named with the unit last: `ttft_s.p99` in `summary.json` is `ttft_p99_s`,
+/// its count `ttft_count`, `decision_regret.p50` is `decision_regret_p50`.
 pub fn flatten(s: &Summary) -> serde_json::Map<String, serde_json::Value> {
     use serde_json::{Map, Value};
     let mut out = Map::new();
     if let Value::Object(m) = serde_json::to_value(s).expect("a summary serializes") {
         for (k, v) in m {
-            if !NOT_METRICS.contains(&k.as_str()) {
-                flatten_json(&k, &v, &mut out);
+            if NOT_METRICS.contains(&k.as_str()) {
+                continue;
+            }
+            match &v {
+                Value::Object(p) if p.contains_key("p50") => {
+                    for (leaf, x) in p {
+                        flatten_json(&percentile_name(&k, leaf), x, &mut out);
+                    }
+                }
+                _ => flatten_json(&k, &v, &mut out),
             }
         }
     }
     out
 }
 
-/// Whether `name` is a metric a run reports: a fleet-level summary key (`ttft_s.p99`) or a
+/// Unit suffixes that go last in a metric name.
+pub const UNITS: [&str; 3] = ["_per_s", "_rps", "_s"];
+
+/// `(name without its unit, unit)`: `("ttft", "_s")`, `("peak_waiting", "")`.
+pub fn split_unit(name: &str) -> (&str, &str) {
+    UNITS
+        .iter()
+        .find_map(|u| name.strip_suffix(u).map(|b| (b, *u)))
+        .unwrap_or((name, ""))
+}
+
+/// `ttft_s` + `p99` -> `ttft_p99_s`; the count has no unit: `ttft_count`.
+fn percentile_name(key: &str, leaf: &str) -> String {
+    let (base, unit) = split_unit(key);
+    if leaf == "count" {
+        format!("{base}_count")
+    } else {
+        format!("{base}_{leaf}{unit}")
+    }
+}
+
+/// A statistic of a metric with the unit kept last: (`ttft_p99_s`, `mean`) ->
+/// `ttft_p99_mean_s`, (`peak_backend_sessions`, `std`) -> `peak_backend_sessions_std`.
+pub fn stat_name(metric: &str, stat: &str) -> String {
+    let (base, unit) = split_unit(metric);
+    format!("{base}_{stat}{unit}")
+}
+
+/// The current name of a metric written in the old style (before units went last):
+/// `ttft_s.p99` -> `ttft_p99_s`, `decision_regret.max` -> `decision_regret_max`; other
+/// names are returned unchanged. Keeps older `[expect]` bounds, `--metric`s and goldens
+/// working.
+pub fn canonical_metric(name: &str) -> std::borrow::Cow<'_, str> {
+    const LEAVES: [&str; 6] = ["count", "mean", "p50", "p90", "p99", "max"];
+    if let Some((key, leaf)) = name.split_once('.')
+        && LEAVES.contains(&leaf)
+        && !key.contains(['.', '['])
+    {
+        return percentile_name(key, leaf).into();
+    }
+    name.into()
+}
+
+/// Whether `name` is a metric a run reports: a fleet-level summary key (`ttft_p99_s`, or its
+/// old spelling `ttft_s.p99`) or a
 /// per-backend one (`backends[3].peak_waiting`).
 pub fn known_metric(name: &str) -> bool {
     use std::sync::OnceLock;
@@ -926,12 +997,69 @@ pub fn known_metric(name: &str) -> bool {
     {
         return keys.iter().any(|k| k.strip_prefix("backends[0].") == Some(field));
     }
-    keys.iter().any(|k| k == name)
+    let name = canonical_metric(name);
+    keys.iter().any(|k| *k == name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metric_names_put_the_unit_last() {
+        let s = Summary {
+            ttft_s: percentiles(vec![1.0, 2.0]),
+            ..Default::default()
+        };
+        let m = flatten(&s);
+        assert_eq!(m["ttft_p99_s"], serde_json::json!(1.99));
+        assert_eq!(m["ttft_count"], serde_json::json!(2));
+        assert!(
+            m.contains_key("decision_regret_p50")
+                && m.contains_key("tpot_p90_s")
+                && m.contains_key("output_tokens_per_s")
+        );
+        assert!(
+            !m.keys().any(|k| k.contains("_s.")),
+            "{:?}",
+            m.keys().collect::<Vec<_>>()
+        );
+        assert_eq!(canonical_metric("ttft_s.p99"), "ttft_p99_s");
+        assert_eq!(canonical_metric("queue_wait_s.count"), "queue_wait_count");
+        assert_eq!(canonical_metric("decision_regret.max"), "decision_regret_max");
+        assert_eq!(canonical_metric("backends[1].busy_s"), "backends[1].busy_s");
+        assert_eq!(canonical_metric("requests.finished"), "requests.finished");
+        assert!(known_metric("ttft_s.p99") && known_metric("tpot_p99_s") && !known_metric("ttft_s.p98"));
+        assert_eq!(stat_name("ttft_p99_s", "mean"), "ttft_p99_mean_s");
+        assert_eq!(stat_name("throughput_rps", "ci95"), "throughput_ci95_rps");
+        assert_eq!(stat_name("output_tokens_per_s", "std"), "output_tokens_std_per_s");
+        assert_eq!(stat_name("latched_sessions", "mean"), "latched_sessions_mean");
+    }
+
+    #[test]
+    fn tpot_is_vllm_benchmark_serving_definition() {
+        let rec = |out: u32, first_ms: u64, done_ms: u64| RequestRec {
+            session: SessionId(0),
+            turn: 0,
+            backend: BackendId(0),
+            branch: Branch::ALL[0],
+            prompt_tokens: 10,
+            output_tokens: out,
+            t_router: SimTime(0),
+            t_engine: Some(SimTime(0)),
+            t_admit: Some(SimTime(0)),
+            t_first_token: Some(SimTime(first_ms * 1_000_000)),
+            t_first_chunk: Some(SimTime(first_ms * 1_000_000)),
+            t_finish_engine: Some(SimTime(done_ms * 1_000_000)),
+            t_done: Some(SimTime(done_ms * 1_000_000)),
+            t_failed: None,
+            cached_tokens: 0,
+            preemptions: 0,
+        };
+        // (1000 - 100) ms over 9 gaps = 100 ms; (700 - 100) over 3 = 200 ms; 1 token: none.
+        let t = tpot_of(&[rec(10, 100, 1000), rec(4, 100, 700), rec(1, 100, 100)]);
+        assert_eq!((t.count, t.p50), (2, 0.15));
+    }
 
     #[test]
     fn percentiles_interpolate_like_numpy() {

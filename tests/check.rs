@@ -45,13 +45,17 @@ fn a_broken_policy_fails_the_gate() {
         .arg(&junit)
         .assert()
         .code(1)
-        .stdout(predicate::str::is_match(r"peak_backend_sessions <= 7 +8 +FAIL +10 seeds").unwrap())
+        .stdout(
+            predicate::str::is_match(r"peak_backend_sessions <= 7 +8 +FAIL +10 seeds; fails on seeds? 1 \(8\)")
+                .unwrap(),
+        )
         .stdout(predicate::str::is_match(r"max\(idle_while_queued_s\) < 190 +210.833 +FAIL").unwrap())
         .stdout(predicate::str::contains("1 scenarios, 4 checks: 0 passed, 4 failed"));
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains(r#"failures="4""#), "{xml}");
     assert!(
-        xml.contains("measured 8 (10 seeds): bound `peak_backend_sessions &lt;= 7` does not hold"),
+        xml.contains("measured 8 (10 seeds; fails on seed")
+            && xml.contains("): bound `peak_backend_sessions &lt;= 7` does not hold"),
         "{xml}"
     );
     // And the baseline's bounds notice when the failure stops being reproduced.
@@ -113,8 +117,8 @@ fn bad_bounds_are_input_errors_with_locations() {
             "expect.checks[0]: `x` in `idle_while_queued_s <= x` is not a finite number",
         ),
         (
-            "checks = [\"avg(ttft_s.p99) < 1\"]",
-            "`avg` in `avg(ttft_s.p99) < 1` is not an aggregate",
+            "checks = [\"avg(ttft_p99_s) < 1\"]",
+            "`avg` in `avg(ttft_p99_s) < 1` is not an aggregate",
         ),
         (
             "checks = [\"idle_s < 1\"]",

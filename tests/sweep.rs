@@ -34,7 +34,7 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     for e in std::fs::read_dir(dir).unwrap() {
         let e = e.unwrap();
         let name = e.file_name().to_string_lossy().into_owned();
-        if e.path().is_file() && name != "sweep-perf.json" {
+        if e.path().is_file() && !name.starts_with("sweep-perf") {
             out.insert(name, std::fs::read(e.path()).unwrap());
         }
     }
@@ -69,8 +69,8 @@ fn output_is_byte_identical_for_any_thread_count() {
         "aggregate.md",
         "heatmap_idle_while_queued_s.svg",
         "heatmap_idle_while_queued_s.png",
-        "line_ttft_s_p99.svg",
-        "line_ttft_s_p99.png",
+        "line_ttft_p99_s.svg",
+        "line_ttft_p99_s.png",
     ] {
         assert!(one.join(f).exists(), "{f} missing");
     }
@@ -135,6 +135,10 @@ fn resume_completes_an_interrupted_sweep_identically() {
     // An interrupted sweep leaves a partial sweep.json: keep every other run.
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(whole.join("sweep.json")).unwrap()).unwrap();
     v["complete"] = false.into();
+    // A partial file records the build that wrote it (the one in sweep-perf.json).
+    let perf: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(whole.join("sweep-perf.json")).unwrap()).unwrap();
+    v["build"] = perf["build"].clone();
     let rows = v["rows"].as_array_mut().unwrap();
     let mut i = 0;
     rows.retain(|_| {
@@ -198,7 +202,7 @@ fn rows_follow_grid_order_and_aggregates_match_rows() {
     let mut a = csv::Reader::from_path(t.path().join("aggregate.csv")).unwrap();
     let ah = a.headers().unwrap().clone();
     let last = a.records().last().unwrap().unwrap();
-    let got: f64 = last[ah.iter().position(|h| h == "idle_while_queued_s_mean").unwrap()]
+    let got: f64 = last[ah.iter().position(|h| h == "idle_while_queued_mean_s").unwrap()]
         .parse()
         .unwrap();
     assert!((got - mean).abs() <= 1e-5 * mean.abs().max(1.0), "{got} vs {mean}");
@@ -375,7 +379,7 @@ fn stale_strict_argmin_dogpiles_and_qps_ignores_engine_stats() {
         col("param_engine_stats_interval_s"),
         col("seed"),
     );
-    let metrics = ["idle_while_queued_s", "stranded_slot_s", "ttft_s.p99"].map(col);
+    let metrics = ["idle_while_queued_s", "stranded_slot_s", "ttft_p99_s"].map(col);
     let rows: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
     // QPS: identical outcomes for a seed whatever the band and interval.
     for s in ["1", "2", "3", "4"] {

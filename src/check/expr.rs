@@ -1,6 +1,6 @@
 //! Bound expressions of `[expect] checks`: `[AGG(]metric[)] OP number`.
 //!
-//! * `metric` is a flattened summary key (`idle_while_queued_s`, `ttft_s.p99`,
+//! * `metric` is a flattened summary key (`idle_while_queued_s`, `ttft_p99_s`,
 //!   `backends[1].peak_waiting`; `sweep.csv` lists them all).
 //! * `AGG` says how the values of the checked seeds combine: `all` (the default: every seed
 //!   must satisfy the bound; the reported value is the worst one), `any` (at least one seed;
@@ -167,12 +167,13 @@ pub fn parse(text: &str) -> Result<Check, String> {
     }
     if !crate::metrics::known_metric(metric) {
         return Err(format!(
-            "`{metric}` in `{t}` is not a summary metric (e.g. idle_while_queued_s, ttft_s.p99, backends[1].peak_waiting)"
+            "`{metric}` in `{t}` is not a summary metric (e.g. idle_while_queued_s, ttft_p99_s, backends[1].peak_waiting)"
         ));
     }
     Ok(Check {
         agg,
-        metric: metric.to_string(),
+        // Old spellings (`ttft_p99_s`) stay accepted; the check reads today's name.
+        metric: crate::metrics::canonical_metric(metric).into_owned(),
         op,
         bound,
     })
@@ -183,6 +184,13 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     let idx = q * (sorted.len() - 1) as f64;
     let (lo, hi) = (idx.floor() as usize, idx.ceil() as usize);
     sorted[lo] + (sorted[hi] - sorted[lo]) * (idx - lo as f64)
+}
+
+impl Check {
+    /// Whether one seed's value satisfies the bound (what `all` asks of every seed).
+    pub fn holds_for(&self, x: f64) -> bool {
+        self.op.holds(x, self.bound)
+    }
 }
 
 /// The value a check reports and whether the bound holds, over per-seed `values`.
@@ -251,16 +259,19 @@ mod tests {
             (c.agg, c.metric.as_str(), c.op),
             (Agg::All, "backends[1].peak_waiting", Op::Eq)
         );
-        assert_eq!(parse("p99.9(ttft_s.p99)<5").unwrap().agg, Agg::Quantile(99.9));
+        assert_eq!(parse("p99.9(ttft_p99_s)<5").unwrap().agg, Agg::Quantile(99.9));
         assert_eq!(
-            parse("p99.9(ttft_s.p99)<5").unwrap().to_string(),
-            "p99.9(ttft_s.p99) < 5"
+            parse("p99.9(ttft_p99_s)<5").unwrap().to_string(),
+            "p99.9(ttft_p99_s) < 5"
         );
         assert_eq!(
-            parse("median(ttft_s.p99) > 0").unwrap().to_string(),
-            "median(ttft_s.p99) > 0"
+            parse("median(ttft_p99_s) > 0").unwrap().to_string(),
+            "median(ttft_p99_s) > 0"
         );
         assert_eq!(parse("latched_sessions != 3").unwrap().op, Op::Ne);
+        // The old spelling of a percentile (unit mid-name) reads today's metric.
+        assert_eq!(parse("mean(ttft_s.p99) < 5").unwrap().metric, "ttft_p99_s");
+        assert_eq!(parse("max(tpot_p99_s) < 1").unwrap().metric, "tpot_p99_s");
         assert_eq!(parse(" min( stranded_slot_s ) >= 2 ").unwrap().agg, Agg::Min);
     }
 

@@ -48,6 +48,24 @@ pub fn golden_path(dir: &Path, scenario: &str) -> PathBuf {
 
 /// Loads metrics from a golden file, a `summary.json`, or a results folder holding one.
 pub fn load_metrics(path: &Path) -> Result<(String, Map<String, Value>)> {
+    let (label, m) = load_raw(path)?;
+    // Old goldens name percentiles `ttft_s.p99`; today's name is `ttft_p99_s`.
+    let m = m
+        .into_iter()
+        .map(|(k, v)| (crate::metrics::canonical_metric(&k).into_owned(), v))
+        .collect();
+    Ok((label, m))
+}
+
+fn load_raw(path: &Path) -> Result<(String, Map<String, Value>)> {
+    let sweep = if path.is_dir() {
+        path.join("sweep.json")
+    } else {
+        path.to_path_buf()
+    };
+    if sweep.file_name().is_some_and(|n| n == "sweep.json") && sweep.is_file() {
+        return sweep_metrics(&sweep);
+    }
     let file = if path.is_dir() {
         // A results folder must hold one whole run.
         crate::atomic::verify(path)?;
@@ -85,6 +103,39 @@ pub fn load_metrics(path: &Path) -> Result<(String, Map<String, Value>)> {
         return Ok((label, m));
     }
     bail!("{}: neither a golden file nor a summary.json", file.display())
+}
+
+/// A sweep's per-point means as metrics named `[axis=label, ...] <metric>_mean<unit>`
+/// (`[interval=1, band=0] ttft_p99_mean_s`), so two sweeps over the same grid compare
+/// point by point.
+fn sweep_metrics(file: &Path) -> Result<(String, Map<String, Value>)> {
+    let f = crate::sweep::table::read(file)?;
+    let plan = &f.meta.plan;
+    let agg = crate::sweep::table::aggregate(&f.rows);
+    let mut m = Map::new();
+    for (p, stats) in &agg.points {
+        let point: Vec<String> = plan
+            .axes
+            .iter()
+            .zip(plan.labels(*p))
+            .map(|(a, l)| format!("{}={l}", a.name))
+            .collect();
+        for (c, st) in agg.columns.iter().zip(stats) {
+            if let Some(x) = serde_json::Number::from_f64(st.mean) {
+                m.insert(
+                    format!("[{}] {}", point.join(", "), crate::metrics::stat_name(c, "mean")),
+                    Value::Number(x),
+                );
+            }
+        }
+    }
+    let label = format!(
+        "sweep {}: {} points x {} seeds",
+        f.meta.scenario,
+        f.meta.points,
+        plan.seeds.len()
+    );
+    Ok((label, m))
 }
 
 /// Tolerances: a metric passes when `|b - a| <= abs + rel * |a|`.

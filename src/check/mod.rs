@@ -335,11 +335,14 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
                     values.push(v);
                 }
                 let (value, pass) = expr::evaluate(c, &values);
-                let seeds = if exp.seeds.len() == 1 {
+                let mut seeds = if exp.seeds.len() == 1 {
                     format!("seed {}", exp.seeds[0])
                 } else {
                     format!("{} seeds", exp.seeds.len())
                 };
+                if !pass && c.agg == expr::Agg::All && exp.seeds.len() > 1 {
+                    seeds.push_str(&failing_seeds(c, &values, &exp.seeds));
+                }
                 outcomes.push(Outcome {
                     name: text.clone(),
                     value: Some(value),
@@ -382,6 +385,24 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
         outcomes,
         wall_s: start.elapsed().as_secs_f64(),
     })
+}
+
+/// `; fails on seed 3 (12.5)`, or on seeds `3 (12.5), 7 (9.1)`, up to 5 named: the seeds
+/// that break a per-seed bound, with their values, so the failure can be re-run alone.
+fn failing_seeds(c: &expr::Check, values: &[f64], seeds: &[u64]) -> String {
+    let bad: Vec<String> = values
+        .iter()
+        .zip(seeds)
+        .filter(|(x, _)| !c.holds_for(**x))
+        .map(|(x, s)| format!("{s} ({})", crate::sweep::table::fmt_stat(*x)))
+        .collect();
+    let more = if bad.len() > 5 {
+        format!(" and {} more", bad.len() - 5)
+    } else {
+        String::new()
+    };
+    let word = if bad.len() == 1 { "seed" } else { "seeds" };
+    format!("; fails on {word} {}{more}", bad[..bad.len().min(5)].join(", "))
 }
 
 /// The pass/fail table.

@@ -17,6 +17,7 @@ use std::sync::Once;
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// The embedded font's family name.
 pub const FONT: &str = "sans-serif";
@@ -96,21 +97,6 @@ fn encode_png(out: &mut Vec<u8>, rgb: &[u8], (w, h): (u32, u32)) -> Result<()> {
     Ok(())
 }
 
-/// Draws the chart's series legend in the house style at `pos`.
-pub fn draw_legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
-    pos: SeriesLabelPosition,
-) -> Result<()> {
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .label_font(font(11.0))
-        .position(pos)
-        .draw()
-        .map_err(pe)
-}
-
 /// A text style in the embedded font.
 pub fn font(size: f64) -> TextStyle<'static> {
     (FONT, size).into_font().color(&BLACK)
@@ -134,9 +120,134 @@ pub fn clip(s: &str, max: usize) -> String {
     }
 }
 
+/// An axis title with the metric's unit: `ttft_p99_s (s)`, `throughput_rps (requests/s)`,
+/// `prefix_cache_hit_rate (fraction)`, `latched_sessions (count)`.
+pub fn metric_label(metric: &str) -> String {
+    let (_, unit) = crate::metrics::split_unit(metric);
+    let unit = match unit {
+        "_s" => "s",
+        "_rps" => "requests/s",
+        "_per_s" => "per s",
+        _ if metric.ends_with("_rate") => "fraction",
+        _ => "count",
+    };
+    format!("{metric} ({unit})")
+}
+
+/// The values a metric can take: every fleetsim metric is >= 0 (times, counts, rates),
+/// and rates (`*_rate`) are at most 1. Confidence intervals are clipped to these bounds.
+pub fn natural_bounds(metric: &str) -> (f64, f64) {
+    (0.0, if metric.ends_with("_rate") { 1.0 } else { f64::INFINITY })
+}
+
+/// A readable label for an axis value: an inline table (`{ kind = "leastinflight", band =
+/// 0 }`, a policy axis) becomes its kind followed by its other keys (`leastinflight
+/// band=0`); a quoted string loses its quotes; anything else is kept.
+pub fn readable_label(label: &str) -> String {
+    let t = label.trim();
+    if t.starts_with('{')
+        && let Ok(v) = toml::from_str::<toml::Table>(&format!("v = {t}"))
+        && let Some(toml::Value::Table(tab)) = v.get("v")
+    {
+        let show = |v: &toml::Value| match v {
+            toml::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let mut parts: Vec<String> = tab.get("kind").map(show).into_iter().collect();
+        parts.extend(
+            tab.iter()
+                .filter(|(k, _)| *k != "kind")
+                .map(|(k, v)| format!("{k}={}", show(v))),
+        );
+        return parts.join(" ");
+    }
+    t.strip_prefix('"')
+        .and_then(|x| x.strip_suffix('"'))
+        .unwrap_or(t)
+        .to_string()
+}
+
+/// How a legend entry is drawn.
+#[derive(Clone, Copy, Debug)]
+pub enum Swatch {
+    /// A line.
+    Line(RGBColor, u32),
+    /// A filled dot.
+    Dot(RGBColor),
+    /// A filled box (an area).
+    Area(RGBAColor),
+}
+
+fn swatch<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: Swatch, (x, y): (i32, i32)) -> Result<()> {
+    match s {
+        Swatch::Line(c, w) => area.draw(&PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(w))),
+        Swatch::Dot(c) => area.draw(&Circle::new((x + 9, y), 4, c.filled())),
+        Swatch::Area(c) => area.draw(&Rectangle::new([(x, y - 5), (x + 18, y + 5)], c.filled())),
+    }
+    .map_err(pe)
+}
+
+/// Width in pixels a legend of `labels` needs when stacked vertically.
+pub fn legend_width<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, labels: &[String]) -> Result<u32> {
+    let mut w = 0;
+    for l in labels {
+        w = w.max(area.estimate_text_size(l, &font(11.0)).map_err(pe)?.0);
+    }
+    Ok(w + 40)
+}
+
+/// Draws one legend for a whole figure outside the data: stacked downwards from `(x, y)`,
+/// or in a row leftwards ending at `x` when `row` is set (for a title strip).
+pub fn draw_legend_outside<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, Swatch)],
+    (x, y): (i32, i32),
+    row: bool,
+) -> Result<()> {
+    let f = font(11.0).pos(Pos::new(HPos::Left, VPos::Center));
+    if row {
+        let mut right = x;
+        for (label, s) in entries.iter().rev() {
+            let tw = area.estimate_text_size(label, &font(11.0)).map_err(pe)?.0 as i32;
+            let left = right - tw - 24;
+            swatch(area, *s, (left, y))?;
+            area.draw(&Text::new(label.clone(), (left + 22, y), f.clone()))
+                .map_err(pe)?;
+            right = left - 16;
+        }
+        return Ok(());
+    }
+    for (i, (label, s)) in entries.iter().enumerate() {
+        let yy = y + 18 * i as i32;
+        swatch(area, *s, (x, yy))?;
+        area.draw(&Text::new(label.clone(), (x + 24, yy), f.clone()))
+            .map_err(pe)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_are_readable_and_carry_units() {
+        assert_eq!(
+            readable_label(r#"{ kind = "leastinflight", band = 0 }"#),
+            "leastinflight band=0"
+        );
+        assert_eq!(readable_label(r#"{ kind = "roundrobin" }"#), "roundrobin");
+        assert_eq!(readable_label(r#""qps""#), "qps");
+        assert_eq!(readable_label("0.5"), "0.5");
+        assert_eq!(metric_label("ttft_p99_s"), "ttft_p99_s (s)");
+        assert_eq!(
+            metric_label("prefix_cache_hit_rate"),
+            "prefix_cache_hit_rate (fraction)"
+        );
+        assert_eq!(metric_label("latched_sessions"), "latched_sessions (count)");
+        assert_eq!(natural_bounds("prefix_cache_hit_rate"), (0.0, 1.0));
+        assert_eq!(natural_bounds("idle_while_queued_s").0, 0.0);
+    }
 
     #[test]
     fn panel_grids_are_near_square() {

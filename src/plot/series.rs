@@ -6,8 +6,9 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::{Figure, PALETTE, draw_legend, font, pe};
+use super::{Figure, PALETTE, Swatch, draw_legend_outside, font, pe};
 use crate::metrics::{Summary, TsRow};
+use crate::sweep::table::fmt_stat;
 use crate::time::ns_to_secs;
 
 /// Backends drawn at most (the title says when more exist).
@@ -120,81 +121,116 @@ impl Figure for BackendSeries {
         title
             .draw(&Text::new(self.title.clone(), (10, 10), font(16.0)))
             .map_err(pe)?;
-        let top = self
-            .panels
-            .iter()
-            .map(|(_, slots, s)| s.iter().map(|p| p.1.max(p.2)).max().unwrap_or(0).max(*slots))
-            .max()
-            .unwrap_or(1)
-            .max(1) as f64;
+        let (run_c, wait_c, slot_c) = (PALETTE[0], PALETTE[1], RGBColor(60, 60, 60));
+        // One legend for the figure, in the title strip (outside every panel's data).
+        let legend = [
+            ("running".to_string(), Swatch::Area(run_c.mix(0.45))),
+            ("waiting".to_string(), Swatch::Line(wait_c, 2)),
+            ("slots (max_num_seqs)".to_string(), Swatch::Line(slot_c, 1)),
+        ];
+        let (w, _) = title.dim_in_pixel();
+        draw_legend_outside(&title, &legend, (w as i32 - 12, 18), true)?;
         let areas = body.split_evenly((self.panels.len().max(1), 1));
         let last = self.panels.len().saturating_sub(1);
         for (k, ((name, slots, steps), area)) in self.panels.iter().zip(&areas).enumerate() {
             if let Some(c) = self.captions.get(k).filter(|c| !c.is_empty()) {
                 area.draw(&Text::new(c.clone(), (62, 3), font(11.0))).map_err(pe)?;
             }
+            // Each backend on its own scale: its slots (or its peak, if it queued more).
+            let top = steps.iter().map(|p| p.1.max(p.2)).max().unwrap_or(0).max(*slots).max(1) as f64;
             let mut chart = ChartBuilder::on(area)
                 .margin(4)
                 .x_label_area_size(if k == last { 34 } else { 4 })
                 .y_label_area_size(50)
-                .build_cartesian_2d(0f64..self.end_s.max(1e-9), 0f64..top * 1.1)
+                .build_cartesian_2d(0f64..self.end_s.max(1e-9), 0f64..top * 1.12)
                 .map_err(pe)?;
             let mut mesh = chart.configure_mesh();
             mesh.y_labels(5)
-                .y_label_formatter(&|v| format!("{v:.0}"))
-                .y_desc(name.clone())
+                .y_label_formatter(&|v| {
+                    if v.fract() == 0.0 {
+                        format!("{v:.0}")
+                    } else {
+                        String::new()
+                    }
+                })
+                .y_desc(format!("{name} (requests)"))
                 .label_style(font(11.0))
                 .axis_desc_style(font(12.0))
                 .light_line_style(TRANSPARENT)
                 .bold_line_style(RGBColor(225, 225, 225));
             if k == last {
-                mesh.x_desc("simulated time (s)");
+                mesh.x_desc("simulated time (s)").x_label_formatter(&|v| fmt_stat(*v));
             } else {
                 mesh.x_labels(0);
             }
             mesh.draw().map_err(pe)?;
-            let step_path = |pick: fn(&(f64, u32, u32)) -> u32| {
-                let mut pts = Vec::with_capacity(steps.len() * 2 + 1);
-                for (i, p) in steps.iter().enumerate() {
-                    if i > 0 {
-                        pts.push((p.0, pick(&steps[i - 1]) as f64));
-                    }
-                    pts.push((p.0, pick(p) as f64));
-                }
-                pts.push((self.end_s, steps.last().map_or(0, pick) as f64));
-                pts
-            };
-            let grey = RGBColor(150, 150, 150);
+            let step_path = |pick: fn(&(f64, u32, u32)) -> u32| step_path(steps, pick, self.end_s);
+            // Running as a filled area, waiting as a line over it: at the slot line (4
+            // running + 4 waiting) both stay visible.
             chart
-                .draw_series(LineSeries::new(
-                    [(0.0, *slots as f64), (self.end_s, *slots as f64)],
-                    grey.stroke_width(1),
-                ))
-                .map_err(pe)?
-                .label("slots (max_num_seqs)")
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(1)));
-            let (run_c, wait_c) = (PALETTE[0], PALETTE[1]);
-            chart
-                .draw_series(LineSeries::new(step_path(|p| p.1), run_c.stroke_width(2)))
-                .map_err(pe)?
-                .label("running")
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], run_c.stroke_width(2)));
+                .draw_series(
+                    AreaSeries::new(step_path(|p| p.1), 0.0, run_c.mix(0.45)).border_style(run_c.stroke_width(1)),
+                )
+                .map_err(pe)?;
             chart
                 .draw_series(LineSeries::new(step_path(|p| p.2), wait_c.stroke_width(2)))
-                .map_err(pe)?
-                .label("waiting")
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], wait_c.stroke_width(2)));
-            if k == 0 {
-                draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
-            }
+                .map_err(pe)?;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.0, *slots as f64), (self.end_s, *slots as f64)],
+                    6,
+                    4,
+                    slot_c.stroke_width(1),
+                ))
+                .map_err(pe)?;
         }
         Ok(())
     }
 }
 
+/// The corners of a step line through `steps` (value by `pick`) up to `end_s`. Several
+/// changes at one instant keep only the last value, and a value that does not change adds
+/// no corner: back-and-forth segments of zero length rasterize as stray dots.
+fn step_path(steps: &Steps, pick: fn(&(f64, u32, u32)) -> u32, end_s: f64) -> Vec<(f64, f64)> {
+    let mut levels: Vec<(f64, u32)> = Vec::with_capacity(steps.len());
+    for p in steps {
+        match levels.last_mut() {
+            Some(last) if last.0 == p.0 => last.1 = pick(p),
+            _ => levels.push((p.0, pick(p))),
+        }
+    }
+    levels.dedup_by(|b, a| a.1 == b.1);
+    let mut pts = Vec::with_capacity(levels.len() * 2 + 1);
+    for (i, &(t, v)) in levels.iter().enumerate() {
+        if i > 0 {
+            pts.push((t, f64::from(levels[i - 1].1)));
+        }
+        pts.push((t, f64::from(v)));
+    }
+    pts.push((end_s, levels.last().map_or(0.0, |l| f64::from(l.1))));
+    pts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_paths_have_no_zero_length_detours() {
+        // At t = 2 the value goes 1 -> 3 -> 1 within the instant; at t = 3 it stays 1.
+        let s: Steps = vec![
+            (0.0, 0, 0),
+            (1.0, 1, 0),
+            (2.0, 3, 0),
+            (2.0, 1, 0),
+            (3.0, 1, 0),
+            (4.0, 2, 0),
+        ];
+        assert_eq!(
+            step_path(&s, |p| p.1, 5.0),
+            vec![(0.0, 0.0), (1.0, 0.0), (1.0, 1.0), (4.0, 1.0), (4.0, 2.0), (5.0, 2.0)]
+        );
+    }
 
     #[test]
     fn reduction_keeps_peaks() {

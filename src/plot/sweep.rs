@@ -11,7 +11,10 @@ use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{Figure, PALETTE, clip, draw_legend, font, grid_shape, pe, save};
+use super::{
+    Figure, PALETTE, Swatch, clip, draw_legend_outside, font, grid_shape, legend_width, metric_label, natural_bounds,
+    pe, readable_label, save,
+};
 use crate::sweep::spec::Plan;
 use crate::sweep::table::{Aggregate, Meta, Stat, fmt_stat};
 
@@ -60,8 +63,13 @@ fn by_point(meta: &Meta, agg: &Aggregate, metric: &str) -> Option<Vec<Option<Sta
     Some(out)
 }
 
+/// An axis's value labels as shown in plots (inline tables as their policy kind).
 fn labels(plan: &Plan, axis: usize) -> Vec<String> {
-    plan.axes[axis].levels.iter().map(|l| l.label.clone()).collect()
+    plan.axes[axis]
+        .levels
+        .iter()
+        .map(|l| readable_label(&l.label))
+        .collect()
 }
 
 fn title_of(meta: &Meta, metric: &str, what: &str, shown: usize, total: usize) -> String {
@@ -80,6 +88,7 @@ fn title_of(meta: &Meta, metric: &str, what: &str, shown: usize, total: usize) -
 /// A heatmap of one metric's mean over two axes.
 pub struct Heatmap {
     title: String,
+    metric: String,
     x_name: String,
     y_name: String,
     x_labels: Vec<String>,
@@ -91,7 +100,7 @@ pub struct Heatmap {
 
 const HM_PANEL: (u32, u32) = (400, 320);
 const HM_TOP: u32 = 40;
-const HM_BAR: u32 = 90;
+const HM_BAR: u32 = 110;
 
 impl Heatmap {
     /// The heatmap of `metric` over axes `x` and `y`; None if the metric is unknown.
@@ -123,6 +132,7 @@ impl Heatmap {
         let shown = panels.len();
         Some(Heatmap {
             title: title_of(meta, metric, "mean", shown, total),
+            metric: metric.to_string(),
             x_name: plan.axes[x].name.clone(),
             y_name: plan.axes[y].name.clone(),
             x_labels: labels(plan, x),
@@ -148,7 +158,15 @@ impl Heatmap {
         cells: &[Vec<Option<f64>>],
     ) -> Result<()> {
         let (w, h) = area.dim_in_pixel();
-        let (left, right, top, bottom) = (70i32, 10i32, 26i32, 46i32);
+        let mut left = 40i32;
+        for l in &self.y_labels {
+            left = left.max(area.estimate_text_size(&clip(l, 24), &font(11.0)).map_err(pe)?.0 as i32 + 14);
+        }
+        let mut x_label_w = 20i32;
+        for l in &self.x_labels {
+            x_label_w = x_label_w.max(area.estimate_text_size(&clip(l, 24), &font(11.0)).map_err(pe)?.0 as i32 + 8);
+        }
+        let (right, top, bottom) = (10i32, 26i32, 46i32);
         let nx = self.x_labels.len() as i32;
         let ny = self.y_labels.len() as i32;
         let cw = ((w as i32 - left - right) / nx).max(1);
@@ -187,13 +205,13 @@ impl Heatmap {
             }
         }
         let every_x = (nx as usize)
-            .div_ceil(((w as i32 - left - right) / 34).max(1) as usize)
+            .div_ceil(((w as i32 - left - right) / x_label_w).max(1) as usize)
             .max(1);
         for (i, l) in self.x_labels.iter().enumerate() {
             if i % every_x == 0 {
                 let pos = Pos::new(HPos::Center, VPos::Top);
                 area.draw(&Text::new(
-                    clip(l, 10),
+                    clip(l, 24),
                     (left + cw * i as i32 + cw / 2, top + ch * ny + 4),
                     font(11.0).pos(pos),
                 ))
@@ -207,7 +225,7 @@ impl Heatmap {
             if j % every_y == 0 {
                 let pos = Pos::new(HPos::Right, VPos::Center);
                 area.draw(&Text::new(
-                    clip(l, 10),
+                    clip(l, 24),
                     (left - 6, top + ch * (ny - 1 - j as i32) + ch / 2),
                     font(11.0).pos(pos),
                 ))
@@ -287,6 +305,15 @@ impl Figure for Heatmap {
             bar.draw(&Text::new(short(v), (34, y), font(11.0).pos(lab)))
                 .map_err(pe)?;
         }
+        // The colour bar's label: what the colours measure, with its unit.
+        bar.draw(&Text::new(
+            format!("mean {}", metric_label(&self.metric)),
+            (HM_BAR as i32 - 16, (top + bottom) / 2),
+            font(12.0)
+                .transform(FontTransform::Rotate270)
+                .pos(Pos::new(HPos::Center, VPos::Center)),
+        ))
+        .map_err(pe)?;
         Ok(())
     }
 }
@@ -294,6 +321,7 @@ impl Figure for Heatmap {
 /// A metric against one axis, one line per level of a series axis, with 95% CI bands.
 pub struct Lines {
     title: String,
+    bounds: (f64, f64),
     metric: String,
     x_name: String,
     x_labels: Vec<String>,
@@ -316,6 +344,8 @@ impl Lines {
         let total = all.len();
         let n_series = series.map_or(1, |s| plan.axes[s].levels.len());
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        let bounds = natural_bounds(metric);
+        let mut clipped = false;
         let mut panels = Vec::new();
         for (caption, mut coords) in all.into_iter().take(MAX_PANELS) {
             let mut lines = Vec::new();
@@ -328,9 +358,10 @@ impl Lines {
                     }
                     let st = stats[point_of(plan, &coords) as usize];
                     if let Some(st) = st {
-                        let ci = if st.ci95.is_nan() { 0.0 } else { st.ci95 };
-                        lo = lo.min(st.mean - ci);
-                        hi = hi.max(st.mean + ci);
+                        let (a, b) = ci_ends(&st, bounds);
+                        clipped |= a > st.mean - ci_of(&st) || b < st.mean + ci_of(&st);
+                        lo = lo.min(a);
+                        hi = hi.max(b);
                     }
                     line.push(st);
                 }
@@ -343,8 +374,14 @@ impl Lines {
             (lo, hi) = (0.0, 1.0);
         }
         let pad = ((hi - lo) * 0.08).max(1e-9);
+        let what = if clipped {
+            format!("mean ± 95% CI (clipped {})", bounds_text(bounds))
+        } else {
+            "mean ± 95% CI".to_string()
+        };
         Some(Lines {
-            title: title_of(meta, metric, "mean ± 95% CI", shown, total),
+            title: title_of(meta, metric, &what, shown, total),
+            bounds,
             metric: metric.to_string(),
             x_name: plan.axes[x].name.clone(),
             x_labels: labels(plan, x),
@@ -358,7 +395,14 @@ impl Lines {
                 },
             ),
             panels,
-            range: ((lo - pad).min(if lo >= 0.0 { 0.0 } else { lo - pad }), hi + pad),
+            range: (
+                (lo - pad).min(if lo >= 0.0 { 0.0 } else { lo - pad }).max(bounds.0),
+                (hi + pad).min(if bounds.1.is_finite() {
+                    bounds.1 + pad
+                } else {
+                    f64::INFINITY
+                }),
+            ),
         })
     }
 
@@ -367,7 +411,6 @@ impl Lines {
         area: &DrawingArea<DB, Shift>,
         caption: &str,
         lines: &[Vec<Option<Stat>>],
-        legend: bool,
     ) -> Result<()> {
         let n = self.x_labels.len();
         let labels = self.x_labels.clone();
@@ -384,12 +427,13 @@ impl Lines {
             .x_label_formatter(&|v| {
                 let r = v.round();
                 if (v - r).abs() < 1e-6 && r >= 0.0 && (r as usize) < labels.len() {
-                    clip(&labels[r as usize], 10)
+                    clip(&labels[r as usize], 18)
                 } else {
                     String::new()
                 }
             })
             .y_label_formatter(&|v| fmt_stat(*v))
+            .y_desc(metric_label(&self.metric))
             .x_desc(self.x_name.clone())
             .label_style(font(11.0))
             .axis_desc_style(font(12.0))
@@ -407,35 +451,31 @@ impl Lines {
                 .collect();
             let band: Vec<(f64, f64)> = pts
                 .iter()
-                .map(|(x, st)| (*x, st.mean + if st.ci95.is_nan() { 0.0 } else { st.ci95 }))
-                .chain(
-                    pts.iter()
-                        .rev()
-                        .map(|(x, st)| (*x, st.mean - if st.ci95.is_nan() { 0.0 } else { st.ci95 })),
-                )
+                .map(|(x, st)| (*x, ci_ends(st, self.bounds).1))
+                .chain(pts.iter().rev().map(|(x, st)| (*x, ci_ends(st, self.bounds).0)))
                 .collect();
             if band.len() >= 4 {
                 chart
                     .draw_series(std::iter::once(Polygon::new(band, colour.mix(0.18).filled())))
                     .map_err(pe)?;
             }
-            let series = chart
+            chart
                 .draw_series(LineSeries::new(
                     pts.iter().map(|(x, st)| (*x, st.mean)),
                     colour.stroke_width(2),
                 ))
                 .map_err(pe)?;
-            if legend {
-                series
-                    .label(clip(&self.series_labels[s], 28))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
-            }
             chart
                 .draw_series(pts.iter().map(|(x, st)| Circle::new((*x, st.mean), 3, colour.filled())))
                 .map_err(pe)?;
-        }
-        if legend {
-            draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+            // A clipped interval end is marked with a short bar at the bound.
+            chart
+                .draw_series(
+                    pts.iter()
+                        .flat_map(|(x, st)| clipped_ends(st, self.bounds).map(move |b| (*x, b)))
+                        .map(|(x, b)| PathElement::new(vec![(x - 0.08, b), (x + 0.08, b)], colour.stroke_width(2))),
+                )
+                .map_err(pe)?;
         }
         Ok(())
     }
@@ -454,11 +494,13 @@ impl Lines {
         area: &DrawingArea<DB, Shift>,
         caption: &str,
         lines: &[Vec<Option<Stat>>],
-        legend: bool,
     ) -> Result<()> {
         let n = self.x_labels.len();
         let labels = self.x_labels.clone();
-        let name_width = labels.iter().map(|l| l.chars().count().min(24)).max().unwrap_or(4) as u32 * 7 + 16;
+        let mut name_width = 40;
+        for l in &labels {
+            name_width = name_width.max(area.estimate_text_size(&clip(l, 40), &font(11.0)).map_err(pe)?.0 + 16);
+        }
         let mut chart = ChartBuilder::on(area)
             .caption(clip(caption, 60), font(13.0))
             .margin(8)
@@ -472,13 +514,13 @@ impl Lines {
             .y_label_formatter(&|v| {
                 let r = v.round();
                 if (v - r).abs() < 1e-6 && r >= 0.0 && (r as usize) < labels.len() {
-                    clip(&labels[r as usize], 24)
+                    clip(&labels[r as usize], 40)
                 } else {
                     String::new()
                 }
             })
             .x_label_formatter(&|v| fmt_stat(*v))
-            .x_desc(self.metric.clone())
+            .x_desc(metric_label(&self.metric))
             .label_style(font(11.0))
             .axis_desc_style(font(12.0))
             .light_line_style(TRANSPARENT)
@@ -499,40 +541,68 @@ impl Lines {
                 .enumerate()
                 .filter_map(|(i, st)| st.map(|st| (i as f64 + dy, st)))
                 .collect();
-            let ci = |st: &Stat| if st.ci95.is_nan() { 0.0 } else { st.ci95 };
             chart
                 .draw_series(pts.iter().map(|(y, st)| {
-                    PathElement::new(
-                        vec![(st.mean - ci(st), *y), (st.mean + ci(st), *y)],
-                        colour.stroke_width(2),
-                    )
+                    let (a, b) = ci_ends(st, self.bounds);
+                    PathElement::new(vec![(a, *y), (b, *y)], colour.stroke_width(2))
                 }))
                 .map_err(pe)?;
-            let series = chart
+            chart
+                .draw_series(
+                    pts.iter()
+                        .flat_map(|(y, st)| clipped_ends(st, self.bounds).map(move |b| (*y, b)))
+                        .map(|(y, b)| PathElement::new(vec![(b, y - 0.12), (b, y + 0.12)], colour.stroke_width(2))),
+                )
+                .map_err(pe)?;
+            chart
                 .draw_series(pts.iter().map(|(y, st)| Circle::new((st.mean, *y), 4, colour.filled())))
                 .map_err(pe)?;
-            if legend && lines.len() > 1 {
-                series
-                    .label(clip(&self.series_labels[s], 28))
-                    .legend(move |(x, y)| Circle::new((x + 9, y), 4, colour.filled()));
-            }
-        }
-        if legend && lines.len() > 1 {
-            draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         }
         Ok(())
+    }
+}
+
+impl Lines {
+    /// The figure's one legend: a swatch per series (none for a single unnamed line).
+    fn legend(&self) -> Vec<(String, Swatch)> {
+        if self.series_labels.len() < 2 {
+            return Vec::new();
+        }
+        self.series_labels
+            .iter()
+            .enumerate()
+            .map(|(s, l)| {
+                let c = PALETTE[s % PALETTE.len()];
+                let sw = if self.numeric() {
+                    Swatch::Line(c, 2)
+                } else {
+                    Swatch::Dot(c)
+                };
+                (clip(l, 40), sw)
+            })
+            .collect()
+    }
+
+    /// Width of the legend strip right of the panels.
+    fn legend_px(&self) -> u32 {
+        let longest = self.legend().iter().map(|(l, _)| l.chars().count()).max();
+        longest.map_or(0, |c| c as u32 * 7 + 48)
     }
 }
 
 impl Figure for Lines {
     fn size(&self) -> (u32, u32) {
         let (rows, cols) = grid_shape(self.panels.len());
+        let legend = self.legend_px();
         if self.numeric() {
             // At least 640 wide so the title fits over a single panel.
-            ((LN_PANEL.0 * cols as u32).max(640), LN_PANEL.1 * rows as u32 + LN_TOP)
+            (
+                (LN_PANEL.0 * cols as u32 + legend).max(640),
+                LN_PANEL.1 * rows as u32 + LN_TOP,
+            )
         } else {
             let h = (self.x_labels.len() as u32 * 26 + 90).max(LN_PANEL.1);
-            ((LN_PANEL.0 + 200) * cols as u32, h * rows as u32 + LN_TOP)
+            ((LN_PANEL.0 + 200) * cols as u32 + legend, h * rows as u32 + LN_TOP)
         }
     }
 
@@ -540,25 +610,59 @@ impl Figure for Lines {
         let (title, body) = root.split_vertically(LN_TOP);
         title
             .draw(&Text::new(
-                clip(&self.title, 110),
+                clip(&self.title, 140),
                 (10, LN_TOP as i32 / 2),
-                font(16.0).pos(Pos::new(HPos::Left, VPos::Center)),
+                font(15.0).pos(Pos::new(HPos::Left, VPos::Center)),
             ))
             .map_err(pe)?;
+        let entries = self.legend();
+        let (w, _) = body.dim_in_pixel();
+        let strip = if entries.is_empty() {
+            0
+        } else {
+            legend_width(&body, &entries.iter().map(|e| e.0.clone()).collect::<Vec<_>>())?.max(self.legend_px())
+        };
+        let (grid, legend) = body.split_horizontally(w.saturating_sub(strip));
+        if !entries.is_empty() {
+            draw_legend_outside(&legend, &entries, (6, 30), false)?;
+        }
         let (rows, cols) = grid_shape(self.panels.len());
-        let areas = body.split_evenly((rows, cols));
-        for (k, ((caption, lines), area)) in self.panels.iter().zip(&areas).enumerate() {
+        let areas = grid.split_evenly((rows, cols));
+        for ((caption, lines), area) in self.panels.iter().zip(&areas) {
             if self.numeric() {
-                self.draw_panel(area, caption, lines, k == 0)?;
+                self.draw_panel(area, caption, lines)?;
             } else {
-                self.draw_dots(area, caption, lines, k == 0)?;
+                self.draw_dots(area, caption, lines)?;
             }
         }
         Ok(())
     }
 }
 
-/// A metric name as a file-name part (`ttft_s.p99` -> `ttft_s_p99`).
+fn ci_of(st: &Stat) -> f64 {
+    if st.ci95.is_nan() { 0.0 } else { st.ci95 }
+}
+
+/// The CI's ends clipped to the metric's natural bounds.
+fn ci_ends(st: &Stat, (lo, hi): (f64, f64)) -> (f64, f64) {
+    ((st.mean - ci_of(st)).max(lo), (st.mean + ci_of(st)).min(hi))
+}
+
+/// The bounds at which `st`'s CI was clipped (to be marked).
+fn clipped_ends(st: &Stat, (lo, hi): (f64, f64)) -> impl Iterator<Item = f64> {
+    let (a, b) = (st.mean - ci_of(st), st.mean + ci_of(st));
+    [(a < lo).then_some(lo), (b > hi).then_some(hi)].into_iter().flatten()
+}
+
+fn bounds_text((lo, hi): (f64, f64)) -> String {
+    if hi.is_finite() {
+        format!("to [{}, {}]", fmt_stat(lo), fmt_stat(hi))
+    } else {
+        format!("at {}", fmt_stat(lo))
+    }
+}
+
+/// A metric name as a file-name part (`backends[1].busy_s` -> `backends_1__busy_s`).
 pub fn file_part(metric: &str) -> String {
     metric
         .chars()

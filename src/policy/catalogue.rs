@@ -2,6 +2,7 @@
 //! signals it reads and how fresh they are, and where its semantics come from.
 
 /// One parameter.
+#[derive(serde::Serialize)]
 pub struct ParamDoc {
     /// Key under `[router.policy]`.
     pub key: &'static str,
@@ -14,6 +15,7 @@ pub struct ParamDoc {
 }
 
 /// One policy.
+#[derive(serde::Serialize)]
 pub struct PolicyDoc {
     /// `router.policy.kind`.
     pub kind: &'static str,
@@ -320,10 +322,33 @@ pub fn render() -> String {
     out
 }
 
+/// The catalogue as JSON (`sim policies --json`): a list of `{kind, source, signals,
+/// params: [{key, default, meaning}]}`, defaults as written in TOML.
+pub fn to_json() -> String {
+    serde_json::to_string_pretty(CATALOGUE).expect("the catalogue serializes") + "\n"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::POLICY_KINDS;
+
+    #[test]
+    fn json_lists_every_policy_with_its_parameters() {
+        let v: serde_json::Value = serde_json::from_str(&to_json()).unwrap();
+        let list = v.as_array().unwrap();
+        assert_eq!(list.len(), CATALOGUE.len());
+        for (j, d) in list.iter().zip(CATALOGUE) {
+            assert_eq!(j["kind"], d.kind);
+            assert_eq!(j["params"].as_array().unwrap().len(), d.params.len());
+            for (jp, p) in j["params"].as_array().unwrap().iter().zip(d.params) {
+                assert_eq!(
+                    (jp["key"].as_str(), jp["default"].as_str()),
+                    (Some(p.key), Some(p.default))
+                );
+            }
+        }
+    }
 
     #[test]
     fn every_kind_is_documented_in_order_and_its_defaults_parse() {

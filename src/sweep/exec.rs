@@ -32,8 +32,10 @@ pub struct ExecOptions {
     pub jobs: usize,
     /// `(K, N)`: run only shard K of N.
     pub shard: Option<(u64, u64)>,
-    /// Draw a progress bar (only shown when stderr is a terminal).
+    /// Show progress on stderr: a bar on a terminal, else a line every `progress_every`.
     pub progress: bool,
+    /// Time between progress lines when stderr is not a terminal.
+    pub progress_every: Duration,
     /// Rows already done (from `--resume`), in any order.
     pub done: Vec<RunRow>,
     /// Called with the rows so far (run order) when a partial rewrite is due.
@@ -122,13 +124,15 @@ pub fn execute(base: &Source, meta: &Meta, mut opts: ExecOptions) -> Result<(Swe
     }
     let todo: Vec<u64> = owned.iter().copied().filter(|&i| slots[i as usize].is_none()).collect();
 
-    let bar = if opts.progress {
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut progress = super::progress::Progress::new(plan.points(), todo.iter().map(|&i| plan.run_at(i).0));
+    let bar = if opts.progress && tty {
         ProgressBar::with_draw_target(Some(todo.len() as u64), ProgressDrawTarget::stderr())
     } else {
         ProgressBar::hidden()
     };
     bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {rate}  ETA {eta}  {msg}")
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {rate}  {msg}")
             .expect("valid template")
             .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
                 let _ = write!(w, "{:.0} runs/s", s.per_sec());
@@ -146,7 +150,7 @@ pub fn execute(base: &Source, meta: &Meta, mut opts: ExecOptions) -> Result<(Swe
     // The lowest failing run so far: runs above it are skipped, runs below it still run, so
     // the failure reported (the lowest in run order) does not depend on --jobs.
     let first_fail = AtomicU64::new(u64::MAX);
-    let (tx, rx) = mpsc::channel::<Result<RunRow, RunFailure>>();
+    let (tx, rx) = mpsc::channel::<(Result<RunRow, RunFailure>, f64)>();
     let mut failures: Vec<RunFailure> = Vec::new();
     let mut partial_err: Option<String> = None;
     std::thread::scope(|scope| {
@@ -158,22 +162,33 @@ pub fn execute(base: &Source, meta: &Meta, mut opts: ExecOptions) -> Result<(Swe
                     if i > first_fail.load(Ordering::Relaxed) {
                         return;
                     }
+                    let t0 = Instant::now();
                     let r = run_one(base, plan, i);
                     if r.is_err() {
                         first_fail.fetch_min(i, Ordering::Relaxed);
                     }
                     // The receiver lives until every sender is dropped.
-                    let _ = tx.send(r);
+                    let _ = tx.send((r, t0.elapsed().as_secs_f64()));
                 });
             });
         });
         let mut last_partial = Instant::now();
-        for r in rx {
+        let mut last_line = Instant::now();
+        for (r, cost_s) in rx {
             match r {
                 Ok(row) => {
                     let i = row.run as usize;
+                    progress.record(row.point, cost_s);
                     slots[i] = Some(row);
                     bar.inc(1);
+                    let elapsed_s = start.elapsed().as_secs_f64();
+                    if let Some(eta) = progress.eta_s(elapsed_s) {
+                        bar.set_message(format!("ETA {}", super::progress::fmt_duration(eta)));
+                    }
+                    if opts.progress && !tty && last_line.elapsed() >= opts.progress_every {
+                        eprintln!("{}", progress.line(elapsed_s));
+                        last_line = Instant::now();
+                    }
                 }
                 Err(f) => failures.push(f),
             }
@@ -212,6 +227,7 @@ pub fn execute(base: &Source, meta: &Meta, mut opts: ExecOptions) -> Result<(Swe
             meta: meta.clone(),
             shard: opts.shard.map(|(k, n)| [k, n]),
             complete,
+            build: Some(super::build::identity().to_string()),
             rows,
         },
         start.elapsed(),

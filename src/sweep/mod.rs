@@ -6,7 +6,9 @@
 //! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows.
 
 pub mod counts;
+pub mod build;
 pub mod exec;
+pub mod progress;
 pub mod spec;
 pub mod table;
 

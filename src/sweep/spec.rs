@@ -143,19 +143,26 @@ pub struct Plan {
 fn check_metrics(list: &[String], what: &str) -> Result<(), String> {
     if let Some(bad) = list.iter().find(|m| !crate::metrics::known_metric(m)) {
         return Err(format!(
-            "{what}: `{bad}` is not a summary metric (e.g. idle_while_queued_s, ttft_s.p99, backends[1].peak_waiting; sweep.csv lists them all)"
+            "{what}: `{bad}` is not a summary metric (e.g. idle_while_queued_s, ttft_p99_s, backends[1].peak_waiting; sweep.csv lists them all)"
         ));
     }
     Ok(())
 }
 
+/// Today's names of `list` (old spellings such as `ttft_s.p99` are accepted).
+fn canonical_metrics(list: &[String]) -> Vec<String> {
+    list.iter()
+        .map(|m| crate::metrics::canonical_metric(m).into_owned())
+        .collect()
+}
+
 /// Headline metrics when none are configured.
 pub const DEFAULT_METRICS: [&str; 6] = [
     "idle_while_queued_s",
-    "ttft_s.p99",
+    "ttft_p99_s",
     "stranded_slot_s",
     "latched_sessions",
-    "queue_wait_s.p99",
+    "queue_wait_p99_s",
     "prefix_cache_hit_rate",
 ];
 
@@ -525,9 +532,11 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
     };
     check_metrics(&metrics, "metrics")?;
     check_metrics(&file.counts, "counts")?;
+    let metrics = canonical_metrics(&metrics);
     let mut plot = file.plot.clone();
     if let Some(m) = &plot.metrics {
         check_metrics(m, "sweep.plot.metrics")?;
+        plot.metrics = Some(canonical_metrics(m));
     }
     if let Some(h) = &cli.heatmap {
         plot.heatmap = Some(h.split(',').map(|s| s.trim().to_string()).collect());
@@ -557,7 +566,7 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
         axes,
         seeds,
         metrics,
-        counts: file.counts.clone(),
+        counts: canonical_metrics(&file.counts),
         plot,
     })
 }

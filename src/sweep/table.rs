@@ -117,6 +117,10 @@ pub struct SweepFile {
     pub shard: Option<[u64; 2]>,
     /// False while runs are missing (an interrupted or partial file).
     pub complete: bool,
+    /// The build that produced the rows ([`super::build::identity`]). Written in shard and
+    /// partial files, whose rows may later be merged or resumed, and left out of a
+    /// complete unsharded file, which stays byte-identical across builds that agree.
+    pub build: Option<String>,
     /// Rows in run order.
     pub rows: Vec<RunRow>,
 }
@@ -128,6 +132,8 @@ struct Wire {
     meta: Meta,
     #[serde(default)]
     shard: Option<[u64; 2]>,
+    #[serde(default)]
+    build: Option<String>,
     complete: bool,
     columns: Vec<String>,
     rows: Vec<(u64, u64, u64, Vec<Value>)>,
@@ -175,6 +181,9 @@ impl SweepFile {
         write!(out, "{{\n  \"meta\": {meta},\n")?;
         if let Some(sh) = self.shard {
             writeln!(out, "  \"shard\": {},", serde_json::to_string(&sh)?)?;
+        }
+        if let Some(b) = self.build.as_ref().filter(|_| !self.complete || self.shard.is_some()) {
+            writeln!(out, "  \"build\": {},", serde_json::to_string(b)?)?;
         }
         writeln!(out, "  \"complete\": {},", self.complete)?;
         write!(out, "  \"columns\": {},\n  \"rows\": [", serde_json::to_string(&cols)?)?;
@@ -233,6 +242,7 @@ impl SweepFile {
             meta: w.meta,
             shard: w.shard,
             complete: w.complete,
+            build: w.build,
             rows,
         })
     }
@@ -443,14 +453,35 @@ pub fn write_runs_csv(out: &mut Vec<u8>, meta: &Meta, rows: &[RunRow]) -> Result
     Ok(())
 }
 
-/// `aggregate.csv`: one row per point, `<metric>_mean`, `_std`, `_ci95` for every metric.
+/// `sweep.jsonl`: one flat JSON record per run (`run`, `point`, `seed`, `param_<axis>`
+/// labels, then the metrics present in that run), for `pandas.read_json(lines=True)`,
+/// DuckDB or `jq` without unpacking `sweep.json`'s columnar rows.
+pub fn write_records(out: &mut Vec<u8>, meta: &Meta, rows: &[RunRow]) -> Result<()> {
+    let params = param_header(&meta.plan);
+    for r in rows {
+        let mut rec = Map::new();
+        rec.insert("run".into(), r.run.into());
+        rec.insert("point".into(), r.point.into());
+        rec.insert("seed".into(), r.seed.into());
+        for (name, label) in params.iter().zip(meta.plan.labels(r.point)) {
+            rec.insert(name.clone(), label.into());
+        }
+        rec.extend(r.metrics.iter().map(|(k, v)| (k.clone(), v.clone())));
+        serde_json::to_writer(&mut *out, &rec)?;
+        out.push(b'\n');
+    }
+    Ok(())
+}
+
+/// `aggregate.csv`: one row per point, mean, std and ci95 of every metric, named with the
+/// unit last (`ttft_p99_mean_s`, `latched_sessions_std`).
 pub fn write_aggregate_csv(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Result<()> {
     let mut w = csv::Writer::from_writer(out);
     let mut head = vec!["point".to_string()];
     head.extend(param_header(&meta.plan));
     head.push("runs".into());
     for c in &agg.columns {
-        head.extend([format!("{c}_mean"), format!("{c}_std"), format!("{c}_ci95")]);
+        head.extend(["mean", "std", "ci95"].map(|st| crate::metrics::stat_name(c, st)));
     }
     head.extend(["seeds".to_string(), "scenario_sha256".into(), "fleetsim_version".into()]);
     w.write_record(&head)?;
@@ -551,6 +582,7 @@ pub fn write_tables(dir: &Path, file: &SweepFile) -> Result<Vec<PathBuf>> {
         Ok(())
     })?;
     put("sweep.csv", &|o| write_runs_csv(o, &file.meta, &file.rows))?;
+    put("sweep.jsonl", &|o| write_records(o, &file.meta, &file.rows))?;
     put("aggregate.csv", &|o| write_aggregate_csv(o, &file.meta, &agg))?;
     put("aggregate.md", &|o| write_aggregate_md(o, &file.meta, &agg))?;
     if !file.meta.plan.counts.is_empty() {
@@ -570,6 +602,25 @@ pub fn read(path: &Path) -> Result<SweepFile> {
     Ok(f)
 }
 
+/// Refuses rows of another build: `path` (recorded `build`) against `other` (`theirs`).
+pub fn check_same_build(path: &Path, build: Option<&str>, other: &Path, theirs: Option<&str>) -> Result<()> {
+    if build == theirs {
+        return Ok(());
+    }
+    let name = |b: Option<&str>| {
+        b.map_or("an unrecorded build (an older fleetsim)".to_string(), |b| {
+            format!("`{b}`")
+        })
+    };
+    bail!(
+        "{} was written by {}, {} by {}: rows of different builds are not mixed; rerun the sweep with one build",
+        path.display(),
+        name(build),
+        other.display(),
+        name(theirs)
+    )
+}
+
 /// Combines shard files into the complete sweep; every run must appear exactly once and
 /// every file must describe the same sweep.
 pub fn merge(files: &[(PathBuf, SweepFile)]) -> Result<SweepFile> {
@@ -582,6 +633,7 @@ pub fn merge(files: &[(PathBuf, SweepFile)]) -> Result<SweepFile> {
     let mut order: Vec<String> = Vec::new();
     let mut by_point: std::collections::BTreeMap<u64, (&RunRow, &Path)> = Default::default();
     for (p, f) in files {
+        check_same_build(p, f.build.as_deref(), first_path, first.build.as_deref())?;
         if !f.meta.same_runs(&first.meta) {
             bail!(
                 "{} describes a different sweep than {} (scenario, version, overrides, axes or seeds differ)",
@@ -645,6 +697,7 @@ pub fn merge(files: &[(PathBuf, SweepFile)]) -> Result<SweepFile> {
         meta: first.meta.clone(),
         shard: None,
         complete: true,
+        build: first.build.clone(),
         rows: rows.into_iter().flatten().collect(),
     })
 }

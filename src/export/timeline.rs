@@ -1,0 +1,142 @@
+//! `timeline.json`: the requests' life on each backend in Chrome trace event format
+//! (<https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU>),
+//! which Perfetto UI (ui.perfetto.dev) and `chrome://tracing` open.
+//!
+//! One process per backend (named after it), one thread ("lane") per request in flight at
+//! once, so slices never overlap on a lane; per request up to three complete (`"ph": "X"`)
+//! slices: `queued` (engine arrival to first scheduled), `prefill` (scheduled to first
+//! token) and `decode` (first token to last token), or cut at the failure time. Times are
+//! microseconds of simulated time.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Result;
+use serde_json::json;
+
+use crate::metrics::RequestRec;
+use crate::sim::RunResult;
+use crate::time::SimTime;
+
+fn us(t: SimTime) -> f64 {
+    t.0 as f64 / 1000.0
+}
+
+/// `(name, start, end)` of a request's phases, cut at its failure time.
+fn phases(r: &RequestRec) -> Vec<(&'static str, SimTime, SimTime)> {
+    let Some(arrive) = r.t_engine else { return Vec::new() };
+    let end = r.t_finish_engine.or(r.t_failed);
+    let marks = [
+        ("queued", Some(arrive)),
+        ("prefill", r.t_admit),
+        ("decode", r.t_first_token),
+    ];
+    let mut out = Vec::new();
+    for (i, (name, start)) in marks.iter().enumerate() {
+        let Some(start) = *start else { break };
+        let next = marks.get(i + 1).and_then(|m| m.1).or(end);
+        match next {
+            Some(stop) if stop >= start => out.push((*name, start, stop)),
+            _ => break,
+        }
+    }
+    out
+}
+
+/// Assigns lanes: per backend, requests in order of engine arrival take the lowest lane
+/// free at their arrival. Returns each request's lane (`None` when it never reached an
+/// engine) and the lanes each backend needed.
+fn lanes(res: &RunResult, n_backends: usize) -> (Vec<Option<u32>>, Vec<u32>) {
+    let mut order: Vec<usize> = (0..res.requests.len())
+        .filter(|&i| res.requests[i].t_engine.is_some())
+        .collect();
+    order.sort_by_key(|&i| (res.requests[i].t_engine, i));
+    let mut busy_until: Vec<Vec<SimTime>> = vec![Vec::new(); n_backends];
+    let mut lane = vec![None; res.requests.len()];
+    for i in order {
+        let r = &res.requests[i];
+        let ph = phases(r);
+        let (Some(first), Some(last)) = (ph.first(), ph.last()) else {
+            continue;
+        };
+        let ends = &mut busy_until[r.backend.index()];
+        let k = match ends.iter().position(|&e| e <= first.1) {
+            Some(k) => k,
+            None => {
+                ends.push(SimTime(0));
+                ends.len() - 1
+            }
+        };
+        ends[k] = last.2;
+        lane[i] = Some(k as u32);
+    }
+    (lane, busy_until.iter().map(|e| e.len() as u32).collect())
+}
+
+/// Writes the trace to `p`.
+pub fn write(p: &Path, res: &RunResult) -> Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(p)?);
+    write_to(&mut out, res)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The trace as bytes written to `out`.
+pub fn write_to(out: &mut impl Write, res: &RunResult) -> Result<()> {
+    let names: Vec<&str> = res.summary.backends.iter().map(|b| b.name.as_str()).collect();
+    let (lane, used) = lanes(res, names.len());
+    out.write_all(b"{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n")?;
+    let mut first = true;
+    let mut emit = |out: &mut dyn Write, v: serde_json::Value| -> Result<()> {
+        if !first {
+            out.write_all(b",\n")?;
+        }
+        first = false;
+        serde_json::to_writer(&mut *out, &v)?;
+        Ok(())
+    };
+    for (b, name) in names.iter().enumerate() {
+        emit(
+            out,
+            json!({"ph": "M", "name": "process_name", "pid": b, "args": {"name": name}}),
+        )?;
+        emit(
+            out,
+            json!({"ph": "M", "name": "process_sort_index", "pid": b, "args": {"sort_index": b}}),
+        )?;
+        for l in 0..used[b] {
+            emit(
+                out,
+                json!({"ph": "M", "name": "thread_name", "pid": b, "tid": l, "args": {"name": format!("lane {l}")}}),
+            )?;
+        }
+    }
+    for (i, r) in res.requests.iter().enumerate() {
+        let Some(l) = lane[i] else { continue };
+        for (phase, start, stop) in phases(r) {
+            emit(
+                out,
+                json!({
+                    "ph": "X",
+                    "name": phase,
+                    "cat": "request",
+                    "pid": r.backend.index(),
+                    "tid": l,
+                    "ts": us(start),
+                    "dur": us(stop) - us(start),
+                    "args": {
+                        "request_id": i,
+                        "session": res.session_keys[r.session.index()],
+                        "turn": r.turn,
+                        "branch": r.branch.as_str(),
+                        "prompt_tokens": r.prompt_tokens,
+                        "cached_tokens": r.cached_tokens,
+                        "output_tokens": r.output_tokens,
+                    }
+                }),
+            )?;
+        }
+    }
+    out.write_all(b"\n]}\n")?;
+    Ok(())
+}
