@@ -97,6 +97,22 @@ fn encode_png(out: &mut Vec<u8>, rgb: &[u8], (w, h): (u32, u32)) -> Result<()> {
     Ok(())
 }
 
+/// Draws a chart's series legend inside its plotting area at `pos` (for charts whose data
+/// leave a corner free, such as the Pareto scatter).
+pub fn draw_legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    pos: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(font(11.0))
+        .position(pos)
+        .draw()
+        .map_err(pe)
+}
+
 /// A text style in the embedded font.
 pub fn font(size: f64) -> TextStyle<'static> {
     (FONT, size).into_font().color(&BLACK)

@@ -5,8 +5,8 @@
 //! * [`exec`]: the rayon pool, progress and partial files (how it runs);
 //! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows.
 
-pub mod counts;
 pub mod build;
+pub mod counts;
 pub mod exec;
 pub mod progress;
 pub mod spec;

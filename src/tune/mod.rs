@@ -164,6 +164,7 @@ pub fn drive(
                         jobs: opts.jobs,
                         shard: opts.shard,
                         progress: opts.progress,
+                        progress_every: std::time::Duration::from_secs(5),
                         done: Vec::new(),
                         on_partial: None,
                     },
@@ -179,6 +180,7 @@ pub fn drive(
                             meta: meta.clone(),
                             shard: Some([k, n]),
                             complete: true,
+                            build: Some(crate::sweep::build::identity().to_string()),
                             rows: f.rows.clone(),
                         },
                     )?;
@@ -195,6 +197,7 @@ pub fn drive(
                 meta: meta.clone(),
                 shard: None,
                 complete: true,
+                build: None,
                 rows,
             };
             f.validate()?;
