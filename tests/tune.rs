@@ -52,7 +52,7 @@ fn stale_supermarket_prefers_power_of_two_over_least_loaded_of_all() {
             "--space",
             "scenarios/tune/supermarket-space.toml",
             "--objective",
-            "queue_wait_s.mean",
+            "queue_wait_mean_s",
             "--budget",
             "48",
             "--quiet",
@@ -63,8 +63,8 @@ fn stale_supermarket_prefers_power_of_two_over_least_loaded_of_all() {
         .success();
     let r = report(out.path());
     assert_eq!(r["winner"], "power_of_d d=2 load=scraped");
-    let two = mean(&r, "power_of_d d=2 load=scraped", "queue_wait_s.mean");
-    let all = mean(&r, "scenario", "queue_wait_s.mean");
+    let two = mean(&r, "power_of_d d=2 load=scraped", "queue_wait_mean_s");
+    let all = mean(&r, "scenario", "queue_wait_mean_s");
     assert!(
         two < 0.5 * all,
         "power of two waits {two} s, least loaded of all {all} s"
@@ -202,7 +202,7 @@ fn bad_input_is_one_line_naming_file_key_and_line() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec!["--space".into(), bad.display().to_string()],
-            "bad.toml:3:1: policy[0].bnad: not a parameter of leastinflight (parameters: band)",
+            "bad.toml:3:1: policy[0].bnad: not a parameter of leastinflight (parameters: band, tie)",
         ),
         (
             vec!["--objective".into(), "ttft_s.p99=-1".into()],

@@ -36,7 +36,7 @@ pub struct TuneArgs {
     #[arg(long, default_value = DEFAULT_OBJECTIVE)]
     objective: String,
     /// A bound every recommendation must meet, in the [expect] syntax:
-    /// 'mean(ttft_s.p99) <= 2' (a bare metric must hold on every seed). Repeatable.
+    /// 'mean(ttft_p99_s) <= 2' (a bare metric must hold on every seed). Repeatable.
     #[arg(long = "constraint", value_name = "BOUND")]
     constraints: Vec<String>,
     /// Two or three metrics for the Pareto front and plot.

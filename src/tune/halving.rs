@@ -328,7 +328,7 @@ mod tests {
 
     fn row(x: f64, c: usize) -> Map<String, Value> {
         let mut m = Map::new();
-        m.insert("ttft_s.p99".into(), Value::from(x));
+        m.insert("ttft_p99_s".into(), Value::from(x));
         m.insert("stranded_slot_s".into(), Value::from(c as f64));
         m
     }

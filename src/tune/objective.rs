@@ -9,10 +9,10 @@ use crate::metrics::known_metric;
 
 /// The default objective: stranded capacity (two measures, half weight each), the TTFT
 /// tail and the prefix-cache hit rate, equally weighted.
-pub const DEFAULT_OBJECTIVE: &str = "stranded_slot_s=0.5,idle_while_queued_s=0.5,ttft_s.p99=1,prefix_cache_hit_rate=1";
+pub const DEFAULT_OBJECTIVE: &str = "stranded_slot_s=0.5,idle_while_queued_s=0.5,ttft_p99_s=1,prefix_cache_hit_rate=1";
 
 /// The default Pareto metrics.
-pub const DEFAULT_PARETO: &str = "ttft_s.p99,stranded_slot_s";
+pub const DEFAULT_PARETO: &str = "ttft_p99_s,stranded_slot_s";
 
 /// Whether larger is better for `metric` (rates of useful work and of cache hits).
 pub fn maximize(metric: &str) -> bool {
@@ -59,9 +59,11 @@ impl Objective {
                 }
                 None => (part, 1.0),
             };
+            // Old spellings (`ttft_s.p99`) read today's name (`ttft_p99_s`).
+            let metric = &*crate::metrics::canonical_metric(metric);
             if !known_metric(metric) {
                 return Err(format!(
-                    "--objective: `{metric}` is not a summary metric (e.g. stranded_slot_s, idle_while_queued_s, ttft_s.p99, prefix_cache_hit_rate)"
+                    "--objective: `{metric}` is not a summary metric (e.g. stranded_slot_s, idle_while_queued_s, ttft_p99_s, prefix_cache_hit_rate)"
                 ));
             }
             if terms.iter().any(|t| t.metric == metric) {
@@ -118,7 +120,7 @@ impl Objective {
     }
 }
 
-/// Parses `--constraint` bounds (the `[expect]` syntax: `mean(ttft_s.p99) <= 2`; a bare
+/// Parses `--constraint` bounds (the `[expect]` syntax: `mean(ttft_p99_s) <= 2`; a bare
 /// metric must hold on every seed).
 pub fn constraints(list: &[String]) -> Result<Vec<Check>, String> {
     list.iter()
@@ -128,7 +130,10 @@ pub fn constraints(list: &[String]) -> Result<Vec<Check>, String> {
 
 /// Parses `--pareto a,b[,c]`.
 pub fn pareto_metrics(text: &str) -> Result<Vec<String>, String> {
-    let list: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
+    let list: Vec<String> = text
+        .split(',')
+        .map(|s| crate::metrics::canonical_metric(s.trim()).into_owned())
+        .collect();
     if !(2..=3).contains(&list.len()) {
         return Err(format!("--pareto `{text}`: give two or three metrics"));
     }
@@ -186,14 +191,14 @@ mod tests {
         let mut o = Objective::parse("stranded_slot_s=0.5,ttft_s.p99=1,prefix_cache_hit_rate=1").unwrap();
         o.scale(|m| match m {
             "stranded_slot_s" => 0.0,
-            "ttft_s.p99" => 4.0,
+            "ttft_p99_s" => 4.0,
             _ => 0.5,
         });
         assert_eq!(o.terms.iter().map(|t| t.scale).collect::<Vec<_>>(), [1.0, 4.0, 0.5]);
         let s = o.score(|m| {
             Some(match m {
                 "stranded_slot_s" => 10.0,
-                "ttft_s.p99" => 2.0,
+                "ttft_p99_s" => 2.0,
                 _ => 0.75,
             })
         });
@@ -202,7 +207,7 @@ mod tests {
         assert!(o.score(|_| None).is_nan());
         assert_eq!(
             o.describe(),
-            "0.5 x stranded_slot_s/1 + 1 x ttft_s.p99/4 - 1 x prefix_cache_hit_rate/0.5"
+            "0.5 x stranded_slot_s/1 + 1 x ttft_p99_s/4 - 1 x prefix_cache_hit_rate/0.5"
         );
     }
 
@@ -223,8 +228,8 @@ mod tests {
 
     #[test]
     fn constraints_use_the_expect_syntax() {
-        let c = constraints(&["mean(ttft_s.p99) <= 2".into()]).unwrap();
-        assert_eq!(c[0].metric, "ttft_s.p99");
+        let c = constraints(&["mean(ttft_p99_s) <= 2".into()]).unwrap();
+        assert_eq!(c[0].metric, "ttft_p99_s");
         assert!(
             constraints(&["ttft_s.p99".into()])
                 .unwrap_err()
