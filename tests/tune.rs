@@ -81,7 +81,7 @@ fn stale_supermarket_prefers_power_of_two_over_least_loaded_of_all() {
 fn burst8_finds_a_configuration_without_systematic_stranding() {
     let out = tempfile::tempdir().unwrap();
     let a = sim()
-        .args(["tune", "scenarios/burst8.toml", "--budget", "240", "--out"])
+        .args(["tune", "scenarios/burst8.toml", "--budget", "400", "--out"])
         .arg(out.path())
         .assert()
         .success();
