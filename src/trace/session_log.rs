@@ -22,6 +22,7 @@ use std::io::Read;
 use serde::Deserialize;
 
 use super::calls::{Calls, MAX_LINE_BYTES, NONE, Timing, for_each_line, parse_json, push_call, s_ns};
+use super::lines::Capped;
 use super::parse::{Builder, NO_SESSION, TraceError};
 
 /// Which column holds what (`columns = { ... }`; the key names are fixed).
@@ -311,29 +312,6 @@ fn column_of<'c>(cols: &'c ColumnMap, key: &str) -> Option<&'c str> {
     }
 }
 
-/// A reader that fails on a line longer than `cap` bytes (the csv crate has no limit).
-struct CapLines<R> {
-    r: R,
-    run: usize,
-    cap: usize,
-}
-
-impl<R: Read> Read for CapLines<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.r.read(buf)?;
-        for &c in &buf[..n] {
-            self.run = if c == b'\n' { 0 } else { self.run + 1 };
-            if self.run > self.cap {
-                return Err(std::io::Error::other(format!(
-                    "a line is longer than {} bytes",
-                    self.cap
-                )));
-            }
-        }
-        Ok(n)
-    }
-}
-
 fn read_csv(
     r: impl Read,
     b: &mut Builder,
@@ -345,16 +323,13 @@ fn read_csv(
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(false)
-        .from_reader(CapLines {
-            r,
-            run: 0,
-            cap: MAX_LINE_BYTES,
-        });
+        // The csv crate has no line limit: the shared cap makes an endless line an error.
+        .from_reader(Capped::with_cap(r, MAX_LINE_BYTES));
     let header: Vec<String> = rdr
         .headers()
         .map_err(|e| b.err(1, None, format!("cannot read the CSV header: {e}")))?
         .iter()
-        .map(|h| h.trim().trim_start_matches('\u{feff}').to_string())
+        .map(|h| h.trim().to_string())
         .collect();
     let mut index: Vec<(&'static str, usize)> = Vec::new();
     for (k, c) in cols.pairs() {
