@@ -23,9 +23,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::decision::Branch;
 use crate::ids::BackendId;
 use crate::metrics::{Episode, round6};
-use crate::policy::Branch;
 use crate::sim::{RunResult, SimConfig};
 use crate::time::{SimTime, ns_to_secs};
 

@@ -17,8 +17,8 @@
 
 use serde::Serialize;
 
+use crate::decision::Branch;
 use crate::metrics::DecisionLog;
-use crate::policy::Branch;
 use crate::time::{SimTime, ns_to_secs};
 
 /// One hint.

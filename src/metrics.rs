@@ -25,12 +25,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::decision::Branch;
 use crate::ids::{BackendId, RequestId, SessionId};
-use crate::policy::Branch;
-use crate::router::ViewEntry;
-use crate::router::engine_stats::EngineStatsEntry;
-use crate::router::request_stats::RequestStatsEntry;
 use crate::time::{SimTime, ns_to_secs};
+use crate::view::{EngineStatsEntry, RequestStatsEntry, ViewEntry};
 
 /// One request's life. Times are `None` until reached.
 #[derive(Clone, Debug, PartialEq)]

@@ -485,9 +485,9 @@ pub struct ProfilesArgs {
 /// Runs `sim profiles`.
 pub fn cli(a: &ProfilesArgs) -> anyhow::Result<std::process::ExitCode> {
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&json())?);
+        crate::cli::out::outln!("{}", serde_json::to_string_pretty(&json())?)?;
     } else {
-        print!("{}", table());
+        crate::cli::out::out!("{}", table())?;
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -70,25 +70,7 @@ impl RouterConfig {
     }
 }
 
-/// What the policy saw of one backend at a decision, for the audit trail.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ViewEntry {
-    /// Published engine stats (`None` = missing).
-    pub engine: Option<EngineStatsEntry>,
-    /// Request stats (`None` = endpoint never used).
-    pub requests: Option<RequestStatsEntry>,
-    /// Listed by service discovery at that instant (an unlisted backend is not a choice).
-    pub listed: bool,
-}
-
-impl ViewEntry {
-    /// A backend that discovery did not list.
-    pub const UNLISTED: ViewEntry = ViewEntry {
-        engine: None,
-        requests: None,
-        listed: false,
-    };
-}
+pub use crate::view::ViewEntry;
 
 /// The router.
 pub struct Router {
