@@ -16,6 +16,8 @@ use crate::scenario::{Source, parse_set};
 pub const DEFAULT_RUNS_PER_CANDIDATE: u64 = 8;
 
 /// `sim tune` arguments.
+// The field docs are `--help` text (plain, with <placeholders>), not Markdown.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Args, Debug)]
 pub struct TuneArgs {
     /// Scenario file (TOML): the fleet and the workload or trace to tune for.
