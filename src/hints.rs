@@ -14,6 +14,9 @@
 //!   interval suggests).
 //!
 //! Hints see only results (the audit log), never the simulation.
+//!
+//! Owns: the hint rules. May not see: the simulation; only the decision audit. Invariant: a
+//! hint is printed only when the audit shows its condition.
 
 use serde::Serialize;
 

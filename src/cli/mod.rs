@@ -12,6 +12,7 @@ mod compare;
 mod explain;
 mod merge;
 mod policies;
+mod reference;
 mod run;
 mod shared;
 mod sweep;
@@ -104,6 +105,15 @@ enum Command {
     /// Example: sim import --router-args "--routing-logic prefixaware --static-backends
     ///          http://a:8000,http://b:8000 --static-models m,m" -o out/mine.toml
     Import(Box<crate::import::ImportArgs>),
+    /// Write the reference pages generated from the code: every scenario key with its type,
+    /// default and meaning, every policy with its options, and the scenario JSON Schema.
+    ///
+    /// Example: sim reference --out docs/reference
+    Reference(reference::ReferenceArgs),
+    /// Print the scenario file's JSON Schema (editors can validate scenarios against it).
+    ///
+    /// Example: sim schema > scenario.schema.json
+    Schema,
 }
 
 /// Parses arguments and runs; never panics on user input.
@@ -168,5 +178,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Tune(a) => crate::tune::cli::cmd_tune(*a),
         Command::Profiles(a) => crate::profiles::cli(&a),
         Command::Import(a) => crate::import::run(*a),
+        Command::Reference(a) => reference::cmd_reference(a),
+        Command::Schema => reference::cmd_schema(),
     }
 }

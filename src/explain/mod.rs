@@ -17,6 +17,10 @@
 //! The counterfactual (the same scenario and seed re-run with fresh signals or another
 //! policy) is computed by the caller, which can run simulations; see
 //! [`Counterfactual`].
+//!
+//! Owns: episode finding (`find.rs`) and the text (`render.rs`). May not see: the
+//! simulation (it reads a finished [`crate::sim::RunResult`]). Invariant: the same run gives the same
+//! explanation, byte for byte.
 
 mod find;
 mod render;

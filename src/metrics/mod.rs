@@ -20,6 +20,12 @@
 //! * **latched_sessions**: sessions whose first turn went to a backend that was not among the
 //!   least loaded in truth at that instant (outstanding = dispatched and unfinished,
 //!   in transit included), and all of whose turns then stayed on that backend.
+//!
+//! Owns: ground-truth records, the fleet tracker, the decision audit and the summary
+//! (`records.rs`, `fleet.rs`, `audit.rs`, `summary.rs`, `names.rs`). May not see: the
+//! router or the policies (it names a decision by [`crate::decision::Branch`] and a view by
+//! [`crate::view::ViewEntry`]). Invariant: measured on the live backend state, never on what
+//! the router believed; integrals are over integer time.
 
 mod audit;
 mod fleet;

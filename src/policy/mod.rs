@@ -4,6 +4,10 @@
 //! can never read live backend state.
 //!
 //! Adding a policy: one file here, one variant in [`PolicyConfig`], one arm in [`build`].
+//!
+//! Owns: routing logic and each policy's own state (rings, tries, counters). May not see:
+//! backends, the simulation or metrics; only a `RouterView`. Invariant: a decision is a
+//! function of the view, the request, the policy's state and its named random stream.
 
 pub mod aibrix;
 pub mod aibrix_preble;

@@ -12,6 +12,9 @@
 //!   as uncalibrated.
 //!
 //! KV capacity is derived the way vLLM derives it (see [`kv_blocks`]).
+//!
+//! Owns: the profile table and the KV-capacity derivation. May not see: anything of a run.
+//! Invariant: each profile names its source and commit; numbers are never tuned to a result.
 
 pub mod kv;
 

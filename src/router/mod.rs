@@ -7,6 +7,10 @@
 //! be routed (optionally after a configurable lag, to model routers that update
 //! asynchronously). The router never reads backend state; the simulation hands it scrape
 //! results when scrape events fire.
+//!
+//! Owns: discovery, the scraper, request stats and the policy instance. May not see: the
+//! backends' live state (only what a scrape read, with its `read_at`) or the metrics.
+//! Invariant: a policy is handed exactly what the real router holds at that instant.
 
 pub mod engine_stats;
 pub mod kv_feed;

@@ -2,6 +2,7 @@
 //! `deny_unknown_fields` so a misspelt key is an error naming it. No validation here; the
 //! defaults live in [`super::defaults`].
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::defaults::{
@@ -11,7 +12,7 @@ use super::defaults::{
 };
 
 /// The scenario file as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioFile {
     /// Scenario name (default: the file stem). Results go to `results/<name>/`.
@@ -26,6 +27,7 @@ pub struct ScenarioFile {
     #[serde(default)]
     pub limits: LimitsFile,
     /// The fleet (`[backends]`, validated in `backends.rs`).
+    #[schemars(schema_with = "super::backends::schema")]
     pub backends: toml::Value,
     /// Network latencies.
     #[serde(default)]
@@ -50,7 +52,7 @@ pub struct ScenarioFile {
 }
 
 /// `[[fleet_events]]`: a membership change of one backend.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FleetEventFile {
     /// When.
@@ -64,7 +66,7 @@ pub struct FleetEventFile {
 }
 
 /// `[client]`: what clients do when a request fails (OpenAI Python SDK defaults).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientFile {
     /// Retries per turn (default 2).
@@ -79,7 +81,7 @@ pub struct ClientFile {
 }
 
 /// `[[router_events]]`: `kind = "restart"` at `at_s` (all replicas, or `replica`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouterEventFile {
     /// When.
@@ -91,7 +93,7 @@ pub struct RouterEventFile {
 }
 
 /// `[[faults]]`: one fault on one backend over a time window.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FaultFile {
     /// Backend index.
@@ -110,7 +112,7 @@ pub struct FaultFile {
 }
 
 /// `[limits]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsFile {
     /// Stop at this simulated time (default: when every session is done).
@@ -123,7 +125,7 @@ pub struct LimitsFile {
 }
 
 /// `[network]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkFile {
     /// Router to engine queue (HTTP, API server, tokeniser); default 2 ms.
@@ -135,7 +137,7 @@ pub struct NetworkFile {
 }
 
 /// `[router]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouterFile {
     /// Engine-stats refresh interval (default: the policy's upstream value, 30 s for
@@ -174,11 +176,12 @@ pub struct RouterFile {
     #[serde(default)]
     pub fresh_signals: bool,
     /// `[router.policy]`, a table tagged by `kind`.
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub policy: Option<toml::Table>,
 }
 
 /// `[router.policy]` for `kind = "prefixaware"`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PrefixAwareFile {
     #[serde(default)]
@@ -192,7 +195,7 @@ pub(super) struct PrefixAwareFile {
 }
 
 /// `[router.policy]` for `kind = "leastinflight"`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct LeastInflightFile {
     #[serde(default = "default_band")]
@@ -202,12 +205,12 @@ pub(super) struct LeastInflightFile {
 }
 
 /// `[router.policy]` for policies without parameters.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct NoParams {}
 
 /// `[workload]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
     /// Session groups.
@@ -219,7 +222,7 @@ pub struct WorkloadFile {
 }
 
 /// `[[workload.traces]]`: a replayed trace file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TraceFile {
     /// The trace, relative to the scenario file.
@@ -261,21 +264,25 @@ pub struct TraceFile {
     /// Tokens per trace block (default 512).
     pub block_tokens: Option<i64>,
     /// Service time per request, seconds (queueing backends).
+    #[schemars(with = "Option<serde_json::Value>")]
     pub service_time_s: Option<toml::Value>,
     /// `format = "sessions"`: which column holds what.
+    #[schemars(with = "Option<serde_json::Value>")]
     pub columns: Option<toml::Value>,
     /// When sessions of a trace of offsets open (`kind = "burst" | "poisson" | "interval"`).
+    #[schemars(with = "Option<serde_json::Value>")]
     pub session_arrival: Option<toml::Value>,
     /// `append` (default) or `independent`: content of calls without hashes.
     pub context: Option<String>,
     /// Prefix shared across sessions: tokens, or a table of tokens per model name.
+    #[schemars(with = "Option<serde_json::Value>")]
     pub shared_prefix_tokens: Option<toml::Value>,
     /// `format = "otel"`: attributes naming the session, in order.
     pub session_attributes: Option<Vec<String>>,
 }
 
 /// `[workload.traces.infer]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InferFile {
     /// Fewest shared blocks that link two requests (default 2).
@@ -289,7 +296,7 @@ pub struct InferFile {
 }
 
 /// `[workload.traces.synthesize]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SynthFile {
     /// Mean turns per session (default 4).
@@ -299,7 +306,7 @@ pub struct SynthFile {
 }
 
 /// `[[workload.groups]]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupFile {
     /// Group name (unique).
@@ -307,9 +314,11 @@ pub struct GroupFile {
     /// Number of sessions.
     pub sessions: i64,
     /// Arrival process table (`kind = "burst" | "poisson" | "interval"`).
+    #[schemars(with = "serde_json::Value")]
     pub arrival: toml::Value,
     /// Turns per session (distribution).
     #[serde(default = "one")]
+    #[schemars(with = "serde_json::Value")]
     pub turns: toml::Value,
     /// Shared system prompt tokens.
     #[serde(default)]
@@ -317,15 +326,20 @@ pub struct GroupFile {
     /// Shared prompt name (default: the group name).
     pub system_prompt: Option<String>,
     /// New tokens in turn 1 (default: `input_tokens`).
+    #[schemars(with = "Option<serde_json::Value>")]
     pub first_input_tokens: Option<toml::Value>,
     /// New tokens per later turn.
+    #[schemars(with = "serde_json::Value")]
     pub input_tokens: toml::Value,
     /// Output tokens per turn.
+    #[schemars(with = "serde_json::Value")]
     pub output_tokens: toml::Value,
     /// Think time between turns, seconds.
     #[serde(default = "zero")]
+    #[schemars(with = "serde_json::Value")]
     pub think_time_s: toml::Value,
     /// Service time per request, seconds (queueing backends).
+    #[schemars(with = "Option<serde_json::Value>")]
     pub service_time_s: Option<toml::Value>,
     /// Send the session key header (default true).
     #[serde(default = "yes")]
@@ -334,7 +348,7 @@ pub struct GroupFile {
     pub max_context_tokens: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct BurstFile {
     pub(super) at_s: f64,
@@ -342,7 +356,7 @@ pub(super) struct BurstFile {
     pub(super) spread_s: f64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PoissonFile {
     #[serde(default)]
@@ -350,10 +364,58 @@ pub(super) struct PoissonFile {
     pub(super) rate_per_s: f64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct IntervalFile {
     #[serde(default)]
     pub(super) start_s: f64,
     pub(super) every_s: f64,
+}
+
+impl Default for ClientFile {
+    fn default() -> Self {
+        ClientFile {
+            max_retries: default_retries(),
+            retry_initial_delay_s: default_retry_initial(),
+            retry_max_delay_s: default_retry_max(),
+        }
+    }
+}
+
+impl Default for LimitsFile {
+    fn default() -> Self {
+        LimitsFile {
+            max_sim_time_s: None,
+            max_events: default_max_events(),
+            max_memory_gib: None,
+        }
+    }
+}
+
+impl Default for NetworkFile {
+    fn default() -> Self {
+        NetworkFile {
+            dispatch_latency_s: default_dispatch(),
+            response_latency_s: default_response(),
+        }
+    }
+}
+
+impl Default for RouterFile {
+    fn default() -> Self {
+        RouterFile {
+            engine_stats_interval_s: None,
+            scrape_duration_s: default_scrape(),
+            request_stats_window_s: default_window(),
+            request_stats_lag_s: 0.0,
+            chars_per_token: default_cpt(),
+            kv_event_lag_s: default_kv_lag(),
+            replicas: default_replicas(),
+            scrape_jitter_s: 0.0,
+            engine_stats_phase: 0.0,
+            front: default_front(),
+            fresh_signals: false,
+            policy: None,
+        }
+    }
 }
