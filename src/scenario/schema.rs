@@ -229,7 +229,8 @@ pub struct TraceFile {
     pub file: String,
     /// Group name (default: the file stem).
     pub name: Option<String>,
-    /// `native`, `mooncake`, `azure`, `burstgpt` (default: detected).
+    /// `native`, `mooncake`, `azure`, `burstgpt`, `dynamo`, `otel` or `sessions` (default:
+    /// detected from the content; `sessions` when `columns` is given).
     pub format: Option<String>,
     /// `open` (default) or `closed`.
     pub mode: Option<String>,
