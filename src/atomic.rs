@@ -8,6 +8,9 @@
 //! The run id is derived from the files' contents (not from a clock or a counter), so the
 //! same scenario and seed give the same `run.json`, byte for byte, and committed results
 //! stay reproducible. `perf.json` (wall-clock figures) is outside the manifest.
+//!
+//! Owns: staging, rename and the manifest. Invariant: a reader sees a complete folder or
+//! none.
 
 use std::collections::BTreeMap;
 use std::fs;

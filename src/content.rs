@@ -15,6 +15,9 @@
 //!   `128 / chars_per_token` tokens when that divides evenly, and straddles tokens
 //!   (hashed at character granularity) when it does not. The last chunk may be partial,
 //!   exactly like upstream's last slice.
+//!
+//! Owns: the abstract token content and its hashes. May not see: backends or policies'
+//! state. Invariant: equal prefixes hash equally, in any cache that reads them.
 
 use smallvec::SmallVec;
 

@@ -2,6 +2,9 @@
 //!
 //! Scenario files give a distribution as a bare number (a constant) or as a table
 //! `{ dist = "lognormal", mean = 800, cv = 0.5 }`; `scenario` turns that into a [`Dist`].
+//!
+//! Owns: distribution parsing and sampling. Invariant: a sample depends only on the stream it
+//! is drawn from.
 
 use rand::RngExt;
 use rand::distr::{Distribution, Uniform};

@@ -8,6 +8,9 @@
 //! * Scheduling into the past is a bug and panics.
 //! * There is no removal: a component that changes its mind bumps a generation counter and
 //!   ignores stale events when they pop (lazy cancellation).
+//!
+//! Owns: the event queue. May not see: what the events mean. Invariant: events pop in
+//! `(time, seq)` order, so equal times run in scheduling order.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;

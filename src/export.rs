@@ -5,6 +5,9 @@
 //! tools), `hints.json` and `scenario.toml`
 //! (the effective scenario, overrides applied) are byte-identical for the same scenario and
 //! seed. `perf.json` holds wall-clock figures and is the only file that varies run to run.
+//!
+//! May not see: the event loop, backends or the router. Invariant: files are whole or absent
+//! (written through `atomic`) and byte-identical for the same run.
 
 use std::fs;
 use std::io::Write;

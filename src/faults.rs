@@ -19,6 +19,9 @@
 //!   smaller GPU; vLLM backends only).
 //!
 //! Each fault applies to one backend over `[from_s, until_s)`.
+//!
+//! Owns: the fault timeline. May not see: the router's or backends' state. Invariant: a
+//! fault changes only what it names, from its start to its end.
 
 use crate::backend::Gauges;
 use crate::ids::BackendId;

@@ -17,6 +17,9 @@
 //!
 //! Slowdowns (a degraded or smaller GPU) are `[[faults]] kind = "slowdown"`; router restarts
 //! are `[[router_events]]`.
+//!
+//! Owns: membership events and client retries. May not see: policies. Invariant: every
+//! membership change is an event on the `(time, seq)` queue, taking effect at its instant.
 
 use crate::ids::BackendId;
 use crate::time::{SimDuration, SimTime};

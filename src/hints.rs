@@ -14,11 +14,14 @@
 //!   interval suggests).
 //!
 //! Hints see only results (the audit log), never the simulation.
+//!
+//! Owns: the hint rules. May not see: the simulation; only the decision audit. Invariant: a
+//! hint is printed only when the audit shows its condition.
 
 use serde::Serialize;
 
+use crate::decision::Branch;
 use crate::metrics::DecisionLog;
-use crate::policy::Branch;
 use crate::time::{SimTime, ns_to_secs};
 
 /// One hint.

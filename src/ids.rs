@@ -1,5 +1,7 @@
 //! Typed indices. All simulation state lives in `Vec`s indexed by these, never in
 //! reference-counted graphs, so a whole simulation is `Send` and cheap to run in parallel.
+//!
+//! Owns: the index newtypes. Invariant: an index is valid for the run that made it.
 
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {

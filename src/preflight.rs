@@ -6,6 +6,9 @@
 //! The estimates are upper-bound style costs per unit measured on this code (a request's
 //! plan, its record and its share of the decision audit; a KV block's ring slot and index
 //! entry); they aim at the order of magnitude that separates a feasible run from an abort.
+//!
+//! Owns: the memory estimate. May not see: a run. Invariant: refuses before allocating,
+//! with the key that drives the size.
 
 /// Bytes per planned request: turn plan, request record, metrics and decision audit rows.
 pub const BYTES_PER_REQUEST: u64 = 640;

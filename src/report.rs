@@ -1,4 +1,7 @@
 //! The terminal summary of a run (plain text; data files are written by `export`).
+//!
+//! Owns: the terminal summary. May not see: anything but a [`crate::metrics::Summary`] and
+//! wall-clock figures. Invariant: returns text; writes no file.
 
 use std::fmt::Write;
 

@@ -6,6 +6,9 @@
 //! session index, not by anything the router decides, so every policy compared on the same
 //! seed sees exactly the same sessions (common random numbers). Nothing outside this
 //! module constructs a generator.
+//!
+//! Owns: stream derivation. Invariant: a stream's draws depend only on the master seed and
+//! the stream's name, never on the order streams are created.
 
 use rand::SeedableRng;
 use rand_pcg::Pcg64;

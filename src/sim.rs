@@ -1,5 +1,5 @@
 //! The simulation: owns every component and is the only place that touches several of them
-//! in one step (one `match` over [`Event`]).
+//! in one step (one `match` over `Event`).
 //!
 //! ```text
 //!  client sessions ──TurnArrival──▶ Router ──(dispatch latency)──▶ Backend (engine)

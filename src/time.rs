@@ -2,6 +2,9 @@
 //!
 //! Floats appear only at the edges (scenario seconds in, report seconds out), and every
 //! float-to-time conversion goes through [`secs_to_ns`], so rounding happens in one place.
+//!
+//! Owns: `SimTime`/`SimDuration` and the conversions at the edges. Invariant: the clock is
+//! integer nanoseconds; floats appear only at the edges.
 
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};

@@ -11,6 +11,10 @@
 //! Everything random about a session is drawn from its own stream, keyed by group name and
 //! session index, before the simulation starts: every policy compared on one seed sees the
 //! same sessions, token counts and think times (common random numbers); only timing differs.
+//!
+//! Owns: the generated sessions and turns. May not see: the fleet, the router or results.
+//! Invariant: a group's draws come from its own named stream, so adding a group or changing
+//! a policy never shifts another group's workload (common random numbers).
 
 use crate::content::{Content, source_id};
 use crate::dist::Dist;

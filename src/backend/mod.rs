@@ -1,6 +1,10 @@
 //! Backend models. A backend never sees the router: it receives requests, runs, and
 //! exposes its state (live, for ground-truth metrics) and its gauges (what `/metrics`
 //! would serve).
+//!
+//! Owns: each backend's engine state (scheduler, KV cache, gauges). May not see: the router,
+//! the policies or the metrics. Invariant: the gauges a backend serves are derived from its
+//! own state only, and the same arrivals give the same steps.
 
 pub mod kv;
 pub mod perf;

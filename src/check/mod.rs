@@ -11,6 +11,10 @@
 //!   "backends[0].peak_waiting == 0",   # no aggregate: must hold on every seed
 //! ]
 //! ```
+//!
+//! Owns: `[expect]` evaluation, goldens and JUnit. May not see: simulation internals (it
+//! runs scenarios through `sim::run` and reads their summaries). Invariant: a failed bound is
+//! exit 1, bad input exit 2.
 
 pub mod expr;
 pub mod golden;

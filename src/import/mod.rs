@@ -6,6 +6,9 @@
 //! (`src/vllm_router/parsers/parser.py` for the router's flags and defaults,
 //! `helm/values.yaml` and `helm/templates/deployment-{router,vllm-multi}.yaml` for how the
 //! chart turns values into flags) and vLLM's `vllm/engine/arg_utils.py` for engine flags.
+//!
+//! Owns: the mapping from deployment flags to scenario keys. May not see: the simulation.
+//! Invariant: every value written names the flag or key it came from.
 
 mod flags;
 mod helm;

@@ -6,6 +6,9 @@
 //! are deterministic: the same data gives byte-identical SVG and PNG.
 //!
 //! Plot code sees only result data (sweep aggregates, run time series), never the simulator.
+//!
+//! Owns: figure layout and rendering. May not see: the simulation; only summaries, series
+//! and sweep tables. Invariant: the same data gives the same bytes (fixed font, no clock).
 
 pub mod pareto;
 pub mod series;

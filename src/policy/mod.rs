@@ -4,6 +4,10 @@
 //! can never read live backend state.
 //!
 //! Adding a policy: one file here, one variant in [`PolicyConfig`], one arm in [`build`].
+//!
+//! Owns: routing logic and each policy's own state (rings, tries, counters). May not see:
+//! backends, the simulation or metrics; only a `RouterView`. Invariant: a decision is a
+//! function of the view, the request, the policy's state and its named random stream.
 
 pub mod aibrix;
 pub mod aibrix_preble;
@@ -78,136 +82,7 @@ pub struct RequestInfo<'a> {
     pub prompt_chars: u64,
 }
 
-/// Which branch of its logic a policy took (reported per decision and in summaries).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Branch {
-    /// `roundrobin`.
-    RoundRobin,
-    /// `session`: hash ring owner of the session key.
-    SessionHash,
-    /// `session` without a key: `_qps_routing`.
-    SessionNoKeyQps,
-    /// `prefixaware`: random among endpoints sharing the longest match (>= threshold).
-    PrefixMatch,
-    /// `prefixaware` below threshold: `_qps_routing` (upstream today).
-    FallbackQps,
-    /// `prefixaware` below threshold: least-in-flight from engine stats (PR #1089).
-    FallbackLeastInflight,
-    /// `prefixaware` below threshold, least-in-flight wanted but some endpoint lacks engine
-    /// stats: `_qps_routing`.
-    FallbackNoStatsQps,
-    /// `leastinflight`.
-    LeastInflight,
-    /// `leastinflight` with missing engine stats: `_qps_routing`.
-    LeastInflightNoStatsQps,
-    /// `random`.
-    Random,
-    /// `least_request`.
-    LeastRequest,
-    /// `power_of_d`.
-    PowerOfD,
-    /// SGLang `cache_aware`: match rate above the threshold, to a holder of the prefix.
-    CacheAwareHit,
-    /// SGLang `cache_aware`: miss, to the worker with the smallest tree.
-    CacheAwareSmallestTree,
-    /// SGLang `cache_aware`: loads imbalanced, to the least-loaded worker.
-    CacheAwareImbalanced,
-    /// llm-d EPP: highest weighted score.
-    LlmdScore,
-    /// AIBrix `prefix-cache`: a matched pod within the load band.
-    AibrixPrefixHit,
-    /// AIBrix `prefix-cache`: no match (or none within the band): least-request.
-    AibrixLeastRequest,
-    /// AIBrix `prefix-cache-preble`: match ratio above the threshold, least histogram load
-    /// among the pods on the longest matching node.
-    AibrixPrebleHit,
-    /// AIBrix `prefix-cache-preble`: least Preble cost.
-    AibrixPrebleCost,
-    /// `prefix-cache-preble` with the PR #2382 gate on (min-running pods only), prefix step.
-    AibrixPrebleGatedHit,
-    /// `prefix-cache-preble` with the PR #2382 gate on, cost step.
-    AibrixPrebleGatedCost,
-    /// `kvaware`: the holder of the longest cached prefix.
-    KvHit,
-    /// KV-aware policies' upstream fallback with a session key: the hash ring.
-    KvFallbackSession,
-    /// KV-aware policies' upstream fallback without a key: `_qps_routing`.
-    KvFallbackQps,
-    /// `load_balanced_kvaware`: scraped loads spread past the threshold, argmin.
-    KvImbalanced,
-    /// `loadaware`: best hit-minus-load score.
-    LoadAwareScore,
-    /// Dynamo: lowest cost (or softmax sample).
-    DynamoCost,
-}
-
-impl Branch {
-    /// Every branch, in report order.
-    pub const ALL: [Branch; 28] = [
-        Branch::RoundRobin,
-        Branch::SessionHash,
-        Branch::SessionNoKeyQps,
-        Branch::PrefixMatch,
-        Branch::FallbackQps,
-        Branch::FallbackLeastInflight,
-        Branch::FallbackNoStatsQps,
-        Branch::LeastInflight,
-        Branch::LeastInflightNoStatsQps,
-        Branch::Random,
-        Branch::LeastRequest,
-        Branch::PowerOfD,
-        Branch::CacheAwareHit,
-        Branch::CacheAwareSmallestTree,
-        Branch::CacheAwareImbalanced,
-        Branch::LlmdScore,
-        Branch::AibrixPrefixHit,
-        Branch::AibrixLeastRequest,
-        Branch::AibrixPrebleHit,
-        Branch::AibrixPrebleCost,
-        Branch::AibrixPrebleGatedHit,
-        Branch::AibrixPrebleGatedCost,
-        Branch::KvHit,
-        Branch::KvFallbackSession,
-        Branch::KvFallbackQps,
-        Branch::KvImbalanced,
-        Branch::LoadAwareScore,
-        Branch::DynamoCost,
-    ];
-
-    /// Stable name used in files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Branch::RoundRobin => "roundrobin",
-            Branch::SessionHash => "session_hash",
-            Branch::SessionNoKeyQps => "session_nokey_qps",
-            Branch::PrefixMatch => "prefix_match",
-            Branch::FallbackQps => "fallback_qps",
-            Branch::FallbackLeastInflight => "fallback_leastinflight",
-            Branch::FallbackNoStatsQps => "fallback_nostats_qps",
-            Branch::LeastInflight => "leastinflight",
-            Branch::LeastInflightNoStatsQps => "leastinflight_nostats_qps",
-            Branch::Random => "random",
-            Branch::LeastRequest => "least_request",
-            Branch::PowerOfD => "power_of_d",
-            Branch::CacheAwareHit => "cache_aware_hit",
-            Branch::CacheAwareSmallestTree => "cache_aware_smallest_tree",
-            Branch::CacheAwareImbalanced => "cache_aware_imbalanced",
-            Branch::LlmdScore => "llmd_score",
-            Branch::AibrixPrefixHit => "aibrix_prefix_hit",
-            Branch::AibrixLeastRequest => "aibrix_least_request",
-            Branch::AibrixPrebleHit => "aibrix_preble_hit",
-            Branch::AibrixPrebleCost => "aibrix_preble_cost",
-            Branch::AibrixPrebleGatedHit => "aibrix_preble_gated_hit",
-            Branch::AibrixPrebleGatedCost => "aibrix_preble_gated_cost",
-            Branch::KvHit => "kv_hit",
-            Branch::KvFallbackSession => "kv_fallback_session",
-            Branch::KvFallbackQps => "kv_fallback_qps",
-            Branch::KvImbalanced => "kv_imbalanced",
-            Branch::LoadAwareScore => "loadaware_score",
-            Branch::DynamoCost => "dynamo_cost",
-        }
-    }
-}
+pub use crate::decision::Branch;
 
 /// A routing decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

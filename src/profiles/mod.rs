@@ -12,6 +12,9 @@
 //!   as uncalibrated.
 //!
 //! KV capacity is derived the way vLLM derives it (see [`kv_blocks`]).
+//!
+//! Owns: the profile table and the KV-capacity derivation. May not see: anything of a run.
+//! Invariant: each profile names its source and commit; numbers are never tuned to a result.
 
 pub mod kv;
 
@@ -485,9 +488,9 @@ pub struct ProfilesArgs {
 /// Runs `sim profiles`.
 pub fn cli(a: &ProfilesArgs) -> anyhow::Result<std::process::ExitCode> {
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&json())?);
+        crate::cli::out::outln!("{}", serde_json::to_string_pretty(&json())?)?;
     } else {
-        print!("{}", table());
+        crate::cli::out::out!("{}", table())?;
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -13,33 +13,9 @@
 //! * Each entry keeps the time its value was read, so a policy's view carries its real age.
 
 use crate::ids::BackendId;
-use crate::time::{NS_PER_S, SimDuration, SimTime};
+use crate::time::{NS_PER_S, SimDuration};
 
-/// One endpoint's scraped engine stats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EngineStatsEntry {
-    /// `vllm:num_requests_running`.
-    pub running: u32,
-    /// `vllm:num_requests_waiting`.
-    pub waiting: u32,
-    /// `vllm:kv_cache_usage_perc` numerator: KV blocks in use.
-    pub kv_used_blocks: u32,
-    /// ... and its denominator (0 for a backend without a KV cache).
-    pub kv_total_blocks: u32,
-    /// When the value was read from the engine.
-    pub read_at: SimTime,
-}
-
-impl EngineStatsEntry {
-    /// `vllm:kv_cache_usage_perc` in [0, 1].
-    pub fn kv_usage(&self) -> f64 {
-        if self.kv_total_blocks == 0 {
-            0.0
-        } else {
-            f64::from(self.kv_used_blocks) / f64::from(self.kv_total_blocks)
-        }
-    }
-}
+pub use crate::view::EngineStatsEntry;
 
 /// What happens after a read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,6 +159,7 @@ pub fn upstream_sleep(interval: SimDuration) -> SimDuration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::SimTime;
 
     #[test]
     fn sleep_is_floored_like_upstream() {

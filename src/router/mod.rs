@@ -7,6 +7,10 @@
 //! be routed (optionally after a configurable lag, to model routers that update
 //! asynchronously). The router never reads backend state; the simulation hands it scrape
 //! results when scrape events fire.
+//!
+//! Owns: discovery, the scraper, request stats and the policy instance. May not see: the
+//! backends' live state (only what a scrape read, with its `read_at`) or the metrics.
+//! Invariant: a policy is handed exactly what the real router holds at that instant.
 
 pub mod engine_stats;
 pub mod kv_feed;
@@ -70,25 +74,7 @@ impl RouterConfig {
     }
 }
 
-/// What the policy saw of one backend at a decision, for the audit trail.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ViewEntry {
-    /// Published engine stats (`None` = missing).
-    pub engine: Option<EngineStatsEntry>,
-    /// Request stats (`None` = endpoint never used).
-    pub requests: Option<RequestStatsEntry>,
-    /// Listed by service discovery at that instant (an unlisted backend is not a choice).
-    pub listed: bool,
-}
-
-impl ViewEntry {
-    /// A backend that discovery did not list.
-    pub const UNLISTED: ViewEntry = ViewEntry {
-        engine: None,
-        requests: None,
-        listed: false,
-    };
-}
+pub use crate::view::ViewEntry;
 
 /// The router.
 pub struct Router {

@@ -14,18 +14,7 @@ use std::collections::VecDeque;
 use crate::ids::BackendId;
 use crate::time::{SimDuration, SimTime};
 
-/// What a policy sees of one endpoint's request stats.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RequestStatsEntry {
-    /// Dispatches in the window (QPS numerator; compared as an integer so ties are exact).
-    pub window_dispatches: u32,
-    /// `window_dispatches / W`.
-    pub qps: f64,
-    /// Dispatched, no response byte yet (includes time queued inside the engine).
-    pub in_prefill: u32,
-    /// First chunk received, stream not finished.
-    pub in_decoding: u32,
-}
+pub use crate::view::RequestStatsEntry;
 
 #[derive(Default, Clone)]
 struct EndpointStats {

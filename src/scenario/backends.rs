@@ -4,6 +4,7 @@
 //! capacity (a block count, or the memory inputs vLLM derives it from). Discovery order is
 //! group order, then index within the group.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{FieldError, Res, count, from_value, secs};
@@ -18,7 +19,7 @@ use crate::time::SimDuration;
 const MAX_BACKENDS: u32 = 4096;
 
 /// `[backends]` keys shared by every group.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SharedFile {
     /// `"vllm"` (default) or `"queueing"`, for every group.
@@ -37,6 +38,22 @@ fn default_model() -> String {
 /// Keys of `[backends]` that are not one group's.
 const SHARED_KEYS: [&str; 3] = ["model", "metrics_lag_s", "groups"];
 
+/// JSON Schema of `[backends]`: the shared keys and one group's keys in one table, as
+/// [`validate`] splits it (the reference and editors see every key `[backends]` accepts).
+pub(super) fn schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut all = SharedFile::json_schema(generator);
+    let group = GroupFile::json_schema(generator);
+    let more = group
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .cloned()
+        .unwrap_or_default();
+    if let Some(props) = all.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        props.extend(more);
+    }
+    all
+}
+
 /// `[backends]`, split.
 struct Backends {
     top: SharedFile,
@@ -44,8 +61,9 @@ struct Backends {
 }
 
 /// One group: `[[backends.groups]]`, or the keys of a single `[backends]` table.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "BackendGroupFile")]
 pub struct GroupFile {
     /// Group name (required in `[[backends.groups]]`): backends are named `<name>-<i>`.
     pub name: Option<String>,
@@ -80,7 +98,7 @@ pub struct GroupFile {
 }
 
 /// `[backends.step_time]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepTimeFile {
     /// µs per step.

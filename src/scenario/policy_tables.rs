@@ -193,7 +193,7 @@ fn imbalanced_threshold(v: f64, path: &str) -> Res<f64> {
 pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) -> Option<Res<PolicyConfig>> {
     let at = |k: &str| format!("{path}.{k}");
     Some(match kind {
-        "random" => from_value::<super::NoParams>(rest, path).map(|_| PolicyConfig::Random),
+        "random" => from_value::<super::schema::NoParams>(rest, path).map(|_| PolicyConfig::Random),
         "least_request" => from_value::<LeastRequestFile>(rest, path).and_then(|f| {
             Ok(PolicyConfig::LeastRequest {
                 tie: tie(&f.tie, &at("tie"), "`random` (AIBrix) or `first` (SGLang)")?,

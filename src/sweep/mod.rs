@@ -4,6 +4,10 @@
 //! * [`spec`]: axes, seeds and the grid order (what runs);
 //! * [`exec`]: the rayon pool, progress and partial files (how it runs);
 //! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows.
+//!
+//! Owns: grids, sharding, resume and the sweep tables. May not see: simulation internals
+//! (each point is a `sim::run` of a validated scenario). Invariant: the output is
+//! byte-identical for any `--jobs` and for `--shard` + `sim merge`.
 
 pub mod build;
 pub mod counts;

@@ -7,6 +7,11 @@
 //! * [`replay`]: window, scale, repeat and limits into [`crate::workload::SessionPlan`]s;
 //! * [`inspect`]: statistics (`sim trace inspect`);
 //! * [`convert`]: any format to the native CSV (`sim trace convert`).
+//!
+//! Owns: trace readers, session inference and replay configs. May not see: the simulation
+//! or results (except `from_run`, which reads a finished run's files). Invariant: a bad row
+//! is one error naming the file and line (or counted under `--skip-bad-rows`), never a
+//! silently shifted value.
 
 pub mod agent_cfg;
 pub mod agent_inspect;

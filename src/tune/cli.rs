@@ -16,6 +16,8 @@ use crate::scenario::{Source, parse_set};
 pub const DEFAULT_RUNS_PER_CANDIDATE: u64 = 8;
 
 /// `sim tune` arguments.
+// The field docs are `--help` text (plain, with <placeholders>), not Markdown.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Args, Debug)]
 pub struct TuneArgs {
     /// Scenario file (TOML): the fleet and the workload or trace to tune for.
@@ -115,10 +117,10 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let (cands, dropped) = space::resolve(&src, space, strict).map_err(|m| anyhow!(m))?;
     if a.list {
         for (i, c) in cands.iter().enumerate() {
-            println!("{i}\t{}", c.label);
+            crate::cli::out::outln!("{i}\t{}", c.label)?;
         }
         for d in &dropped {
-            println!("-\t{}\t(left out: {})", d.label, d.reason);
+            crate::cli::out::outln!("-\t{}\t(left out: {})", d.label, d.reason)?;
         }
         eprintln!("{} candidates ({} left out)", cands.len(), dropped.len());
         return Ok(ExitCode::SUCCESS);
@@ -160,12 +162,12 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let (executed, wall) = match outcome {
         Outcome::Waiting { round, missing } => {
             if !a.quiet {
-                println!(
+                crate::cli::out::outln!(
                     "round {} shard done; waiting for {} more shard file(s) (e.g. {}); run every shard again when they are there",
                     round + 1,
                     missing.len(),
                     missing[0].display()
-                );
+                )?;
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -174,12 +176,12 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let rep = report::build(&src, &base.sim.name, &cands, &dropped, &search, &pareto);
     let written = report::write(&dir, &rep, !a.no_plots)?;
     if !a.quiet {
-        print!("{}", report::render(&rep, a.top));
+        crate::cli::out::out!("{}", report::render(&rep, a.top))?;
         let names: Vec<String> = written
             .iter()
             .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .collect();
-        println!("\nwrote {}/{{{}}}", dir.display(), names.join(","));
+        crate::cli::out::outln!("\nwrote {}/{{{}}}", dir.display(), names.join(","))?;
         eprintln!(
             "{executed} runs executed ({} reused from {}) in {:.2} s on {jobs} threads ({:.2} s total)",
             search.used - executed,

@@ -12,6 +12,10 @@
 //! a round's shards write `rounds/round-R/shards/`, and once all are there any invocation
 //! merges them into `rounds/round-R.json` and goes on. Completed rounds are reused, so an
 //! interrupted or sharded tune resumes where it stopped.
+//!
+//! Owns: the search space, successive halving and the recommendation. May not see:
+//! simulation internals (candidates run through the sweep machinery). Invariant: every
+//! candidate of a round runs on the same seeds (common random numbers).
 
 pub mod cli;
 pub mod flags;

@@ -1,116 +1,21 @@
-//! `sim explain`: says, in plain language, why capacity was stranded in a run.
-//!
-//! Input is a finished run (its requests, decision audit and stranding episodes); nothing
-//! here touches the simulation. For each of the worst episodes (stretches during which some
-//! backend in service had a free slot while another queued, merged across short gaps):
-//!
-//! 1. **what**: which backends idled and for how long, which queued and how many;
-//! 2. **who**: the requests that waited there, their sessions, and for each session the
-//!    decision that *placed* it on the queued backend (its first turn there in the current
-//!    run of turns);
-//! 3. **why**: those decisions grouped by the branch the policy took, each with the cause
-//!    that branch implies and the evidence from the audit: what the view said (values and
-//!    their age) beside the truth at that instant;
-//! 4. **latch**: how many later turns of those sessions followed them there through an
-//!    affinity branch (prefix match, session hash, cache hit) whatever the load.
-//!
-//! The counterfactual (the same scenario and seed re-run with fresh signals or another
-//! policy) is computed by the caller, which can run simulations; see
-//! [`Counterfactual`].
+//! Finding the story: the worst stranding episodes merged across short gaps, the requests
+//! that queued in them, the decisions that placed their sessions, grouped by branch with the
+//! cause each implies and the audit's evidence. Builds an [`Explanation`]; prints nothing.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
-use serde::Serialize;
-
+use super::{
+    Cause, CauseGroup, Counterfactual, EpisodeStory, ExplainOptions, Explanation, IdleBackend, QueuedBackend,
+    Staleness, secs,
+};
+use crate::decision::Branch;
 use crate::ids::BackendId;
 use crate::metrics::{Episode, round6};
-use crate::policy::Branch;
 use crate::sim::{RunResult, SimConfig};
 use crate::time::{SimTime, ns_to_secs};
 
-/// Knobs of the explanation.
-#[derive(Clone, Copy, Debug)]
-pub struct ExplainOptions {
-    /// Episodes closer than this are one episode (stranding flickers between engine steps).
-    pub merge_gap_s: f64,
-    /// Episodes with fewer stranded slot-seconds are not explained.
-    pub min_stranded_slot_s: f64,
-    /// Explain at most this many episodes (the worst, shown in time order).
-    pub max_episodes: usize,
-    /// A view older than this counts as stale (default: the scrape interval).
-    pub stale_after_s: f64,
-}
-
-impl ExplainOptions {
-    /// Defaults for a run whose engine stats are scraped every `interval_s`.
-    pub fn for_interval(interval_s: f64) -> Self {
-        ExplainOptions {
-            merge_gap_s: 2.0,
-            min_stranded_slot_s: 1.0,
-            max_episodes: 3,
-            stale_after_s: interval_s,
-        }
-    }
-}
-
-/// What kind of reasoning put a session on a backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cause {
-    /// `_qps_routing`: dispatch counts in a window, not load.
-    QpsWindow,
-    /// A load-aware policy fell back to `_qps_routing` because engine stats were missing.
-    MissingStats,
-    /// A load-aware pick on scraped engine load that read zero for a busy backend.
-    ZeroStats,
-    /// A load-aware pick on a view that was stale (older than the threshold, or reused
-    /// for several decisions while the truth moved).
-    StaleView,
-    /// A load-aware pick whose view was fresh and right at the time.
-    LoadView,
-    /// Cache or session affinity: prefix match, session hash, cache-tree heuristics.
-    Affinity,
-    /// A score mixing affinity and load.
-    Score,
-    /// Load-blind: random or round robin.
-    Blind,
-    /// The pick was the only endpoint listed: the others were out of the fleet.
-    NoChoice,
-}
-
-impl Cause {
-    fn text(self) -> &'static str {
-        match self {
-            Cause::QpsWindow => {
-                "`_qps_routing` ranks endpoints by how many requests the router sent them in the last window (and picks an endpoint it never used first), not by how busy they are: a backend holding a few long requests looks quiet, one serving a chatty short-turn session looks busy"
-            }
-            Cause::MissingStats => {
-                "engine stats were missing for an endpoint (a failed scrape, or one not scraped since discovery listed it), so the load-aware policy silently fell back to `_qps_routing`"
-            }
-            Cause::ZeroStats => {
-                "the scraped load of the chosen backend read zero while the router itself had requests in flight to it (a metrics name the router does not parse, production-stack issue #1074), so it looked idle"
-            }
-            Cause::StaleView => {
-                "the decisions read a stale engine-stats view: taken before the requests they had just sent reached the engines and shared by every decision until the next scrape, it showed the pick as (near) least loaded when in truth it was not"
-            }
-            Cause::LoadView => {
-                "a load-aware pick that was right when made; the queue built up later (longer requests, or sessions growing) and nothing moves a session once placed"
-            }
-            Cause::Affinity => {
-                "cache or session affinity: the policy follows the prefix (or key) to the backend that served it before, whatever its load"
-            }
-            Cause::Score => "a score mixing cache affinity and load favoured it",
-            Cause::Blind => "a load-blind pick (random or round robin)",
-            Cause::NoChoice => {
-                "it was the only endpoint listed then (the others were out of the fleet), so the router had no choice; affinity kept the session there after they came back"
-            }
-        }
-    }
-}
-
 /// The cause family of a branch (before the audit refines load-based picks).
-fn family(b: Branch) -> Cause {
+pub(super) fn family(b: Branch) -> Cause {
     match b {
         Branch::FallbackQps | Branch::SessionNoKeyQps | Branch::KvFallbackQps => Cause::QpsWindow,
         Branch::FallbackNoStatsQps | Branch::LeastInflightNoStatsQps => Cause::MissingStats,
@@ -137,7 +42,7 @@ fn family(b: Branch) -> Cause {
 }
 
 /// True for branches that read scraped engine load.
-fn reads_engine_load(b: Branch) -> bool {
+pub(super) fn reads_engine_load(b: Branch) -> bool {
     matches!(
         b,
         Branch::FallbackLeastInflight
@@ -148,165 +53,15 @@ fn reads_engine_load(b: Branch) -> bool {
     )
 }
 
-/// A backend that had free slots during an episode.
-#[derive(Clone, Debug, Serialize)]
-pub struct IdleBackend {
-    /// Name.
-    pub backend: String,
-    /// Seconds with a free slot.
-    pub free_s: f64,
-}
-
-/// A backend that queued during an episode.
-#[derive(Clone, Debug, Serialize)]
-pub struct QueuedBackend {
-    /// Name.
-    pub backend: String,
-    /// Longest queue.
-    pub peak_waiting: u32,
-    /// Integral of the queue, request-seconds.
-    pub waiting_request_s: f64,
-}
-
-/// Decisions of one branch that placed sessions on the queued backend.
-#[derive(Clone, Debug, Serialize)]
-pub struct CauseGroup {
-    /// Branch name (as in `decisions.csv`).
-    pub branch: String,
-    /// The cause.
-    pub cause: Cause,
-    /// Placing decisions.
-    pub decisions: usize,
-    /// Sessions placed.
-    pub sessions: Vec<String>,
-    /// First and last decision time, seconds.
-    pub from_s: f64,
-    /// ...
-    pub until_s: f64,
-    /// Distinct engine-stats views those decisions read.
-    pub distinct_views: usize,
-    /// Oldest engine-stats entry any of them read, seconds (0 if none read engine stats).
-    pub max_view_age_s: f64,
-    /// Largest true in-flight excess of the pick over the least-loaded backend.
-    pub max_regret: u32,
-    /// What the first decision saw, beside the truth.
-    pub evidence: String,
-}
-
-/// One explained episode.
-#[derive(Clone, Debug, Serialize)]
-pub struct EpisodeStory {
-    /// Start, seconds.
-    pub from_s: f64,
-    /// End, seconds.
-    pub until_s: f64,
-    /// Stranded slot-seconds (integral of min(waiting, free slots)).
-    pub stranded_slot_s: f64,
-    /// Highest min(waiting, free slots).
-    pub peak_stranded: u64,
-    /// Backends with free slots, most idle first.
-    pub idle: Vec<IdleBackend>,
-    /// Backends that queued, longest queue first.
-    pub queued: Vec<QueuedBackend>,
-    /// Requests that waited on the main queued backend during the episode.
-    pub waiting_requests: usize,
-    /// Their sessions.
-    pub sessions: Vec<String>,
-    /// The placing decisions, by branch, most sessions first.
-    pub causes: Vec<CauseGroup>,
-    /// Sessions whose later turns all followed them there through an affinity branch.
-    pub latched_sessions: Vec<String>,
-    /// Those later turns.
-    pub latched_turns: u64,
-    /// The main cause.
-    pub main_cause: Cause,
-    /// Fleet changes, router restarts and signal faults up to the episode's end.
-    pub context: Vec<String>,
-}
-
-/// A re-run of the same scenario and seed with one thing changed.
-#[derive(Clone, Debug, Serialize)]
-pub struct Counterfactual {
-    /// What changed.
-    pub label: String,
-    /// The policy it ran.
-    pub policy: String,
-    /// Its idle_while_queued_s.
-    pub idle_while_queued_s: f64,
-    /// Its stranded_slot_s.
-    pub stranded_slot_s: f64,
-    /// Its TTFT p50, seconds.
-    pub ttft_p50_s: f64,
-    /// Its TTFT p99, seconds.
-    pub ttft_p99_s: f64,
-    /// Its largest number of sessions on one backend.
-    pub peak_backend_sessions: u64,
-}
-
-impl Counterfactual {
-    /// The figures of a run's summary.
-    pub fn of(label: &str, s: &crate::metrics::Summary) -> Self {
-        Counterfactual {
-            label: label.to_string(),
-            policy: s.policy.clone(),
-            idle_while_queued_s: s.idle_while_queued_s,
-            stranded_slot_s: s.stranded_slot_s,
-            ttft_p50_s: s.ttft_s.p50,
-            ttft_p99_s: s.ttft_s.p99,
-            peak_backend_sessions: s.peak_backend_sessions,
-        }
-    }
-}
-
-/// How old the views were.
-#[derive(Clone, Debug, Serialize)]
-pub struct Staleness {
-    /// Decisions that read engine stats.
-    pub decisions_with_engine_view: u64,
-    /// Of those, how many read an entry older than `stale_after_s`.
-    pub older_than_threshold: u64,
-    /// The threshold.
-    pub stale_after_s: f64,
-    /// Decisions whose pick had more requests in flight than the least-loaded backend.
-    pub decisions_with_regret: u64,
-    /// Sessions latched by a first pick that was not among the least loaded.
-    pub latched_sessions: u64,
-}
-
-/// The whole explanation.
-#[derive(Clone, Debug, Serialize)]
-pub struct Explanation {
-    /// Scenario.
-    pub scenario: String,
-    /// Seed.
-    pub seed: u64,
-    /// Policy.
-    pub policy: String,
-    /// The run's idle_while_queued_s.
-    pub idle_while_queued_s: f64,
-    /// The run's stranded_slot_s.
-    pub stranded_slot_s: f64,
-    /// Share of stranded slot-seconds inside the explained episodes.
-    pub explained_share: f64,
-    /// Decisions were recorded only up to this many (None: all).
-    pub audit_truncated_at: Option<usize>,
-    /// The episodes, in time order.
-    pub episodes: Vec<EpisodeStory>,
-    /// View ages and regret over the whole run.
-    pub staleness: Staleness,
-    /// Re-runs, the actual run first.
-    pub counterfactuals: Vec<Counterfactual>,
-}
-
 /// Something that changed the fleet or its signals, and when it applied.
-struct Happening {
+pub(super) struct Happening {
     from: SimTime,
     until: u64,
     text: String,
 }
 
 /// The scenario's fleet events, router restarts and faults, in time order, in words.
-fn happenings(cfg: &SimConfig, names: &[String]) -> Vec<Happening> {
+pub(super) fn happenings(cfg: &SimConfig, names: &[String]) -> Vec<Happening> {
     use crate::faults::FaultKind;
     use crate::fleet::FleetEventKind;
     let name = |b: usize| names.get(b).cloned().unwrap_or_else(|| format!("backend #{b}"));
@@ -376,12 +131,8 @@ fn happenings(cfg: &SimConfig, names: &[String]) -> Vec<Happening> {
     out
 }
 
-fn secs(t: SimTime) -> f64 {
-    round6(ns_to_secs(t.0))
-}
-
 /// Merges episodes closer than `gap_ns`.
-fn merge(episodes: &[Episode], gap_ns: u64) -> Vec<Episode> {
+pub(super) fn merge(episodes: &[Episode], gap_ns: u64) -> Vec<Episode> {
     let mut out: Vec<Episode> = Vec::new();
     for e in episodes {
         match out.last_mut() {
@@ -399,24 +150,6 @@ fn merge(episodes: &[Episode], gap_ns: u64) -> Vec<Episode> {
         }
     }
     out
-}
-
-/// At most `n` names, then "and k more".
-/// "1 request", "2 requests".
-fn count(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
-
-fn list(names: &[String], n: usize) -> String {
-    if names.len() <= n {
-        names.join(", ")
-    } else {
-        format!("{} and {} more", names[..n].join(", "), names.len() - n)
-    }
 }
 
 /// Explains `res`; `names` are the backends' names. The caller adds counterfactuals.
@@ -772,221 +505,10 @@ fn evidence(res: &RunResult, names: &[String], i: usize, cause: Cause) -> String
     }
     format!("at {:.1} s the router saw {}", ns_to_secs(t.0), parts.join("; "))
 }
-
-/// The explanation as Markdown (also what `sim explain` prints).
-pub fn render(x: &Explanation) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "# Why capacity was stranded: {} (seed {})", x.scenario, x.seed);
-    let _ = writeln!(o);
-    let _ = writeln!(o, "Policy: {}.", x.policy);
-    let _ = writeln!(
-        o,
-        "Some backend had a free slot while another queued for {:.1} s ({:.1} stranded slot-seconds).",
-        x.idle_while_queued_s, x.stranded_slot_s
-    );
-    if let Some(k) = x.audit_truncated_at {
-        let _ = writeln!(
-            o,
-            "Note: the decision audit holds only the first {k} decisions (limits.audit_decisions); later placements are explained without their views."
-        );
-    }
-    if x.episodes.is_empty() {
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "No stranding episode worth explaining: capacity was never idle while requests queued elsewhere for more than a moment."
-        );
-    }
-    for (k, e) in x.episodes.iter().enumerate() {
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "## Episode {}: {:.1} s to {:.1} s ({:.1} s, {:.1} slot-seconds stranded, up to {} at once)",
-            k + 1,
-            e.from_s,
-            e.until_s,
-            e.until_s - e.from_s,
-            e.stranded_slot_s,
-            e.peak_stranded
-        );
-        let _ = writeln!(o);
-        let idle: Vec<String> = e
-            .idle
-            .iter()
-            .map(|b| format!("{} had a free slot for {:.1} s", b.backend, b.free_s))
-            .collect();
-        let queued: Vec<String> = e
-            .queued
-            .iter()
-            .map(|b| {
-                format!(
-                    "{} queued up to {}",
-                    b.backend,
-                    count(b.peak_waiting as usize, "request")
-                )
-            })
-            .collect();
-        let _ = writeln!(o, "**What.** {} while {}.", list(&idle, 4), list(&queued, 4));
-        if !e.context.is_empty() {
-            let _ = writeln!(o, "**Context.** {}.", e.context.join("; "));
-        }
-        if let Some(q) = e.queued.first() {
-            let _ = writeln!(
-                o,
-                "**Who.** {} waited on {} during the episode, from {} ({}).",
-                count(e.waiting_requests, "request"),
-                q.backend,
-                count(e.sessions.len(), "session"),
-                list(&e.sessions, 6)
-            );
-            let _ = writeln!(o, "**Why.** These sessions were placed on {} by:", q.backend);
-            for c in &e.causes {
-                let when = if c.from_s == c.until_s {
-                    format!("at {:.1} s", c.from_s)
-                } else {
-                    format!("between {:.1} s and {:.1} s", c.from_s, c.until_s)
-                };
-                let views = if c.max_view_age_s > 0.0 {
-                    format!(
-                        " They read {} distinct engine-stats view(s), up to {:.1} s old.",
-                        c.distinct_views, c.max_view_age_s
-                    )
-                } else {
-                    String::new()
-                };
-                let regret = if c.max_regret > 0 {
-                    format!(
-                        " In truth the pick then had up to {} more requests in flight than the least-loaded backend.",
-                        c.max_regret
-                    )
-                } else {
-                    String::new()
-                };
-                let _ = writeln!(
-                    o,
-                    "- {} `{}` decision(s) {when} ({} session(s)): {}.{views}{regret} Evidence: {}.",
-                    c.decisions,
-                    c.branch,
-                    c.sessions.len(),
-                    c.cause.text(),
-                    c.evidence
-                );
-            }
-            if e.latched_turns > 0 {
-                let _ = writeln!(
-                    o,
-                    "**Latch.** {} of these sessions stayed there: {} later turns followed them through an affinity branch (prefix match, session hash or cache hit) while other backends idled ({}).",
-                    e.latched_sessions.len(),
-                    e.latched_turns,
-                    list(&e.latched_sessions, 6)
-                );
-            }
-        }
-    }
-    let s = &x.staleness;
-    let _ = writeln!(o);
-    let _ = writeln!(o, "## Over the whole run");
-    let _ = writeln!(o);
-    if s.decisions_with_engine_view > 0 {
-        let _ = writeln!(
-            o,
-            "- {} of {} decisions that read engine stats read an entry older than {} s.",
-            s.older_than_threshold, s.decisions_with_engine_view, s.stale_after_s
-        );
-    }
-    let _ = writeln!(
-        o,
-        "- {} decisions picked a backend busier (in truth) than the least-loaded one; {} sessions stayed latched on a first pick that was not among the least loaded.",
-        s.decisions_with_regret, s.latched_sessions
-    );
-    if x.counterfactuals.len() > 1 {
-        let base = &x.counterfactuals[0];
-        let _ = writeln!(o);
-        let _ = writeln!(o, "## Counterfactuals (same scenario, same seed, same workload)");
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "| run | policy | idle_while_queued_s | stranded_slot_s | TTFT p50 s | TTFT p99 s | peak sessions on one backend |"
-        );
-        let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|");
-        let mut reading = Vec::new();
-        for c in &x.counterfactuals[1..] {
-            reading.push(read_counterfactual(base, c));
-        }
-        for c in &x.counterfactuals {
-            let d = |v: f64, b: f64| {
-                if std::ptr::eq(c, base) {
-                    format!("{v:.1}")
-                } else {
-                    format!("{v:.1} ({:+.1})", v - b)
-                }
-            };
-            let d3 = |v: f64, b: f64| {
-                if std::ptr::eq(c, base) {
-                    format!("{v:.3}")
-                } else {
-                    format!("{v:.3} ({:+.3})", v - b)
-                }
-            };
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} | {} | {} | {} |",
-                c.label,
-                c.policy,
-                d(c.idle_while_queued_s, base.idle_while_queued_s),
-                d(c.stranded_slot_s, base.stranded_slot_s),
-                d3(c.ttft_p50_s, base.ttft_p50_s),
-                d3(c.ttft_p99_s, base.ttft_p99_s),
-                c.peak_backend_sessions
-            );
-        }
-        let _ = writeln!(o);
-        for r in reading {
-            let _ = writeln!(o, "- {r}");
-        }
-    }
-    o
-}
-
-/// One sentence on what a counterfactual says about the cause.
-fn read_counterfactual(base: &Counterfactual, c: &Counterfactual) -> String {
-    let b = base.idle_while_queued_s;
-    let change = if b > 0.0 {
-        (c.idle_while_queued_s - b) / b
-    } else if c.idle_while_queued_s > 0.0 {
-        1.0
-    } else {
-        0.0
-    };
-    let pct = (change.abs() * 100.0).round();
-    if c.label == "fresh signals" {
-        if change.abs() < 0.05 {
-            "Fresh engine stats would not have helped: the decisions that stranded capacity did not read engine load (a dispatch-rate window, affinity or chance decided), so the fix is in the policy, not in the scrape interval.".to_string()
-        } else if change <= -0.5 {
-            format!(
-                "Fresh engine stats remove {pct}% of the idle-while-queued time: the cause is what the router saw (stale, missing or wrong signals), not what it does with them."
-            )
-        } else if change < 0.0 {
-            format!(
-                "Fresh engine stats remove {pct}% of the idle-while-queued time: staleness explains part of it; the rest comes from the policy itself."
-            )
-        } else {
-            format!(
-                "Fresh engine stats make it {pct}% worse: the policy over-reacts to exact loads (every decision agrees, so they pile up)."
-            )
-        }
-    } else if change < 0.0 {
-        format!("{}: {pct}% less idle-while-queued time on the same workload.", c.policy)
-    } else if change > 0.0 {
-        format!("{}: {pct}% more idle-while-queued time on the same workload.", c.policy)
-    } else {
-        format!("{}: the same idle-while-queued time.", c.policy)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::explain::render::list;
 
     fn ep(start: u64, end: u64, stranded: u128, free: [u64; 2], waiting: [u128; 2]) -> Episode {
         Episode {

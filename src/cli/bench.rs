@@ -1,0 +1,84 @@
+//! `sim bench`: simulator speed on one scenario.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::out::outln;
+use super::shared::{ScenarioArgs, load_scenario};
+use crate::export::write_json;
+use crate::sim::{RunOptions, run};
+
+#[derive(Args, Debug)]
+pub(super) struct BenchArgs {
+    #[command(flatten)]
+    pub(super) scenario: ScenarioArgs,
+    /// Timed runs (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub(super) runs: u32,
+    /// Also write the measurements as JSON to this file.
+    #[arg(long)]
+    pub(super) json: Option<PathBuf>,
+}
+
+#[derive(serde::Serialize)]
+pub(super) struct BenchReport {
+    scenario: String,
+    runs: u32,
+    events: u64,
+    requests: u64,
+    backends: u64,
+    sessions: u64,
+    median_wall_s: f64,
+    events_per_s: f64,
+    requests_per_s: f64,
+    wall_s: Vec<f64>,
+}
+
+pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
+    anyhow::ensure!(a.runs >= 1, "--runs must be at least 1");
+    let (scenario, workload, _) = load_scenario(&a.scenario)?;
+    let opts = RunOptions::summary_only();
+    let mut walls = Vec::new();
+    let mut last = None;
+    for _ in 0..a.runs {
+        let (res, wall) =
+            run(scenario.sim.clone(), &workload, opts).with_context(|| format!("{}", a.scenario.scenario.display()))?;
+        walls.push(wall.as_secs_f64());
+        last = Some(res.summary);
+    }
+    let s = last.expect("at least one run");
+    let mut sorted = walls.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let rep = BenchReport {
+        scenario: s.scenario.clone(),
+        runs: a.runs,
+        events: s.events,
+        requests: s.requests.arrived,
+        backends: s.backend_count,
+        sessions: s.sessions,
+        median_wall_s: median,
+        events_per_s: s.events as f64 / median,
+        requests_per_s: s.requests.arrived as f64 / median,
+        wall_s: walls,
+    };
+    outln!(
+        "{}: {} backends, {} sessions, {} requests, {} events; median of {} runs {:.3} s wall -> {:.2} M events/s, {:.0} requests/s",
+        rep.scenario,
+        rep.backends,
+        rep.sessions,
+        rep.requests,
+        rep.events,
+        rep.runs,
+        rep.median_wall_s,
+        rep.events_per_s / 1e6,
+        rep.requests_per_s
+    )?;
+    if let Some(p) = &a.json {
+        write_json(p, &rep).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

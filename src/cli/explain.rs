@@ -1,0 +1,145 @@
+//! `sim explain` (and `sim run --explain`): explain a run's stranded capacity and re-run
+//! the counterfactuals.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::out::{out, outln};
+use super::shared::file_names;
+use crate::export::write_json;
+use crate::scenario::{Scenario, Source};
+use crate::sim::run;
+use crate::workload::Workload;
+
+#[derive(Args, Debug, Clone)]
+pub(super) struct ExplainFlags {
+    /// Counterfactual policy, a TOML table as in [router.policy] (repeatable; default:
+    /// { kind = "least_request" }). A fresh-signals re-run of the scenario's own policy is
+    /// always included.
+    #[arg(long = "policy", value_name = "TOML")]
+    pub(super) policies: Vec<String>,
+    /// Skip the counterfactual re-runs.
+    #[arg(long)]
+    pub(super) no_counterfactual: bool,
+    /// Explain at most this many episodes (the worst ones).
+    #[arg(long, default_value_t = 3)]
+    pub(super) episodes: usize,
+    /// Merge episodes closer than this many seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub(super) merge_gap_s: f64,
+    /// Count a view as stale beyond this age in seconds (default: the scrape interval).
+    #[arg(long)]
+    pub(super) stale_after_s: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct ExplainArgs {
+    /// A results folder written by `sim run` (holds scenario.toml and summary.json).
+    pub(super) dir: PathBuf,
+    #[command(flatten)]
+    pub(super) opts: ExplainFlags,
+    /// Print the explanation as JSON instead of text.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+/// Explains `res` and adds the counterfactual re-runs (same scenario, seed and workload):
+/// fresh signals for the scenario's own policy, then each `--policy`.
+pub(super) fn explanation(
+    res: &crate::sim::RunResult,
+    scenario: &Scenario,
+    workload: &Workload,
+    src: &Source,
+    f: &ExplainFlags,
+) -> Result<crate::explain::Explanation> {
+    use crate::explain::{Counterfactual, ExplainOptions, explain};
+    anyhow::ensure!(
+        f.merge_gap_s.is_finite() && f.merge_gap_s >= 0.0,
+        "--merge-gap-s must be a finite number of seconds >= 0"
+    );
+    let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
+    let stale_after_s = f.stale_after_s.unwrap_or(interval_s);
+    anyhow::ensure!(
+        stale_after_s.is_finite() && stale_after_s >= 0.0,
+        "--stale-after-s must be a finite number of seconds >= 0"
+    );
+    let opts = ExplainOptions {
+        merge_gap_s: f.merge_gap_s,
+        max_episodes: f.episodes,
+        stale_after_s,
+        ..ExplainOptions::for_interval(interval_s)
+    };
+    let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
+    let mut x = explain(res, &scenario.sim, &names, &opts);
+    if f.no_counterfactual {
+        return Ok(x);
+    }
+    let quiet = crate::sim::RunOptions::summary_only();
+    let fresh = run(scenario.sim.with_fresh_signals(), workload, quiet).context("the fresh-signals re-run")?;
+    x.counterfactuals
+        .push(Counterfactual::of("fresh signals", &fresh.0.summary));
+    let policies = if f.policies.is_empty() {
+        vec!["{ kind = \"least_request\" }".to_string()]
+    } else {
+        f.policies.clone()
+    };
+    for p in &policies {
+        let mut alt = src.clone();
+        alt.apply(&[("router.policy".to_string(), p.clone())], "--policy")?;
+        let s = alt.scenario()?;
+        let (r, _) = run(s.sim, workload, quiet).with_context(|| format!("the re-run with --policy {p}"))?;
+        x.counterfactuals.push(Counterfactual::of("other policy", &r.summary));
+    }
+    Ok(x)
+}
+
+pub(super) fn write_explanation(dir: &Path, x: &crate::explain::Explanation) -> Result<Vec<PathBuf>> {
+    let md = dir.join("explain.md");
+    crate::atomic::write_file(&md, crate::explain::render(x).as_bytes())?;
+    let js = dir.join("explain.json");
+    write_json(&js, x).with_context(|| format!("writing {}", js.display()))?;
+    Ok(vec![md, js])
+}
+
+pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
+    let summary_path = a.dir.join("summary.json");
+    let stored = std::fs::read_to_string(&summary_path)
+        .with_context(|| format!("{}: not a results folder written by `sim run`", summary_path.display()))?;
+    crate::atomic::verify(&a.dir)?;
+    let name = serde_json::from_str::<serde_json::Value>(&stored)
+        .ok()
+        .and_then(|v| v.get("scenario").and_then(|n| n.as_str()).map(str::to_string))
+        .with_context(|| format!("{}: no `scenario` name in it", summary_path.display()))?;
+    let scen_path = a.dir.join("scenario.toml");
+    let text = std::fs::read_to_string(&scen_path).with_context(|| format!("reading {}", scen_path.display()))?;
+    let src = Source::parse(&text, &scen_path.display().to_string(), &name)?;
+    let (scenario, workload, _) = src.build()?;
+    let (res, _) = run(scenario.sim.clone(), &workload, crate::sim::RunOptions::default())
+        .with_context(|| format!("re-running {}", scen_path.display()))?;
+    let mut again = Vec::new();
+    serde_json::to_writer_pretty(&mut again, &res.summary)?;
+    again.push(b'\n');
+    if again != stored.as_bytes() {
+        eprintln!(
+            "warning: {} does not match the re-run of {} (another fleetsim version, or an edited file); explaining the re-run",
+            summary_path.display(),
+            scen_path.display()
+        );
+    }
+    let x = explanation(&res, &scenario, &workload, &src, &a.opts)?;
+    let written = write_explanation(&a.dir, &x)?;
+    crate::atomic::add_to_manifest(&a.dir, &["explain.md", "explain.json"])?;
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&x)?)?;
+    } else {
+        out!("{}", crate::explain::render(&x))?;
+        for l in res.summary.replay.iter().flat_map(crate::trace::fidelity::render) {
+            outln!("{l}")?;
+        }
+        outln!("\nwrote {}/{{{}}}", a.dir.display(), file_names(&written))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,184 @@
+//! Command-line interface (`sim run`, `sim sweep`, `sim merge`, `sim bench`).
+//!
+//! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
+//! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
+//! and line).
+
+pub mod out;
+
+mod bench;
+mod check;
+mod compare;
+mod explain;
+mod merge;
+mod policies;
+mod reference;
+mod run;
+mod shared;
+mod sweep;
+mod trace;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+pub use shared::default_out;
+
+/// fleetsim: deterministic simulator of vLLM fleets behind a router with a stale view.
+#[derive(Parser, Debug)]
+#[command(name = "sim", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one scenario and write out/<scenario>/{summary.json, requests.csv, ...}.
+    ///
+    /// Example: sim run scenarios/burst8.toml --set router.policy.fallback=leastinflight
+    Run(run::RunArgs),
+    /// Run a grid of scenario variants x seeds in parallel; write sweep.csv, sweep.json,
+    /// aggregate.csv, aggregate.md and heatmap/line plots.
+    ///
+    /// Axes come from the scenario's [sweep] table and from -L/-P (which replace file axes
+    /// of the same name). Points are the Cartesian product, first axis slowest; seeds vary
+    /// fastest. Output is byte-identical for any --jobs and for --shard + sim merge.
+    ///
+    /// Example: sim sweep scenarios/burst8.toml -L router.policy.fallback qps,leastinflight
+    ///          -P router.engine_stats_interval_s 1 10 -D 1 --seeds 20
+    Sweep(Box<sweep::SweepArgs>),
+    /// Combine `sim sweep --shard K/N` outputs into the files one unsharded sweep writes.
+    ///
+    /// Example: sim merge out/sweep-scrape-band/shards/*.json
+    Merge(merge::MergeArgs),
+    /// Run scenarios and evaluate their [expect] bounds; print a pass/fail table, write
+    /// JUnit XML; exit 1 if any bound fails, 2 on bad input.
+    ///
+    /// Example: sim check scenarios/ --determinism
+    Check(check::CheckArgs),
+    /// Compare two results (golden files, summary.json files, run folders, or sweep folders
+    /// and sweep.json files point by point) metric by metric; exit 1 if any differs beyond
+    /// the tolerance.
+    ///
+    /// Example: sim compare out/golden/burst8.json out/burst8 --rel-tol 0.01
+    Compare(compare::CompareArgs),
+    /// Explain a run's stranded capacity in plain language: each worst episode (who idled,
+    /// who queued), the decisions that caused it (branch, view and its age, truth), the
+    /// sessions that stayed latched, and counterfactual re-runs on the same seed.
+    ///
+    /// The run is reproduced from RESULTS_DIR/scenario.toml (byte-identical by construction)
+    /// and checked against RESULTS_DIR/summary.json; writes explain.md and explain.json there.
+    ///
+    /// Example: sim explain out/burst8 --policy '{ kind = "leastinflight", band = 0 }'
+    Explain(explain::ExplainArgs),
+    /// List every routing policy: parameters with upstream defaults, the signals it reads
+    /// and their freshness, and the upstream code it reproduces.
+    Policies(policies::PoliciesArgs),
+    /// Measure simulator speed (events/s, requests/s) on a scenario; writes nothing unless
+    /// --json is given.
+    ///
+    /// Example: sim bench scenarios/bench-10k.toml --runs 5
+    Bench(bench::BenchArgs),
+    /// Inspect or convert request traces (native CSV, Mooncake JSONL, Azure 2023 CSV,
+    /// BurstGPT CSV).
+    ///
+    /// Example: sim trace inspect traces/mooncake_conversation_sample.jsonl --json
+    #[command(subcommand)]
+    Trace(trace::TraceCommand),
+    /// Recommend a routing configuration for the scenario's fleet and traffic: successive
+    /// halving over a space of policies and parameters on common seeds, a ranked table
+    /// with 95% intervals, why the winner wins, the Pareto front, and the winner as TOML
+    /// and router flags (docs/tune.md).
+    ///
+    /// Example: sim tune scenarios/burst8.toml --budget 400 --out out/tune-burst8
+    Tune(Box<crate::tune::cli::TuneArgs>),
+    /// List the model/GPU/TP profiles (`profile = "..."` in [[backends.groups]]): step-time
+    /// coefficients, KV capacity derived as vLLM does, and each one's source and commit.
+    ///
+    /// Example: sim profiles --json
+    Profiles(crate::profiles::ProfilesArgs),
+    /// Write a commented scenario from a deployment's production-stack router flags, Helm
+    /// values and `vllm serve` flags; each value's comment names the flag or key it came from.
+    ///
+    /// Example: sim import --router-args "--routing-logic prefixaware --static-backends
+    ///          http://a:8000,http://b:8000 --static-models m,m" -o out/mine.toml
+    Import(Box<crate::import::ImportArgs>),
+    /// Write the reference pages generated from the code: every scenario key with its type,
+    /// default and meaning, every policy with its options, and the scenario JSON Schema.
+    ///
+    /// Example: sim reference --out docs/reference
+    Reference(reference::ReferenceArgs),
+    /// Print the scenario file's JSON Schema (editors can validate scenarios against it).
+    ///
+    /// Example: sim schema > scenario.schema.json
+    Schema,
+}
+
+/// Parses arguments and runs; never panics on user input.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
+    };
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Help and version go to stdout (exit 0); a usage error is its first line alone on stderr
+/// (exit 2), like every other bad input, without clap's usage block.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    {
+        let _ = e.print();
+        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let text = e.render().to_string();
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("error: invalid arguments");
+    eprintln!("{} (see --help)", line.trim_end());
+    ExitCode::from(2)
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Run(a) => run::cmd_run(a),
+        Command::Sweep(a) => sweep::cmd_sweep(*a),
+        Command::Merge(a) => merge::cmd_merge(a),
+        Command::Check(a) => check::cmd_check(a),
+        Command::Policies(a) => policies::cmd_policies(a),
+        Command::Compare(a) => compare::cmd_compare(a),
+        Command::Explain(a) => explain::cmd_explain(a),
+        Command::Bench(a) => bench::cmd_bench(a),
+        Command::Trace(t) => trace::cmd_trace(t),
+        Command::Tune(a) => crate::tune::cli::cmd_tune(*a),
+        Command::Profiles(a) => crate::profiles::cli(&a),
+        Command::Import(a) => crate::import::run(*a),
+        Command::Reference(a) => reference::cmd_reference(a),
+        Command::Schema => reference::cmd_schema(),
+    }
+}

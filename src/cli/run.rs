@@ -1,0 +1,130 @@
+//! `sim run`: one scenario, its summary on stdout and its result files.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::explain::{ExplainFlags, explanation, write_explanation};
+use super::out::{out, outln};
+use super::shared::{ScenarioArgs, check_tool_tables, default_out, file_names, load_scenario, perf_of};
+use crate::check::golden::{Golden, golden_path};
+use crate::export::{write_all, write_json};
+use crate::plot::save;
+use crate::plot::series::BackendSeries;
+use crate::report::render;
+use crate::scenario::Source;
+use crate::sim::{RunOptions, SimError, run};
+
+#[derive(Args, Debug)]
+pub(super) struct RunArgs {
+    #[command(flatten)]
+    pub(super) scenario: ScenarioArgs,
+    /// Results folder (default: out/<scenario name>, an ignored folder).
+    #[arg(long)]
+    pub(super) out: Option<PathBuf>,
+    /// Do not write result files, only print the summary.
+    #[arg(long)]
+    pub(super) no_files: bool,
+    /// Check every invariant after every event (slow); exit 1 on a violation.
+    #[arg(long)]
+    pub(super) invariants: bool,
+    /// Print nothing on success (files are still written).
+    #[arg(long, short)]
+    pub(super) quiet: bool,
+    /// Also store a compact golden summary (flattened metrics) as DIR/<scenario>.json,
+    /// for `sim compare` (DIR defaults to out/golden).
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "out/golden")]
+    pub(super) save_golden: Option<PathBuf>,
+    /// Also explain the stranded capacity (as `sim explain` does) and write explain.md/json.
+    #[arg(long)]
+    pub(super) explain: bool,
+    /// Also write timeline.json: every request's queued, prefill and decode phases per
+    /// backend in Chrome trace event format (open in https://ui.perfetto.dev).
+    #[arg(long)]
+    pub(super) timeline: bool,
+    #[command(flatten)]
+    pub(super) explain_opts: ExplainFlags,
+}
+
+pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    let (scenario, workload, effective) = load_scenario(&a.scenario)?;
+    check_tool_tables(&a.scenario)?;
+    if !a.quiet {
+        for n in &workload.notes {
+            eprintln!("note: {n}");
+        }
+    }
+    let opts = RunOptions {
+        record_series: !a.no_files,
+        // Always: the health hints read the decision audit.
+        record_decisions: true,
+        check_invariants: a.invariants,
+        record_event_log: false,
+    };
+    let seed = scenario.sim.seed;
+    let file = a.scenario.scenario.display().to_string();
+    let (res, wall) = match run(scenario.sim.clone(), &workload, opts) {
+        Ok(r) => r,
+        Err(e @ SimError::Invariant(..)) => {
+            eprintln!("error: {file}: {e}\nreproduce with: sim run {file} --seed {seed} --invariants");
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => anyhow::bail!("{file}: {e}"),
+    };
+    let perf = perf_of(wall, res.summary.events, res.summary.requests.arrived);
+    let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
+    let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
+    let hints = crate::hints::hints(&res.decisions, &names, interval_s);
+    if !a.quiet {
+        out!("{}", render(&res.summary, Some(&perf)))?;
+        for l in res.summary.replay.iter().flat_map(crate::trace::fidelity::render) {
+            outln!("{l}")?;
+        }
+        for h in &hints {
+            outln!("hint [{}] {}", h.kind, h.message)?;
+        }
+    }
+    if let Some(dir) = &a.save_golden {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let p = golden_path(dir, &res.summary.scenario);
+        write_json(&p, &Golden::of(&res.summary, &effective)).with_context(|| format!("writing {}", p.display()))?;
+        if !a.quiet {
+            outln!("golden: {}", p.display())?;
+        }
+    }
+    if !a.no_files {
+        let dir = a.out.clone().unwrap_or_else(|| default_out(&scenario.sim.name));
+        // Whole or absent: written into a staging folder, moved into place when complete.
+        let stage = crate::atomic::Staging::new(&dir)?;
+        let mut written = write_all(stage.path(), &res, &effective, &perf, &hints)?;
+        let fig = BackendSeries::new(&res.summary, &res.series);
+        written.extend(save(&fig, &stage.path().join("timeseries"))?);
+        if a.timeline {
+            let p = stage.path().join("timeline.json");
+            crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;
+            written.push(p);
+        }
+        if a.explain {
+            let src = Source::parse(&effective, &file, &res.summary.scenario)?;
+            let x = explanation(&res, &scenario, &workload, &src, &a.explain_opts)?;
+            written.extend(write_explanation(stage.path(), &x)?);
+            if !a.quiet {
+                out!("\n{}", crate::explain::render(&x))?;
+            }
+        }
+        stage.commit()?;
+        written.push(dir.join(crate::atomic::MANIFEST));
+        if !a.quiet {
+            outln!("wrote {}/{{{}}}", dir.display(), file_names(&written))?;
+        }
+    } else if a.explain {
+        let src = Source::parse(&effective, &file, &res.summary.scenario)?;
+        let x = explanation(&res, &scenario, &workload, &src, &a.explain_opts)?;
+        if !a.quiet {
+            out!("\n{}", crate::explain::render(&x))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

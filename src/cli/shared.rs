@@ -1,0 +1,65 @@
+//! What several subcommands share: the scenario arguments and loading, the default results
+//! folder, and the wall-clock figures.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::export::Perf;
+use crate::scenario::{Scenario, Source, load, parse_set};
+use crate::workload::Workload;
+
+#[derive(Args, Debug)]
+pub(super) struct ScenarioArgs {
+    /// Scenario file (TOML).
+    pub(super) scenario: PathBuf,
+    /// Override the scenario's master seed (0 to 2^63 - 1, the range of a TOML integer).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=i64::MAX as u64))]
+    pub(super) seed: Option<u64>,
+    /// Override any scenario key: --set router.engine_stats_interval_s=10 (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE", value_parser = parse_set)]
+    pub(super) sets: Vec<(String, String)>,
+}
+
+pub(super) fn load_scenario(a: &ScenarioArgs) -> Result<(Scenario, Workload, String)> {
+    let mut sets = a.sets.clone();
+    if let Some(seed) = a.seed {
+        sets.push(("seed".into(), seed.to_string()));
+    }
+    Ok(load(&a.scenario, &sets)?)
+}
+
+/// `sim run` refuses a scenario whose `[sweep]` or `[expect]` `sim sweep`/`sim check` would
+/// (with the file's own seed: `--seed` picks this run, not the check's seeds).
+pub(super) fn check_tool_tables(a: &ScenarioArgs) -> Result<()> {
+    let mut src = Source::read(&a.scenario)?;
+    src.apply(&a.sets, "--set")?;
+    let seed = src.table.get("seed").and_then(toml::Value::as_integer).unwrap_or(1);
+    crate::check::validate_tools(&src, seed.max(0) as u64)
+}
+
+/// Where `sim run`/`sim sweep` write without `--out`: `out/<name>`, ignored by git, so a
+/// user's runs never touch the committed reference results in `results/` (CI writes those
+/// only through an explicit `--out`).
+pub fn default_out(name: &str) -> PathBuf {
+    Path::new("out").join(name)
+}
+
+pub(super) fn perf_of(wall: std::time::Duration, events: u64, requests: u64) -> Perf {
+    let wall_s = wall.as_secs_f64().max(1e-9);
+    Perf {
+        wall_s,
+        events,
+        events_per_s: events as f64 / wall_s,
+        requests_per_s: requests as f64 / wall_s,
+    }
+}
+
+pub(super) fn file_names(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect::<Vec<_>>()
+        .join(",")
+}

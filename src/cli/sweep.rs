@@ -1,0 +1,281 @@
+//! `sim sweep`: a grid of scenario variants x seeds, run in parallel, sharded or resumed.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+
+use super::out::{out, outln};
+use super::shared::{ScenarioArgs, default_out, file_names};
+use crate::export::write_json;
+use crate::scenario::Source;
+use crate::sweep::exec::{ExecOptions, PartialSink, execute, failure_error, owned_runs, shard_path, validate_points};
+use crate::sweep::spec::{CliAxes, plan};
+use crate::sweep::table::{self, SweepFile};
+
+#[derive(Args, Debug)]
+pub(super) struct SweepArgs {
+    #[command(flatten)]
+    pub(super) scenario: ScenarioArgs,
+    /// Axis with explicit values: -L router.policy.band 0,1,2,4 (repeatable; values are
+    /// TOML, split at top-level commas, so inline tables work).
+    #[arg(short = 'L', long = "parameter-list", num_args = 2, value_names = ["PATH", "VALUES"], action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    pub(super) lists: Vec<String>,
+    /// Decimal scan: -P router.engine_stats_interval_s 0.5 30 -D 0.5 (repeatable).
+    #[arg(short = 'P', long = "parameter-scan", num_args = 3, value_names = ["PATH", "MIN", "MAX"], action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    pub(super) scans: Vec<String>,
+    /// Step of the -P scans: one for all, or one per -P in order (default 1).
+    #[arg(
+        short = 'D',
+        long = "parameter-step",
+        value_name = "STEP",
+        allow_hyphen_values = true
+    )]
+    pub(super) steps: Vec<String>,
+    /// Seeds per point: the scenario seed and the next N-1 (common random numbers: a seed
+    /// gives every point the same workload draws).
+    #[arg(long)]
+    pub(super) seeds: Option<u64>,
+    /// Worker threads (default: all cores).
+    #[arg(long, short)]
+    pub(super) jobs: Option<usize>,
+    /// Run only shard K of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/N); writes
+    /// <out>/shards/shard-K-of-N.json for `sim merge`.
+    #[arg(long, value_name = "K/N", value_parser = crate::sweep::exec::parse_shard)]
+    pub(super) shard: Option<(u64, u64)>,
+    /// Results folder (default: out/<scenario name>, an ignored folder).
+    #[arg(long)]
+    pub(super) out: Option<PathBuf>,
+    /// Keep the runs already in the results folder (same sweep) and run only the rest.
+    #[arg(long)]
+    pub(super) resume: bool,
+    /// Metric for the Markdown table and plots (repeatable; default: idle_while_queued_s,
+    /// ttft_p99_s, ...; plots use the first two).
+    #[arg(long = "metric", value_name = "METRIC")]
+    pub(super) metrics: Vec<String>,
+    /// Axes of the heatmap, by axis name: --heatmap engine_stats_interval_s,band.
+    #[arg(long, value_name = "X,Y")]
+    pub(super) heatmap: Option<String>,
+    /// Axes of the line plot: --line engine_stats_interval_s,fallback.
+    #[arg(long, value_name = "X[,SERIES]")]
+    pub(super) line: Option<String>,
+    /// Refuse grids above this many runs (points x seeds).
+    #[arg(long, default_value_t = crate::sweep::spec::DEFAULT_MAX_RUNS)]
+    pub(super) max_runs: u64,
+    /// Print the grid (points and their axis values) and exit without running.
+    #[arg(long)]
+    pub(super) list: bool,
+    /// Do not draw plots.
+    #[arg(long)]
+    pub(super) no_plots: bool,
+    /// No progress bar, no table on stdout.
+    #[arg(long, short)]
+    pub(super) quiet: bool,
+    /// Seconds between progress lines when stderr is not a terminal (a batch log).
+    #[arg(long, value_name = "S", default_value_t = crate::sweep::progress::LINE_EVERY.as_secs_f64())]
+    pub(super) progress_every_s: f64,
+}
+
+/// `sweep-perf.json` (`sweep-perf-shard-K-of-N.json` for a shard, so shards sharing an
+/// output folder do not overwrite each other's): wall-clock figures of the runs this
+/// invocation ran (not those kept by `--resume`).
+#[derive(serde::Serialize)]
+pub(super) struct SweepPerf {
+    build: &'static str,
+    shard: Option<[u64; 2]>,
+    runs: u64,
+    resumed_runs: u64,
+    jobs: usize,
+    wall_s: f64,
+    runs_per_s: f64,
+    events: u64,
+    events_per_s: f64,
+}
+
+pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
+    let mut sets = a.scenario.sets.clone();
+    if let Some(seed) = a.scenario.seed {
+        sets.push(("seed".into(), seed.to_string()));
+    }
+    let mut src = Source::read(&a.scenario.scenario)?;
+    src.apply(&sets, "--set")?;
+    let base = src.scenario()?;
+    let cli = CliAxes {
+        lists: a.lists.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect(),
+        scans: a
+            .scans
+            .chunks(3)
+            .map(|c| (c[0].clone(), c[1].clone(), c[2].clone()))
+            .collect(),
+        steps: a.steps.clone(),
+        seeds: a.seeds,
+        metrics: a.metrics.clone(),
+        heatmap: a.heatmap.clone(),
+        line: a.line.clone(),
+    };
+    let file = a.scenario.scenario.display().to_string();
+    let plan = plan(&src, &cli, a.max_runs).map_err(|m| {
+        if m.starts_with(&file) {
+            anyhow::anyhow!(m)
+        } else {
+            anyhow::anyhow!("{file}: {m}")
+        }
+    })?;
+    validate_points(&src, &plan)?;
+    if a.list {
+        let mut out = String::new();
+        let mut head = vec!["point".to_string()];
+        head.extend(plan.axes.iter().map(|ax| ax.name.clone()));
+        out.push_str(&head.join("\t"));
+        out.push('\n');
+        for p in 0..plan.points() {
+            let mut row = vec![p.to_string()];
+            row.extend(plan.labels(p).into_iter().map(str::to_string));
+            out.push_str(&row.join("\t"));
+            out.push('\n');
+        }
+        out!("{out}")?;
+        eprintln!(
+            "{} points x {} seeds = {} runs",
+            plan.points(),
+            plan.seeds.len(),
+            plan.runs()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let meta = crate::sweep::meta(&src, &base.sim.name, &sets, plan);
+    let dir = a.out.clone().unwrap_or_else(|| default_out(&base.sim.name));
+    let target = match a.shard {
+        Some((k, n)) => shard_path(&dir, k, n),
+        None => dir.join("sweep.json"),
+    };
+    let mut done = Vec::new();
+    if a.resume && target.exists() {
+        let prev = table::read(&target)?;
+        anyhow::ensure!(
+            prev.meta.same_runs(&meta),
+            "{}: written by a different sweep (scenario, version, overrides, axes or seeds differ); remove it or drop --resume",
+            target.display()
+        );
+        if !prev.complete || a.shard.is_some() {
+            let me = crate::sweep::build::identity();
+            table::check_same_build(&target, prev.build.as_deref(), Path::new("this sim"), Some(me))?;
+        }
+        done = prev.rows;
+    }
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
+    let owned = owned_runs(&meta.plan, a.shard).len() as u64;
+    let skipped = done.len();
+    let resumed: Vec<u64> = done.iter().map(|r: &table::RunRow| r.run).collect();
+    let partial_meta = meta.clone();
+    let partial_dir = dir.clone();
+    let shard = a.shard;
+    let on_partial: PartialSink = Box::new(move |rows| {
+        let f = SweepFile {
+            meta: partial_meta.clone(),
+            shard: shard.map(|(k, n)| [k, n]),
+            complete: false,
+            build: Some(crate::sweep::build::identity().to_string()),
+            rows: rows.to_vec(),
+        };
+        match shard {
+            Some((k, n)) => write_shard(&shard_path(&partial_dir, k, n), &f),
+            None => table::write_tables(&partial_dir, &f).map(|_| ()),
+        }
+    });
+    if !a.quiet && skipped > 0 {
+        eprintln!("resuming: {skipped} of {owned} runs already in {}", target.display());
+    }
+    let (result, wall) = match execute(
+        &src,
+        &meta,
+        ExecOptions {
+            jobs,
+            shard: a.shard,
+            progress: !a.quiet,
+            progress_every: std::time::Duration::try_from_secs_f64(a.progress_every_s)
+                .map_err(|_| anyhow::anyhow!("--progress-every-s must be a finite number of seconds >= 0"))?,
+            done,
+            on_partial: Some(on_partial),
+        },
+    ) {
+        Ok(r) => r,
+        Err(f) => {
+            eprintln!("error: {file}: {}", failure_error(&f));
+            if f.invariant {
+                eprintln!("partial results kept in {}", dir.display());
+                return Ok(ExitCode::from(1));
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let ran = result.rows.len().saturating_sub(skipped) as u64;
+    let events: u64 = result
+        .rows
+        .iter()
+        .filter(|r| resumed.binary_search(&r.run).is_err())
+        .filter_map(|r| r.metrics.get("events").and_then(serde_json::Value::as_u64))
+        .sum();
+    let wall_s = wall.as_secs_f64().max(1e-9);
+    let perf = SweepPerf {
+        build: crate::sweep::build::identity(),
+        shard: a.shard.map(|(k, n)| [k, n]),
+        runs: ran,
+        resumed_runs: skipped as u64,
+        jobs,
+        wall_s,
+        runs_per_s: ran as f64 / wall_s,
+        events,
+        events_per_s: events as f64 / wall_s,
+    };
+    let written = match a.shard {
+        Some((k, n)) => {
+            let p = shard_path(&dir, k, n);
+            write_shard(&p, &result)?;
+            vec![p]
+        }
+        None => crate::sweep::write_outputs(&dir, &result, !a.no_plots)?,
+    };
+    let perf_name = match a.shard {
+        Some((k, n)) => format!("sweep-perf-shard-{k}-of-{n}.json"),
+        None => "sweep-perf.json".into(),
+    };
+    write_json(&dir.join(perf_name), &perf)?;
+    if !a.quiet {
+        if a.shard.is_none() {
+            out!("{}", String::from_utf8_lossy(&md_table(&result)?))?;
+            outln!("wrote {}/{{{}}}", dir.display(), file_names(&written))?;
+        } else {
+            outln!(
+                "wrote {} ({} runs); when every shard is done: sim merge {}/shards/*.json",
+                written[0].display(),
+                result.rows.len(),
+                dir.display()
+            )?;
+        }
+        if ran == 0 {
+            eprintln!("nothing to run: all {skipped} runs were already done");
+        } else {
+            eprintln!(
+                "{ran} runs in {wall_s:.2} s on {jobs} threads: {:.0} runs/s, {:.2} M events/s",
+                perf.runs_per_s,
+                perf.events_per_s / 1e6
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn md_table(f: &SweepFile) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    table::write_aggregate_md(&mut out, &f.meta, &table::aggregate(&f.rows))?;
+    Ok(out)
+}
+
+pub(super) fn write_shard(p: &Path, f: &SweepFile) -> Result<()> {
+    table::write_file(p, f)
+}
