@@ -223,6 +223,10 @@ struct RunArgs {
     timeline: bool,
     #[command(flatten)]
     explain_opts: ExplainFlags,
+    /// Event-loop implementation: fast, or the per-iteration reference it is tested
+    /// against (identical outputs; docs/engine.md).
+    #[arg(long, value_enum, default_value_t = crate::sim::EngineMode::Fast)]
+    engine: crate::sim::EngineMode,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -397,6 +401,9 @@ struct BenchArgs {
     /// Also write the measurements as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Event-loop implementation to time (docs/engine.md).
+    #[arg(long, value_enum, default_value_t = crate::sim::EngineMode::Fast)]
+    engine: crate::sim::EngineMode,
 }
 
 /// Parses arguments and runs; never panics on user input.
@@ -619,7 +626,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     };
     let seed = scenario.sim.seed;
     let file = a.scenario.scenario.display().to_string();
-    let (res, wall) = match run(scenario.sim.clone(), &workload, opts) {
+    let (res, wall) = match crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine) {
         Ok(r) => r,
         Err(e @ SimError::Invariant(..)) => {
             eprintln!("error: {file}: {e}\nreproduce with: sim run {file} --seed {seed} --invariants");
@@ -792,6 +799,11 @@ struct BenchReport {
     median_wall_s: f64,
     events_per_s: f64,
     requests_per_s: f64,
+    /// Engine iterations (steps, all backends).
+    iterations: u64,
+    /// Engine iterations simulated per wall second: the engine-independent speed figure.
+    iterations_per_s: f64,
+    engine: &'static str,
     wall_s: Vec<f64>,
 }
 
@@ -802,8 +814,8 @@ fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     let mut walls = Vec::new();
     let mut last = None;
     for _ in 0..a.runs {
-        let (res, wall) =
-            run(scenario.sim.clone(), &workload, opts).with_context(|| format!("{}", a.scenario.scenario.display()))?;
+        let (res, wall) = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine)
+            .with_context(|| format!("{}", a.scenario.scenario.display()))?;
         walls.push(wall.as_secs_f64());
         last = Some(res.summary);
     }
@@ -821,19 +833,27 @@ fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         median_wall_s: median,
         events_per_s: s.events as f64 / median,
         requests_per_s: s.requests.arrived as f64 / median,
+        iterations: s.backends.iter().map(|b| b.steps).sum(),
+        iterations_per_s: s.backends.iter().map(|b| b.steps).sum::<u64>() as f64 / median,
+        engine: match a.engine {
+            crate::sim::EngineMode::Fast => "fast",
+            crate::sim::EngineMode::Reference => "reference",
+        },
         wall_s: walls,
     };
     println!(
-        "{}: {} backends, {} sessions, {} requests, {} events; median of {} runs {:.3} s wall -> {:.2} M events/s, {:.0} requests/s",
+        "{}: {} backends, {} sessions, {} requests, {} engine iterations; median of {} runs {:.3} s wall -> {:.0} requests/s, {:.2} M iterations/s ({} engine, {:.2} M events/s)",
         rep.scenario,
         rep.backends,
         rep.sessions,
         rep.requests,
-        rep.events,
+        rep.iterations,
         rep.runs,
         rep.median_wall_s,
+        rep.requests_per_s,
+        rep.iterations_per_s / 1e6,
+        rep.engine,
         rep.events_per_s / 1e6,
-        rep.requests_per_s
     );
     if let Some(p) = &a.json {
         write_json(p, &rep).with_context(|| format!("writing {}", p.display()))?;

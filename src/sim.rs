@@ -128,6 +128,18 @@ impl RunOptions {
     }
 }
 
+/// Which event-loop implementation runs a scenario. Both give byte-identical outputs (the
+/// differential test `tests/engine_modes.rs` holds them to it); the reference mode is
+/// the plain per-iteration loop the faster one is checked against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineMode {
+    /// Engine steps in per-backend lanes beside the heap (see [`crate::engine`]).
+    #[default]
+    Fast,
+    /// Every event through one binary heap, one event per engine iteration.
+    Reference,
+}
+
 /// One processed event: when, what kind, and the ids it carries. Two runs of the same
 /// inputs produce identical logs; the first differing entry is where they diverged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -391,7 +403,17 @@ pub fn run(
     workload: &Workload,
     opts: RunOptions,
 ) -> Result<(RunResult, std::time::Duration), SimError> {
-    let sim = Simulation::new(cfg, workload, opts);
+    run_mode(cfg, workload, opts, EngineMode::Fast)
+}
+
+/// [`run`] with an explicit engine mode (`sim run --engine reference`).
+pub fn run_mode(
+    cfg: SimConfig,
+    workload: &Workload,
+    opts: RunOptions,
+    mode: EngineMode,
+) -> Result<(RunResult, std::time::Duration), SimError> {
+    let sim = Simulation::with_mode(cfg, workload, opts, mode);
     let t0 = std::time::Instant::now();
     let res = sim.run()?;
     Ok((res, t0.elapsed()))
@@ -455,6 +477,11 @@ pub struct Simulation<'w> {
 impl<'w> Simulation<'w> {
     /// Builds the fleet, the router and the initial events.
     pub fn new(cfg: SimConfig, workload: &'w Workload, opts: RunOptions) -> Self {
+        Self::with_mode(cfg, workload, opts, EngineMode::Fast)
+    }
+
+    /// [`Simulation::new`] with an explicit engine mode.
+    pub fn with_mode(cfg: SimConfig, workload: &'w Workload, opts: RunOptions, mode: EngineMode) -> Self {
         let n = cfg.backends.len();
         assert!(n > 0, "no backends (validation missed it)");
         let membership =
@@ -491,7 +518,11 @@ impl<'w> Simulation<'w> {
         }
         let slots: Vec<u32> = backends.iter().map(Backend::slots).collect();
         let faults = crate::faults::Faults::new(cfg.faults.clone());
-        let mut queue = EventQueue::new();
+        let mut queue = match mode {
+            // One lane per backend for its pending engine step.
+            EngineMode::Fast => EventQueue::with_lanes(n),
+            EngineMode::Reference => EventQueue::new(),
+        };
         // Each replica scrapes on its own phase, spread evenly over one interval
         // (production-stack issue #166: replicas do not coordinate).
         let r_count = routers.len() as u64;
@@ -878,14 +909,14 @@ impl<'w> Simulation<'w> {
                 r.cached_tokens = cached;
             }
             let incarnation = self.incarnation[b.index()];
-            self.schedule(
-                now,
-                d,
-                Event::StepDone {
-                    backend: b,
-                    incarnation,
-                },
-            );
+            let ev = Event::StepDone {
+                backend: b,
+                incarnation,
+            };
+            match now.checked_add(d) {
+                Some(t) => self.queue.push_lane(b.index(), t, ev),
+                None => self.past_horizon = true,
+            }
         }
     }
 
