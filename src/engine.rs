@@ -151,13 +151,7 @@ impl<E> EventQueue<E> {
             self.push(time, event);
             return;
         }
-        assert!(
-            time >= self.now,
-            "event scheduled in the past: {time:?} < now {:?}",
-            self.now
-        );
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let seq = self.take_seq(time);
         self.lanes.keys[lane] = (time, seq);
         self.lanes.events[lane] = Some(event);
         self.lanes.len += 1;
@@ -167,6 +161,13 @@ impl<E> EventQueue<E> {
     /// Schedules `event` at `time` (which must not be in the past).
     #[inline]
     pub fn push(&mut self, time: SimTime, event: E) {
+        let seq = self.take_seq(time);
+        self.heap.push(Scheduled { time, seq, event });
+    }
+
+    /// The next `seq` for an event at `time` (which must not be in the past).
+    #[inline]
+    fn take_seq(&mut self, time: SimTime) -> u64 {
         assert!(
             time >= self.now,
             "event scheduled in the past: {time:?} < now {:?}",
@@ -174,7 +175,7 @@ impl<E> EventQueue<E> {
         );
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.heap.push(Scheduled { time, seq, event });
+        seq
     }
 
     /// Removes and returns the earliest event, advancing the clock to its time.

@@ -124,14 +124,6 @@ fn a_mismatch_is_detected() {
     assert_ne!(a, b);
 }
 
-const POLICIES: [&str; 5] = [
-    "kind = \"roundrobin\"",
-    "kind = \"session\"",
-    "kind = \"prefixaware\"\nprefix_min_match_length = 256",
-    "kind = \"prefixaware\"\nprefix_min_match_length = 256\nfallback = \"leastinflight\"\nband = 0",
-    "kind = \"leastinflight\"",
-];
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
 
