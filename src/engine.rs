@@ -1,4 +1,12 @@
-//! The event queue: a binary heap ordered by `(time, seq)`.
+//! The event queue: a binary heap ordered by `(time, seq)`, with optional *lanes* beside it.
+//!
+//! Lanes are for the dominant events (one pending engine step per backend): each lane
+//! holds at most one event, and a small tournament tree over the lanes finds the earliest
+//! in `log2(lanes)` comparisons of two machine words, where the heap would sift a
+//! 32-byte entry through `log2(pending)` levels on every push and pop. Lane events take
+//! their `seq` from the same counter as heap events, and a pop compares the heap's head
+//! with the lanes' by `(time, seq)`, so the order is exactly that of a queue without lanes
+//! (the reference mode, [`EventQueue::new`]).
 //!
 //! # Event ordering contract
 //!
@@ -44,9 +52,74 @@ impl<E> Ord for Scheduled<E> {
 /// A deterministic future-event list.
 pub struct EventQueue<E> {
     heap: BinaryHeap<Scheduled<E>>,
+    lanes: Lanes<E>,
     next_seq: u64,
     now: SimTime,
     popped: u64,
+}
+
+/// `(time, seq)` of an empty lane: after every real event.
+const EMPTY: (SimTime, u64) = (SimTime(u64::MAX), u64::MAX);
+
+/// At most one pending event per lane, and a tournament tree whose node `k` holds the
+/// lane with the earliest `(time, seq)` below it (leaves at `size + lane`).
+struct Lanes<E> {
+    keys: Vec<(SimTime, u64)>,
+    events: Vec<Option<E>>,
+    /// `tree[1]` is the overall winner; `tree[size + i]` is lane `i`.
+    tree: Vec<u32>,
+    size: usize,
+    len: usize,
+}
+
+impl<E> Lanes<E> {
+    fn new(n: usize) -> Self {
+        let size = if n == 0 { 0 } else { n.next_power_of_two() };
+        let mut tree = vec![0u32; 2 * size];
+        for i in 0..size {
+            tree[size + i] = i as u32;
+        }
+        let mut l = Lanes {
+            keys: vec![EMPTY; size],
+            events: (0..size).map(|_| None).collect(),
+            tree,
+            size,
+            len: 0,
+        };
+        for k in (1..size).rev() {
+            l.tree[k] = l.better(l.tree[2 * k], l.tree[2 * k + 1]);
+        }
+        l
+    }
+
+    #[inline]
+    fn better(&self, a: u32, b: u32) -> u32 {
+        if self.keys[b as usize] < self.keys[a as usize] {
+            b
+        } else {
+            a
+        }
+    }
+
+    /// Replays the matches on the path from lane `i` to the root.
+    #[inline]
+    fn update(&mut self, i: usize) {
+        let mut k = (self.size + i) / 2;
+        while k >= 1 {
+            self.tree[k] = self.better(self.tree[2 * k], self.tree[2 * k + 1]);
+            k /= 2;
+        }
+    }
+
+    /// `(time, seq)` of the earliest lane event ([`EMPTY`] when there is none).
+    #[inline]
+    fn head(&self) -> (SimTime, u64) {
+        if self.len == 0 {
+            EMPTY
+        } else {
+            self.keys[self.tree[1] as usize]
+        }
+    }
 }
 
 impl<E> Default for EventQueue<E> {
@@ -56,19 +129,48 @@ impl<E> Default for EventQueue<E> {
 }
 
 impl<E> EventQueue<E> {
-    /// An empty queue at time zero.
+    /// An empty queue at time zero, without lanes (every event goes through the heap).
     pub fn new() -> Self {
+        Self::with_lanes(0)
+    }
+
+    /// An empty queue with `lanes` lanes beside the heap (see the module docs).
+    pub fn with_lanes(lanes: usize) -> Self {
         EventQueue {
             heap: BinaryHeap::with_capacity(1024),
+            lanes: Lanes::new(lanes),
             next_seq: 0,
             now: SimTime::ZERO,
             popped: 0,
         }
     }
 
+    /// Schedules `event` at `time` in lane `lane`; into the heap instead when the queue
+    /// has no such lane or the lane is taken (a stale event of a replaced engine), which
+    /// gives the same order.
+    #[inline]
+    pub fn push_lane(&mut self, lane: usize, time: SimTime, event: E) {
+        if lane >= self.lanes.size || self.lanes.events[lane].is_some() {
+            self.push(time, event);
+            return;
+        }
+        let seq = self.take_seq(time);
+        self.lanes.keys[lane] = (time, seq);
+        self.lanes.events[lane] = Some(event);
+        self.lanes.len += 1;
+        self.lanes.update(lane);
+    }
+
     /// Schedules `event` at `time` (which must not be in the past).
     #[inline]
     pub fn push(&mut self, time: SimTime, event: E) {
+        let seq = self.take_seq(time);
+        self.heap.push(Scheduled { time, seq, event });
+    }
+
+    /// The next `seq` for an event at `time` (which must not be in the past).
+    #[inline]
+    fn take_seq(&mut self, time: SimTime) -> u64 {
         assert!(
             time >= self.now,
             "event scheduled in the past: {time:?} < now {:?}",
@@ -76,17 +178,35 @@ impl<E> EventQueue<E> {
         );
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.heap.push(Scheduled { time, seq, event });
+        seq
     }
 
     /// Removes and returns the earliest event, advancing the clock to its time.
     #[inline]
     pub fn pop(&mut self) -> Option<(SimTime, E)> {
-        let s = self.heap.pop()?;
-        debug_assert!(s.time >= self.now);
-        self.now = s.time;
+        let lane = self.lanes.head();
+        let from_heap = match self.heap.peek() {
+            Some(h) => (h.time, h.seq) < lane,
+            None => false,
+        };
+        let (time, event) = if from_heap {
+            let s = self.heap.pop().expect("peeked");
+            (s.time, s.event)
+        } else {
+            if self.lanes.len == 0 {
+                return None;
+            }
+            let i = self.lanes.tree[1] as usize;
+            let event = self.lanes.events[i].take().expect("a keyed lane holds its event");
+            self.lanes.keys[i] = EMPTY;
+            self.lanes.len -= 1;
+            self.lanes.update(i);
+            (lane.0, event)
+        };
+        debug_assert!(time >= self.now);
+        self.now = time;
         self.popped += 1;
-        Some((s.time, s.event))
+        Some((time, event))
     }
 
     /// Advances the clock to `t` for an event delivered from outside the heap (the sorted
@@ -98,7 +218,12 @@ impl<E> EventQueue<E> {
 
     /// Time of the earliest pending event.
     pub fn peek_time(&self) -> Option<SimTime> {
-        self.heap.peek().map(|s| s.time)
+        let heap = self.heap.peek().map(|s| s.time);
+        if self.lanes.len == 0 {
+            return heap;
+        }
+        let lane = self.lanes.head().0;
+        Some(heap.map_or(lane, |h| h.min(lane)))
     }
 
     /// The time of the last popped event.
@@ -113,12 +238,12 @@ impl<E> EventQueue<E> {
 
     /// Number of pending events.
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.heap.len() + self.lanes.len
     }
 
     /// True when nothing is pending.
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len() == 0
     }
 }
 
@@ -138,6 +263,49 @@ mod tests {
         assert_eq!(order, vec!["a", "c", "b1", "b2", "b3"]);
         assert_eq!(q.popped(), 5);
         assert_eq!(q.now(), SimTime(5));
+    }
+
+    #[test]
+    fn lanes_keep_the_order_of_the_plain_heap() {
+        // The same pushes into a queue with lanes and one without pop in the same order,
+        // ties at one instant included; a taken lane falls back to the heap.
+        let mut plain = EventQueue::new();
+        let mut laned = EventQueue::with_lanes(3);
+        let pushes: [(Option<usize>, u64, u32); 9] = [
+            (Some(0), 5, 0),
+            (None, 5, 1),
+            (Some(1), 3, 2),
+            (Some(0), 5, 3), // lane 0 taken: heap
+            (None, 3, 4),
+            (Some(2), 5, 5),
+            (None, 1, 6),
+            (Some(2), 9, 7), // lane 2 taken: heap
+            (Some(7), 2, 8), // no such lane: heap
+        ];
+        for &(lane, t, e) in &pushes {
+            plain.push(SimTime(t), e);
+            match lane {
+                Some(l) => laned.push_lane(l, SimTime(t), e),
+                None => laned.push(SimTime(t), e),
+            }
+        }
+        assert_eq!(laned.len(), 9);
+        assert_eq!(laned.peek_time(), Some(SimTime(1)));
+        // Interleave pops with pushes into freed lanes.
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for k in 0..4 {
+            a.push(plain.pop().unwrap());
+            b.push(laned.pop().unwrap());
+            assert_eq!(plain.peek_time(), laned.peek_time(), "after pop {k}");
+        }
+        plain.push(SimTime(4), 100);
+        laned.push_lane(1, SimTime(4), 100);
+        a.extend(std::iter::from_fn(|| plain.pop()));
+        b.extend(std::iter::from_fn(|| laned.pop()));
+        assert_eq!(a, b);
+        assert!(laned.is_empty() && laned.peek_time().is_none());
+        assert_eq!(laned.popped(), 10);
     }
 
     #[test]

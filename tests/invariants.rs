@@ -7,14 +7,6 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 
-const POLICIES: [&str; 5] = [
-    "kind = \"roundrobin\"",
-    "kind = \"session\"",
-    "kind = \"prefixaware\"\nprefix_min_match_length = 256",
-    "kind = \"prefixaware\"\nprefix_min_match_length = 256\nfallback = \"leastinflight\"\nband = 0",
-    "kind = \"leastinflight\"",
-];
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
 

@@ -466,7 +466,11 @@ impl VllmEngine {
     #[inline]
     fn grow(&mut self, s: u32, need: u32, n: u32) {
         let sl = self.slots[s as usize].as_mut().expect("dangling slot");
-        self.pool.allocate_n(need, &mut sl.blocks);
+        // Most decode steps need no block; `allocate_n(0)` would still read the free
+        // queue's head to prefetch it, a likely cache miss per request per step.
+        if need > 0 {
+            self.pool.allocate_n(need, &mut sl.blocks);
+        }
         if !self.cfg.prefix_caching {
             return;
         }

@@ -9,7 +9,7 @@ use clap::Args;
 use super::out::outln;
 use super::shared::{ScenarioArgs, load_scenario};
 use crate::export::write_json;
-use crate::sim::{RunOptions, run};
+use crate::sim::RunOptions;
 
 #[derive(Args, Debug)]
 pub(super) struct BenchArgs {
@@ -21,6 +21,9 @@ pub(super) struct BenchArgs {
     /// Also write the measurements as JSON to this file.
     #[arg(long)]
     pub(super) json: Option<PathBuf>,
+    /// Event-loop implementation to time (docs/engine.md).
+    #[arg(long, value_enum, default_value_t = crate::sim::EngineMode::Fast)]
+    pub(super) engine: crate::sim::EngineMode,
 }
 
 #[derive(serde::Serialize)]
@@ -34,6 +37,11 @@ pub(super) struct BenchReport {
     median_wall_s: f64,
     events_per_s: f64,
     requests_per_s: f64,
+    /// Engine iterations (steps, all backends).
+    iterations: u64,
+    /// Engine iterations simulated per wall second: the engine-independent speed figure.
+    iterations_per_s: f64,
+    engine: &'static str,
     wall_s: Vec<f64>,
 }
 
@@ -44,8 +52,8 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     let mut walls = Vec::new();
     let mut last = None;
     for _ in 0..a.runs {
-        let (res, wall) =
-            run(scenario.sim.clone(), &workload, opts).with_context(|| format!("{}", a.scenario.scenario.display()))?;
+        let (res, wall) = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine)
+            .with_context(|| format!("{}", a.scenario.scenario.display()))?;
         walls.push(wall.as_secs_f64());
         last = Some(res.summary);
     }
@@ -63,19 +71,27 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         median_wall_s: median,
         events_per_s: s.events as f64 / median,
         requests_per_s: s.requests.arrived as f64 / median,
+        iterations: s.backends.iter().map(|b| b.steps).sum(),
+        iterations_per_s: s.backends.iter().map(|b| b.steps).sum::<u64>() as f64 / median,
+        engine: match a.engine {
+            crate::sim::EngineMode::Fast => "fast",
+            crate::sim::EngineMode::Reference => "reference",
+        },
         wall_s: walls,
     };
     outln!(
-        "{}: {} backends, {} sessions, {} requests, {} events; median of {} runs {:.3} s wall -> {:.2} M events/s, {:.0} requests/s",
+        "{}: {} backends, {} sessions, {} requests, {} engine iterations; median of {} runs {:.3} s wall -> {:.0} requests/s, {:.2} M iterations/s ({} engine, {:.2} M events/s)",
         rep.scenario,
         rep.backends,
         rep.sessions,
         rep.requests,
-        rep.events,
+        rep.iterations,
         rep.runs,
         rep.median_wall_s,
+        rep.requests_per_s,
+        rep.iterations_per_s / 1e6,
+        rep.engine,
         rep.events_per_s / 1e6,
-        rep.requests_per_s
     )?;
     if let Some(p) = &a.json {
         write_json(p, &rep).with_context(|| format!("writing {}", p.display()))?;

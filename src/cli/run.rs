@@ -15,7 +15,7 @@ use crate::plot::save;
 use crate::plot::series::BackendSeries;
 use crate::report::render;
 use crate::scenario::Source;
-use crate::sim::{RunOptions, SimError, run};
+use crate::sim::{RunOptions, SimError};
 
 #[derive(Args, Debug)]
 pub(super) struct RunArgs {
@@ -46,6 +46,10 @@ pub(super) struct RunArgs {
     pub(super) timeline: bool,
     #[command(flatten)]
     pub(super) explain_opts: ExplainFlags,
+    /// Event-loop implementation: fast, or the per-iteration reference it is tested
+    /// against (identical outputs; docs/engine.md).
+    #[arg(long, value_enum, default_value_t = crate::sim::EngineMode::Fast)]
+    pub(super) engine: crate::sim::EngineMode,
 }
 
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
@@ -65,7 +69,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     };
     let seed = scenario.sim.seed;
     let file = a.scenario.scenario.display().to_string();
-    let (res, wall) = match run(scenario.sim.clone(), &workload, opts) {
+    let (res, wall) = match crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine) {
         Ok(r) => r,
         Err(e @ SimError::Invariant(..)) => {
             eprintln!("error: {file}: {e}\nreproduce with: sim run {file} --seed {seed} --invariants");

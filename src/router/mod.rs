@@ -13,6 +13,7 @@
 //! Invariant: a policy is handed exactly what the real router holds at that instant.
 
 pub mod engine_stats;
+pub mod front;
 pub mod kv_feed;
 pub mod request_stats;
 
@@ -51,7 +52,7 @@ pub struct RouterConfig {
     /// Router replicas, each with its own policy state, request stats and scrape phase.
     pub replicas: u32,
     /// How requests are spread over the replicas.
-    pub front: crate::sim::FrontBalancer,
+    pub front: front::FrontBalancer,
     /// Uniform jitter added to each sleep between scrape passes (0 upstream).
     pub scrape_jitter: SimDuration,
     /// Start of the first scrape pass as a fraction of the interval, in [0, 1) (0: at

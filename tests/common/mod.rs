@@ -70,3 +70,12 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     std::fs::write(&p, text).unwrap();
     p
 }
+
+/// The routing policies the property tests draw from (`[router.policy]` bodies).
+pub const POLICIES: [&str; 5] = [
+    "kind = \"roundrobin\"",
+    "kind = \"session\"",
+    "kind = \"prefixaware\"\nprefix_min_match_length = 256",
+    "kind = \"prefixaware\"\nprefix_min_match_length = 256\nfallback = \"leastinflight\"\nband = 0",
+    "kind = \"leastinflight\"",
+];

@@ -1,0 +1,97 @@
+//! Engine iterations (vLLM steps: admissions, first tokens, finishes) and the queueing
+//! model's service completions.
+
+use super::{Event, Simulation};
+use crate::backend::Backend;
+use crate::ids::{BackendId, RequestId};
+use crate::time::{SimDuration, SimTime};
+
+impl Simulation<'_> {
+    pub(super) fn start_step(&mut self, now: SimTime, b: BackendId) {
+        let Backend::Vllm(e) = &mut self.backends[b.index()] else {
+            unreachable!("steps are vLLM-only")
+        };
+        self.step_events.clear();
+        if let Some(d) = e.start_step(&mut self.step_events) {
+            let factor = if self.faults.is_empty() {
+                1.0
+            } else {
+                self.faults.slowdown(b, now)
+            };
+            let d = if factor == 1.0 {
+                d
+            } else {
+                SimDuration((d.0 as f64 * factor).round() as u64)
+            };
+            for &(rid, cached) in &self.step_events.admitted {
+                let r = &mut self.requests[rid.index()];
+                r.t_admit = Some(now);
+                r.cached_tokens = cached;
+            }
+            let incarnation = self.incarnation[b.index()];
+            let ev = Event::StepDone {
+                backend: b,
+                incarnation,
+            };
+            match now.checked_add(d) {
+                Some(t) => self.queue.push_lane(b.index(), t, ev),
+                None => self.past_horizon = true,
+            }
+        }
+    }
+
+    pub(super) fn on_step_done(&mut self, now: SimTime, b: BackendId) {
+        let Backend::Vllm(e) = &mut self.backends[b.index()] else {
+            unreachable!("steps are vLLM-only")
+        };
+        let mut ev = std::mem::take(&mut self.step_events);
+        ev.clear();
+        e.finish_step(&mut ev);
+        let resp = self.cfg.response_latency;
+        for &rid in &ev.first_tokens {
+            self.requests[rid.index()].t_first_token = Some(now);
+            self.schedule(now, resp, Event::FirstChunk { request: rid });
+        }
+        for f in &ev.finished {
+            let r = &mut self.requests[f.id.index()];
+            r.t_finish_engine = Some(now);
+            r.preemptions = f.preemptions;
+            self.outstanding[r.backend.index()] -= 1;
+            self.schedule(now, resp, Event::Complete { request: f.id });
+        }
+        self.step_events = ev;
+        self.note_gauges(now, b);
+        self.start_step(now, b);
+        self.observe(now, b);
+        self.maybe_drained(now, b);
+    }
+
+    pub(super) fn on_service_done(&mut self, now: SimTime, b: BackendId, rid: RequestId) {
+        let resp = self.cfg.response_latency;
+        let r = &mut self.requests[rid.index()];
+        r.t_first_token = Some(now);
+        r.t_finish_engine = Some(now);
+        self.outstanding[b.index()] -= 1;
+        self.schedule(now, resp, Event::FirstChunk { request: rid });
+        self.schedule(now, resp, Event::Complete { request: rid });
+        let Backend::Queueing(q) = &mut self.backends[b.index()] else {
+            unreachable!("service is queueing-only")
+        };
+        if let Some((next, d)) = q.complete() {
+            self.requests[next.index()].t_admit = Some(now);
+            let incarnation = self.incarnation[b.index()];
+            self.schedule(
+                now,
+                d,
+                Event::ServiceDone {
+                    backend: b,
+                    request: next,
+                    incarnation,
+                },
+            );
+        }
+        self.note_gauges(now, b);
+        self.observe(now, b);
+        self.maybe_drained(now, b);
+    }
+}
