@@ -223,6 +223,8 @@ struct RunArgs {
     timeline: bool,
     #[command(flatten)]
     explain_opts: ExplainFlags,
+    #[command(flatten)]
+    plot: crate::plot::PlotArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -356,6 +358,8 @@ struct SweepArgs {
     /// Do not draw plots.
     #[arg(long)]
     no_plots: bool,
+    #[command(flatten)]
+    plot: crate::plot::PlotArgs,
     /// No progress bar, no table on stdout.
     #[arg(long, short)]
     quiet: bool,
@@ -375,6 +379,8 @@ struct MergeArgs {
     /// Do not draw plots.
     #[arg(long)]
     no_plots: bool,
+    #[command(flatten)]
+    plot: crate::plot::PlotArgs,
     /// No table on stdout.
     #[arg(long, short)]
     quiet: bool,
@@ -603,6 +609,7 @@ fn perf_of(wall: std::time::Duration, events: u64, requests: u64) -> Perf {
 }
 
 fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    a.plot.apply();
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
     check_tool_tables(&a.scenario)?;
     if !a.quiet {
@@ -866,6 +873,7 @@ struct SweepPerf {
 }
 
 fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
+    a.plot.apply();
     let mut sets = a.scenario.sets.clone();
     if let Some(seed) = a.scenario.seed {
         sets.push(("seed".into(), seed.to_string()));
@@ -1053,6 +1061,7 @@ fn write_shard(p: &Path, f: &SweepFile) -> Result<()> {
 }
 
 fn cmd_merge(a: MergeArgs) -> Result<ExitCode> {
+    a.plot.apply();
     let mut files = Vec::new();
     for p in &a.files {
         files.push((p.clone(), table::read(p)?));
