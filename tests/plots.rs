@@ -78,3 +78,29 @@ fn bad_dpi_is_one_line_exit_2() {
             .stderr(predicate::function(|s: &str| s.trim_end().lines().count() == 1));
     }
 }
+
+/// The compare-replicas heatmap has five policies whose names are wider than a cell: all
+/// five are drawn (alternating rows), none skipped.
+#[test]
+fn heatmap_keeps_every_column_label() {
+    let t = tempfile::tempdir().unwrap();
+    sim()
+        .args([
+            "sweep",
+            "scenarios/compare-replicas.toml",
+            "--seeds",
+            "1",
+            "--quiet",
+            "--out",
+        ])
+        .arg(t.path())
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(t.path().join("heatmap_idle_while_queued_s.svg")).unwrap();
+    for policy in ["least_request", "p2c-local", "loadaware", "dynamo", "prefixaware+qps"] {
+        assert!(
+            svg.contains(&format!(">\n{policy}\n</text>")),
+            "{policy} missing from the heatmap"
+        );
+    }
+}
