@@ -68,6 +68,7 @@ pub mod router;
 pub mod scenario;
 pub mod sim;
 pub mod sweep;
+pub mod term_table;
 pub mod time;
 pub mod trace;
 pub mod tune;

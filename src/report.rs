@@ -42,9 +42,7 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
     let _ = writeln!(o);
     // A fleet described by groups or profiles gets a last column naming them.
     let labelled = s.backends.iter().any(|b| !b.profile.is_empty() || !b.group.is_empty());
-    let _ = write!(
-        o,
-        "{:<11} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>9}",
+    let mut head = vec![
         "backend",
         "requests",
         "sess 1st",
@@ -55,31 +53,39 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         "mean wait",
         "busy s",
         "idle s",
-        "cache hit"
-    );
-    let _ = writeln!(o, "{}", if labelled { "  profile" } else { "" });
-    for b in &s.backends {
-        let _ = write!(
-            o,
-            "{:<11} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8.2} {:>9.2} {:>8.1} {:>8.1} {:>8.1}%",
-            b.name,
-            b.requests,
-            b.first_turn_sessions,
-            b.last_turn_sessions,
-            b.peak_running,
-            b.peak_waiting,
-            b.mean_running,
-            b.mean_waiting,
-            b.busy_s,
-            b.idle_s,
-            b.prefix_cache_hit_rate * 100.0
-        );
-        let _ = match (labelled, b.profile.is_empty()) {
-            (false, _) => writeln!(o),
-            (true, true) => writeln!(o, "  (step_time given)"),
-            (true, false) => writeln!(o, "  {}", b.profile),
-        };
+        "cache hit",
+    ];
+    if labelled {
+        head.push("profile");
     }
+    let rows = s.backends.iter().map(|b| {
+        let mut r = vec![
+            b.name.clone(),
+            b.requests.to_string(),
+            b.first_turn_sessions.to_string(),
+            b.last_turn_sessions.to_string(),
+            b.peak_running.to_string(),
+            b.peak_waiting.to_string(),
+            format!("{:.2}", b.mean_running),
+            format!("{:.2}", b.mean_waiting),
+            format!("{:.1}", b.busy_s),
+            format!("{:.1}", b.idle_s),
+            format!("{:.1}%", b.prefix_cache_hit_rate * 100.0),
+        ];
+        if labelled {
+            r.push(if b.profile.is_empty() {
+                "(step_time given)".into()
+            } else {
+                b.profile.clone()
+            });
+        }
+        r
+    });
+    o.push_str(&crate::term_table::render(
+        &head,
+        rows,
+        &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+    ));
     let _ = writeln!(o);
     match &s.worst_moment {
         Some(w) => {

@@ -23,7 +23,7 @@ fn shipped_scenarios_pass_their_bounds() {
         .stdout(predicate::str::contains("2 scenarios, 12 checks: 12 passed, 0 failed"));
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains(r#"<testsuites name="sim check" tests="12" failures="0""#),
+        xml.contains(r#"<testsuites name="sim check" tests="12" skipped="0" failures="0""#),
         "{xml}"
     );
 }

@@ -190,14 +190,7 @@ pub fn compare(a: &Map<String, Value>, b: &Map<String, Value>, tol: Tolerance, o
 /// when `all` is set.
 pub fn render(deltas: &[Delta], label_a: &str, label_b: &str, all: bool) -> String {
     let f = |x: Option<f64>| x.map_or("-".to_string(), crate::sweep::table::fmt_stat);
-    let mut rows = vec![[
-        "metric".to_string(),
-        "A".into(),
-        "B".into(),
-        "B - A".into(),
-        "rel".into(),
-        "".into(),
-    ]];
+    let mut rows: Vec<Vec<String>> = Vec::new();
     for d in deltas {
         let changed = d.a != d.b;
         if !(all && changed) && d.ok {
@@ -214,7 +207,7 @@ pub fn render(deltas: &[Delta], label_a: &str, label_b: &str, all: bool) -> Stri
             ),
             _ => (String::new(), String::new()),
         };
-        rows.push([
+        rows.push(vec![
             d.metric.clone(),
             f(d.a),
             f(d.b),
@@ -224,7 +217,7 @@ pub fn render(deltas: &[Delta], label_a: &str, label_b: &str, all: bool) -> Stri
         ]);
     }
     let mut out = format!("A: {label_a}\nB: {label_b}\n");
-    if rows.len() == 1 {
+    if rows.is_empty() {
         let same = deltas.iter().filter(|d| d.a == d.b).count();
         out.push_str(&format!(
             "all {} metrics within tolerance ({same} identical)\n",
@@ -232,14 +225,11 @@ pub fn render(deltas: &[Delta], label_a: &str, label_b: &str, all: bool) -> Stri
         ));
         return out;
     }
-    let widths: Vec<usize> = (0..6)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    for r in &rows {
-        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
+    out.push_str(&crate::term_table::render(
+        &["metric", "A", "B", "B - A", "rel", ""],
+        rows,
+        &[],
+    ));
     let bad = deltas.iter().filter(|d| !d.ok).count();
     out.push_str(&format!("{bad} of {} metrics beyond tolerance\n", deltas.len()));
     out

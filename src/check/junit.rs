@@ -2,8 +2,9 @@
 //! per scenario, one `<testcase>` per check, a `<failure>` with the measured value when a
 //! bound fails, `<skipped>` for a scenario without `[expect]`.
 
-use quick_xml::Writer;
-use quick_xml::events::{BytesDecl, BytesText, Event};
+use std::time::Duration;
+
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite, XmlString};
 
 use super::{Outcome, ScenarioReport};
 
@@ -19,76 +20,47 @@ fn message(o: &Outcome) -> String {
     }
 }
 
+fn case(o: &Outcome, class: &str) -> TestCase {
+    let status = if o.pass {
+        TestCaseStatus::success()
+    } else {
+        let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        let m = message(o);
+        s.set_type("bound").set_description(m.as_str()).set_message(m);
+        s
+    };
+    let mut c = TestCase::new(o.name.as_str(), status);
+    c.set_classname(class);
+    if o.pass {
+        c.set_system_out(match o.value {
+            Some(v) => format!("{} = {}", o.detail, crate::sweep::table::fmt_stat(v)),
+            None => o.detail.clone(),
+        });
+    }
+    c
+}
+
 /// The XML document.
 pub fn to_xml(reports: &[ScenarioReport]) -> std::io::Result<Vec<u8>> {
-    let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
-    w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
-    let tests: usize = reports.iter().map(|r| r.outcomes.len().max(1)).sum();
-    let failures: usize = reports.iter().flat_map(|r| &r.outcomes).filter(|o| !o.pass).count();
-    let time: f64 = reports.iter().map(|r| r.wall_s).sum();
-    w.create_element("testsuites")
-        .with_attributes([
-            ("name", "sim check"),
-            ("tests", tests.to_string().as_str()),
-            ("failures", failures.to_string().as_str()),
-            ("time", format!("{time:.3}").as_str()),
-        ])
-        .write_inner_content(|w| {
-            for r in reports {
-                let fails = r.outcomes.iter().filter(|o| !o.pass).count();
-                let skipped = usize::from(r.outcomes.is_empty());
-                w.create_element("testsuite")
-                    .with_attributes([
-                        ("name", r.name.as_str()),
-                        ("file", r.file.as_str()),
-                        ("tests", r.outcomes.len().max(1).to_string().as_str()),
-                        ("failures", fails.to_string().as_str()),
-                        ("skipped", skipped.to_string().as_str()),
-                        ("time", format!("{:.3}", r.wall_s).as_str()),
-                    ])
-                    .write_inner_content(|w| {
-                        let class = format!("fleetsim.{}", r.name);
-                        if r.outcomes.is_empty() {
-                            w.create_element("testcase")
-                                .with_attributes([("name", "expectations"), ("classname", class.as_str())])
-                                .write_inner_content(|w| {
-                                    w.create_element("skipped")
-                                        .with_attribute(("message", "no [expect] table"))
-                                        .write_empty()?;
-                                    Ok(())
-                                })?;
-                        }
-                        for o in &r.outcomes {
-                            let el = w
-                                .create_element("testcase")
-                                .with_attributes([("name", o.name.as_str()), ("classname", class.as_str())]);
-                            if o.pass {
-                                el.write_inner_content(|w| {
-                                    w.create_element("system-out").write_text_content(BytesText::new(
-                                        &match o.value {
-                                            Some(v) => format!("{} = {}", o.detail, crate::sweep::table::fmt_stat(v)),
-                                            None => o.detail.clone(),
-                                        },
-                                    ))?;
-                                    Ok(())
-                                })?;
-                            } else {
-                                el.write_inner_content(|w| {
-                                    let m = message(o);
-                                    w.create_element("failure")
-                                        .with_attributes([("message", m.as_str()), ("type", "bound")])
-                                        .write_text_content(BytesText::new(&m))?;
-                                    Ok(())
-                                })?;
-                            }
-                        }
-                        Ok(())
-                    })?;
-            }
-            Ok(())
-        })?;
-    let mut out = w.into_inner();
-    out.push(b'\n');
+    let mut report = Report::new("sim check");
+    report.set_time(Duration::from_secs_f64(reports.iter().map(|r| r.wall_s).sum()));
+    for r in reports {
+        let class = format!("fleetsim.{}", r.name);
+        let mut suite = TestSuite::new(r.name.as_str());
+        suite.extra.insert(XmlString::new("file"), XmlString::new(&r.file));
+        suite.set_time(Duration::from_secs_f64(r.wall_s));
+        if r.outcomes.is_empty() {
+            let mut skip = TestCaseStatus::skipped();
+            skip.set_message("no [expect] table");
+            let mut c = TestCase::new("expectations", skip);
+            c.set_classname(class.as_str());
+            suite.add_test_case(c);
+        }
+        suite.add_test_cases(r.outcomes.iter().map(|o| case(o, &class)));
+        report.add_test_suite(suite);
+    }
+    let mut out = Vec::new();
+    report.serialize(&mut out).map_err(std::io::Error::other)?;
     Ok(out)
 }
 
@@ -127,7 +99,7 @@ mod tests {
         ];
         let x = String::from_utf8(to_xml(&reports).unwrap()).unwrap();
         assert!(
-            x.contains(r#"<testsuites name="sim check" tests="3" failures="1""#),
+            x.contains(r#"<testsuites name="sim check" tests="3" skipped="1" failures="1" errors="0""#),
             "{x}"
         );
         assert!(
@@ -136,5 +108,7 @@ mod tests {
         );
         assert!(x.contains("<failure message=\"measured 2 (3 seeds)"), "{x}");
         assert!(x.contains(r#"<skipped message="no [expect] table"/>"#), "{x}");
+        assert!(x.contains(r#"time="0.500" file="a.toml">"#), "{x}");
+        assert!(x.contains("<system-out>ok</system-out>"), "{x}");
     }
 }

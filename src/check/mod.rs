@@ -411,16 +411,10 @@ fn failing_seeds(c: &expr::Check, values: &[f64], seeds: &[u64]) -> String {
 
 /// The pass/fail table.
 pub fn render(reports: &[ScenarioReport]) -> String {
-    let mut rows = vec![[
-        "scenario".to_string(),
-        "check".into(),
-        "value".into(),
-        "result".into(),
-        "".into(),
-    ]];
+    let mut rows: Vec<Vec<String>> = Vec::new();
     for r in reports {
         if r.outcomes.is_empty() {
-            rows.push([
+            rows.push(vec![
                 r.name.clone(),
                 "(no [expect] table)".into(),
                 String::new(),
@@ -429,7 +423,7 @@ pub fn render(reports: &[ScenarioReport]) -> String {
             ]);
         }
         for o in &r.outcomes {
-            rows.push([
+            rows.push(vec![
                 r.name.clone(),
                 o.name.clone(),
                 o.value.map(crate::sweep::table::fmt_stat).unwrap_or_default(),
@@ -438,15 +432,7 @@ pub fn render(reports: &[ScenarioReport]) -> String {
             ]);
         }
     }
-    let widths: Vec<usize> = (0..5)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for r in &rows {
-        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
+    let mut out = crate::term_table::render(&["scenario", "check", "value", "result", ""], rows, &[]);
     let all: Vec<&Outcome> = reports.iter().flat_map(|r| &r.outcomes).collect();
     let failed = all.iter().filter(|o| !o.pass).count();
     out.push_str(&format!(

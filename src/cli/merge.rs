@@ -22,12 +22,15 @@ pub(super) struct MergeArgs {
     /// Do not draw plots.
     #[arg(long)]
     pub(super) no_plots: bool,
+    #[command(flatten)]
+    pub(super) plot: crate::plot::PlotArgs,
     /// No table on stdout.
     #[arg(long, short)]
     pub(super) quiet: bool,
 }
 
 pub(super) fn cmd_merge(a: MergeArgs) -> Result<ExitCode> {
+    a.plot.apply();
     let mut files = Vec::new();
     for p in &a.files {
         files.push((p.clone(), table::read(p)?));

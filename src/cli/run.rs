@@ -50,9 +50,12 @@ pub(super) struct RunArgs {
     /// against (identical outputs; docs/engine.md).
     #[arg(long, value_enum, default_value_t = crate::sim::EngineMode::Fast)]
     pub(super) engine: crate::sim::EngineMode,
+    #[command(flatten)]
+    pub(super) plot: crate::plot::PlotArgs,
 }
 
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    a.plot.apply();
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
     check_tool_tables(&a.scenario)?;
     if !a.quiet {

@@ -69,6 +69,8 @@ pub(super) struct SweepArgs {
     /// Do not draw plots.
     #[arg(long)]
     pub(super) no_plots: bool,
+    #[command(flatten)]
+    pub(super) plot: crate::plot::PlotArgs,
     /// No progress bar, no table on stdout.
     #[arg(long, short)]
     pub(super) quiet: bool,
@@ -94,6 +96,7 @@ pub(super) struct SweepPerf {
 }
 
 pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
+    a.plot.apply();
     let mut sets = a.scenario.sets.clone();
     if let Some(seed) = a.scenario.seed {
         sets.push(("seed".into(), seed.to_string()));

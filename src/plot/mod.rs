@@ -11,11 +11,13 @@
 //! and sweep tables. Invariant: the same data gives the same bytes (fixed font, no clock).
 
 pub mod pareto;
+pub mod scaled;
 pub mod series;
 pub mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
@@ -68,32 +70,81 @@ pub fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>> {
     let size = fig.size();
     let svg_path = stem.with_extension("svg");
     let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        root.fill(&WHITE).map_err(pe)?;
-        fig.draw(&root)?;
-        root.present().map_err(pe)?;
-    }
+    paint(fig, SVGBackend::with_string(&mut svg, size))?;
     crate::sweep::table::write_atomic(&svg_path, |b| {
         b.extend_from_slice(svg.as_bytes());
         Ok(())
     })?;
     let png_path = stem.with_extension("png");
-    let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
-    {
-        let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
-        root.fill(&WHITE).map_err(pe)?;
-        fig.draw(&root)?;
-        root.present().map_err(pe)?;
+    let dpi = png_dpi();
+    let k = f64::from(dpi) / f64::from(scaled::BASE_DPI);
+    let px = scaled::scaled_size(size, k);
+    let mut rgb = vec![0u8; px.0 as usize * px.1 as usize * 3];
+    let bitmap = BitMapBackend::with_buffer(&mut rgb, px);
+    if dpi == scaled::BASE_DPI {
+        paint(fig, bitmap)?;
+    } else {
+        paint(fig, scaled::Scaled::new(bitmap, size, k))?;
     }
-    crate::sweep::table::write_atomic(&png_path, |b| encode_png(b, &rgb, size))?;
+    crate::sweep::table::write_atomic(&png_path, |b| encode_png(b, &rgb, px, dpi))?;
     Ok(vec![svg_path, png_path])
 }
 
-fn encode_png(out: &mut Vec<u8>, rgb: &[u8], (w, h): (u32, u32)) -> Result<()> {
+fn paint<DB: DrawingBackend>(fig: &impl Figure, backend: DB) -> Result<()> {
+    let root = backend.into_drawing_area();
+    root.fill(&WHITE).map_err(pe)?;
+    fig.draw(&root)?;
+    root.present().map_err(pe)
+}
+
+static PNG_DPI: AtomicU32 = AtomicU32::new(scaled::BASE_DPI);
+
+/// Sets the resolution of every PNG this process writes (`--dpi` of `sim run`, `sim
+/// sweep`, `sim merge`, `sim tune`). A per-invocation output setting that changes no
+/// result, so it is not threaded through every writer. SVGs are unaffected.
+pub fn set_png_dpi(dpi: u32) {
+    PNG_DPI.store(dpi, Ordering::Relaxed);
+}
+
+/// The PNG resolution in force (96 unless `--dpi` said otherwise).
+pub fn png_dpi() -> u32 {
+    PNG_DPI.load(Ordering::Relaxed)
+}
+
+/// The plot options of every command that draws (`sim run`, `sim sweep`, `sim merge`,
+/// `sim tune`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct PlotArgs {
+    /// PNG resolution in dots per inch: 96 draws each figure at its own pixel size; 192
+    /// doubles the pixels for high-DPI screens and slides, 300 is print. The picture is
+    /// the same (redrawn, not upscaled) and the PNG records its resolution; SVGs are not
+    /// affected.
+    #[arg(long, value_name = "DPI", default_value_t = scaled::BASE_DPI,
+          value_parser = clap::value_parser!(u32).range(24..=1200))]
+    pub dpi: u32,
+}
+
+impl PlotArgs {
+    /// Puts these options in force for this process's plots.
+    pub fn apply(&self) {
+        set_png_dpi(self.dpi);
+    }
+}
+
+fn encode_png(out: &mut Vec<u8>, rgb: &[u8], (w, h): (u32, u32), dpi: u32) -> Result<()> {
     let mut enc = png::Encoder::new(out, w, h);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
+    if dpi != scaled::BASE_DPI {
+        // pHYs, so a document or slide places the picture at its figure size, not at
+        // `dpi / 96` times it. (The 96-dpi default writes none and stays as committed.)
+        let ppm = (f64::from(dpi) / 0.0254).round() as u32;
+        enc.set_pixel_dims(Some(png::PixelDimensions {
+            xppu: ppm,
+            yppu: ppm,
+            unit: png::Unit::Meter,
+        }));
+    }
     let mut wr = enc.write_header()?;
     wr.write_image_data(rgb)?;
     wr.finish()?;

@@ -167,13 +167,28 @@ impl Figure for BackendSeries {
             let step_path = |pick: fn(&(f64, u32, u32)) -> u32| step_path(steps, pick, self.end_s);
             // Running as a filled area, waiting as a line over it: at the slot line (4
             // running + 4 waiting) both stay visible.
+            let running = step_path(|p| p.1);
+            let x_px = |t: f64| chart.backend_coord(&(t, 0.0)).0;
+            let (run_edge, waiting) = (
+                split_close_verticals(&running, x_px, 3),
+                split_close_verticals(&step_path(|p| p.2), x_px, 3),
+            );
+            chart
+                .draw_series(AreaSeries::new(running, 0.0, run_c.mix(0.45)))
+                .map_err(pe)?;
             chart
                 .draw_series(
-                    AreaSeries::new(step_path(|p| p.1), 0.0, run_c.mix(0.45)).border_style(run_c.stroke_width(1)),
+                    run_edge
+                        .into_iter()
+                        .map(|piece| PathElement::new(piece, run_c.stroke_width(1))),
                 )
                 .map_err(pe)?;
             chart
-                .draw_series(LineSeries::new(step_path(|p| p.2), wait_c.stroke_width(2)))
+                .draw_series(
+                    waiting
+                        .into_iter()
+                        .map(|piece| PathElement::new(piece, wait_c.stroke_width(2))),
+                )
                 .map_err(pe)?;
             chart
                 .draw_series(DashedLineSeries::new(
@@ -211,6 +226,34 @@ fn step_path(steps: &Steps, pick: fn(&(f64, u32, u32)) -> u32, end_s: f64) -> Ve
     pts
 }
 
+/// Splits a step path where a vertical segment would be drawn within `gap_px` pixels
+/// (`x_px` maps time to pixels) of the previous vertical one. Plotters fills a thick line
+/// as one polygon, and parts of one polygon that overlap cancel out: a waiting spike
+/// shorter than the line is wide (3 -> 4 -> 3 in a few ms) left a stray dot instead of a
+/// bar. Separate pieces are filled separately, so the spike stays a bar.
+fn split_close_verticals(pts: &[(f64, f64)], x_px: impl Fn(f64) -> i32, gap_px: i32) -> Vec<Vec<(f64, f64)>> {
+    let mut out = Vec::new();
+    let mut cur: Vec<(f64, f64)> = Vec::new();
+    let mut last_vertical: Option<i32> = None;
+    for &p in pts {
+        if let Some(&q) = cur.last()
+            && q.0 == p.0
+            && q.1 != p.1
+        {
+            let x = x_px(p.0);
+            if last_vertical.is_some_and(|lx| (x - lx).abs() <= gap_px) {
+                out.push(std::mem::replace(&mut cur, vec![q]));
+            }
+            last_vertical = Some(x);
+        }
+        cur.push(p);
+    }
+    if cur.len() > 1 {
+        out.push(cur);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +273,30 @@ mod tests {
             step_path(&s, |p| p.1, 5.0),
             vec![(0.0, 0.0), (1.0, 0.0), (1.0, 1.0), (4.0, 1.0), (4.0, 2.0), (5.0, 2.0)]
         );
+    }
+
+    #[test]
+    fn close_spikes_are_drawn_as_separate_pieces() {
+        // 3 -> 4 at t = 10, back to 3 at t = 10.001 (the same pixel), up again at t = 50.
+        let pts = vec![
+            (0.0, 3.0),
+            (10.0, 3.0),
+            (10.0, 4.0),
+            (10.001, 4.0),
+            (10.001, 3.0),
+            (50.0, 3.0),
+            (50.0, 4.0),
+            (60.0, 4.0),
+        ];
+        let px = |t: f64| (t * 10.0).round() as i32;
+        let pieces = split_close_verticals(&pts, px, 3);
+        assert_eq!(
+            pieces,
+            vec![pts[..4].to_vec(), pts[3..].to_vec()],
+            "the second vertical starts a new piece"
+        );
+        // Far-apart verticals stay one path, and every corner is drawn exactly once.
+        assert_eq!(split_close_verticals(&pts, |t| (t * 1e6) as i32, 3), vec![pts.clone()]);
     }
 
     #[test]

@@ -166,10 +166,16 @@ impl Heatmap {
         for l in &self.x_labels {
             x_label_w = x_label_w.max(area.estimate_text_size(&clip(l, 24), &font(11.0)).map_err(pe)?.0 as i32 + 8);
         }
-        let (right, top, bottom) = (10i32, 26i32, 46i32);
+        let (right, top) = (10i32, 26i32);
         let nx = self.x_labels.len() as i32;
         let ny = self.y_labels.len() as i32;
         let cw = ((w as i32 - left - right) / nx).max(1);
+        // Labels wider than a cell but not than two alternate between two rows, so every
+        // column keeps its label (policy names under five policies); wider still, every
+        // k-th label is shown (long numeric axes).
+        let stagger = x_label_w > cw && x_label_w <= 2 * cw;
+        let drop = if stagger { 14 } else { 0 };
+        let bottom = 46 + drop;
         let ch = ((h as i32 - top - bottom) / ny).max(1);
         let centre = Pos::new(HPos::Center, VPos::Center);
         area.draw(&Text::new(
@@ -204,15 +210,20 @@ impl Heatmap {
                 .map_err(pe)?;
             }
         }
-        let every_x = (nx as usize)
-            .div_ceil(((w as i32 - left - right) / x_label_w).max(1) as usize)
-            .max(1);
+        let every_x = if stagger {
+            1
+        } else {
+            (nx as usize)
+                .div_ceil(((w as i32 - left - right) / x_label_w).max(1) as usize)
+                .max(1)
+        };
         for (i, l) in self.x_labels.iter().enumerate() {
             if i % every_x == 0 {
                 let pos = Pos::new(HPos::Center, VPos::Top);
+                let row = if stagger { (i % 2) as i32 } else { 0 };
                 area.draw(&Text::new(
                     clip(l, 24),
-                    (left + cw * i as i32 + cw / 2, top + ch * ny + 4),
+                    (left + cw * i as i32 + cw / 2, top + ch * ny + 4 + drop * row),
                     font(11.0).pos(pos),
                 ))
                 .map_err(pe)?;
@@ -234,7 +245,7 @@ impl Heatmap {
         }
         area.draw(&Text::new(
             self.x_name.clone(),
-            (left + cw * nx / 2, top + ch * ny + 26),
+            (left + cw * nx / 2, top + ch * ny + 26 + drop),
             font(12.0).pos(Pos::new(HPos::Center, VPos::Top)),
         ))
         .map_err(pe)?;

@@ -438,16 +438,11 @@ pub fn model_for(name: &str) -> Option<&'static ModelShape> {
     })
 }
 
-/// Profiles as a fixed-width table (`sim profiles`).
+/// Profiles as an aligned table (`sim profiles`).
 pub fn table() -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{:<22} {:>10} {:>9} {:>9} {:>9} {:>10} {:>9}  source",
-        "profile", "weights", "kv_blocks", "beta0_us", "beta1_us", "beta2_us", "best_loss"
-    );
-    for p in all() {
+    let rows = all().into_iter().map(|p| {
         let kv = p
             .default_kv_blocks()
             .map(|b| b.to_string())
@@ -457,19 +452,31 @@ pub fn table() -> String {
             Source::Fitted { best_loss: None, .. } => "n/p".into(),
             Source::Roofline => "-".into(),
         };
-        let _ = writeln!(
-            o,
-            "{:<22} {:>6.1} GiB {:>9} {:>9.2} {:>9.2} {:>10.2} {:>9}  {}",
-            p.id,
-            p.model.weight_bytes() as f64 / f64::from(1u32 << 30),
+        vec![
+            p.id.clone(),
+            format!("{:.1} GiB", p.model.weight_bytes() as f64 / f64::from(1u32 << 30)),
             kv,
-            p.step_time.beta0_us,
-            p.step_time.beta1_us,
-            p.step_time.beta2_us,
+            format!("{:.2}", p.step_time.beta0_us),
+            format!("{:.2}", p.step_time.beta1_us),
+            format!("{:.2}", p.step_time.beta2_us),
             loss,
-            p.citation()
-        );
-    }
+            p.citation(),
+        ]
+    });
+    o.push_str(&crate::term_table::render(
+        &[
+            "profile",
+            "weights",
+            "kv_blocks",
+            "beta0_us",
+            "beta1_us",
+            "beta2_us",
+            "best_loss",
+            "source",
+        ],
+        rows,
+        &[1, 2, 3, 4, 5, 6],
+    ));
     let _ = writeln!(
         o,
         "\nkv_blocks: vLLM's derivation at gpu_memory_utilization 0.9, 16-token blocks, bf16 KV, no activation reserve (docs/your-fleet.md).\nbest_loss: BLIS's fitting metric as published (unit undocumented); n/p = not published; - = roofline, not a fit."

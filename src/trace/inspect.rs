@@ -244,8 +244,7 @@ pub fn render(x: &Inspection) -> String {
     if let Some(a) = &x.agent {
         rows.extend(super::agent_inspect::rows(a));
     }
-    let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    rows.iter().map(|(k, v)| format!("{k:<w$}  {v}\n")).collect()
+    crate::term_table::render(&[], rows.into_iter().map(|(k, v)| vec![k, v]), &[])
 }
 
 #[cfg(test)]

@@ -80,6 +80,8 @@ pub struct TuneArgs {
     /// Do not draw the Pareto plot.
     #[arg(long)]
     no_plots: bool,
+    #[command(flatten)]
+    plot: crate::plot::PlotArgs,
     /// No progress bars, no report on stdout (files are still written).
     #[arg(long, short)]
     quiet: bool,
@@ -87,6 +89,7 @@ pub struct TuneArgs {
 
 /// Runs `sim tune`.
 pub fn cmd_tune(a: TuneArgs) -> Result<ExitCode> {
+    a.plot.apply();
     match tune(a) {
         Err(e) if e.downcast_ref::<InvariantBroken>().is_some() => {
             eprintln!("error: {e:#}");
