@@ -4,6 +4,8 @@
 //! is well-formed (it is not fetched: CI has no network). A `[text][ref]` whose reference is
 //! not defined is a broken link too.
 
+mod common;
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -159,28 +161,6 @@ fn resolve(dir: &Path, rel: &str) -> Option<PathBuf> {
     Some(parts.iter().collect())
 }
 
-/// The Markdown files checked, repository-relative: README.md and docs/**/*.md.
-fn markdown_files(root: &Path) -> Vec<PathBuf> {
-    fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(root.join(rel))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        entries.sort();
-        for p in entries {
-            let name = rel.join(p.file_name().unwrap());
-            if p.is_dir() {
-                walk(root, &name, out);
-            } else if p.extension().is_some_and(|e| e == "md") {
-                out.push(name);
-            }
-        }
-    }
-    let mut out = vec![PathBuf::from("README.md")];
-    walk(root, Path::new("docs"), &mut out);
-    out
-}
-
 /// Every problem with the links of `files` (repository-relative), as `file:line: message`.
 fn problems(root: &Path, files: &[PathBuf]) -> Vec<String> {
     let mut docs: BTreeMap<PathBuf, Doc> = BTreeMap::new();
@@ -272,7 +252,7 @@ fn problems(root: &Path, files: &[PathBuf]) -> Vec<String> {
 #[test]
 fn readme_and_guide_links_resolve() {
     let root = root();
-    let files = markdown_files(&root);
+    let files = common::documents(&root);
     assert!(files.len() > 10, "README.md and the guide are found: {files:?}");
     let bad = problems(&root, &files);
     assert!(bad.is_empty(), "{} broken links:\n{}", bad.len(), bad.join("\n"));
@@ -327,7 +307,7 @@ fn finds_every_kind_of_broken_link() {
                   [text][undefined]\n\
                   <img src=\"z.png\">\n";
     std::fs::write(root.join("README.md"), readme).unwrap();
-    let bad = problems(root, &markdown_files(root));
+    let bad = problems(root, &common::documents(root));
     let lines: Vec<&str> = bad.iter().map(|b| b.split(": ").next().unwrap()).collect();
     assert_eq!(
         lines,

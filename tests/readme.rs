@@ -175,28 +175,6 @@ fn clean_copy() -> Option<tempfile::TempDir> {
 /// that block is labelled ```` ```sh long ```` it can leave this list.
 const NOT_RUN: &[(&str, &str)] = &[("docs/burst8-atlas.md", "full 200-seed sweeps in a plain sh block")];
 
-/// README.md, then every docs/**/*.md in path order, repository-relative.
-fn documents(root: &Path) -> Vec<PathBuf> {
-    fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(root.join(rel))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        entries.sort();
-        for p in entries {
-            let name = rel.join(p.file_name().unwrap());
-            if p.is_dir() {
-                walk(root, &name, out);
-            } else if p.extension().is_some_and(|e| e == "md") {
-                out.push(name);
-            }
-        }
-    }
-    let mut out = vec![PathBuf::from("README.md")];
-    walk(root, Path::new("docs"), &mut out);
-    out
-}
-
 #[test]
 fn readme_and_guide_commands_leave_the_checkout_clean() {
     let Some(repo) = clean_copy() else {
@@ -204,7 +182,7 @@ fn readme_and_guide_commands_leave_the_checkout_clean() {
         return;
     };
     let mut cmds: Vec<(String, String)> = Vec::new();
-    for doc in documents(repo.path()) {
+    for doc in common::documents(repo.path()) {
         if NOT_RUN.iter().any(|(p, _)| Path::new(p) == doc) {
             continue;
         }
@@ -249,7 +227,7 @@ fn readme_and_guide_commands_leave_the_checkout_clean() {
 #[test]
 fn skipped_guide_files_exist() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let docs = documents(&root);
+    let docs = common::documents(&root);
     for (p, why) in NOT_RUN {
         assert!(
             docs.iter().any(|d| d == Path::new(p)),
