@@ -129,6 +129,29 @@ fn parse(text: &str) -> Doc {
     doc
 }
 
+/// Lines (1-based) where a table is split by a blank line: a row, a blank line, and a row
+/// that is not the header of a new table (GitHub renders the rest as a new, headless table).
+fn split_tables(text: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let is_row = |l: &str| l.trim_start().starts_with('|');
+    let is_rule = |l: &str| is_row(l) && l.chars().all(|c| matches!(c, '|' | '-' | ':' | ' '));
+    let mut fence = false;
+    let mut out = Vec::new();
+    for i in 0..lines.len() {
+        if lines[i].trim_start().starts_with("```") {
+            fence = !fence;
+        }
+        if fence || i == 0 || i + 1 >= lines.len() || !lines[i].trim().is_empty() {
+            continue;
+        }
+        let new_table = lines.get(i + 2).is_some_and(|l| is_rule(l));
+        if is_row(lines[i - 1]) && is_row(lines[i + 1]) && !new_table {
+            out.push(i + 1);
+        }
+    }
+    out
+}
+
 /// Why an external link is malformed, if it is.
 fn bad_external(url: &str) -> Option<&'static str> {
     let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"))?;
@@ -175,8 +198,12 @@ fn problems(root: &Path, files: &[PathBuf]) -> Vec<String> {
         std::fs::read_to_string(root.join(p)).ok().map(|t| parse(&t).anchors)
     };
     for f in files {
-        let doc = parse(&std::fs::read_to_string(root.join(f)).unwrap());
+        let text = std::fs::read_to_string(root.join(f)).unwrap();
+        let doc = parse(&text);
         let where_ = |line: usize| format!("{}:{line}", f.display());
+        for line in split_tables(&text) {
+            out.push(format!("{}: a blank line splits this table", where_(line)));
+        }
         for r in &doc.undefined_refs {
             out.push(format!(
                 "{}: link reference `[{}]` is not defined",
@@ -324,6 +351,13 @@ fn finds_every_kind_of_broken_link() {
     );
     assert!(bad[3].contains("outside the repository"), "{}", bad[3]);
     assert!(bad[2].contains("no heading with anchor `#part-three`"), "{}", bad[2]);
+}
+
+#[test]
+fn finds_tables_split_by_a_blank_line() {
+    let md =
+        "| a | b |\n|---|---|\n| 1 | 2 |\n\n| 3 | 4 |\n\n| c | d |\n|---|---|\n| 5 | 6 |\n\n```\n| x |\n\n| y |\n```\n";
+    assert_eq!(split_tables(md), [4]);
 }
 
 #[test]
