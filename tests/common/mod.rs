@@ -79,3 +79,25 @@ pub const POLICIES: [&str; 5] = [
     "kind = \"prefixaware\"\nprefix_min_match_length = 256\nfallback = \"leastinflight\"\nband = 0",
     "kind = \"leastinflight\"",
 ];
+/// README.md, then every Markdown file under docs/ in path order, repository-relative: the
+/// documents that tests/links.rs and tests/readme.rs read.
+pub fn documents(root: &Path) -> Vec<PathBuf> {
+    fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(root.join(rel))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let name = rel.join(p.file_name().unwrap());
+            if p.is_dir() {
+                walk(root, &name, out);
+            } else if p.extension().is_some_and(|e| e == "md") {
+                out.push(name);
+            }
+        }
+    }
+    let mut out = vec![PathBuf::from("README.md")];
+    walk(root, Path::new("docs"), &mut out);
+    out
+}
