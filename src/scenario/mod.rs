@@ -345,6 +345,9 @@ struct PrefixAwareFile {
     band: i64,
     #[serde(default = "default_tie")]
     tie: String,
+    #[serde(default)]
+    sample: i64,
+    insert: Option<String>,
 }
 
 fn default_tie() -> String {
@@ -498,6 +501,8 @@ pub struct GroupFile {
     pub sends_session_key: bool,
     /// Per-session context cap in tokens.
     pub max_context_tokens: Option<i64>,
+    /// `chat` or `completions` (default: see [`crate::workload::RequestApi`]).
+    pub request_api: Option<String>,
 }
 
 fn one() -> toml::Value {
@@ -676,6 +681,8 @@ fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Res<PolicyCon
                 fallback,
                 band: count(p.band, &format!("{path}.band"), 0)?,
                 tie: policy_tables::tie(&p.tie, &format!("{path}.tie"), TIES)?,
+                sample: count(p.sample, &format!("{path}.sample"), 0)?,
+                insert: policy_tables::insertion(p.insert.as_deref(), &format!("{path}.insert"))?,
             })
         }
         "leastinflight" => {
@@ -1095,6 +1102,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
                 Some(v) => Some(count(v, &format!("{p}.max_context_tokens"), 2)?),
                 None => None,
             },
+            request_api: policy_tables::request_api(g.request_api.as_deref(), &format!("{p}.request_api"))?,
         });
     }
     let mut traces = Vec::new();
