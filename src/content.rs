@@ -14,10 +14,15 @@
 //!   A token is `chars_per_token` characters long, so a chunk covers
 //!   `128 / chars_per_token` tokens when that divides evenly, and straddles tokens
 //!   (hashed at character granularity) when it does not. The last chunk may be partial,
-//!   exactly like upstream's last slice.
+//!   exactly like upstream's last slice. A chat-completions request's string is its
+//!   messages' contents joined with `"\n"` (`routing_logic.py` @ `a6c01db0` L477-495):
+//!   with [`Content::chat`] set, one separator character follows every message but the
+//!   last, so lengths and chunk boundaries shift as upstream's do.
 //!
 //! Owns: the abstract token content and its hashes. May not see: backends or policies'
 //! state. Invariant: equal prefixes hash equally, in any cache that reads them.
+
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -41,7 +46,14 @@ pub struct Content {
     pub prompt_tokens: u32,
     /// Output length in tokens.
     pub output_tokens: u32,
+    /// A chat-completions request: the token positions where its messages end (sorted;
+    /// those at or beyond the prompt's end are ignored). `None`: a completions request,
+    /// one `prompt` string.
+    pub chat: Option<Arc<[u32]>>,
 }
+
+/// Content source of the `"\n"` between two chat messages.
+const SEPARATOR_SOURCE: u64 = 0x5E9A_7A70_0000_000A;
 
 /// A stable 64-bit id for a named content source.
 pub fn source_id(kind: &str, name: &str, index: u64) -> u64 {
@@ -93,9 +105,36 @@ impl Content {
             segments,
             prompt_tokens,
             output_tokens,
+            chat: None,
         };
         c.assert_consistent();
         c
+    }
+
+    /// The same content sent as a chat completion whose messages end at `message_ends`.
+    pub fn with_chat(mut self, message_ends: Arc<[u32]>) -> Content {
+        self.chat = Some(message_ends);
+        self
+    }
+
+    /// Message boundaries inside the prompt (each followed by one separator character).
+    pub fn separators(&self) -> &[u32] {
+        match &self.chat {
+            Some(ends) => &ends[..ends.partition_point(|&e| e < self.prompt_tokens)],
+            None => &[],
+        }
+    }
+
+    /// Characters of the prompt string: `chars_per_token` per token, plus the `"\n"`
+    /// separators of a chat request when `join_messages` (production-stack's
+    /// `PrefixAwareRouter`).
+    pub fn prompt_chars(&self, chars_per_token: u32, join_messages: bool) -> u64 {
+        let seps = if join_messages {
+            self.separators().len() as u64
+        } else {
+            0
+        };
+        u64::from(self.prompt_tokens) * u64::from(chars_per_token) + seps
     }
 
     /// A replayed trace request: each of `blocks` (trace block ids, `block_tokens` tokens
@@ -135,6 +174,7 @@ impl Content {
             segments,
             prompt_tokens,
             output_tokens,
+            chat: None,
         };
         c.assert_consistent();
         c
@@ -212,17 +252,48 @@ pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &m
 }
 
 /// Hashes of the prompt's `chunk_chars`-character chunks (the last one possibly partial).
-pub fn char_chunk_hashes(content: &Content, chars_per_token: u32, chunk_chars: u32, out: &mut Vec<u64>) {
+/// With `join_messages`, a chat request's string has one separator character after each
+/// message but the last (see [`Content::separators`]).
+pub fn char_chunk_hashes(
+    content: &Content,
+    chars_per_token: u32,
+    chunk_chars: u32,
+    join_messages: bool,
+    out: &mut Vec<u64>,
+) {
     out.clear();
-    let total = u64::from(content.prompt_tokens) * u64::from(chars_per_token);
+    let cpt = u64::from(chars_per_token);
+    let real_total = u64::from(content.prompt_tokens) * cpt;
+    let seps = if join_messages { content.separators() } else { &[] };
+    let total = real_total + seps.len() as u64;
     let chunk = u64::from(chunk_chars);
     let mut from = 0u64;
     while from < total {
         let to = (from + chunk).min(total);
         let mut h = 0x1357_9BDF_2468_ACE0u64;
-        content.for_each_piece(chars_per_token, from, to, |src, start, len| {
-            h = mix(mix(mix(h, src), start), len);
-        });
+        let mut piece = |src: u64, start: u64, len: u64| h = mix(mix(mix(h, src), start), len);
+        if seps.is_empty() {
+            content.for_each_piece(chars_per_token, from, to, &mut piece);
+        } else {
+            // Message i spans real characters [a, b) at virtual offset + i; its separator
+            // follows at virtual b + i.
+            let mut a = 0u64;
+            for i in 0..=seps.len() {
+                let b = seps.get(i).map_or(real_total, |&e| u64::from(e) * cpt);
+                let (va, vb) = (a + i as u64, b + i as u64);
+                if va >= to {
+                    break;
+                }
+                if vb > from && b > a {
+                    let (x, y) = (from.max(va), to.min(vb));
+                    content.for_each_piece(chars_per_token, x - i as u64, y - i as u64, &mut piece);
+                }
+                if i < seps.len() && (from..to).contains(&vb) {
+                    piece(SEPARATOR_SOURCE, 0, 1);
+                }
+                a = b;
+            }
+        }
         out.push(h);
         from = to;
     }
@@ -259,11 +330,11 @@ mod tests {
         // 3 full chunks + one 16-char partial chunk.
         let a = Content::session_turn(None, 1, 100, 5);
         let mut ca = Vec::new();
-        char_chunk_hashes(&a, 4, 128, &mut ca);
+        char_chunk_hashes(&a, 4, 128, false, &mut ca);
         assert_eq!(ca.len(), 4);
         let b = Content::session_turn(None, 1, 140, 5);
         let mut cb = Vec::new();
-        char_chunk_hashes(&b, 4, 128, &mut cb);
+        char_chunk_hashes(&b, 4, 128, false, &mut cb);
         assert_eq!(cb.len(), 5);
         assert_eq!(ca[..3], cb[..3]);
         // The partial chunk differs from the full chunk at the same position.
@@ -277,8 +348,8 @@ mod tests {
         let a = Content::session_turn(None, 1, 100, 1);
         let b = Content::session_turn(None, 1, 200, 1);
         let (mut ca, mut cb) = (Vec::new(), Vec::new());
-        char_chunk_hashes(&a, 3, 128, &mut ca);
-        char_chunk_hashes(&b, 3, 128, &mut cb);
+        char_chunk_hashes(&a, 3, 128, false, &mut ca);
+        char_chunk_hashes(&b, 3, 128, false, &mut cb);
         assert_eq!(ca.len(), 3); // 300 chars
         assert_eq!(ca[..2], cb[..2]);
     }
@@ -297,8 +368,8 @@ mod tests {
         assert_ne!(ha[64], hb[64]);
         // The router's 128-character chunks agree on the same 1024 tokens (4 chars/token).
         let (mut ca, mut cb) = (Vec::new(), Vec::new());
-        char_chunk_hashes(&a, 4, 128, &mut ca);
-        char_chunk_hashes(&b, 4, 128, &mut cb);
+        char_chunk_hashes(&a, 4, 128, false, &mut ca);
+        char_chunk_hashes(&b, 4, 128, false, &mut cb);
         assert_eq!(ca[..32], cb[..32]);
         assert_ne!(ca[32], cb[32]);
         // Another salt (another replay) shares nothing.
@@ -313,5 +384,40 @@ mod tests {
         let c = turn(10, 3, 20, 4);
         assert_eq!(c.prompt_tokens, 30);
         assert_eq!(c.total_tokens(), 34);
+    }
+
+    #[test]
+    fn chat_separators_shift_chunks_like_the_joined_string() {
+        // System prompt 64 tokens (256 chars), then a session: user 40 tokens, assistant
+        // 10, user 30. As chat, the string is sys + "\n" + u1 + "\n" + a1 + "\n" + u2.
+        let sys = Some((source_id("sys", "a", 0), 64));
+        let ends: Arc<[u32]> = Arc::from(vec![64, 104, 114, 144, 150]);
+        let t2 = Content::session_turn(sys, 7, 80, 6).with_chat(ends.clone());
+        assert_eq!(t2.separators(), &[64, 104, 114]);
+        assert_eq!(t2.prompt_chars(4, true), 144 * 4 + 3);
+        assert_eq!(t2.prompt_chars(4, false), 144 * 4);
+        let (mut chat, mut plain) = (Vec::new(), Vec::new());
+        char_chunk_hashes(&t2, 4, 128, true, &mut chat);
+        char_chunk_hashes(&t2, 4, 128, false, &mut plain);
+        // 579 characters: 4 full chunks and a partial one (plain: 576 = 4.5 chunks).
+        assert_eq!((chat.len(), plain.len()), (5, 5));
+        // The first two chunks are the system prompt alone: unchanged.
+        assert_eq!(chat[..2], plain[..2]);
+        // The third starts with the separator: shifted.
+        assert_ne!(chat[2], plain[2]);
+        // Another session with the same system prompt shares the first two chunks and
+        // the separator, so its third chunk differs (different user text) but the
+        // prefix structure is the same; the next turn of the same session shares every
+        // full chunk of this one.
+        let t3 = Content::session_turn(sys, 7, 140, 6).with_chat(ends);
+        let mut next = Vec::new();
+        char_chunk_hashes(&t3, 4, 128, true, &mut next);
+        assert_eq!(next[..4], chat[..4]);
+        assert_ne!(next[4], chat[4], "the partial last chunk never matches a full one");
+        // Completions requests are unaffected by `join_messages`.
+        let c = Content::session_turn(sys, 7, 80, 6);
+        let mut c1 = Vec::new();
+        char_chunk_hashes(&c, 4, 128, true, &mut c1);
+        assert_eq!(c1, plain);
     }
 }

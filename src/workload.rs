@@ -8,6 +8,10 @@
 //! prompt plus `first_input_tokens`), so later turns extend earlier ones and caches see
 //! real prefixes.
 //!
+//! A group sends its turns as chat completions (`messages`, the default, as agents and chat
+//! UIs do) or as completions (one `prompt` string): production-stack's routers read the two
+//! differently (see [`RequestApi`]).
+//!
 //! Everything random about a session is drawn from its own stream, keyed by group name and
 //! session index, before the simulation starts: every policy compared on one seed sees the
 //! same sessions, token counts and think times (common random numbers); only timing differs.
@@ -15,6 +19,8 @@
 //! Owns: the generated sessions and turns. May not see: the fleet, the router or results.
 //! Invariant: a group's draws come from its own named stream, so adding a group or changing
 //! a policy never shifts another group's workload (common random numbers).
+
+use std::sync::Arc;
 
 use crate::content::{Content, source_id};
 use crate::dist::Dist;
@@ -48,6 +54,28 @@ pub enum Arrival {
     },
 }
 
+/// The OpenAI API a group's requests use, as the router sees the body.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RequestApi {
+    /// `/v1/chat/completions` with `messages`: production-stack's `kvaware` and
+    /// `loadaware` tokenize only `prompt` and fall back; `PrefixAwareRouter` joins the
+    /// messages' contents with `"\n"`.
+    Chat,
+    /// `/v1/completions` with one `prompt` string (the conversation as the client
+    /// templated it; no separators modelled).
+    Completions,
+}
+
+impl RequestApi {
+    /// Name as written in scenarios.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestApi::Chat => "chat",
+            RequestApi::Completions => "completions",
+        }
+    }
+}
+
 /// A validated session group.
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
@@ -78,6 +106,8 @@ pub struct GroupConfig {
     /// Largest context (prompt + output tokens) a session may reach; a session whose next
     /// turn would exceed it ends there.
     pub max_context_tokens: Option<u32>,
+    /// The API its requests use.
+    pub request_api: RequestApi,
 }
 
 /// One turn, as planned.
@@ -121,6 +151,9 @@ pub struct SessionPlan {
     /// Replayed session-shaped traces: happens-before pacing, per-call content, recorded
     /// latencies (see [`crate::trace::pacing`]).
     pub replay: Option<Box<crate::trace::pacing::ReplayPlan>>,
+    /// Chat sessions: where each message ends, in tokens from the start of the prompt
+    /// (system prompt, then user / assistant turns); `None`: completions requests.
+    pub chat_ends: Option<Arc<[u32]>>,
 }
 
 /// [`SessionPlan::trace_first`] of a session whose content is not block-based.
@@ -157,8 +190,27 @@ impl SessionPlan {
             Some(r) if r.independent => crate::content::mix(self.source, t as u64 + 1),
             _ => self.source,
         };
-        Content::session_turn(self.shared, source, turn.session_prompt_tokens, turn.output_tokens)
+        let c = Content::session_turn(self.shared, source, turn.session_prompt_tokens, turn.output_tokens);
+        match &self.chat_ends {
+            Some(ends) => c.with_chat(ends.clone()),
+            None => c,
+        }
     }
+}
+
+/// Message ends of a chat session (see [`SessionPlan::chat_ends`]): the system prompt, then
+/// per turn the user message (the turn's prompt end) and the assistant reply (+ output).
+fn chat_message_ends(shared_tokens: u32, turns: &[TurnPlan]) -> Arc<[u32]> {
+    let mut ends = Vec::with_capacity(1 + 2 * turns.len());
+    if shared_tokens > 0 {
+        ends.push(shared_tokens);
+    }
+    for t in turns {
+        let prompt_end = shared_tokens + t.session_prompt_tokens;
+        ends.push(prompt_end);
+        ends.push(prompt_end + t.output_tokens);
+    }
+    Arc::from(ends)
 }
 
 /// A generated workload.
@@ -256,6 +308,8 @@ pub fn generate(
                     message: format!("session {key}: {}", beyond_horizon("its think times alone")),
                 });
             }
+            let chat_ends = (g.request_api == RequestApi::Chat)
+                .then(|| chat_message_ends(shared.map_or(0, |(_, len)| len), &turns));
             sessions.push(SessionPlan {
                 group: gi as u32,
                 open_at,
@@ -268,6 +322,7 @@ pub fn generate(
                 open_loop: false,
                 trace_first: NO_TRACE,
                 replay: None,
+                chat_ends,
             });
         }
     }
@@ -411,6 +466,7 @@ mod tests {
             service_time_s: None,
             sends_session_key: true,
             max_context_tokens: None,
+            request_api: RequestApi::Completions,
         }
     }
 

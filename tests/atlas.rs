@@ -44,6 +44,22 @@ fn bad_tie_threshold_and_phase_are_one_line_errors() {
             "router.policy.imbalanced_threshold: must be a number >= 0",
         ),
         ("router.policy={ kind = \"leastinflight\", tie = 1 }", "router.policy"),
+        (
+            "router.policy.sample=-1",
+            "router.policy.sample: must be an integer >= 0",
+        ),
+        (
+            "router.policy.insert=\"later\"",
+            "router.policy.insert: unknown insertion `later`",
+        ),
+        (
+            "router.policy={ kind = \"loadaware\", tie = \"last\" }",
+            "router.policy.tie: unknown tie rule `last`; expected `first` (the smallest URL, PR #1035, the default)",
+        ),
+        (
+            "router.policy={ kind = \"sglang_cache_aware\", tie = \"any\" }",
+            "router.policy.tie: unknown tie rule `any`",
+        ),
     ] {
         sim()
             .args(["run", "scenarios/burst8.toml", "--no-files", "--set", set])
@@ -171,4 +187,74 @@ fn counts_md_tabulates_the_split_per_point() {
         .assert()
         .success();
     assert!(!out2.join("counts.md").exists());
+}
+
+/// The delayed insertion and power-of-two fallbacks end to end on the pure setup with the
+/// burst mid-window: power-of-two on two backends samples both, so it is the argmin
+/// itself (identical placements); PR #1089 with the insertion delayed runs every session.
+#[test]
+fn second_turn_insertion_and_power_of_two_run_end_to_end() {
+    let set = |extra: &[(&'static str, &'static str)]| {
+        let mut v = vec![
+            ("router.policy.fallback", "\"local_inflight\""),
+            ("router.policy.band", "0"),
+            ("router.policy.tie", "\"first\""),
+        ];
+        v.extend_from_slice(extra);
+        v
+    };
+    let (s, w) = shipped("seed/d-1089-midwindow.toml", &set(&[]));
+    let argmin = run_full(&s, &w);
+    let (s, w) = shipped("seed/d-1089-midwindow.toml", &set(&[("router.policy.sample", "2")]));
+    let p2c = run_full(&s, &w);
+    let placed = |r| final_placement(r, "agents", 2);
+    assert_eq!(placed(&argmin), placed(&p2c));
+    assert_eq!(placed(&argmin).iter().sum::<u32>(), 8);
+    let (s, w) = shipped(
+        "seed/d-1089-midwindow.toml",
+        &[
+            ("router.policy.insert", "\"second_turn\""),
+            ("router.policy.fallback", "\"leastinflight\""),
+        ],
+    );
+    let delayed = run_full(&s, &w);
+    assert_eq!(placed(&delayed).iter().sum::<u32>(), 8);
+}
+
+/// `request_api = "chat"`: production-stack's `kvaware` looks up only `prompt`, so every
+/// chat request takes the upstream fallback (the session ring: the agents send keys);
+/// sent as completions, the later turns hit the cache. `PrefixAwareRouter` counts the
+/// `"\n"` separators of the joined messages, so the matched lengths grow.
+#[test]
+fn chat_requests_blind_kvaware_and_add_separators_to_prefixaware() {
+    let kv = [("router.policy", "{ kind = \"kvaware\" }")];
+    let (s, w) = shipped("seed/a-qps-pure.toml", &kv);
+    let completions = run_full(&s, &w);
+    assert!(completions.summary.decisions_by_branch["kv_hit"] > 0);
+    let chat = [kv[0], ("workload.groups[0].request_api", "\"chat\"")];
+    let (s, w) = shipped("seed/a-qps-pure.toml", &chat);
+    let r = run_full(&s, &w);
+    assert_eq!(r.summary.decisions_by_branch["kv_hit"], 0);
+    assert_eq!(
+        r.summary.decisions_by_branch["kv_fallback_session"] + r.summary.decisions_by_branch["kv_fallback_qps"],
+        r.summary.requests.planned
+    );
+    // prefixaware: the same picks' matched lengths, plus separators.
+    let (s, w) = shipped("seed/a-qps-pure.toml", &[]);
+    let total = |r: fleetsim::sim::RunResult| r.decisions.rows.iter().map(|d| d.match_chars).sum::<u64>();
+    let plain = total(run_full(&s, &w));
+    let (s, w) = shipped(
+        "seed/a-qps-pure.toml",
+        &[("workload.groups[0].request_api", "\"chat\"")],
+    );
+    let joined = total(run_full(&s, &w));
+    assert!(joined > plain, "{joined} vs {plain}");
+    sim()
+        .args(["run", "scenarios/seed/a-qps-pure.toml", "--no-files", "--set"])
+        .arg("workload.groups[0].request_api=\"grpc\"")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "workload.groups[0].request_api: unknown request API `grpc`",
+        ));
 }

@@ -64,7 +64,8 @@
 //!   structure and lengths count prompt tokens (without the JSON syntax).
 //! * Go map iteration order (the pods of a node, the gated pod list) is randomised upstream:
 //!   ties on the prefix step are broken uniformly at random, and on the cost step under the
-//!   gate too; without the gate, cost ties go to the first in discovery order, as upstream.
+//!   gate too; without the gate, cost ties go to the first in discovery order, as upstream
+//!   (`tie = "first"`, the default; `tie = "random"` makes them uniform, a what-if).
 //! * Evicting a subtree removes the union of its pods from the surviving ancestors (the
 //!   outcome of upstream's map-ordered loop when descendants are visited first).
 //! * `updatePodSet` (ready-pod set changes) is not modelled: a pod that leaves the fleet
@@ -125,6 +126,8 @@ pub struct AibrixPrebleParams {
     pub node_ttl: SimDuration,
     /// Characters per tree unit (default: `router.chars_per_token`, one token).
     pub tree_chunk_chars: u32,
+    /// Ties of the ungated cost step (upstream: first in discovery order).
+    pub tie: super::leastrequest::Tie,
 }
 
 impl Default for AibrixPrebleParams {
@@ -139,6 +142,7 @@ impl Default for AibrixPrebleParams {
             eviction_loop_interval: SimDuration(1_000_000_000),
             node_ttl: SimDuration(300_000_000_000),
             tree_chunk_chars: 4,
+            tie: super::leastrequest::Tie::First,
         }
     }
 }
@@ -614,7 +618,8 @@ impl RoutingPolicy for AibrixPreble {
                 let least = candidates.iter().map(|&i| cost(i)).fold(f64::INFINITY, f64::min);
                 let tied: Vec<usize> = candidates.iter().copied().filter(|&i| cost(i) == least).collect();
                 // Gated, the candidate list is in Go map order: uniform among equal costs.
-                let pos = if gated && tied.len() > 1 {
+                let random = gated || p.tie == super::leastrequest::Tie::Random;
+                let pos = if random && tied.len() > 1 {
                     tied[uniform_index(rng, tied.len())]
                 } else {
                     tied[0]

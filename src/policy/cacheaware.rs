@@ -5,7 +5,11 @@
 //!
 //! 1. Loads are router-local in-flight counts (`worker.load()`, zero staleness).
 //! 2. Imbalanced iff `max - min > balance_abs_threshold` and `max > min * balance_rel_threshold`
-//!    → the least-loaded worker (first in list order), and the text is inserted for it.
+//!    → the least-loaded worker, and the text is inserted for it. Ties: upstream's
+//!    `healthy_indices.iter().min_by_key(|&&idx| workers[idx].load())` in
+//!    `CacheAwarePolicy::select_worker` ("Use shortest queue when imbalanced") returns the
+//!    first minimum in worker-list order, deterministically (`tie = "first"`, the default;
+//!    `tie = "random"` is a what-if).
 //! 3. Otherwise match the request text in the shared approximate radix tree
 //!    ([`super::sgltree`]): `match_rate = matched chars / text chars`; above
 //!    `cache_threshold` → a tenant of the deepest matched node; else → the tenant with the
@@ -32,7 +36,7 @@
 //! list order; equal access times in the eviction heap pop by tenant, then node (upstream:
 //! unspecified).
 
-use super::leastrequest::local_loads;
+use super::leastrequest::{Tie, argmin, local_loads};
 use super::sgltree::SglTree;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
@@ -54,6 +58,8 @@ pub struct CacheAwareParams {
     pub eviction_interval_secs: u64,
     /// `--max-tree-size`: characters per tenant kept by an eviction pass.
     pub max_tree_size: u64,
+    /// Ties of the imbalanced shortest-queue pick (upstream `min_by_key`: first).
+    pub tie: Tie,
 }
 
 impl Default for CacheAwareParams {
@@ -65,6 +71,7 @@ impl Default for CacheAwareParams {
             tree_chunk_chars: 16,
             eviction_interval_secs: 120,
             max_tree_size: 1 << 26,
+            tie: Tie::First,
         }
     }
 }
@@ -145,10 +152,7 @@ impl RoutingPolicy for CacheAware {
         let ms = millis(view.now);
         let (matched, node) = self.tree.prefix_match(units);
         let (pos, branch) = if imbalanced {
-            (
-                (0..n).min_by_key(|&i| loads[i]).expect("n > 0"),
-                Branch::CacheAwareImbalanced,
-            )
+            (argmin(&loads, p.tie, rng), Branch::CacheAwareImbalanced)
         } else {
             let matched_chars = (matched as u64 * chunk).min(req.prompt_chars);
             let rate = if req.prompt_chars == 0 {
@@ -182,7 +186,7 @@ impl RoutingPolicy for CacheAware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::testkit::{ViewFixture, req_chars};
+    use crate::policy::testkit::{ViewFixture, req, req_chars};
     use crate::rng::stream;
 
     #[test]
@@ -300,5 +304,25 @@ mod tests {
         // The pass at 220 s empties the tree (limit 0).
         let d = p.route(&req_chars(&a, 16, 32), &ViewFixture::new(1).at(221.0).view(), &mut rng);
         assert_eq!((d.branch, d.match_chars), (Branch::CacheAwareSmallestTree, 0));
+    }
+
+    #[test]
+    fn imbalanced_ties_first_in_list_or_at_random() {
+        // Loads 100, 0, 0: imbalanced (100 > 64 and 100 > 0); two workers at the minimum.
+        let f = ViewFixture::new(3).in_flight(&[Some(100), Some(0), Some(0)]);
+        let mut rng = stream(1, "t", 0);
+        let mut p = CacheAware::new(CacheAwareParams::default());
+        for s in 0..20u64 {
+            let d = p.route(&req(None, &[s]), &f.view(), &mut rng);
+            assert_eq!((d.pos, d.branch), (1, Branch::CacheAwareImbalanced));
+        }
+        let mut p = CacheAware::new(CacheAwareParams {
+            tie: Tie::Random,
+            ..CacheAwareParams::default()
+        });
+        let seen: std::collections::BTreeSet<usize> = (0..200u64)
+            .map(|s| p.route(&req(None, &[s]), &f.view(), &mut rng).pos)
+            .collect();
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [1, 2]);
     }
 }

@@ -12,15 +12,31 @@
 //!   hash ring if the request has a session key, else `_qps_routing`. Load is never read.
 //! * PR #884: first, if `max(q) - min(q) >= imbalanced_threshold` over scraped
 //!   `running + waiting` (missing stats = 0), route to the argmin (first in list order).
-//!   The default threshold is +inf: plain `kvaware`.
+//!   The default threshold is +inf: plain `kvaware`. Upstream lines (production-stack
+//!   `refs/pull/884/head` @ `a554656c`, `src/vllm_router/routers/routing_logic.py`):
+//!   `_get_queue_length` L443-448 (missing stats = 0), `_is_load_balanced` L450-459
+//!   (`max - min < threshold` is balanced), `_route_to_least_loaded` L461-469 (Python
+//!   `min(endpoints, key=...)`: the first endpoint among equal queues, deterministic),
+//!   tier 1 in `route_request` L493-500; the flag is `type=float, default=float("inf")`
+//!   (`src/vllm_router/parsers/parser.py` L418-428). `tie = "random"` is a what-if, not
+//!   upstream.
+//! * Chat-completions requests (`workload.request_api = "chat"`): upstream tokenizes
+//!   `request_json.get("prompt", "")` only (`routing_logic.py` @ `a6c01db0` L357-373,
+//!   "TODO (Yuhan): Handle chat completions"), so a chat request looks up zero tokens,
+//!   LMCache reports no holder and the request takes the upstream fallback (L386-399).
 
+use super::leastrequest::{Tie, argmin};
 use super::session::Session;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 
-/// Cached leading tokens per endpoint according to the KV feed.
+/// Cached leading tokens per endpoint according to the KV feed (all 0 for a
+/// chat-completions request: upstream looks up the empty `prompt` field).
 pub fn matched_tokens(req: &RequestInfo, view: &RouterView) -> Vec<u64> {
     let kv = view.kv.expect("KV-event-fed policy without a feed");
+    if req.chat {
+        return vec![0; view.endpoints.len()];
+    }
     view.endpoints
         .iter()
         .map(|e| u64::from(kv.overlap(e.backend, req.block_hashes)) * u64::from(req.block_size_tokens))
@@ -46,6 +62,8 @@ pub struct KvAware {
     pub threshold_tokens: u64,
     /// PR #884 `--imbalanced-threshold`, a float >= 0 (None = +inf).
     pub imbalanced_threshold: Option<f64>,
+    /// Ties of the imbalanced argmin (`first`: Python `min`, upstream).
+    pub tie: Tie,
     session: Session,
 }
 
@@ -55,8 +73,15 @@ impl KvAware {
         KvAware {
             threshold_tokens,
             imbalanced_threshold,
+            tie: Tie::First,
             session: Session::default(),
         }
+    }
+
+    /// The same router with tie rule `tie` on the imbalanced argmin.
+    pub fn with_tie(mut self, tie: Tie) -> Self {
+        self.tie = tie;
+        self
     }
 }
 
@@ -75,9 +100,8 @@ impl RoutingPolicy for KvAware {
             let (lo, hi) = (*q.iter().min().expect("n > 0"), *q.iter().max().expect("n > 0"));
             // Integer loads, float threshold: `spread >= 2.5` needs a spread of 3.
             if (hi - lo) as f64 >= th {
-                let pos = q.iter().position(|&x| x == lo).expect("min exists");
                 return Decision {
-                    pos,
+                    pos: argmin(&q, self.tie, rng),
                     branch: Branch::KvImbalanced,
                     match_chars: 0,
                 };
@@ -129,6 +153,7 @@ pub(crate) mod tests {
             prompt_chunks: &[],
             chunk_chars: 128,
             prompt_chars: hashes.len() as u64 * 64,
+            chat: false,
         }
     }
 
@@ -197,5 +222,29 @@ pub(crate) mod tests {
             p.route(&kv_req(&[1], None), &f.view(), &mut rng).branch,
             Branch::KvImbalanced
         );
+    }
+
+    #[test]
+    fn pr884_random_ties_reach_every_minimum_and_chat_falls_back() {
+        // Loads 3, 1, 1, 4 (spread 3 >= 2): `first` always takes backend 1; `random`
+        // reaches backends 1 and 2 and nothing else.
+        let mut f = ViewFixture::new(4).loads(&[(3, 0), (1, 0), (0, 1), (4, 0)]);
+        f.kv = Some(feed(&[0, 0, 0, 0]));
+        let mut rng = stream(1, "t", 0);
+        let mut p = KvAware::new(2000, Some(2.0)).with_tie(Tie::Random);
+        let seen: std::collections::BTreeSet<usize> = (0..200)
+            .map(|_| p.route(&kv_req(&[1], None), &f.view(), &mut rng).pos)
+            .collect();
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [1, 2]);
+        // A chat-completions request looks up the empty `prompt`: no holder, the fallback,
+        // although backend 0 holds the whole prompt.
+        let mut f = ViewFixture::new(2);
+        f.kv = Some(feed(&[10, 0]));
+        let hashes: Vec<u64> = (1..=10).collect();
+        let mut p = KvAware::new(2000, None);
+        let mut r = kv_req(&hashes, Some("s"));
+        assert_eq!(p.route(&r, &f.view(), &mut rng).branch, Branch::KvHit);
+        r.chat = true;
+        assert_eq!(p.route(&r, &f.view(), &mut rng).branch, Branch::KvFallbackSession);
     }
 }

@@ -80,6 +80,9 @@ pub struct RequestInfo<'a> {
     pub chunk_chars: u32,
     /// Characters in the prompt.
     pub prompt_chars: u64,
+    /// The request is a chat completion (`messages`), not a completion (`prompt`): routers
+    /// that tokenize only `prompt` (production-stack `kvaware`, `loadaware`) see nothing.
+    pub chat: bool,
 }
 
 pub use crate::decision::Branch;
@@ -104,6 +107,13 @@ pub trait RoutingPolicy: Send {
     /// (computing them costs time, so policies that do not read them say `None`).
     fn prompt_chunk_chars(&self) -> Option<u32> {
         None
+    }
+
+    /// True if the policy builds a chat request's string by joining the messages' contents
+    /// with `"\n"` (production-stack `PrefixAwareRouter`): the router then hashes the
+    /// separators into `RequestInfo::prompt_chunks` and counts them in `prompt_chars`.
+    fn joins_chat_messages(&self) -> bool {
+        false
     }
 
     /// True if the policy reads `RouterView::kv` and `RequestInfo::block_hashes`.
@@ -167,6 +177,10 @@ pub enum PolicyConfig {
         band: u32,
         /// Tie rule within the band (random in PR #1089); unused with `fallback = "qps"`.
         tie: leastrequest::Tie,
+        /// Endpoints sampled by a load-based fallback (0: all; 2: power-of-two).
+        sample: u32,
+        /// When a fallback pick enters the trie (at once upstream).
+        insert: prefixaware::Insertion,
     },
     /// Least-in-flight from scraped engine stats on every request (the fix, standalone).
     LeastInflight {
@@ -203,11 +217,15 @@ pub enum PolicyConfig {
         threshold_tokens: u64,
         /// PR #884 `--imbalanced-threshold`, a float >= 0 (None = +inf).
         imbalanced_threshold: Option<f64>,
+        /// Ties of PR #884's imbalanced argmin (upstream: first).
+        tie: leastrequest::Tie,
     },
     /// production-stack PR #1035 `loadaware`.
     LoadAware {
         /// `beta`.
         beta: f64,
+        /// Ties of the argmax (upstream: the smallest URL, `first`).
+        tie: leastrequest::Tie,
     },
     /// NVIDIA Dynamo KV router.
     Dynamo(dynamo::DynamoParams),
@@ -227,27 +245,40 @@ impl PolicyConfig {
                 fallback,
                 band,
                 tie,
-            } => match fallback {
-                Fallback::Qps => {
-                    format!("prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = qps)")
+                sample,
+                insert,
+            } => {
+                let sample = match sample {
+                    0 => String::new(),
+                    d => format!(", sample = {d}"),
+                };
+                let insert = match insert {
+                    prefixaware::Insertion::AtPick => "",
+                    prefixaware::Insertion::SecondTurn => ", insert = second_turn",
+                };
+                match fallback {
+                    Fallback::Qps => format!(
+                        "prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = qps{insert})"
+                    ),
+                    _ => format!(
+                        "prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = {}, band = {band}{}{sample}{insert})",
+                        fallback.as_str(),
+                        tie_suffix(*tie)
+                    ),
                 }
-                _ => format!(
-                    "prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = {}, band = {band}{})",
-                    fallback.as_str(),
-                    tie_suffix(*tie)
-                ),
-            },
+            }
             PolicyConfig::LeastInflight { band, tie } => format!("leastinflight (band = {band}{})", tie_suffix(*tie)),
             PolicyConfig::Random => "random".into(),
             PolicyConfig::LeastRequest { tie } => format!("least_request (tie = {})", tie.as_str()),
             PolicyConfig::PowerOfD { d, load } => format!("power_of_d (d = {d}, load = {})", load.as_str()),
             PolicyConfig::SglangCacheAware(p) => format!(
-                "sglang_cache_aware (cache_threshold = {}, balance_abs_threshold = {}, balance_rel_threshold = {}, eviction_interval_secs = {}, max_tree_size = {})",
+                "sglang_cache_aware (cache_threshold = {}, balance_abs_threshold = {}, balance_rel_threshold = {}, eviction_interval_secs = {}, max_tree_size = {}{})",
                 p.cache_threshold,
                 p.balance_abs_threshold,
                 p.balance_rel_threshold,
                 p.eviction_interval_secs,
-                p.max_tree_size
+                p.max_tree_size,
+                tie_suffix_first(p.tie)
             ),
             PolicyConfig::Llmd(p) => format!(
                 "llmd (queue x{}, kv-cache-utilization x{}, prefix-cache x{})",
@@ -258,21 +289,27 @@ impl PolicyConfig {
                 p.imbalance_abs_count, p.std_dev_factor
             ),
             PolicyConfig::AibrixPreble(p) => format!(
-                "aibrix_preble (imbalance_abs_count = {}, match_ratio_threshold = {}, target_gpu = {}, histogram_window_s = {})",
+                "aibrix_preble (imbalance_abs_count = {}, match_ratio_threshold = {}, target_gpu = {}, histogram_window_s = {}{})",
                 p.imbalance_abs_count,
                 p.match_ratio_threshold,
                 p.target_gpu.as_str(),
-                p.histogram_window.as_secs_f64()
+                p.histogram_window.as_secs_f64(),
+                tie_suffix_first(p.tie)
             ),
             PolicyConfig::KvAware {
                 threshold_tokens,
                 imbalanced_threshold: None,
+                ..
             } => format!("kvaware (kv_aware_threshold = {threshold_tokens})"),
             PolicyConfig::KvAware {
                 threshold_tokens,
                 imbalanced_threshold: Some(t),
-            } => format!("load_balanced_kvaware (kv_aware_threshold = {threshold_tokens}, imbalanced_threshold = {t})"),
-            PolicyConfig::LoadAware { beta } => format!("loadaware (beta = {beta})"),
+                tie,
+            } => format!(
+                "load_balanced_kvaware (kv_aware_threshold = {threshold_tokens}, imbalanced_threshold = {t}{})",
+                tie_suffix_first(*tie)
+            ),
+            PolicyConfig::LoadAware { beta, tie } => format!("loadaware (beta = {beta}{})", tie_suffix_first(*tie)),
             PolicyConfig::Dynamo(p) => format!(
                 "dynamo (overlap_score_weight = {}, router_temperature = {})",
                 p.overlap_score_weight, p.temperature
@@ -307,6 +344,15 @@ fn tie_suffix(tie: leastrequest::Tie) -> &'static str {
     }
 }
 
+/// `, tie = random` when a policy whose upstream breaks ties to the first endpoint is run
+/// with random ties (a what-if), so reports of the upstream rule keep their wording.
+fn tie_suffix_first(tie: leastrequest::Tie) -> &'static str {
+    match tie {
+        leastrequest::Tie::First => "",
+        leastrequest::Tie::Random => ", tie = random",
+    }
+}
+
 /// Instantiates a policy.
 pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
     match *cfg {
@@ -317,7 +363,18 @@ pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
             fallback,
             band,
             tie,
-        } => Box::new(prefixaware::PrefixAware::new(prefix_min_match_length, fallback, band).with_tie(tie)),
+            sample,
+            insert,
+        } => Box::new(prefixaware::PrefixAware::with_options(
+            prefix_min_match_length,
+            fallback,
+            prefixaware::FallbackOptions {
+                band,
+                tie,
+                sample,
+                insert,
+            },
+        )),
         PolicyConfig::LeastInflight { band, tie } => Box::new(leastinflight::LeastInflight { band, tie }),
         PolicyConfig::Random => Box::new(random::Random),
         PolicyConfig::LeastRequest { tie } => Box::new(leastrequest::LeastRequest { tie }),
@@ -329,8 +386,9 @@ pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
         PolicyConfig::KvAware {
             threshold_tokens,
             imbalanced_threshold,
-        } => Box::new(kvaware::KvAware::new(threshold_tokens, imbalanced_threshold)),
-        PolicyConfig::LoadAware { beta } => Box::new(loadaware::LoadAware::new(beta)),
+            tie,
+        } => Box::new(kvaware::KvAware::new(threshold_tokens, imbalanced_threshold).with_tie(tie)),
+        PolicyConfig::LoadAware { beta, tie } => Box::new(loadaware::LoadAware::new(beta).with_tie(tie)),
         PolicyConfig::Dynamo(p) => Box::new(dynamo::Dynamo::new(p)),
     }
 }
@@ -442,6 +500,7 @@ pub(crate) mod testkit {
             prompt_chunks: chunks,
             chunk_chars: 128,
             prompt_chars: chunks.len() as u64 * 128,
+            chat: false,
         }
     }
 
@@ -456,6 +515,7 @@ pub(crate) mod testkit {
             prompt_chunks: chunks,
             chunk_chars,
             prompt_chars,
+            chat: false,
         }
     }
 }

@@ -16,6 +16,17 @@
 //!
 //! With the default threshold 0 the fallback is unreachable and a new prefix is placed
 //! uniformly at random. Load is never consulted on the matched branch.
+//!
+//! Two further candidate fixes, neither upstream: `sample = d` makes a load-based fallback
+//! power-of-d (`d` distinct endpoints drawn uniformly, the least loaded of them within
+//! `band`, ties to the first drawn under `tie = "first"`, as SGLang's and AIBrix's
+//! power-of-two); `insert = "second_turn"` does not insert a fallback pick at once but
+//! remembers the prompt, and inserts when a later request extends that whole prompt (the
+//! session's second turn), under that request's own fallback pick, so the latch forms one
+//! turn later on a fresher view. A router can do this without session keys: the pending
+//! prompts are keyed by a hash of their full chunks. A first prompt whose full chunks are
+//! all shared (e.g. only the system prompt) would be mistaken for a later turn's prefix by
+//! the next session; the scenarios here have unique first prompts.
 
 use super::hashtrie::HashTrie;
 use super::leastinflight::{pick_in_band, scraped_loads};
@@ -23,46 +34,123 @@ use super::leastrequest::{Tie, local_loads};
 use super::load_since_scrape::SentSinceScrape;
 use super::qps::qps_routing;
 use super::{Branch, Decision, Fallback, RequestInfo, RouterView, RoutingPolicy};
+use crate::content::mix;
 use crate::dist::uniform_index;
 use crate::ids::BackendId;
 use crate::rng::SimRng;
+use rand::seq::index::sample;
+use rustc_hash::FxHashSet;
+
+/// When a below-threshold pick is inserted into the trie.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Insertion {
+    /// At once, under the pick (PR #990, upstream main).
+    AtPick,
+    /// When a later request extends the whole prompt (the session's second turn), under
+    /// that request's pick (a candidate fix of #1073).
+    SecondTurn,
+}
+
+impl Insertion {
+    /// Name as written in scenarios.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Insertion::AtPick => "at_pick",
+            Insertion::SecondTurn => "second_turn",
+        }
+    }
+}
+
+/// The fallback's options beyond the load signal (all off = upstream / PR #1089).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FallbackOptions {
+    /// Within `band` of the minimum (+1 in PR #1089).
+    pub band: u32,
+    /// Tie rule within the band (random in PR #1089).
+    pub tie: Tie,
+    /// Endpoints sampled per pick (0: all; 2: power-of-two).
+    pub sample: u32,
+    /// When a fallback pick is inserted.
+    pub insert: Insertion,
+}
+
+impl FallbackOptions {
+    /// PR #1089's band and tie, every endpoint considered, inserted at the pick.
+    pub fn band(band: u32) -> Self {
+        FallbackOptions {
+            band,
+            tie: Tie::Random,
+            sample: 0,
+            insert: Insertion::AtPick,
+        }
+    }
+}
 
 /// The policy state.
 pub struct PrefixAware {
     trie: HashTrie,
     min_match_chars: u64,
     fallback: Fallback,
-    band: u32,
-    tie: Tie,
+    opts: FallbackOptions,
     sent: SentSinceScrape,
+    /// Keys of the last below-threshold prompt of each session ([`Insertion::SecondTurn`]).
+    pending: FxHashSet<u64>,
 }
 
 impl PrefixAware {
     /// A router with an empty trie.
     pub fn new(min_match_chars: u64, fallback: Fallback, band: u32) -> Self {
+        PrefixAware::with_options(min_match_chars, fallback, FallbackOptions::band(band))
+    }
+
+    /// A router with every fallback option given.
+    pub fn with_options(min_match_chars: u64, fallback: Fallback, opts: FallbackOptions) -> Self {
         PrefixAware {
             trie: HashTrie::new(),
             min_match_chars,
             fallback,
-            band,
-            tie: Tie::Random,
+            opts,
             sent: SentSinceScrape::default(),
+            pending: FxHashSet::default(),
         }
     }
 
     /// The same router with tie rule `tie` inside the fallback's band.
     pub fn with_tie(mut self, tie: Tie) -> Self {
-        self.tie = tie;
+        self.opts.tie = tie;
         self
     }
+}
+
+/// Key of a prompt's first `n` chunks (the count included, so prefixes of different
+/// lengths never collide).
+fn prefix_key(chunks: &[u64], n: usize) -> u64 {
+    let h = chunks[..n]
+        .iter()
+        .fold(mix(0x5EC0_4D70_0000_0000, 0), |h, &c| mix(h, c));
+    mix(h, n as u64)
+}
+
+/// True if some prefix of `chunks`, shorter than the whole, is a pending first prompt; that
+/// entry is consumed.
+fn extends_pending(pending: &mut FxHashSet<u64>, chunks: &[u64]) -> bool {
+    let mut h = mix(0x5EC0_4D70_0000_0000, 0);
+    // Incremental `prefix_key` for every n < len: the count is mixed in per length.
+    for n in 1..chunks.len() {
+        h = mix(h, chunks[n - 1]);
+        let key = mix(h, n as u64);
+        if pending.remove(&key) {
+            return true;
+        }
+    }
+    false
 }
 
 /// The below-threshold pick: `None` for a load-based fallback that lacks engine stats
 /// (then `_qps_routing`, as #1089).
 fn fallback_pick(
     fallback: Fallback,
-    band: u32,
-    tie: Tie,
+    opts: FallbackOptions,
     sent: &mut SentSinceScrape,
     view: &RouterView,
     rng: &mut SimRng,
@@ -73,7 +161,16 @@ fn fallback_pick(
         Fallback::LocalInflight => local_loads(view),
         Fallback::ScrapedPlusSent => sent.loads(view)?,
     };
-    Some(pick_in_band(&loads, band, tie, rng))
+    let n = loads.len();
+    let d = opts.sample as usize;
+    if d == 0 {
+        return Some(pick_in_band(&loads, opts.band, opts.tie, rng));
+    }
+    // Power-of-d: the drawn endpoints in draw order, then the band and tie among them (with
+    // d >= n every endpoint is drawn, in random order, so `first` ties are random).
+    let drawn: Vec<usize> = sample(rng, n, d.min(n)).into_vec();
+    let sub: Vec<u64> = drawn.iter().map(|&i| loads[i]).collect();
+    Some(drawn[pick_in_band(&sub, opts.band, opts.tie, rng)])
 }
 
 impl RoutingPolicy for PrefixAware {
@@ -81,39 +178,64 @@ impl RoutingPolicy for PrefixAware {
         Some(crate::router::CHUNK_CHARS)
     }
 
+    fn joins_chat_messages(&self) -> bool {
+        // `routing_logic.py` @ `a6c01db0` L477-495: `"\n".join(prompt_parts)`.
+        true
+    }
+
     fn route(&mut self, req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision {
         let available: Vec<BackendId> = view.endpoints.iter().map(|e| e.backend).collect();
-        let (min_match, fallback, band, tie) = (self.min_match_chars, self.fallback, self.band, self.tie);
+        let (min_match, fallback, opts) = (self.min_match_chars, self.fallback, self.opts);
         let sent = &mut self.sent;
-        let d = self
-            .trie
-            .match_then_insert(req.prompt_chunks, &available, |chunks, matched| {
-                let match_chars = chunks as u64 * u64::from(req.chunk_chars);
-                let (pos, branch) = if match_chars < min_match {
-                    match fallback_pick(fallback, band, tie, sent, view, rng) {
-                        Some(pos) if fallback == Fallback::Qps => (pos, Branch::FallbackQps),
-                        // Every load-based fallback reports as `fallback_leastinflight`.
-                        Some(pos) => (pos, Branch::FallbackLeastInflight),
-                        None => (qps_routing(view), Branch::FallbackNoStatsQps),
-                    }
-                } else {
-                    let b = matched[uniform_index(rng, matched.len())];
-                    let pos = available
-                        .iter()
-                        .position(|x| *x == b)
-                        .expect("matched set is a subset of available");
-                    (pos, Branch::PrefixMatch)
-                };
-                // Inserted under the pick on both branches (PR #990): the latch.
-                (
-                    view.endpoints[pos].backend,
-                    Decision {
-                        pos,
-                        branch,
-                        match_chars,
-                    },
-                )
-            });
+        let mut decide = |chunks: usize, matched: &[BackendId], rng: &mut SimRng| {
+            let match_chars = chunks as u64 * u64::from(req.chunk_chars);
+            let (pos, branch) = if match_chars < min_match {
+                match fallback_pick(fallback, opts, sent, view, rng) {
+                    Some(pos) if fallback == Fallback::Qps => (pos, Branch::FallbackQps),
+                    // Every load-based fallback reports as `fallback_leastinflight`.
+                    Some(pos) => (pos, Branch::FallbackLeastInflight),
+                    None => (qps_routing(view), Branch::FallbackNoStatsQps),
+                }
+            } else {
+                let b = matched[uniform_index(rng, matched.len())];
+                let pos = available
+                    .iter()
+                    .position(|x| *x == b)
+                    .expect("matched set is a subset of available");
+                (pos, Branch::PrefixMatch)
+            };
+            Decision {
+                pos,
+                branch,
+                match_chars,
+            }
+        };
+        let d = match opts.insert {
+            // Inserted under the pick on both branches (PR #990): the latch.
+            Insertion::AtPick => self
+                .trie
+                .match_then_insert(req.prompt_chunks, &available, |chunks, matched| {
+                    let d = decide(chunks, matched, rng);
+                    (view.endpoints[d.pos].backend, d)
+                }),
+            Insertion::SecondTurn => {
+                let (chunks, matched) = self.trie.longest_prefix_match(req.prompt_chunks, &available);
+                let d = decide(chunks, &matched, rng);
+                // Below the threshold, a prompt that extends no prompt seen before opens a
+                // session: remembered, not inserted. Each later one replaces its
+                // predecessor's key, so the set holds one key per open session.
+                let full = (req.prompt_chars / u64::from(req.chunk_chars.max(1))) as usize;
+                let below = d.branch != Branch::PrefixMatch && full > 0;
+                let later = below && extends_pending(&mut self.pending, req.prompt_chunks);
+                if below {
+                    self.pending.insert(prefix_key(req.prompt_chunks, full));
+                }
+                if !below || later {
+                    self.trie.insert(req.prompt_chunks, view.endpoints[d.pos].backend);
+                }
+                d
+            }
+        };
         if self.fallback == Fallback::ScrapedPlusSent {
             self.sent.record(view.endpoints[d.pos].backend.index(), view.now);
         }
@@ -213,5 +335,67 @@ mod tests {
         f.engine[0] = None;
         let d = p.route(&req(None, &[1]), &f.view(), &mut stream(0, "t", 0));
         assert_eq!((d.pos, d.branch), (1, Branch::FallbackNoStatsQps));
+    }
+
+    #[test]
+    fn power_of_two_fallback_never_picks_the_most_loaded_and_ties_to_the_first_drawn() {
+        let f = ViewFixture::new(3).in_flight(&[Some(1), Some(2), Some(9)]);
+        let opts = FallbackOptions {
+            sample: 2,
+            band: 0,
+            tie: Tie::First,
+            ..FallbackOptions::band(0)
+        };
+        let mut p = PrefixAware::with_options(100_000, Fallback::LocalInflight, opts);
+        let mut rng = stream(5, "t", 0);
+        let mut counts = [0u32; 3];
+        for s in 0..3000u64 {
+            let d = p.route(&req(None, &[s]), &f.view(), &mut rng);
+            assert_eq!(d.branch, Branch::FallbackLeastInflight);
+            counts[d.pos] += 1;
+        }
+        // Backend 0 wins both pairs it is in (2/3), backend 1 only {1, 2} (1/3).
+        assert_eq!(counts[2], 0, "{counts:?}");
+        assert!((counts[0] as i64 - 2000).abs() < 130, "{counts:?}");
+        // Equal loads: the first drawn wins, which is uniform over the endpoints.
+        let f = ViewFixture::new(2).in_flight(&[Some(3), Some(3)]);
+        let mut c = [0u32; 2];
+        for s in 0..2000u64 {
+            c[p.route(&req(None, &[s + 10_000]), &f.view(), &mut rng).pos] += 1;
+        }
+        assert!((c[0] as i64 - 1000).abs() < 120, "{c:?}");
+    }
+
+    #[test]
+    fn second_turn_insertion_latches_on_the_second_pick() {
+        // Threshold 8 chunks. Local in-flight, first-URL ties.
+        let opts = FallbackOptions {
+            tie: Tie::First,
+            insert: Insertion::SecondTurn,
+            ..FallbackOptions::band(0)
+        };
+        let mut p = PrefixAware::with_options(8 * 128, Fallback::LocalInflight, opts);
+        let mut rng = stream(0, "t", 0);
+        let turn1: Vec<u64> = vec![1, 2, 3];
+        let turn2: Vec<u64> = vec![1, 2, 3, 4, 5];
+        let turn3: Vec<u64> = (1..=9).collect();
+        // Turn 1 sees backend 0 idle: picked, not inserted.
+        let idle0 = ViewFixture::new(2).in_flight(&[Some(0), Some(5)]);
+        let d = p.route(&req(None, &turn1), &idle0.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (0, Branch::FallbackLeastInflight));
+        // The same first prompt again matches nothing: it was not inserted.
+        let again = p.route(&req(None, &[1, 2, 7]), &idle0.view(), &mut rng);
+        assert_eq!(again.match_chars, 0);
+        // Turn 2 extends turn 1 and now sees backend 1 idle: picked and inserted there.
+        let idle1 = ViewFixture::new(2).in_flight(&[Some(5), Some(0)]);
+        let d = p.route(&req(None, &turn2), &idle1.view(), &mut rng);
+        assert_eq!((d.pos, d.branch, d.match_chars), (1, Branch::FallbackLeastInflight, 0));
+        // Turn 3 matches turn 2's 5 chunks (below 8: still a fallback, here backend 1 again)
+        // and, extending a seen prompt, is inserted too; turn 4 then follows the trie.
+        let d = p.route(&req(None, &turn3), &idle1.view(), &mut rng);
+        assert_eq!((d.pos, d.match_chars), (1, 5 * 128));
+        let turn4: Vec<u64> = (1..=12).collect();
+        let d = p.route(&req(None, &turn4), &idle0.view(), &mut rng);
+        assert_eq!((d.pos, d.branch, d.match_chars), (1, Branch::PrefixMatch, 9 * 128));
     }
 }

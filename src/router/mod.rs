@@ -233,8 +233,9 @@ impl Router {
             .map(|e| SimDuration(now.0.saturating_sub(e.read_at.0)))
             .max();
         let chunk_chars = self.policy.prompt_chunk_chars();
+        let join = self.policy.joins_chat_messages();
         match chunk_chars {
-            Some(c) => char_chunk_hashes(content, self.cfg.chars_per_token, c, &mut self.chunks),
+            Some(c) => char_chunk_hashes(content, self.cfg.chars_per_token, c, join, &mut self.chunks),
             None => self.chunks.clear(),
         }
         if let Some(kv) = self.kv.as_mut() {
@@ -257,7 +258,8 @@ impl Router {
             session_key,
             prompt_chunks: &self.chunks,
             chunk_chars: chunk_chars.unwrap_or(CHUNK_CHARS),
-            prompt_chars: u64::from(content.prompt_tokens) * u64::from(self.cfg.chars_per_token),
+            prompt_chars: content.prompt_chars(self.cfg.chars_per_token, join),
+            chat: content.chat.is_some(),
         };
         let d = self.policy.route(&req, &view, &mut self.rng);
         assert!(d.pos < self.endpoints.len(), "policy returned an endpoint out of range");

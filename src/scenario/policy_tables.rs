@@ -50,6 +50,7 @@ struct CacheAwareFile {
     tree_chunk_chars: Option<i64>,
     eviction_interval_secs: Option<i64>,
     max_tree_size: Option<i64>,
+    tie: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +89,7 @@ struct AibrixPrebleFile {
     eviction_loop_interval_s: Option<f64>,
     node_ttl_s: Option<f64>,
     tree_chunk_chars: Option<i64>,
+    tie: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -101,12 +103,14 @@ struct KvAwareFile {
 struct LbKvAwareFile {
     kv_aware_threshold: Option<i64>,
     imbalanced_threshold: f64,
+    tie: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LoadAwareFile {
     beta: Option<f64>,
+    tie: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,6 +177,43 @@ pub(super) fn tie(v: &str, path: &str, expected: &str) -> Res<Tie> {
             format!("unknown tie rule `{other}`; expected {expected}"),
         )),
     }
+}
+
+/// A group's `request_api`. The default is `completions` until the committed results are
+/// regenerated with chat requests (see docs/burst8-atlas.md).
+pub(super) fn request_api(v: Option<&str>, path: &str) -> Res<crate::workload::RequestApi> {
+    use crate::workload::RequestApi;
+    match v.unwrap_or("completions") {
+        "chat" => Ok(RequestApi::Chat),
+        "completions" => Ok(RequestApi::Completions),
+        other => Err(FieldError::new(
+            path,
+            format!("unknown request API `{other}`; expected `chat` (`messages`) or `completions` (`prompt`)"),
+        )),
+    }
+}
+
+/// `prefixaware`'s `insert`: when a below-threshold pick enters the trie.
+pub(super) fn insertion(v: Option<&str>, path: &str) -> Res<crate::policy::prefixaware::Insertion> {
+    use crate::policy::prefixaware::Insertion;
+    match v.unwrap_or("at_pick") {
+        "at_pick" => Ok(Insertion::AtPick),
+        "second_turn" => Ok(Insertion::SecondTurn),
+        other => Err(FieldError::new(
+            path,
+            format!("unknown insertion `{other}`; expected `at_pick` (PR #990, upstream) or `second_turn`"),
+        )),
+    }
+}
+
+/// The `tie` of a policy whose upstream breaks ties to the first endpoint (the default);
+/// `upstream` names that rule for the message.
+fn tie_first(v: Option<&str>, path: &str, upstream: &str) -> Res<Tie> {
+    tie(
+        v.unwrap_or("first"),
+        path,
+        &format!("`first` ({upstream}, the default) or `random`"),
+    )
 }
 
 /// PR #884's `--imbalanced-threshold`: a float >= 0 (`inf`, upstream's default, is plain
@@ -249,6 +290,7 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) ->
                     &at("max_tree_size"),
                     "characters",
                 )?,
+                tie: tie_first(f.tie.as_deref(), &at("tie"), "upstream `min_by_key`")?,
             }))
         }),
         "llmd" => from_value::<LlmdFile>(rest, path).and_then(|f| {
@@ -377,6 +419,7 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) ->
                     &at("tree_chunk_chars"),
                     1,
                 )?,
+                tie: tie_first(f.tie.as_deref(), &at("tie"), "upstream's strict `<` in list order")?,
             }))
         }),
         "kvaware" => from_value::<KvAwareFile>(rest, path).and_then(|f| {
@@ -387,6 +430,7 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) ->
                     0,
                 )?),
                 imbalanced_threshold: None,
+                tie: Tie::First,
             })
         }),
         "load_balanced_kvaware" => from_value::<LbKvAwareFile>(rest, path).and_then(|f| {
@@ -400,11 +444,13 @@ pub(super) fn parse(kind: &str, rest: &toml::Value, path: &str, fleet: Fleet) ->
                     f.imbalanced_threshold,
                     &at("imbalanced_threshold"),
                 )?),
+                tie: tie_first(f.tie.as_deref(), &at("tie"), "Python `min()`, PR #884")?,
             })
         }),
         "loadaware" => from_value::<LoadAwareFile>(rest, path).and_then(|f| {
             Ok(PolicyConfig::LoadAware {
                 beta: weight(f.beta.unwrap_or(1.0), &at("beta"))?,
+                tie: tie_first(f.tie.as_deref(), &at("tie"), "the smallest URL, PR #1035")?,
             })
         }),
         "dynamo" => from_value::<DynamoFile>(rest, path).and_then(|f| {

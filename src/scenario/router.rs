@@ -54,6 +54,8 @@ pub(super) fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Re
                 fallback,
                 band: count(p.band, &format!("{path}.band"), 0)?,
                 tie: policy_tables::tie(&p.tie, &format!("{path}.tie"), TIES)?,
+                sample: count(p.sample, &format!("{path}.sample"), 0)?,
+                insert: policy_tables::insertion(p.insert.as_deref(), &format!("{path}.insert"))?,
             })
         }
         "leastinflight" => {

@@ -192,6 +192,11 @@ pub(super) struct PrefixAwareFile {
     pub(super) band: i64,
     #[serde(default = "default_tie")]
     pub(super) tie: String,
+    /// Power-of-d sampling for a load-based fallback (0: argmin over all endpoints).
+    #[serde(default)]
+    pub(super) sample: i64,
+    /// When a below-threshold pick enters the trie: `at_pick` (upstream) or `second_turn`.
+    pub(super) insert: Option<String>,
 }
 
 /// `[router.policy]` for `kind = "leastinflight"`.
@@ -347,6 +352,8 @@ pub struct GroupFile {
     pub sends_session_key: bool,
     /// Per-session context cap in tokens.
     pub max_context_tokens: Option<i64>,
+    /// `chat` or `completions` (default: see [`crate::workload::RequestApi`]).
+    pub request_api: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

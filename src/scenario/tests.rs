@@ -59,7 +59,9 @@ fn upstream_defaults() {
             prefix_min_match_length: 0,
             fallback: Fallback::Qps,
             band: 1,
-            tie: crate::policy::leastrequest::Tie::Random
+            tie: crate::policy::leastrequest::Tie::Random,
+            sample: 0,
+            insert: crate::policy::prefixaware::Insertion::AtPick,
         },
         "prefix_min_match_length defaults to 0 upstream; QPS is upstream's fallback"
     );
@@ -97,7 +99,9 @@ fn overrides_apply_before_validation() {
             prefix_min_match_length: 0,
             fallback: Fallback::LeastInflight,
             band: 0,
-            tie: crate::policy::leastrequest::Tie::Random
+            tie: crate::policy::leastrequest::Tie::Random,
+            sample: 0,
+            insert: crate::policy::prefixaware::Insertion::AtPick,
         }
     );
     assert_eq!(s.sim.router.engine_stats_interval.0, 10 * NS_PER_S);

@@ -175,6 +175,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
                 Some(v) => Some(count(v, &format!("{p}.max_context_tokens"), 2)?),
                 None => None,
             },
+            request_api: policy_tables::request_api(g.request_api.as_deref(), &format!("{p}.request_api"))?,
         });
     }
     let mut traces = Vec::new();

@@ -68,7 +68,15 @@ pub fn production_stack(r: &RouterConfig) -> Option<Flags> {
             fallback,
             band,
             tie,
+            sample,
+            insert,
         } => {
+            if *sample > 0 || *insert != crate::policy::prefixaware::Insertion::AtPick {
+                f.notes.push(format!(
+                    "sample = {sample}, insert = {}: fleetsim candidate fixes of the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
+                    insert.as_str()
+                ));
+            }
             f.args
                 .extend(["--prefix-min-match-length".into(), prefix_min_match_length.to_string()]);
             match fallback {
@@ -98,6 +106,7 @@ pub fn production_stack(r: &RouterConfig) -> Option<Flags> {
         PolicyConfig::KvAware {
             threshold_tokens,
             imbalanced_threshold,
+            ..
         } => {
             f.args
                 .extend(["--kv-aware-threshold".into(), threshold_tokens.to_string()]);
@@ -108,7 +117,7 @@ pub fn production_stack(r: &RouterConfig) -> Option<Flags> {
                     .push("load_balanced_kvaware and --imbalanced-threshold are production-stack PR #884".into());
             }
         }
-        PolicyConfig::LoadAware { beta } => {
+        PolicyConfig::LoadAware { beta, .. } => {
             reads_request_stats = true;
             f.notes.push(format!(
                 "loadaware is production-stack PR #1035; beta = {beta} is set with the environment variable LOADAWARE_BETA={beta}"
