@@ -150,36 +150,11 @@ proptest! {
             3 => format!("fleet_events = [{{ at_s = {at_s}, backend = 0, kind = \"drain\" }}, {{ at_s = {}, backend = 0, kind = \"join\" }}]", at_s + 1.0),
             _ => String::new(),
         };
-        let text = format!(
-            r#"
-{events}
-[backends]
-count = {backends}
-max_num_seqs = {seqs}
-max_num_batched_tokens = {budget}
-kv_blocks = {kv_blocks}
-[router]
-engine_stats_interval_s = {interval_s}
-[router.policy]
-{policy}
-[[workload.groups]]
-name = "g"
-sessions = {sessions}
-arrival = {{ kind = "burst", at_s = 0.1, spread_s = 2.0 }}
-turns = {{ dist = "uniform", min = 1, max = {turns_max} }}
-system_prompt_tokens = 40
-first_input_tokens = {{ dist = "uniform", min = 1, max = {input1} }}
-input_tokens = {{ dist = "uniform", min = 0, max = {input} }}
-output_tokens = {{ dist = "uniform", min = 1, max = {output1} }}
-think_time_s = {{ dist = "exponential", mean = 0.3 }}
-max_context_tokens = {ctx}
-"#,
-            policy = POLICIES[policy],
-            turns_max = turns + 1,
-            input1 = input + 1,
-            output1 = output + 1,
-            ctx = kv_blocks * 16,
-        );
+        let text = RandomFleet {
+            backends, seqs, budget, kv_blocks, policy, interval_s, sessions, turns, sys: 40, input, output,
+            think_s: 0.3, burst_at_s: 0.1, spread_s: 2.0,
+        }
+        .toml(&events);
         let (s, w) = inline(&text, &[("seed", &seed.to_string())]);
         if let Err(e) = compare(&s, &w) {
             prop_assert!(false, "{e}\n{text}");

@@ -27,35 +27,11 @@ proptest! {
         spread_s in 0.0f64..3.0,
         seed in 0u64..1000,
     ) {
-        let text = format!(
-            r#"
-[backends]
-count = {backends}
-max_num_seqs = {seqs}
-max_num_batched_tokens = {budget}
-kv_blocks = {kv_blocks}
-[router]
-engine_stats_interval_s = {interval_s}
-[router.policy]
-{policy}
-[[workload.groups]]
-name = "g"
-sessions = {sessions}
-arrival = {{ kind = "burst", at_s = 0.5, spread_s = {spread_s} }}
-turns = {{ dist = "uniform", min = 1, max = {turns_max} }}
-system_prompt_tokens = {sys}
-first_input_tokens = {{ dist = "uniform", min = 1, max = {input1} }}
-input_tokens = {{ dist = "uniform", min = 0, max = {input} }}
-output_tokens = {{ dist = "uniform", min = 1, max = {output1} }}
-think_time_s = {{ dist = "exponential", mean = {think_s} }}
-max_context_tokens = {ctx}
-"#,
-            policy = POLICIES[policy],
-            turns_max = turns + 1,
-            input1 = input + 1,
-            output1 = output + 1,
-            ctx = kv_blocks * 16,
-        );
+        let text = RandomFleet {
+            backends, seqs, budget, kv_blocks, policy, interval_s, sessions, turns, sys, input, output, think_s,
+            burst_at_s: 0.5, spread_s,
+        }
+        .toml("");
         let (s, w) = inline(&text, &[("seed", &seed.to_string())]);
         let opts = fleetsim::sim::RunOptions { record_series: true, record_decisions: true, check_invariants: true, record_event_log: false };
         let res = fleetsim::sim::run(s.sim.clone(), &w, opts);

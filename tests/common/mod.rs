@@ -101,3 +101,69 @@ pub fn documents(root: &Path) -> Vec<PathBuf> {
     walk(root, Path::new("docs"), &mut out);
     out
 }
+
+/// A small random fleet for the property tests: one group of multi-turn sessions opened in a
+/// burst, under `POLICIES[policy]`.
+pub struct RandomFleet {
+    pub backends: u32,
+    pub seqs: u32,
+    pub budget: u32,
+    pub kv_blocks: u32,
+    pub policy: usize,
+    pub interval_s: f64,
+    pub sessions: u32,
+    pub turns: u32,
+    pub sys: u32,
+    pub input: u32,
+    pub output: u32,
+    pub think_s: f64,
+    pub burst_at_s: f64,
+    pub spread_s: f64,
+}
+
+impl RandomFleet {
+    /// The scenario text, with `top` (top-level keys such as `fleet_events`) first.
+    pub fn toml(&self, top: &str) -> String {
+        format!(
+            r#"
+{top}
+[backends]
+count = {backends}
+max_num_seqs = {seqs}
+max_num_batched_tokens = {budget}
+kv_blocks = {kv_blocks}
+[router]
+engine_stats_interval_s = {interval_s}
+[router.policy]
+{policy}
+[[workload.groups]]
+name = "g"
+sessions = {sessions}
+arrival = {{ kind = "burst", at_s = {at_s}, spread_s = {spread_s} }}
+turns = {{ dist = "uniform", min = 1, max = {turns_max} }}
+system_prompt_tokens = {sys}
+first_input_tokens = {{ dist = "uniform", min = 1, max = {input1} }}
+input_tokens = {{ dist = "uniform", min = 0, max = {input} }}
+output_tokens = {{ dist = "uniform", min = 1, max = {output1} }}
+think_time_s = {{ dist = "exponential", mean = {think_s} }}
+max_context_tokens = {ctx}
+"#,
+            backends = self.backends,
+            seqs = self.seqs,
+            budget = self.budget,
+            kv_blocks = self.kv_blocks,
+            interval_s = self.interval_s,
+            policy = POLICIES[self.policy],
+            sessions = self.sessions,
+            at_s = self.burst_at_s,
+            spread_s = self.spread_s,
+            turns_max = self.turns + 1,
+            sys = self.sys,
+            input1 = self.input + 1,
+            input = self.input,
+            output1 = self.output + 1,
+            think_s = self.think_s,
+            ctx = self.kv_blocks * 16,
+        )
+    }
+}
