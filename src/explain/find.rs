@@ -10,7 +10,7 @@ use super::{
 };
 use crate::decision::Branch;
 use crate::ids::BackendId;
-use crate::metrics::{Episode, round6};
+use crate::metrics::{Episode, View, round6};
 use crate::sim::{RunResult, SimConfig};
 use crate::time::{SimTime, ns_to_secs};
 
@@ -393,20 +393,24 @@ fn refine(res: &RunResult, cfg: &SimConfig, i: usize, fam: Cause, opts: &Explain
         .filter_map(|v| v.engine)
         .map(|e| ns_to_secs(t.0.saturating_sub(e.read_at.0)))
         .fold(0.0, f64::max);
-    let min = view
-        .iter()
-        .zip(truth)
-        .filter(|(v, _)| v.listed)
-        .map(|(_, t)| *t)
-        .min()
-        .unwrap_or(0);
-    let regret = truth[pick].saturating_sub(min);
+    let regret = truth[pick].saturating_sub(least_listed(&view, truth));
     // The view said "least loaded" but in truth it was not: either the view was old, or
     // the same view served earlier decisions that had since moved the truth.
     if regret > 0 || age > opts.stale_after_s {
         return Cause::StaleView;
     }
     Cause::LoadView
+}
+
+/// The least true load among the backends the router listed (0 when it listed none): what
+/// a pick's regret is measured against.
+fn least_listed(view: &View<'_>, truth: &[u32]) -> u32 {
+    view.iter()
+        .zip(truth)
+        .filter(|(v, _)| v.listed)
+        .map(|(_, t)| *t)
+        .min()
+        .unwrap_or(0)
 }
 
 /// One cause group with its evidence.
@@ -428,14 +432,7 @@ fn group(res: &RunResult, names: &[String], cause: Cause, branch: Branch, reqs: 
         for v in view.iter().filter_map(|v| v.engine) {
             max_age = max_age.max(ns_to_secs(t.0.saturating_sub(v.read_at.0)));
         }
-        let min = view
-            .iter()
-            .zip(truth)
-            .filter(|(v, _)| v.listed)
-            .map(|(_, t)| *t)
-            .min()
-            .unwrap_or(0);
-        max_regret = max_regret.max(truth[res.requests[i].backend.index()].saturating_sub(min));
+        max_regret = max_regret.max(truth[res.requests[i].backend.index()].saturating_sub(least_listed(&view, truth)));
     }
     let mut sessions: Vec<String> = reqs
         .iter()

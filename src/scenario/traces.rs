@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use super::schema::TraceFile;
-use super::workload::arrival;
-use super::{FieldError, Res, count, dist, secs};
+use super::workload::{arrival, service_time};
+use super::{FieldError, Res, count, secs};
 use crate::time::SimTime;
 
 /// Validates one `[[workload.traces]]` table (`p` is its key path).
@@ -122,22 +122,7 @@ pub(super) fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::
     if let Some(b) = t.block_tokens {
         g.block_tokens = Some(count(b, &format!("{p}.block_tokens"), 1)?);
     }
-    g.service_time_s = match (&t.service_time_s, queueing) {
-        (Some(v), true) => Some(dist(v, &format!("{p}.service_time_s"))?),
-        (None, true) => {
-            return Err(FieldError::new(
-                p,
-                "queueing backends need `service_time_s` (a distribution in seconds)",
-            ));
-        }
-        (Some(_), false) => {
-            return Err(FieldError::new(
-                format!("{p}.service_time_s"),
-                "only applies to backends.model = \"queueing\"; vLLM service time comes from the step-time model",
-            ));
-        }
-        (None, false) => None,
-    };
+    g.service_time_s = service_time(t.service_time_s.as_ref(), queueing, p)?;
     Ok(g)
 }
 

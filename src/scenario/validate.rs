@@ -5,7 +5,7 @@ use super::events::{client, faults, fleet_events, router_events};
 use super::router::policy;
 use super::schema::ScenarioFile;
 use super::traces::trace_group;
-use super::workload::arrival;
+use super::workload::{arrival, service_time};
 use super::{FieldError, Res, Scenario, backends, count, counts, dist, policy_tables, secs};
 use crate::router::RouterConfig;
 use crate::sim::{BackendModel, FrontBalancer, SimConfig};
@@ -136,22 +136,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
             ));
         }
         let sessions = count(g.sessions, &format!("{p}.sessions"), 1)?;
-        let service = match (&g.service_time_s, queueing) {
-            (Some(v), true) => Some(dist(v, &format!("{p}.service_time_s"))?),
-            (None, true) => {
-                return Err(FieldError::new(
-                    p,
-                    "queueing backends need `service_time_s` (a distribution in seconds)",
-                ));
-            }
-            (Some(_), false) => {
-                return Err(FieldError::new(
-                    format!("{p}.service_time_s"),
-                    "only applies to backends.model = \"queueing\"; vLLM service time comes from the step-time model",
-                ));
-            }
-            (None, false) => None,
-        };
+        let service = service_time(g.service_time_s.as_ref(), queueing, &p)?;
         let input = dist(&g.input_tokens, &format!("{p}.input_tokens"))?;
         counts::check(&g.turns, &format!("{p}.turns"), 1, "turns")?;
         counts::check(&g.output_tokens, &format!("{p}.output_tokens"), 1, "output_tokens")?;

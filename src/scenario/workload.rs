@@ -1,7 +1,9 @@
-//! `[[workload.groups]]` arrivals: burst, Poisson and interval processes.
+//! `[[workload.groups]]` arrivals (burst, Poisson and interval processes) and the service
+//! time that queueing backends need, for groups and traces alike.
 
 use super::schema::{BurstFile, IntervalFile, PoissonFile};
-use super::{FieldError, Res, from_value, secs, tag, without};
+use super::{FieldError, Res, dist, from_value, secs, tag, without};
+use crate::dist::Dist;
 use crate::time::SimTime;
 use crate::workload::Arrival;
 
@@ -48,5 +50,22 @@ pub(super) fn arrival(v: &toml::Value, path: &str) -> Res<Arrival> {
             format!("{path}.kind"),
             format!("unknown arrival `{other}`; expected one of {ARRIVAL_KINDS}"),
         )),
+    }
+}
+
+/// `service_time_s` of a group or trace at `path`: required by queueing backends, refused by
+/// vLLM ones (whose service time comes from the step-time model).
+pub(super) fn service_time(v: Option<&toml::Value>, queueing: bool, path: &str) -> Res<Option<Dist>> {
+    match (v, queueing) {
+        (Some(v), true) => Ok(Some(dist(v, &format!("{path}.service_time_s"))?)),
+        (None, true) => Err(FieldError::new(
+            path,
+            "queueing backends need `service_time_s` (a distribution in seconds)",
+        )),
+        (Some(_), false) => Err(FieldError::new(
+            format!("{path}.service_time_s"),
+            "only applies to backends.model = \"queueing\"; vLLM service time comes from the step-time model",
+        )),
+        (None, false) => Ok(None),
     }
 }
