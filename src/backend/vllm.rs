@@ -754,6 +754,43 @@ mod tests {
         assert_eq!(got, vec![(RequestId(0), vec![(1000, 4)])]);
     }
 
+    proptest::proptest! {
+        /// One uninterrupted request: its gaps sum to last minus first token time, so its
+        /// mean ITL is its TPOT, whatever the step times; p50 <= p90 <= p99.
+        #[test]
+        fn mean_itl_of_one_request_is_its_tpot(
+            prompt in 1u32..300,
+            out in 2u32..60,
+            durs in proptest::collection::vec(1u64..5_000_000, 400),
+        ) {
+            let mut e = VllmEngine::new(cfg(4, 64, 1000));
+            e.enqueue(RequestId(0), req(1, prompt, out));
+            let ends: Vec<u64> = durs.iter().scan(0, |t, d| { *t += d; Some(*t) }).collect();
+            let mut first = None;
+            let mut ev = StepEvents::default();
+            let mut k = 0;
+            let mut runs = Vec::new();
+            while e.start_step(&mut ev).is_some() {
+                ev.clear();
+                e.finish_step(SimTime(ends[k]), &mut ev);
+                if !ev.first_tokens.is_empty() {
+                    first = Some(ends[k]);
+                }
+                runs.extend(ev.itl_runs.iter().copied());
+                k += 1;
+            }
+            let hist: std::collections::BTreeMap<u64, u64> = runs.iter().fold(Default::default(), |mut h, &(g, n)| {
+                *h.entry(g).or_insert(0) += u64::from(n);
+                h
+            });
+            let p = crate::metrics::weighted_percentiles(&hist);
+            let tpot_s = crate::time::ns_to_secs(ends[k - 1] - first.unwrap()) / f64::from(out - 1);
+            proptest::prop_assert_eq!(p.count, u64::from(out - 1));
+            proptest::prop_assert!((p.mean - tpot_s).abs() <= 1e-6, "{} vs {}", p.mean, tpot_s);
+            proptest::prop_assert!(p.p50 <= p.p90 && p.p90 <= p.p99);
+        }
+    }
+
     #[test]
     fn a_preempted_requests_gap_spans_the_preemption() {
         // As decode_preempts_most_recent: B (id 1) is preempted and recomputed. Steps end
