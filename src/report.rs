@@ -137,6 +137,11 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
     );
     let _ = writeln!(
         o,
+        "itl p50/p90/p99     {:.4} / {:.4} / {:.4} s between consecutive output tokens",
+        s.itl_s.p50, s.itl_s.p90, s.itl_s.p99
+    );
+    let _ = writeln!(
+        o,
         "throughput          {:.3} req/s, {:.0} output tok/s, prefix cache hit {:.1}%, {} preemptions",
         s.throughput_rps,
         s.output_tokens_per_s,

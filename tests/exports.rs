@@ -143,6 +143,14 @@ fn metric_names_put_the_unit_last_and_report_tpot() {
     let tpot = &s["tpot_s"];
     assert_eq!(tpot["count"], 200);
     assert!(tpot["p50"].as_f64().unwrap() > 0.0 && tpot["p99"].as_f64().unwrap() >= tpot["p50"].as_f64().unwrap());
+    // ITL: one gap per output token after the first, of every finished request.
+    let (rh, rr) = csv_rows(&t.path().join("requests.csv"));
+    let out_col = rh.iter().position(|h| h == "output_tokens").unwrap();
+    let gaps: u64 = rr.iter().map(|r| r[out_col].parse::<u64>().unwrap() - 1).sum();
+    let itl = &s["itl_s"];
+    assert_eq!(itl["count"], gaps);
+    let q = |k: &str| itl[k].as_f64().unwrap();
+    assert!(q("p50") > 0.0 && q("p50") <= q("p90") && q("p90") <= q("p99") && q("p99") <= q("max"));
     let out = t.path().join("sw");
     sim()
         .args([
@@ -162,6 +170,9 @@ fn metric_names_put_the_unit_last_and_report_tpot() {
         "ttft_p99_s",
         "tpot_p99_s",
         "tpot_p50_s",
+        "itl_p50_s",
+        "itl_p90_s",
+        "itl_p99_s",
         "ttft_count",
         "decision_regret_p50",
     ] {

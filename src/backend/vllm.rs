@@ -25,7 +25,7 @@ use super::kv::BlockPool;
 use super::perf::StepTimeModel;
 use crate::content::{Content, block_hashes};
 use crate::ids::RequestId;
-use crate::time::SimDuration;
+use crate::time::{SimDuration, SimTime};
 
 /// Engine configuration (vLLM flags).
 #[derive(Clone, Debug, PartialEq)]
@@ -64,6 +64,10 @@ pub struct StepEvents {
     pub finished: Vec<Finished>,
     /// Requests preempted while scheduling.
     pub preempted: Vec<RequestId>,
+    /// Inter-token gaps of the requests that finished in the step, run-length encoded as
+    /// `(gap_ns, tokens)`: the time from each output token after the first to the one
+    /// before it (a gap spans any preemption in between).
+    pub itl_runs: Vec<(u64, u32)>,
 }
 
 impl StepEvents {
@@ -73,6 +77,7 @@ impl StepEvents {
         self.first_tokens.clear();
         self.finished.clear();
         self.preempted.clear();
+        self.itl_runs.clear();
     }
 }
 
@@ -101,6 +106,11 @@ struct Slot {
     /// Chained hashes of every full block of the request's content (prefix caching only).
     hashes: Vec<u64>,
     content: Content,
+    /// When the latest output token was sampled (ns; meaningful once `generated > 0`).
+    last_token_ns: u64,
+    /// Gaps between consecutive output tokens so far, run-length encoded: every decoding
+    /// request of one step sees the same gap, so runs stay short.
+    itl_runs: Vec<(u64, u32)>,
 }
 
 /// Prefix-cache counters (vLLM's `prefix_cache_queries` / `_hits`, in tokens).
@@ -182,6 +192,8 @@ impl VllmEngine {
             admitted_before: false,
             hashes: Vec::new(),
             content,
+            last_token_ns: 0,
+            itl_runs: Vec::new(),
         };
         let idx = match self.free_slots.pop() {
             Some(i) => {
@@ -382,9 +394,10 @@ impl VllmEngine {
         Some(self.cfg.step_time.step(prefill_tokens, decode_tokens))
     }
 
-    /// Applies the step's results: tokens computed, tokens sampled, finished requests
-    /// freed; then publishes the gauges.
-    pub fn finish_step(&mut self, ev: &mut StepEvents) {
+    /// Applies the step's results at `now` (the step's end): tokens computed, tokens
+    /// sampled, finished requests freed with their inter-token gaps; then publishes the
+    /// gauges.
+    pub fn finish_step(&mut self, now: SimTime, ev: &mut StepEvents) {
         assert!(self.stepping, "finish_step without a step");
         self.stepping = false;
         let batch = std::mem::take(&mut self.batch);
@@ -400,7 +413,14 @@ impl VllmEngine {
                 sl.num_tokens += 1;
                 if sl.generated == 1 {
                     ev.first_tokens.push(sl.id);
+                } else {
+                    let gap_ns = now.0 - sl.last_token_ns;
+                    match sl.itl_runs.last_mut() {
+                        Some((g, n)) if *g == gap_ns => *n += 1,
+                        _ => sl.itl_runs.push((gap_ns, 1)),
+                    }
                 }
+                sl.last_token_ns = now.0;
                 if sl.generated == sl.output_tokens {
                     any_finished = true;
                 }
@@ -422,6 +442,7 @@ impl VllmEngine {
             for s in done.drain(..) {
                 let sl = self.slots[s as usize].take().expect("dangling slot");
                 self.release_blocks(&sl.blocks);
+                ev.itl_runs.extend_from_slice(&sl.itl_runs);
                 ev.finished.push(Finished {
                     id: sl.id,
                     preemptions: sl.preemptions,
@@ -578,7 +599,7 @@ mod tests {
         let mut steps = 0;
         let mut done = Vec::new();
         while e.start_step(&mut ev).is_some() {
-            e.finish_step(&mut ev);
+            e.finish_step(SimTime(0), &mut ev);
             e.check().unwrap();
             done.extend(ev.finished.iter().map(|f| f.id));
             ev.clear();
@@ -614,7 +635,7 @@ mod tests {
         let mut ev = StepEvents::default();
         let d = e.start_step(&mut ev).unwrap();
         assert_eq!(d, StepTimeModel::default().step(100, 0));
-        e.finish_step(&mut ev);
+        e.finish_step(SimTime(0), &mut ev);
         assert_eq!(ev.first_tokens, vec![RequestId(0)]);
         let d = e.start_step(&mut ev).unwrap();
         assert_eq!(d, StepTimeModel::default().step(0, 1));
@@ -636,12 +657,12 @@ mod tests {
         e.start_step(&mut ev).unwrap();
         assert_eq!((e.running(), e.waiting()), (2, 1));
         assert_eq!((e.gauges().running, e.gauges().waiting), (0, 0));
-        e.finish_step(&mut ev);
+        e.finish_step(SimTime(0), &mut ev);
         assert_eq!((e.gauges().running, e.gauges().waiting), (2, 1));
         // An arrival during a step is not in the gauge published at that step's end.
         e.start_step(&mut ev).unwrap();
         e.enqueue(RequestId(9), req(99, 10, 2));
-        e.finish_step(&mut ev);
+        e.finish_step(SimTime(0), &mut ev);
         assert_eq!((e.gauges().running, e.gauges().waiting), (2, 1));
         assert_eq!((e.waiting(), e.pending()), (1, 1));
     }
@@ -661,7 +682,7 @@ mod tests {
             if admitted.len() == 1 {
                 assert_eq!((e.running(), e.waiting()), (1, 2), "C must wait behind B");
             }
-            e.finish_step(&mut ev);
+            e.finish_step(SimTime(0), &mut ev);
             e.check().unwrap();
             ev.clear();
         }
@@ -683,7 +704,7 @@ mod tests {
         let mut preempted = Vec::new();
         let mut done = Vec::new();
         while e.start_step(&mut ev).is_some() {
-            e.finish_step(&mut ev);
+            e.finish_step(SimTime(0), &mut ev);
             e.check().unwrap();
             preempted.extend(ev.preempted.iter().copied());
             done.extend(ev.finished.iter().copied());
@@ -698,6 +719,97 @@ mod tests {
         assert_eq!(e.preemptions(), preempted.len() as u64);
     }
 
+    /// Runs steps until idle, step `k` (from 1) ending at `end_ns(k)`; returns the ITL
+    /// runs of the finished requests by id, and each request's first and last token time.
+    fn run_clocked(e: &mut VllmEngine, end_ns: impl Fn(u64) -> u64) -> Vec<(RequestId, Vec<(u64, u32)>)> {
+        let mut ev = StepEvents::default();
+        let mut k = 0;
+        let mut out = Vec::new();
+        while e.start_step(&mut ev).is_some() {
+            k += 1;
+            ev.clear();
+            e.finish_step(SimTime(end_ns(k)), &mut ev);
+            // One request finishes per step in these tests: its runs are all of them.
+            for f in &ev.finished {
+                out.push((f.id, ev.itl_runs.clone()));
+            }
+            assert!(ev.finished.len() <= 1);
+        }
+        out
+    }
+
+    #[test]
+    fn itl_is_the_gap_between_consecutive_sampled_tokens() {
+        // 16-token prompt, 4 output tokens: step 1 prefills and samples token 1 (its TTFT),
+        // steps 2-4 decode. Steps end at 100, 250, 450, 700 ns: gaps 150, 200, 250.
+        let mut e = VllmEngine::new(cfg(4, 8192, 100));
+        e.enqueue(RequestId(0), req(1, 16, 4));
+        let ends = [0, 100, 250, 450, 700];
+        let got = run_clocked(&mut e, |k| ends[k as usize]);
+        assert_eq!(got, vec![(RequestId(0), vec![(150, 1), (200, 1), (250, 1)])]);
+        // Equal gaps share a run.
+        let mut e = VllmEngine::new(cfg(4, 8192, 100));
+        e.enqueue(RequestId(0), req(1, 16, 5));
+        let got = run_clocked(&mut e, |k| 1000 * k);
+        assert_eq!(got, vec![(RequestId(0), vec![(1000, 4)])]);
+    }
+
+    proptest::proptest! {
+        /// One uninterrupted request: its gaps sum to last minus first token time, so its
+        /// mean ITL is its TPOT, whatever the step times; p50 <= p90 <= p99.
+        #[test]
+        fn mean_itl_of_one_request_is_its_tpot(
+            prompt in 1u32..300,
+            out in 2u32..60,
+            durs in proptest::collection::vec(1u64..5_000_000, 400),
+        ) {
+            let mut e = VllmEngine::new(cfg(4, 64, 1000));
+            e.enqueue(RequestId(0), req(1, prompt, out));
+            let ends: Vec<u64> = durs.iter().scan(0, |t, d| { *t += d; Some(*t) }).collect();
+            let mut first = None;
+            let mut ev = StepEvents::default();
+            let mut k = 0;
+            let mut runs = Vec::new();
+            while e.start_step(&mut ev).is_some() {
+                ev.clear();
+                e.finish_step(SimTime(ends[k]), &mut ev);
+                if !ev.first_tokens.is_empty() {
+                    first = Some(ends[k]);
+                }
+                runs.extend(ev.itl_runs.iter().copied());
+                k += 1;
+            }
+            let hist: std::collections::BTreeMap<u64, u64> = runs.iter().fold(Default::default(), |mut h, &(g, n)| {
+                *h.entry(g).or_insert(0) += u64::from(n);
+                h
+            });
+            let p = crate::metrics::weighted_percentiles(&hist);
+            let tpot_s = crate::time::ns_to_secs(ends[k - 1] - first.unwrap()) / f64::from(out - 1);
+            proptest::prop_assert_eq!(p.count, u64::from(out - 1));
+            proptest::prop_assert!((p.mean - tpot_s).abs() <= 1e-6, "{} vs {}", p.mean, tpot_s);
+            proptest::prop_assert!(p.p50 <= p.p90 && p.p90 <= p.p99);
+        }
+    }
+
+    #[test]
+    fn a_preempted_requests_gap_spans_the_preemption() {
+        // As decode_preempts_most_recent: B (id 1) is preempted and recomputed. Steps end
+        // every 1000 ns, so an uninterrupted gap is 1000 ns and B's longer gaps are the
+        // steps it spent out of the batch; its gaps still sum to last - first token.
+        let mut e = VllmEngine::new(cfg(8, 8192, 8));
+        e.enqueue(RequestId(0), req(1, 60, 40));
+        e.enqueue(RequestId(1), req(2, 60, 40));
+        let got = run_clocked(&mut e, |k| 1000 * k);
+        let (a, b) = (&got[0].1, &got[1].1);
+        assert_eq!((got[0].0, got[1].0), (RequestId(0), RequestId(1)));
+        assert_eq!(a, &vec![(1000, 39)], "A runs uninterrupted");
+        assert_eq!(b.iter().map(|&(_, n)| n).sum::<u32>(), 39);
+        assert!(b.iter().any(|&(g, _)| g > 1000), "{b:?}");
+        // B's first token came in step 1 (t = 1000) and its last at the final step.
+        let last_ns = 1000 * e.steps();
+        assert_eq!(b.iter().map(|&(g, n)| g * u64::from(n)).sum::<u64>(), last_ns - 1000);
+    }
+
     #[test]
     fn prefix_cache_hit_is_capped_below_full_length() {
         let mut e = VllmEngine::new(cfg(4, 8192, 100));
@@ -709,7 +821,7 @@ mod tests {
         let mut ev = StepEvents::default();
         e.start_step(&mut ev).unwrap();
         assert_eq!(ev.admitted, vec![(RequestId(1), 48)]);
-        e.finish_step(&mut ev);
+        e.finish_step(SimTime(0), &mut ev);
         drain(&mut e);
         // A longer later turn of the same session hits all 4 blocks.
         e.enqueue(RequestId(2), req(5, 100, 1));
@@ -732,12 +844,12 @@ mod tests {
         let mut ev = StepEvents::default();
         let m = StepTimeModel::default();
         assert_eq!(e.start_step(&mut ev), Some(m.step(100, 0)));
-        e.finish_step(&mut ev);
+        e.finish_step(SimTime(0), &mut ev);
         assert!(ev.first_tokens.is_empty());
         assert_eq!(e.start_step(&mut ev), Some(m.step(100, 0)));
-        e.finish_step(&mut ev);
+        e.finish_step(SimTime(0), &mut ev);
         assert_eq!(e.start_step(&mut ev), Some(m.step(50, 0)));
-        e.finish_step(&mut ev);
+        e.finish_step(SimTime(0), &mut ev);
         assert_eq!(ev.first_tokens, vec![RequestId(0)]);
     }
 }

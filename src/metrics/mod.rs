@@ -39,4 +39,5 @@ pub use names::{UNITS, canonical_metric, flatten, flatten_json, known_metric, sp
 pub use records::{RequestRec, TsRow};
 pub use summary::{
     BackendSummary, EngineCounters, Percentiles, RequestCounts, Summary, SummaryInputs, percentiles, round6, summarize,
+    weighted_percentiles,
 };

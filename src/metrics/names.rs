@@ -156,7 +156,13 @@ mod tests {
         assert_eq!(canonical_metric("decision_regret.max"), "decision_regret_max");
         assert_eq!(canonical_metric("backends[1].busy_s"), "backends[1].busy_s");
         assert_eq!(canonical_metric("requests.finished"), "requests.finished");
-        assert!(known_metric("ttft_s.p99") && known_metric("tpot_p99_s") && !known_metric("ttft_s.p98"));
+        assert!(
+            known_metric("ttft_s.p99")
+                && known_metric("tpot_p99_s")
+                && known_metric("itl_p90_s")
+                && known_metric("itl_s.p99")
+                && !known_metric("ttft_s.p98")
+        );
         assert_eq!(stat_name("ttft_p99_s", "mean"), "ttft_p99_mean_s");
         assert_eq!(stat_name("throughput_rps", "ci95"), "throughput_ci95_rps");
         assert_eq!(stat_name("output_tokens_per_s", "std"), "output_tokens_std_per_s");

@@ -25,6 +25,42 @@ pub struct Percentiles {
     pub max: f64,
 }
 
+/// [`percentiles`] of a sample given as value (ns) -> multiplicity, without expanding it:
+/// the same numpy interpolation between closest ranks, the ranks found by walking the
+/// cumulative counts.
+pub fn weighted_percentiles(hist: &BTreeMap<u64, u64>) -> Percentiles {
+    let n: u64 = hist.values().sum();
+    if n == 0 {
+        return Percentiles::default();
+    }
+    // The value at 0-based rank `k`.
+    let at = |k: u64| {
+        let mut seen = 0;
+        for (&v, &c) in hist {
+            seen += c;
+            if k < seen {
+                return ns_to_secs(v);
+            }
+        }
+        unreachable!("rank below the total count")
+    };
+    let q = |p: f64| {
+        let idx = p * (n - 1) as f64;
+        let (lo, hi) = (idx.floor() as u64, idx.ceil() as u64);
+        let (xl, xh) = (at(lo), at(hi));
+        xl + (xh - xl) * (idx - lo as f64)
+    };
+    let sum: f64 = hist.iter().map(|(&v, &c)| ns_to_secs(v) * c as f64).sum();
+    Percentiles {
+        count: n,
+        mean: round6(sum / n as f64),
+        p50: round6(q(0.5)),
+        p90: round6(q(0.9)),
+        p99: round6(q(0.99)),
+        max: round6(ns_to_secs(*hist.keys().next_back().expect("non-empty"))),
+    }
+}
+
 /// Rounds to the microsecond (reports only).
 pub fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
@@ -176,6 +212,11 @@ pub struct Summary {
     /// `(e2e - ttft) / (output_tokens - 1)`, as vLLM's `benchmarks/benchmark_serving.py`
     /// (`calculate_metrics`: `tpot = (latency - ttft) / (output_len - 1)`) computes it.
     pub tpot_s: Percentiles,
+    /// Inter-token latency: the gap between consecutive output tokens of a request, over
+    /// every output token after the first of every finished request (token-weighted, as
+    /// vLLM's `benchmark_serving.py` collects `itls` across requests); engine-side sample
+    /// times, a gap spanning any preemption. `count` is in tokens. Empty in queueing mode.
+    pub itl_s: Percentiles,
     /// Per backend.
     pub backends: Vec<BackendSummary>,
     /// The moment of greatest stranding, if any.
@@ -232,6 +273,8 @@ pub struct SummaryInputs<'a> {
     pub regrets: &'a [u32],
     /// Per decision that saw engine stats: age of the oldest entry, ns.
     pub view_ages_ns: &'a [u64],
+    /// Inter-token gaps of finished requests: gap (ns) -> output tokens.
+    pub itl_ns: &'a BTreeMap<u64, u64>,
     /// Attempts refused for lack of endpoints.
     pub rejected: u64,
     /// Turns abandoned after the last retry.
@@ -340,6 +383,7 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
         ttft_s: percentiles(ttft),
         e2e_s: percentiles(e2e),
         tpot_s: tpot_of(requests),
+        itl_s: weighted_percentiles(inp.itl_ns),
         backends,
         worst_moment: fleet.worst.as_ref().map(|(t, s, b)| WorstMoment {
             t_s: round6(t.as_secs_f64()),
@@ -390,6 +434,32 @@ mod tests {
         // (1000 - 100) ms over 9 gaps = 100 ms; (700 - 100) over 3 = 200 ms; 1 token: none.
         let t = tpot_of(&[rec(10, 100, 1000), rec(4, 100, 700), rec(1, 100, 100)]);
         assert_eq!((t.count, t.p50), (2, 0.15));
+    }
+
+    #[test]
+    fn weighted_percentiles_match_the_expanded_sample() {
+        // 3 gaps of 10 ms and 1 of 40 ms: numpy.percentile([10,10,10,40], [50,90,99]) ms =
+        // 10, 31, 39.1; mean 17.5.
+        let h = BTreeMap::from([(10_000_000, 3), (40_000_000, 1)]);
+        let p = weighted_percentiles(&h);
+        assert_eq!(
+            (p.count, p.mean, p.p50, p.p90, p.p99, p.max),
+            (4, 0.0175, 0.01, 0.031, 0.0391, 0.04)
+        );
+        assert_eq!(weighted_percentiles(&BTreeMap::new()), Percentiles::default());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn weighted_percentiles_are_ordered_and_exact(h in proptest::collection::btree_map(1u64..10_000_000_000, 1u64..50, 1..20)) {
+            let p = weighted_percentiles(&h);
+            proptest::prop_assert!(p.p50 <= p.p90 && p.p90 <= p.p99 && p.p99 <= p.max);
+            let xs = h.iter().flat_map(|(&v, &c)| std::iter::repeat_n(ns_to_secs(v), c as usize)).collect();
+            let e = percentiles(xs);
+            // Same ranks and interpolation; the mean may differ in the last ulp before rounding.
+            proptest::prop_assert_eq!((p.count, p.p50, p.p90, p.p99, p.max), (e.count, e.p50, e.p90, e.p99, e.max));
+            proptest::prop_assert!((p.mean - e.mean).abs() <= 1e-6);
+        }
     }
 
     #[test]

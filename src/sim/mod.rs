@@ -399,6 +399,8 @@ pub struct Simulation<'w> {
     incarnation: Vec<u32>,
     /// Per backend: counters of replaced engine incarnations.
     retired: Vec<EngineCounters>,
+    /// Inter-token gaps of finished requests: gap (ns) -> output tokens (exact, ordered).
+    itl_ns: std::collections::BTreeMap<u64, u64>,
     /// Per session: failed attempts of its current turn.
     attempts: Vec<u32>,
     /// Open-loop sessions: failed attempts per `(session, turn)` with a retry pending.
@@ -496,6 +498,7 @@ impl<'w> Simulation<'w> {
             membership,
             incarnation: vec![0; n],
             retired: vec![EngineCounters::default(); n],
+            itl_ns: std::collections::BTreeMap::new(),
             attempts: vec![0; workload.sessions.len()],
             open_attempts: rustc_hash::FxHashMap::default(),
             rejected: 0,

@@ -117,6 +117,7 @@ impl Simulation<'_> {
             last_turns,
             regrets: &self.regrets,
             view_ages_ns: &self.view_ages,
+            itl_ns: &self.itl_ns,
             rejected: self.rejected,
             abandoned: self.abandoned,
         };

@@ -46,7 +46,10 @@ impl Simulation<'_> {
         };
         let mut ev = std::mem::take(&mut self.step_events);
         ev.clear();
-        e.finish_step(&mut ev);
+        e.finish_step(now, &mut ev);
+        for &(gap_ns, n) in &ev.itl_runs {
+            *self.itl_ns.entry(gap_ns).or_insert(0) += u64::from(n);
+        }
         let resp = self.cfg.response_latency;
         for &rid in &ev.first_tokens {
             self.requests[rid.index()].t_first_token = Some(now);
