@@ -228,11 +228,12 @@ fn second_turn_insertion_and_power_of_two_run_end_to_end() {
 #[test]
 fn chat_requests_blind_kvaware_and_add_separators_to_prefixaware() {
     let kv = [("router.policy", "{ kind = \"kvaware\" }")];
-    let (s, w) = shipped("seed/a-qps-pure.toml", &kv);
+    let as_completions = ("workload.groups[0].request_api", "\"completions\"");
+    let (s, w) = shipped("seed/a-qps-pure.toml", &[kv[0], as_completions]);
     let completions = run_full(&s, &w);
     assert!(completions.summary.decisions_by_branch["kv_hit"] > 0);
-    let chat = [kv[0], ("workload.groups[0].request_api", "\"chat\"")];
-    let (s, w) = shipped("seed/a-qps-pure.toml", &chat);
+    // Chat is the default: no key set.
+    let (s, w) = shipped("seed/a-qps-pure.toml", &kv);
     let r = run_full(&s, &w);
     assert_eq!(r.summary.decisions_by_branch["kv_hit"], 0);
     assert_eq!(
@@ -240,13 +241,10 @@ fn chat_requests_blind_kvaware_and_add_separators_to_prefixaware() {
         r.summary.requests.planned
     );
     // prefixaware: the same picks' matched lengths, plus separators.
-    let (s, w) = shipped("seed/a-qps-pure.toml", &[]);
+    let (s, w) = shipped("seed/a-qps-pure.toml", &[as_completions]);
     let total = |r: fleetsim::sim::RunResult| r.decisions.rows.iter().map(|d| d.match_chars).sum::<u64>();
     let plain = total(run_full(&s, &w));
-    let (s, w) = shipped(
-        "seed/a-qps-pure.toml",
-        &[("workload.groups[0].request_api", "\"chat\"")],
-    );
+    let (s, w) = shipped("seed/a-qps-pure.toml", &[]);
     let joined = total(run_full(&s, &w));
     assert!(joined > plain, "{joined} vs {plain}");
     sim()

@@ -179,11 +179,11 @@ pub(super) fn tie(v: &str, path: &str, expected: &str) -> Res<Tie> {
     }
 }
 
-/// A group's `request_api`. The default is `completions` until the committed results are
-/// regenerated with chat requests (see docs/burst8-atlas.md).
+/// A group's `request_api`. The default is `chat`: agents (and production-stack's own
+/// examples) call `/v1/chat/completions` (see docs/burst8-atlas.md).
 pub(super) fn request_api(v: Option<&str>, path: &str) -> Res<crate::workload::RequestApi> {
     use crate::workload::RequestApi;
-    match v.unwrap_or("completions") {
+    match v.unwrap_or("chat") {
         "chat" => Ok(RequestApi::Chat),
         "completions" => Ok(RequestApi::Completions),
         other => Err(FieldError::new(

@@ -544,19 +544,56 @@ pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Re
     head.extend(shown.iter().map(|(_, m)| m.to_string()));
     writeln!(out, "| {} |", head.join(" | "))?;
     writeln!(out, "|{}", head.iter().map(|_| "---|").collect::<String>())?;
+    let mut fell_back = Vec::new();
     for (p, stats) in &agg.points {
         let mut cells: Vec<String> = plan
             .labels(*p)
             .into_iter()
             .map(|l| format!("`{}`", l.replace('|', "\\|")))
             .collect();
+        if let Some(share) = kv_fallback_share(&agg.columns, stats) {
+            fell_back.push((cells.join(" "), share));
+            if let Some(last) = cells.last_mut() {
+                last.push_str(" \u{2020}");
+            }
+        }
         for (i, _) in &shown {
             let s = stats[*i];
             cells.push(fmt_mean_ci(s.mean, s.ci95));
         }
         writeln!(out, "| {} |", cells.join(" | "))?;
     }
+    if !fell_back.is_empty() {
+        let list: Vec<String> = fell_back
+            .iter()
+            .map(|(label, share)| format!("{label} on {:.1}%", share * 100.0))
+            .collect();
+        writeln!(
+            out,
+            "\n\u{2020} Took production-stack's kvaware fallback (`kv_fallback_session` / `kv_fallback_qps`) on part of its decisions: {}. Chat requests (`request_api = \"chat\"`, the default) always do: kvaware, load_balanced_kvaware and loadaware tokenize only the body's `prompt` (routing_logic.py @ a6c01db0 L357-373), so such a row measures the session-hash / QPS fallback, not the KV lookup (docs/burst8-atlas.md).",
+            list.join("; ")
+        )?;
+    }
     Ok(())
+}
+
+/// The share of a point's decisions (pooled over its seeds) that took a `kv_fallback_*`
+/// branch, when above zero: derived from the decision counts, so it labels whichever policy
+/// fell back, whatever its name.
+fn kv_fallback_share(columns: &[String], stats: &[Stat]) -> Option<f64> {
+    let (mut fallback, mut all) = (0.0, 0.0);
+    for (c, s) in columns.iter().zip(stats) {
+        if let Some(branch) = c.strip_prefix("decisions_by_branch.") {
+            if s.n == 0 || !s.mean.is_finite() {
+                continue;
+            }
+            all += s.mean;
+            if branch.starts_with("kv_fallback_") {
+                fallback += s.mean;
+            }
+        }
+    }
+    (fallback > 0.0 && all > 0.0).then(|| fallback / all)
 }
 
 /// Pretty JSON plus a newline.
@@ -705,6 +742,28 @@ pub fn merge(files: &[(PathBuf, SweepFile)]) -> Result<SweepFile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kv_fallback_share_comes_from_branch_counts() {
+        let cols: Vec<String> = [
+            "decisions_by_branch.kv_fallback_qps",
+            "decisions_by_branch.kv_hit",
+            "idle_while_queued_s",
+        ]
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+        let share = kv_fallback_share(
+            &cols,
+            &[Stat::of(&[30.0, 30.0]), Stat::of(&[10.0, 10.0]), Stat::of(&[500.0])],
+        );
+        assert_eq!(share, Some(0.75));
+        assert_eq!(
+            kv_fallback_share(&cols, &[Stat::of(&[0.0]), Stat::of(&[40.0]), Stat::of(&[1.0])]),
+            None
+        );
+        assert_eq!(kv_fallback_share(&cols[2..], &[Stat::of(&[1.0])]), None);
+    }
 
     #[test]
     fn stats_match_hand_computation() {
