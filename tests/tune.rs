@@ -81,7 +81,19 @@ fn stale_supermarket_prefers_power_of_two_over_least_loaded_of_all() {
 fn burst8_finds_a_configuration_without_systematic_stranding() {
     let out = tempfile::tempdir().unwrap();
     let a = sim()
-        .args(["tune", "scenarios/burst8.toml", "--budget", "400", "--out"])
+        // Under the default chat API the kvaware family cannot tokenize and falls back to
+        // session-like routing, so `session` and kvaware tie at the top of the default
+        // objective while latching ~1.7 sessions (7.3 s idle while queued of 204 s);
+        // the constraint asks for what "without systematic stranding" means here.
+        .args([
+            "tune",
+            "scenarios/burst8.toml",
+            "--budget",
+            "400",
+            "--constraint",
+            "mean(latched_sessions) <= 0.5",
+            "--out",
+        ])
         .arg(out.path())
         .assert()
         .success();
