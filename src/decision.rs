@@ -137,3 +137,12 @@ impl Branch {
         }
     }
 }
+
+/// Why a row or run that took `kv_fallback_*` branches does not measure the KV lookup:
+/// shown beside such results (the run summary, a sweep's `aggregate.md`).
+pub const KV_FALLBACK_WHY: &str = "Chat requests (`request_api = \"chat\"`, the default) always take it: kvaware, load_balanced_kvaware and loadaware tokenize only the body's `prompt` (routing_logic.py @ a6c01db0 L357-373), so such results measure the session-hash / QPS fallback, not the KV lookup (docs/burst8-atlas.md)";
+
+/// Whether a branch is the KV-aware policies' upstream fallback.
+pub fn is_kv_fallback(branch_name: &str) -> bool {
+    branch_name.starts_with("kv_fallback_")
+}

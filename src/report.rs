@@ -120,6 +120,21 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         .map(|(b, n)| format!("{b} {n}"))
         .collect();
     let _ = writeln!(o, "decisions           {}", branches.join(", "));
+    let total: u64 = s.decisions_by_branch.values().copied().sum();
+    let fell_back: u64 = s
+        .decisions_by_branch
+        .iter()
+        .filter(|(b, _)| crate::decision::is_kv_fallback(b))
+        .map(|(_, n)| *n)
+        .sum();
+    if fell_back > 0 {
+        let _ = writeln!(
+            o,
+            "                    \u{2020} {:.1}% of decisions took the kvaware fallback. {}.",
+            100.0 * fell_back as f64 / total as f64,
+            crate::decision::KV_FALLBACK_WHY
+        );
+    }
     let _ = writeln!(
         o,
         "decision regret     {} of {} picks busier than the least-loaded backend in truth (max +{}); views up to {:.1} s old (median {:.1} s)",

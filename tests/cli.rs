@@ -59,6 +59,35 @@ fn set_overrides_and_no_files() {
         .stdout(predicate::str::contains("wrote").not());
 }
 
+/// kvaware on chat requests only ever takes its fallback; the summary says so, and does not
+/// when the same run sends completions.
+#[test]
+fn run_summary_labels_the_kvaware_fallback() {
+    let run = |api: &str| {
+        let a = sim()
+            .args([
+                "run",
+                "scenarios/burst8.toml",
+                "--no-files",
+                "--set",
+                "router.policy={kind=\"kvaware\"}",
+            ])
+            .args(["--set", &format!("workload.groups[0].request_api=\"{api}\"")])
+            .args(["--set", &format!("workload.groups[1].request_api=\"{api}\"")])
+            .assert()
+            .success();
+        String::from_utf8_lossy(&a.get_output().stdout).into_owned()
+    };
+    let chat = run("chat");
+    assert!(
+        chat.contains("\u{2020} 100.0% of decisions took the kvaware fallback"),
+        "{chat}"
+    );
+    let completions = run("completions");
+    assert!(completions.contains("kv_hit"), "{completions}");
+    assert!(!completions.contains("100.0% of decisions took"), "{completions}");
+}
+
 #[test]
 fn bad_key_exits_2_with_file_line_and_path() {
     let tmp = tempfile::tempdir().unwrap();

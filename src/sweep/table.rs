@@ -570,8 +570,9 @@ pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Re
             .collect();
         writeln!(
             out,
-            "\n\u{2020} Took production-stack's kvaware fallback (`kv_fallback_session` / `kv_fallback_qps`) on part of its decisions: {}. Chat requests (`request_api = \"chat\"`, the default) always do: kvaware, load_balanced_kvaware and loadaware tokenize only the body's `prompt` (routing_logic.py @ a6c01db0 L357-373), so such a row measures the session-hash / QPS fallback, not the KV lookup (docs/burst8-atlas.md).",
-            list.join("; ")
+            "\n\u{2020} Took production-stack's kvaware fallback (`kv_fallback_session` / `kv_fallback_qps`) on part of its decisions: {}. {}.",
+            list.join("; "),
+            crate::decision::KV_FALLBACK_WHY
         )?;
     }
     Ok(())
@@ -588,7 +589,7 @@ fn kv_fallback_share(columns: &[String], stats: &[Stat]) -> Option<f64> {
                 continue;
             }
             all += s.mean;
-            if branch.starts_with("kv_fallback_") {
+            if crate::decision::is_kv_fallback(branch) {
                 fallback += s.mean;
             }
         }
