@@ -204,6 +204,17 @@ pub fn metric_label(metric: &str) -> String {
     format!("{metric} ({unit})")
 }
 
+/// A sweep axis title with its unit when its name carries one: `router.engine_stats_interval_s
+/// (s)`; axes of case labels (`fallback`, `setup`) and unitless values (`band`) keep their name.
+pub fn axis_label(name: &str) -> String {
+    match crate::metrics::split_unit(name).1 {
+        "_s" => format!("{name} (s)"),
+        "_per_s" => format!("{name} (per s)"),
+        "_rps" => format!("{name} (requests/s)"),
+        _ => name.to_string(),
+    }
+}
+
 /// The values a metric can take: every fleetsim metric is >= 0 (times, counts, rates),
 /// and rates (`*_rate`) are at most 1. Confidence intervals are clipped to these bounds.
 pub fn natural_bounds(metric: &str) -> (f64, f64) {
@@ -315,6 +326,12 @@ mod tests {
             "prefix_cache_hit_rate (fraction)"
         );
         assert_eq!(metric_label("latched_sessions"), "latched_sessions (count)");
+        assert_eq!(
+            axis_label("router.engine_stats_interval_s"),
+            "router.engine_stats_interval_s (s)"
+        );
+        assert_eq!(axis_label("router.policy.band"), "router.policy.band");
+        assert_eq!(axis_label("fallback"), "fallback");
         assert_eq!(natural_bounds("prefix_cache_hit_rate"), (0.0, 1.0));
         assert_eq!(natural_bounds("idle_while_queued_s").0, 0.0);
     }

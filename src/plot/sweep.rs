@@ -12,8 +12,8 @@ use plotters::style::colors::colormaps::ViridisRGB;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::{
-    Figure, PALETTE, Swatch, clip, draw_legend_outside, font, grid_shape, legend_width, metric_label, natural_bounds,
-    pe, readable_label, save,
+    Figure, PALETTE, Swatch, axis_label, clip, draw_legend_outside, font, grid_shape, legend_width, metric_label,
+    natural_bounds, pe, readable_label, save,
 };
 use crate::sweep::spec::Plan;
 use crate::sweep::table::{Aggregate, Meta, Stat, fmt_stat};
@@ -133,8 +133,8 @@ impl Heatmap {
         Some(Heatmap {
             title: title_of(meta, metric, "mean", shown, total),
             metric: metric.to_string(),
-            x_name: plan.axes[x].name.clone(),
-            y_name: plan.axes[y].name.clone(),
+            x_name: axis_label(&plan.axes[x].name),
+            y_name: axis_label(&plan.axes[y].name),
             x_labels: labels(plan, x),
             y_labels: labels(plan, y),
             panels,
@@ -158,10 +158,13 @@ impl Heatmap {
         cells: &[Vec<Option<f64>>],
     ) -> Result<()> {
         let (w, h) = area.dim_in_pixel();
+        // The y axis title runs up the left edge (rotated), clear of the caption row.
+        let title_w = 18i32;
         let mut left = 40i32;
         for l in &self.y_labels {
             left = left.max(area.estimate_text_size(&clip(l, 24), &font(11.0)).map_err(pe)?.0 as i32 + 14);
         }
+        let left = left + title_w;
         let mut x_label_w = 20i32;
         for l in &self.x_labels {
             x_label_w = x_label_w.max(area.estimate_text_size(&clip(l, 24), &font(11.0)).map_err(pe)?.0 as i32 + 8);
@@ -251,8 +254,10 @@ impl Heatmap {
         .map_err(pe)?;
         area.draw(&Text::new(
             clip(&self.y_name, 40),
-            (4, top - 14),
-            font(12.0).pos(Pos::new(HPos::Left, VPos::Center)),
+            (title_w / 2, top + ch * ny / 2),
+            font(12.0)
+                .transform(FontTransform::Rotate270)
+                .pos(Pos::new(HPos::Center, VPos::Center)),
         ))
         .map_err(pe)?;
         Ok(())
@@ -394,7 +399,7 @@ impl Lines {
             title: title_of(meta, metric, &what, shown, total),
             bounds,
             metric: metric.to_string(),
-            x_name: plan.axes[x].name.clone(),
+            x_name: axis_label(&plan.axes[x].name),
             x_labels: labels(plan, x),
             series_labels: series.map_or_else(
                 || vec![metric.to_string()],
