@@ -22,6 +22,9 @@ pub enum Branch {
     FallbackQps,
     /// `prefixaware` below threshold: least-in-flight from engine stats (PR #1089).
     FallbackLeastInflight,
+    /// prefixaware `follow = true`: a below-threshold continuation sent where its earlier
+    /// prompt went.
+    FallbackFollow,
     /// `prefixaware` below threshold, least-in-flight wanted but some endpoint lacks engine
     /// stats: `_qps_routing`.
     FallbackNoStatsQps,
@@ -72,13 +75,14 @@ pub enum Branch {
 
 impl Branch {
     /// Every branch, in report order.
-    pub const ALL: [Branch; 28] = [
+    pub const ALL: [Branch; 29] = [
         Branch::RoundRobin,
         Branch::SessionHash,
         Branch::SessionNoKeyQps,
         Branch::PrefixMatch,
         Branch::FallbackQps,
         Branch::FallbackLeastInflight,
+        Branch::FallbackFollow,
         Branch::FallbackNoStatsQps,
         Branch::LeastInflight,
         Branch::LeastInflightNoStatsQps,
@@ -112,6 +116,7 @@ impl Branch {
             Branch::PrefixMatch => "prefix_match",
             Branch::FallbackQps => "fallback_qps",
             Branch::FallbackLeastInflight => "fallback_leastinflight",
+            Branch::FallbackFollow => "fallback_follow",
             Branch::FallbackNoStatsQps => "fallback_nostats_qps",
             Branch::LeastInflight => "leastinflight",
             Branch::LeastInflightNoStatsQps => "leastinflight_nostats_qps",

@@ -221,6 +221,41 @@ fn second_turn_insertion_and_power_of_two_run_end_to_end() {
     assert_eq!(placed(&delayed).iter().sum::<u32>(), 8);
 }
 
+/// `follow = true`: a session's later turns go where its first turn went, so the fresh
+/// fallback's 4/4 opening is the final placement, and the decisions say `fallback_follow`;
+/// combined with the delayed insertion it is refused (both decide the second turn).
+#[test]
+fn follow_keeps_each_session_where_it_opened() {
+    let (s, w) = shipped(
+        "seed/d-1089-midwindow.toml",
+        &[
+            ("router.policy.fallback", "\"local_inflight\""),
+            ("router.policy.band", "0"),
+            ("router.policy.tie", "\"first\""),
+            ("router.policy.follow", "true"),
+        ],
+    );
+    let r = run_full(&s, &w);
+    assert!(r.summary.decisions_by_branch["fallback_follow"] > 0);
+    assert_eq!(r.summary.latched_sessions, 0, "no session latched by a later re-pick");
+    let mut placed = final_placement(&r, "agents", 2);
+    placed.sort();
+    assert_eq!(placed, vec![4, 4]);
+    sim()
+        .args(["run", "scenarios/seed/d-1089-midwindow.toml", "--no-files"])
+        .args([
+            "--set",
+            "router.policy.follow=true",
+            "--set",
+            "router.policy.insert=\"second_turn\"",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "router.policy.follow: `follow = true` and `insert = \"second_turn\"`",
+        ));
+}
+
 /// `request_api = "chat"`: production-stack's `kvaware` looks up only `prompt`, so every
 /// chat request takes the upstream fallback (the session ring: the agents send keys);
 /// sent as completions, the later turns hit the cache. `PrefixAwareRouter` counts the

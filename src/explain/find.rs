@@ -35,6 +35,7 @@ pub(super) fn family(b: Branch) -> Cause {
         | Branch::AibrixPrefixHit
         | Branch::AibrixPrebleHit
         | Branch::SessionHash
+        | Branch::FallbackFollow
         | Branch::KvFallbackSession => Cause::Affinity,
         Branch::LlmdScore | Branch::LoadAwareScore | Branch::DynamoCost | Branch::AibrixPrebleCost => Cause::Score,
         Branch::Random | Branch::RoundRobin => Cause::Blind,

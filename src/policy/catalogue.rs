@@ -68,6 +68,21 @@ pub const CATALOGUE: &[PolicyDoc] = &[
                 "\"random\"",
                 "load-based fallbacks: \"random\" among candidates (PR #1089) or \"first\" in discovery order",
             ),
+            p(
+                "sample",
+                "0",
+                "load-based fallbacks: endpoints drawn per pick (0: all; 2: power-of-two; not upstream)",
+            ),
+            p(
+                "insert",
+                "\"at_pick\"",
+                "when a fallback pick enters the trie: \"at_pick\" (PR #990) or \"second_turn\" (not upstream)",
+            ),
+            p(
+                "follow",
+                "false",
+                "true: a below-threshold continuation of a below-threshold prompt goes where it went (not upstream)",
+            ),
         ],
     },
     PolicyDoc {

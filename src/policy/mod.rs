@@ -181,6 +181,9 @@ pub enum PolicyConfig {
         sample: u32,
         /// When a fallback pick enters the trie (at once upstream).
         insert: prefixaware::Insertion,
+        /// A below-threshold request extending a whole earlier below-threshold prompt goes
+        /// where that prompt went (not upstream; off by default).
+        follow: bool,
     },
     /// Least-in-flight from scraped engine stats on every request (the fix, standalone).
     LeastInflight {
@@ -247,6 +250,7 @@ impl PolicyConfig {
                 tie,
                 sample,
                 insert,
+                follow,
             } => {
                 let sample = match sample {
                     0 => String::new(),
@@ -255,6 +259,11 @@ impl PolicyConfig {
                 let insert = match insert {
                     prefixaware::Insertion::AtPick => "",
                     prefixaware::Insertion::SecondTurn => ", insert = second_turn",
+                };
+                let insert = if *follow {
+                    format!("{insert}, follow = true")
+                } else {
+                    insert.to_string()
                 };
                 match fallback {
                     Fallback::Qps => format!(
@@ -365,6 +374,7 @@ pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
             tie,
             sample,
             insert,
+            follow,
         } => Box::new(prefixaware::PrefixAware::with_options(
             prefix_min_match_length,
             fallback,
@@ -373,6 +383,7 @@ pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
                 tie,
                 sample,
                 insert,
+                follow,
             },
         )),
         PolicyConfig::LeastInflight { band, tie } => Box::new(leastinflight::LeastInflight { band, tie }),

@@ -27,6 +27,11 @@
 //! prompts are keyed by a hash of their full chunks. A first prompt whose full chunks are
 //! all shared (e.g. only the system prompt) would be mistaken for a later turn's prefix by
 //! the next session; the scenarios here have unique first prompts.
+//!
+//! A third, `follow = true`, keeps the threshold for new prompts only: a below-threshold
+//! request that extends the whole of an earlier below-threshold prompt goes to the endpoint
+//! that prompt went to (`fallback_follow`) instead of a new fallback pick, so a session stays
+//! where its first turn was placed, without session keys (same keying as `second_turn`).
 
 use super::hashtrie::HashTrie;
 use super::leastinflight::{pick_in_band, scraped_loads};
@@ -39,7 +44,7 @@ use crate::dist::uniform_index;
 use crate::ids::BackendId;
 use crate::rng::SimRng;
 use rand::seq::index::sample;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// When a below-threshold pick is inserted into the trie.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -72,6 +77,8 @@ pub struct FallbackOptions {
     pub sample: u32,
     /// When a fallback pick is inserted.
     pub insert: Insertion,
+    /// A below-threshold continuation of a below-threshold prompt follows its endpoint.
+    pub follow: bool,
 }
 
 impl FallbackOptions {
@@ -82,6 +89,7 @@ impl FallbackOptions {
             tie: Tie::Random,
             sample: 0,
             insert: Insertion::AtPick,
+            follow: false,
         }
     }
 }
@@ -95,6 +103,9 @@ pub struct PrefixAware {
     sent: SentSinceScrape,
     /// Keys of the last below-threshold prompt of each session ([`Insertion::SecondTurn`]).
     pending: FxHashSet<u64>,
+    /// The last below-threshold prompt of each session and where it went
+    /// ([`FallbackOptions::follow`]).
+    followed: FxHashMap<u64, BackendId>,
 }
 
 impl PrefixAware {
@@ -112,6 +123,7 @@ impl PrefixAware {
             opts,
             sent: SentSinceScrape::default(),
             pending: FxHashSet::default(),
+            followed: FxHashMap::default(),
         }
     }
 
@@ -131,19 +143,24 @@ fn prefix_key(chunks: &[u64], n: usize) -> u64 {
     mix(h, n as u64)
 }
 
-/// True if some prefix of `chunks`, shorter than the whole, is a pending first prompt; that
-/// entry is consumed.
-fn extends_pending(pending: &mut FxHashSet<u64>, chunks: &[u64]) -> bool {
+/// The first (shortest) prefix of `chunks`, shorter than the whole, for which `take` returns
+/// something: a remembered earlier prompt, consumed by `take`.
+fn take_extended<V>(chunks: &[u64], mut take: impl FnMut(u64) -> Option<V>) -> Option<V> {
     let mut h = mix(0x5EC0_4D70_0000_0000, 0);
     // Incremental `prefix_key` for every n < len: the count is mixed in per length.
     for n in 1..chunks.len() {
         h = mix(h, chunks[n - 1]);
-        let key = mix(h, n as u64);
-        if pending.remove(&key) {
-            return true;
+        if let Some(v) = take(mix(h, n as u64)) {
+            return Some(v);
         }
     }
-    false
+    None
+}
+
+/// True if some prefix of `chunks`, shorter than the whole, is a pending first prompt; that
+/// entry is consumed.
+fn extends_pending(pending: &mut FxHashSet<u64>, chunks: &[u64]) -> bool {
+    take_extended(chunks, |key| pending.remove(&key).then_some(())).is_some()
 }
 
 /// The below-threshold pick: `None` for a load-based fallback that lacks engine stats
@@ -187,15 +204,36 @@ impl RoutingPolicy for PrefixAware {
         let available: Vec<BackendId> = view.endpoints.iter().map(|e| e.backend).collect();
         let (min_match, fallback, opts) = (self.min_match_chars, self.fallback, self.opts);
         let sent = &mut self.sent;
+        let followed = &mut self.followed;
+        let full_chunks = (req.prompt_chars / u64::from(req.chunk_chars.max(1))) as usize;
         let mut decide = |chunks: usize, matched: &[BackendId], rng: &mut SimRng| {
             let match_chars = chunks as u64 * u64::from(req.chunk_chars);
             let (pos, branch) = if match_chars < min_match {
-                match fallback_pick(fallback, opts, sent, view, rng) {
-                    Some(pos) if fallback == Fallback::Qps => (pos, Branch::FallbackQps),
-                    // Every load-based fallback reports as `fallback_leastinflight`.
-                    Some(pos) => (pos, Branch::FallbackLeastInflight),
-                    None => (qps_routing(view), Branch::FallbackNoStatsQps),
+                // With `follow`, a continuation of a remembered prompt goes where it went
+                // (if that endpoint is still available); every below-threshold prompt is
+                // remembered under its pick, replacing the one it continues.
+                let earlier = if opts.follow {
+                    take_extended(req.prompt_chunks, |key| followed.remove(&key))
+                        .and_then(|b| view.endpoints.iter().position(|e| e.backend == b))
+                } else {
+                    None
+                };
+                let picked = match earlier {
+                    Some(pos) => (pos, Branch::FallbackFollow),
+                    None => match fallback_pick(fallback, opts, sent, view, rng) {
+                        Some(pos) if fallback == Fallback::Qps => (pos, Branch::FallbackQps),
+                        // Every load-based fallback reports as `fallback_leastinflight`.
+                        Some(pos) => (pos, Branch::FallbackLeastInflight),
+                        None => (qps_routing(view), Branch::FallbackNoStatsQps),
+                    },
+                };
+                if opts.follow && full_chunks > 0 {
+                    followed.insert(
+                        prefix_key(req.prompt_chunks, full_chunks),
+                        view.endpoints[picked.0].backend,
+                    );
                 }
+                picked
             } else {
                 let b = matched[uniform_index(rng, matched.len())];
                 let pos = available
@@ -224,11 +262,10 @@ impl RoutingPolicy for PrefixAware {
                 // Below the threshold, a prompt that extends no prompt seen before opens a
                 // session: remembered, not inserted. Each later one replaces its
                 // predecessor's key, so the set holds one key per open session.
-                let full = (req.prompt_chars / u64::from(req.chunk_chars.max(1))) as usize;
-                let below = d.branch != Branch::PrefixMatch && full > 0;
+                let below = d.branch != Branch::PrefixMatch && full_chunks > 0;
                 let later = below && extends_pending(&mut self.pending, req.prompt_chunks);
                 if below {
-                    self.pending.insert(prefix_key(req.prompt_chunks, full));
+                    self.pending.insert(prefix_key(req.prompt_chunks, full_chunks));
                 }
                 if !below || later {
                     self.trie.insert(req.prompt_chunks, view.endpoints[d.pos].backend);
@@ -397,5 +434,67 @@ mod tests {
         let turn4: Vec<u64> = (1..=12).collect();
         let d = p.route(&req(None, &turn4), &idle0.view(), &mut rng);
         assert_eq!((d.pos, d.branch, d.match_chars), (1, Branch::PrefixMatch, 9 * 128));
+    }
+}
+
+#[cfg(test)]
+mod follow_tests {
+    use super::*;
+    use crate::policy::testkit::{ViewFixture, req};
+    use crate::rng::stream;
+
+    #[test]
+    fn follow_keeps_a_session_where_its_first_turn_went() {
+        // Threshold 8 chunks, local in-flight, first-URL ties, follow on.
+        let opts = FallbackOptions {
+            tie: Tie::First,
+            follow: true,
+            ..FallbackOptions::band(0)
+        };
+        let mut p = PrefixAware::with_options(8 * 128, Fallback::LocalInflight, opts);
+        let mut rng = stream(0, "t", 0);
+        let idle0 = ViewFixture::new(2).in_flight(&[Some(0), Some(5)]);
+        let idle1 = ViewFixture::new(2).in_flight(&[Some(5), Some(0)]);
+        // Session A opens on backend 0 (idle), session B on backend 1.
+        let d = p.route(&req(None, &[1, 2, 3]), &idle0.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (0, Branch::FallbackLeastInflight));
+        let d = p.route(&req(None, &[7, 8]), &idle1.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (1, Branch::FallbackLeastInflight));
+        // A's second turn (below the threshold: 3 chunks matched) follows backend 0 even
+        // though backend 1 is now idle; so does its third, which extends the second.
+        let d = p.route(&req(None, &[1, 2, 3, 4, 5]), &idle1.view(), &mut rng);
+        assert_eq!((d.pos, d.branch, d.match_chars), (0, Branch::FallbackFollow, 3 * 128));
+        let d = p.route(&req(None, &[1, 2, 3, 4, 5, 6]), &idle1.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (0, Branch::FallbackFollow));
+        // A prompt that extends only part of a remembered one is a new session: fallback.
+        let d = p.route(&req(None, &[1, 2, 9]), &idle1.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (1, Branch::FallbackLeastInflight));
+        // Without follow the same second turn is re-picked by the fallback.
+        let mut q = PrefixAware::with_options(
+            8 * 128,
+            Fallback::LocalInflight,
+            FallbackOptions { follow: false, ..opts },
+        );
+        q.route(&req(None, &[1, 2, 3]), &idle0.view(), &mut rng);
+        let d = q.route(&req(None, &[1, 2, 3, 4, 5]), &idle1.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (1, Branch::FallbackLeastInflight));
+    }
+
+    #[test]
+    fn follow_falls_back_when_the_earlier_endpoint_is_gone() {
+        let opts = FallbackOptions {
+            tie: Tie::First,
+            follow: true,
+            ..FallbackOptions::band(0)
+        };
+        let mut p = PrefixAware::with_options(8 * 128, Fallback::LocalInflight, opts);
+        let mut rng = stream(0, "t", 0);
+        let three = ViewFixture::new(3).in_flight(&[Some(5), Some(5), Some(0)]);
+        let d = p.route(&req(None, &[1, 2, 3]), &three.view(), &mut rng);
+        assert_eq!(d.pos, 2);
+        // Backend 2 left the view: the next turn takes the fallback among those present.
+        let two = ViewFixture::new(2).in_flight(&[Some(4), Some(1)]);
+        let d = p.route(&req(None, &[1, 2, 3, 4]), &two.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (1, Branch::FallbackLeastInflight));
     }
 }

@@ -49,13 +49,21 @@ pub(super) fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Re
                     format!("must be >= 0 characters, got {}", p.prefix_min_match_length),
                 ));
             }
+            let insert = policy_tables::insertion(p.insert.as_deref(), &format!("{path}.insert"))?;
+            if p.follow && insert != crate::policy::prefixaware::Insertion::AtPick {
+                return Err(FieldError::new(
+                    format!("{path}.follow"),
+                    "`follow = true` and `insert = \"second_turn\"` both decide the second turn; choose one",
+                ));
+            }
             Ok(PolicyConfig::PrefixAware {
                 prefix_min_match_length: p.prefix_min_match_length as u64,
                 fallback,
                 band: count(p.band, &format!("{path}.band"), 0)?,
                 tie: policy_tables::tie(&p.tie, &format!("{path}.tie"), TIES)?,
                 sample: count(p.sample, &format!("{path}.sample"), 0)?,
-                insert: policy_tables::insertion(p.insert.as_deref(), &format!("{path}.insert"))?,
+                insert,
+                follow: p.follow,
             })
         }
         "leastinflight" => {

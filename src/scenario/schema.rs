@@ -197,6 +197,12 @@ pub(super) struct PrefixAwareFile {
     pub(super) sample: i64,
     /// When a below-threshold pick enters the trie: `at_pick` (upstream) or `second_turn`.
     pub(super) insert: Option<String>,
+    /// Below the threshold, a request that extends the whole of an earlier below-threshold
+    /// prompt goes to the endpoint that prompt went to, instead of a new fallback pick: a
+    /// session continues where it started, without session keys (not upstream; a candidate
+    /// fix of production-stack #1073; needs `insert = "at_pick"`).
+    #[serde(default)]
+    pub(super) follow: bool,
 }
 
 /// `[router.policy]` for `kind = "leastinflight"`.

@@ -62,6 +62,7 @@ fn upstream_defaults() {
             tie: crate::policy::leastrequest::Tie::Random,
             sample: 0,
             insert: crate::policy::prefixaware::Insertion::AtPick,
+            follow: false,
         },
         "prefix_min_match_length defaults to 0 upstream; QPS is upstream's fallback"
     );
@@ -102,6 +103,7 @@ fn overrides_apply_before_validation() {
             tie: crate::policy::leastrequest::Tie::Random,
             sample: 0,
             insert: crate::policy::prefixaware::Insertion::AtPick,
+            follow: false,
         }
     );
     assert_eq!(s.sim.router.engine_stats_interval.0, 10 * NS_PER_S);

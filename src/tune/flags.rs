@@ -70,10 +70,11 @@ pub fn production_stack(r: &RouterConfig) -> Option<Flags> {
             tie,
             sample,
             insert,
+            follow,
         } => {
-            if *sample > 0 || *insert != crate::policy::prefixaware::Insertion::AtPick {
+            if *sample > 0 || *insert != crate::policy::prefixaware::Insertion::AtPick || *follow {
                 f.notes.push(format!(
-                    "sample = {sample}, insert = {}: fleetsim candidate fixes of the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
+                    "sample = {sample}, insert = {}, follow = {follow}: fleetsim candidate fixes of the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
                     insert.as_str()
                 ));
             }
