@@ -441,18 +441,24 @@ mod tests {
 mod follow_tests {
     use super::*;
     use crate::policy::testkit::{ViewFixture, req};
-    use crate::rng::stream;
+    use crate::rng::{SimRng, stream};
+
+    /// Threshold 8 chunks, local in-flight, first-URL ties, `follow` on or off.
+    fn router(follow: bool) -> (PrefixAware, SimRng) {
+        let opts = FallbackOptions {
+            tie: Tie::First,
+            follow,
+            ..FallbackOptions::band(0)
+        };
+        (
+            PrefixAware::with_options(8 * 128, Fallback::LocalInflight, opts),
+            stream(0, "t", 0),
+        )
+    }
 
     #[test]
     fn follow_keeps_a_session_where_its_first_turn_went() {
-        // Threshold 8 chunks, local in-flight, first-URL ties, follow on.
-        let opts = FallbackOptions {
-            tie: Tie::First,
-            follow: true,
-            ..FallbackOptions::band(0)
-        };
-        let mut p = PrefixAware::with_options(8 * 128, Fallback::LocalInflight, opts);
-        let mut rng = stream(0, "t", 0);
+        let (mut p, mut rng) = router(true);
         let idle0 = ViewFixture::new(2).in_flight(&[Some(0), Some(5)]);
         let idle1 = ViewFixture::new(2).in_flight(&[Some(5), Some(0)]);
         // Session A opens on backend 0 (idle), session B on backend 1.
@@ -470,11 +476,7 @@ mod follow_tests {
         let d = p.route(&req(None, &[1, 2, 9]), &idle1.view(), &mut rng);
         assert_eq!((d.pos, d.branch), (1, Branch::FallbackLeastInflight));
         // Without follow the same second turn is re-picked by the fallback.
-        let mut q = PrefixAware::with_options(
-            8 * 128,
-            Fallback::LocalInflight,
-            FallbackOptions { follow: false, ..opts },
-        );
+        let (mut q, _) = router(false);
         q.route(&req(None, &[1, 2, 3]), &idle0.view(), &mut rng);
         let d = q.route(&req(None, &[1, 2, 3, 4, 5]), &idle1.view(), &mut rng);
         assert_eq!((d.pos, d.branch), (1, Branch::FallbackLeastInflight));
@@ -482,13 +484,7 @@ mod follow_tests {
 
     #[test]
     fn follow_falls_back_when_the_earlier_endpoint_is_gone() {
-        let opts = FallbackOptions {
-            tie: Tie::First,
-            follow: true,
-            ..FallbackOptions::band(0)
-        };
-        let mut p = PrefixAware::with_options(8 * 128, Fallback::LocalInflight, opts);
-        let mut rng = stream(0, "t", 0);
+        let (mut p, mut rng) = router(true);
         let three = ViewFixture::new(3).in_flight(&[Some(5), Some(5), Some(0)]);
         let d = p.route(&req(None, &[1, 2, 3]), &three.view(), &mut rng);
         assert_eq!(d.pos, 2);
