@@ -262,7 +262,7 @@ impl Clone for ChainStore {
 
 impl ChainStore {
     /// Sessions held at most.
-    pub const SLOTS: usize = 4096;
+    pub const SLOTS: usize = 1024;
 
     /// The memo for a content of session `s` (turn `t` of `turns`), if it can help: none
     /// for single-turn sessions.
@@ -550,6 +550,47 @@ mod tests {
             max_context_tokens: None,
             request_api: RequestApi::Completions,
         }
+    }
+
+    /// Whole-content and prompt-only hashes of `c` at block size `bs`.
+    fn both_chains(c: &Content, bs: u32) -> (Vec<u64>, Vec<u64>) {
+        let (mut all, mut prompt) = (Vec::new(), Vec::new());
+        crate::content::block_hashes(c, bs, (c.total_tokens() / bs) as usize, &mut all);
+        crate::content::block_hashes(c, bs, (c.prompt_tokens / bs) as usize, &mut prompt);
+        (all, prompt)
+    }
+
+    #[test]
+    fn session_memos_give_the_same_hashes_and_are_dropped_after_the_last_turn() {
+        let mut g = group("a");
+        g.turns = Dist::constant(5.0).unwrap();
+        let single = GroupConfig {
+            turns: Dist::constant(1.0).unwrap(),
+            ..group("b")
+        };
+        let w = generate(&[g, single], 1, None).unwrap();
+        let multi: Vec<SessionId> = (0..w.sessions.len())
+            .map(SessionId::from_index)
+            .filter(|s| w.sessions[s.index()].turns.len() == 5)
+            .collect();
+        assert_eq!(multi.len(), 3);
+        // Turns interleaved across sessions, each content built twice (routing, engine).
+        for t in 0..5 {
+            for &s in &multi {
+                for _ in 0..2 {
+                    let c = w.content(s, t);
+                    assert!(c.memo.0.is_some(), "session {s} turn {t}");
+                    let plain = w.content_unmemoised(s, t);
+                    assert!(plain.memo.0.is_none());
+                    assert_eq!(both_chains(&c, 16), both_chains(&plain, 16));
+                }
+            }
+        }
+        let slots = w.chains.slots.lock().unwrap();
+        assert!(slots.iter().all(Option::is_none), "every memo left after its last turn");
+        drop(slots);
+        let s = SessionId::from_index(w.sessions.iter().position(|p| p.turns.len() == 1).unwrap());
+        assert!(w.content(s, 0).memo.0.is_none(), "no memo for a single-turn session");
     }
 
     #[test]
