@@ -22,7 +22,7 @@
 //! Owns: the abstract token content and its hashes. May not see: backends or policies'
 //! state. Invariant: equal prefixes hash equally, in any cache that reads them.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
@@ -50,6 +50,57 @@ pub struct Content {
     /// those at or beyond the prompt's end are ignored). `None`: a completions request,
     /// one `prompt` string.
     pub chat: Option<Arc<[u32]>>,
+    /// The session's block-hash memo, shared by its turns (see [`ChainMemo`]); it only
+    /// saves work, never changes a hash, and takes no part in equality.
+    pub memo: MemoLink,
+}
+
+/// A session's most recent block-hash chains, one per block size, shared by the contents of
+/// its turns: a later turn's prompt extends an earlier turn's tokens, so
+/// [`block_hashes`] reuses every memoised block that lies wholly inside the tokens the two
+/// contents have in common and hashes only the rest. Without it each turn rehashes its
+/// whole context, O(turns^2) over a session.
+#[derive(Debug, Default)]
+pub struct ChainMemo {
+    chains: Mutex<SmallVec<[MemoChain; 1]>>,
+}
+
+/// One memoised chain: the hashes of the first full blocks of `segments`.
+#[derive(Debug)]
+struct MemoChain {
+    block_size: u32,
+    segments: SmallVec<[Segment; 2]>,
+    hashes: Vec<u64>,
+}
+
+/// [`Content::memo`]: an optional shared [`ChainMemo`]; all links compare equal.
+#[derive(Clone, Debug, Default)]
+pub struct MemoLink(pub Option<Arc<ChainMemo>>);
+
+impl PartialEq for MemoLink {
+    fn eq(&self, _: &MemoLink) -> bool {
+        true
+    }
+}
+
+impl Eq for MemoLink {}
+
+/// Tokens at the start of two segment lists that are certainly the same tokens, cut the
+/// same way (a block hash hashes its pieces, so equal tokens cut at other segment
+/// boundaries would hash differently): equal segments, then the shorter of a last pair
+/// that starts alike.
+fn common_prefix_tokens(a: &[Segment], b: &[Segment]) -> u64 {
+    let mut common = 0u64;
+    for (x, y) in a.iter().zip(b) {
+        if x.source != y.source || x.start != y.start {
+            break;
+        }
+        common += u64::from(x.len.min(y.len));
+        if x.len != y.len {
+            break;
+        }
+    }
+    common
 }
 
 /// Content source of the `"\n"` between two chat messages.
@@ -106,6 +157,7 @@ impl Content {
             prompt_tokens,
             output_tokens,
             chat: None,
+            memo: MemoLink::default(),
         };
         c.assert_consistent();
         c
@@ -114,6 +166,12 @@ impl Content {
     /// The same content sent as a chat completion whose messages end at `message_ends`.
     pub fn with_chat(mut self, message_ends: Arc<[u32]>) -> Content {
         self.chat = Some(message_ends);
+        self
+    }
+
+    /// The same content, sharing the block-hash memo `memo` with its session's other turns.
+    pub fn with_memo(mut self, memo: Arc<ChainMemo>) -> Content {
+        self.memo = MemoLink(Some(memo));
         self
     }
 
@@ -175,6 +233,7 @@ impl Content {
             prompt_tokens,
             output_tokens,
             chat: None,
+            memo: MemoLink::default(),
         };
         c.assert_consistent();
         c
@@ -220,17 +279,67 @@ fn piece_word(source: u64, pos: u64, len: u64) -> u64 {
     source ^ ((len << 32) | pos).wrapping_mul(0xD6E8_FEB8_6659_FD93)
 }
 
-/// Chained hashes of the first `n_blocks` full blocks of `block_size` tokens.
+/// First value of every block-hash chain (the parent of block 0).
+const CHAIN_ROOT: u64 = 0x5851_F42D_4C95_7F2D;
+
+/// Chained hashes of the first `n_blocks` full blocks of `block_size` tokens. With a
+/// [`ChainMemo`], the leading blocks the memo already holds for the same tokens are copied,
+/// not rehashed, and the memo then keeps this chain for the session's next turn.
 pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &mut Vec<u64>) {
     out.clear();
     assert!(n_blocks as u64 * u64::from(block_size) <= u64::from(content.total_tokens()));
     out.reserve(n_blocks);
-    let mut prev = 0x5851_F42D_4C95_7F2Du64;
+    let Some(memo) = &content.memo.0 else {
+        hash_blocks_from(content, block_size, n_blocks, out);
+        return;
+    };
+    // A poisoned memo only means another thread panicked mid-update; the data is a cache
+    // either way, so start it afresh.
+    let mut chains = memo.chains.lock().unwrap_or_else(|e| {
+        let mut g = e.into_inner();
+        g.clear();
+        g
+    });
+    let at = chains.iter().position(|c| c.block_size == block_size);
+    let mut stored_usable = 0;
+    if let Some(c) = at.map(|i| &chains[i]) {
+        let common = common_prefix_tokens(&c.segments, &content.segments);
+        stored_usable = ((common / u64::from(block_size)) as usize).min(c.hashes.len());
+        out.extend_from_slice(&c.hashes[..stored_usable.min(n_blocks)]);
+    }
+    hash_blocks_from(content, block_size, n_blocks, out);
+    // Keep the chain that covers more: this one, unless the memo holds a longer chain of
+    // the same tokens (a router hashing a prompt after the engine hashed prompt + output).
+    let keep_stored = at.is_some_and(|i| stored_usable == chains[i].hashes.len() && stored_usable > n_blocks);
+    if !keep_stored {
+        let chain = MemoChain {
+            block_size,
+            segments: content.segments.clone(),
+            hashes: out.clone(),
+        };
+        match at {
+            Some(i) => chains[i] = chain,
+            None => chains.push(chain),
+        }
+    }
+}
+
+/// Appends the hashes of blocks `out.len()..n_blocks` of `content` (chained from the last
+/// hash in `out`).
+fn hash_blocks_from(content: &Content, block_size: u32, n_blocks: usize, out: &mut Vec<u64>) {
+    let first = out.len() as u64;
+    let mut prev = out.last().copied().unwrap_or(CHAIN_ROOT);
     let bs = u64::from(block_size);
-    // Walk segments once; a block may span several segments.
+    // Find the segment holding the first new block's first token, then walk segments once;
+    // a block may span several segments.
     let mut seg_idx = 0usize;
     let mut seg_begin = 0u64;
-    for i in 0..n_blocks as u64 {
+    let start = first * bs;
+    while seg_idx < content.segments.len() && seg_begin + u64::from(content.segments[seg_idx].len) <= start {
+        seg_begin += u64::from(content.segments[seg_idx].len);
+        seg_idx += 1;
+    }
+    for i in first..n_blocks as u64 {
         let (from, to) = (i * bs, (i + 1) * bs);
         let mut h = prev;
         let mut pos = from;
@@ -377,6 +486,62 @@ mod tests {
         let mut hc = Vec::new();
         block_hashes(&c, 16, 1, &mut hc);
         assert_ne!(hc[0], ha[0]);
+    }
+
+    /// Hashes without any memo.
+    fn plain_hashes(c: &Content, bs: u32, n: usize) -> Vec<u64> {
+        let mut plain = c.clone();
+        plain.memo = MemoLink::default();
+        let mut out = Vec::new();
+        block_hashes(&plain, bs, n, &mut out);
+        out
+    }
+
+    proptest::proptest! {
+        /// A memo shared by a session's turns (growing, shrinking or diverging contents,
+        /// prompt-only and whole-content chains, two block sizes) never changes a hash.
+        #[test]
+        fn memoised_chains_equal_fresh_ones(
+            turns in proptest::collection::vec((0u32..3, 1u32..300, 0u32..40, proptest::bool::ANY, 0u8..3), 1..12),
+        ) {
+            let memo = Arc::new(ChainMemo::default());
+            for (kind, prompt, out, prompt_only, bs_pick) in turns {
+                let c = match kind {
+                    0 => Content::session_turn(Some((source_id("sys", "a", 0), 20)), 7, prompt, out),
+                    1 => Content::session_turn(None, 7, prompt, out),
+                    _ => {
+                        let blocks: Vec<u32> = (0..prompt / 32).map(|b| b % 5).collect();
+                        Content::trace_blocks(&blocks, 3, 32, u64::from(out), prompt, out)
+                    }
+                }
+                .with_memo(memo.clone());
+                let bs = [16, 8, 5][bs_pick as usize];
+                let tokens = if prompt_only { c.prompt_tokens } else { c.total_tokens() };
+                let n = (tokens / bs) as usize;
+                let mut got = Vec::new();
+                block_hashes(&c, bs, n, &mut got);
+                proptest::prop_assert_eq!(&got, &plain_hashes(&c, bs, n));
+            }
+        }
+    }
+
+    #[test]
+    fn a_later_turn_reuses_the_earlier_chain() {
+        let memo = Arc::new(ChainMemo::default());
+        let t1 = turn(32, 7, 40, 10).with_memo(memo.clone());
+        let mut h = Vec::new();
+        block_hashes(&t1, 16, 5, &mut h);
+        let t2 = turn(32, 7, 80, 5).with_memo(memo.clone());
+        block_hashes(&t2, 16, 7, &mut h);
+        assert_eq!(h, plain_hashes(&t2, 16, 7));
+        let chains = memo.chains.lock().unwrap();
+        assert_eq!(
+            (chains.len(), chains[0].hashes.len()),
+            (1, 7),
+            "the memo keeps the longer chain"
+        );
+        // Segments [sys 32][session 0..50] and [sys 32][session 0..85] share 32 + 50 tokens.
+        assert_eq!(common_prefix_tokens(&t1.segments, &t2.segments), 32 + 50);
     }
 
     #[test]

@@ -22,7 +22,7 @@
 
 use std::sync::Arc;
 
-use crate::content::{Content, source_id};
+use crate::content::{ChainMemo, Content, source_id};
 use crate::dist::Dist;
 use crate::ids::SessionId;
 use crate::rng::{SimRng, stream};
@@ -230,11 +230,92 @@ pub struct Workload {
     pub notes: Vec<String>,
     /// How closed-loop trace replays paced their calls.
     pub pacing: crate::trace::pacing::PacingCounts,
+    /// Block-hash memos of multi-turn sessions (see [`ChainStore`]).
+    pub chains: ChainStore,
+}
+
+/// The block-hash memos ([`ChainMemo`]) of sessions between turns, so each turn hashes only
+/// its new blocks. A cache and nothing more: a memo lost early only costs rehashing, never
+/// a different hash. Memory is bounded: a direct-mapped table of [`ChainStore::SLOTS`]
+/// sessions (a session mapped to a taken slot replaces its holder), and a session's memo
+/// leaves the table once its last turn's content has been built twice (for routing and
+/// for the engine).
+#[derive(Debug, Default)]
+pub struct ChainStore {
+    slots: std::sync::Mutex<Vec<Option<StoredChain>>>,
+}
+
+#[derive(Debug)]
+struct StoredChain {
+    session: SessionId,
+    memo: Arc<ChainMemo>,
+    /// The last turn's content was built once already.
+    last_built: bool,
+}
+
+impl Clone for ChainStore {
+    /// An empty store: memos are per run.
+    fn clone(&self) -> ChainStore {
+        ChainStore::default()
+    }
+}
+
+impl ChainStore {
+    /// Sessions held at most.
+    pub const SLOTS: usize = 1024;
+
+    /// The memo for a content of session `s` (turn `t` of `turns`), if it can help: none
+    /// for single-turn sessions.
+    fn memo(&self, s: SessionId, t: usize, turns: usize) -> Option<Arc<ChainMemo>> {
+        if turns < 2 {
+            return None;
+        }
+        let last = t + 1 == turns;
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if slots.is_empty() {
+            slots.resize_with(Self::SLOTS, || None);
+        }
+        let slot = &mut slots[s.index() % Self::SLOTS];
+        match slot {
+            Some(c) if c.session == s => {
+                let memo = c.memo.clone();
+                if last {
+                    if c.last_built {
+                        *slot = None;
+                    } else {
+                        c.last_built = true;
+                    }
+                }
+                Some(memo)
+            }
+            // No memo for the last turn: nothing would read it afterwards.
+            _ if last => None,
+            _ => {
+                let memo = Arc::new(ChainMemo::default());
+                *slot = Some(StoredChain {
+                    session: s,
+                    memo: memo.clone(),
+                    last_built: false,
+                });
+                Some(memo)
+            }
+        }
+    }
 }
 
 impl Workload {
     /// Token content of turn `t` of session `s`.
     pub fn content(&self, s: SessionId, t: usize) -> Content {
+        let plan = &self.sessions[s.index()];
+        let c = self.content_unmemoised(s, t);
+        match self.chains.memo(s, t, plan.turns.len()) {
+            Some(memo) => c.with_memo(memo),
+            None => c,
+        }
+    }
+
+    /// [`content`](Self::content) without the session's block-hash memo.
+    fn content_unmemoised(&self, s: SessionId, t: usize) -> Content {
         let plan = &self.sessions[s.index()];
         if plan.trace_first == NO_TRACE {
             return plan.content(t);
@@ -336,6 +417,7 @@ pub fn generate(
         trace_salts: Vec::new(),
         notes: Vec::new(),
         pacing: Default::default(),
+        chains: ChainStore::default(),
     })
 }
 
@@ -468,6 +550,47 @@ mod tests {
             max_context_tokens: None,
             request_api: RequestApi::Completions,
         }
+    }
+
+    /// Whole-content and prompt-only hashes of `c` at block size `bs`.
+    fn both_chains(c: &Content, bs: u32) -> (Vec<u64>, Vec<u64>) {
+        let (mut all, mut prompt) = (Vec::new(), Vec::new());
+        crate::content::block_hashes(c, bs, (c.total_tokens() / bs) as usize, &mut all);
+        crate::content::block_hashes(c, bs, (c.prompt_tokens / bs) as usize, &mut prompt);
+        (all, prompt)
+    }
+
+    #[test]
+    fn session_memos_give_the_same_hashes_and_are_dropped_after_the_last_turn() {
+        let mut g = group("a");
+        g.turns = Dist::constant(5.0).unwrap();
+        let single = GroupConfig {
+            turns: Dist::constant(1.0).unwrap(),
+            ..group("b")
+        };
+        let w = generate(&[g, single], 1, None).unwrap();
+        let multi: Vec<SessionId> = (0..w.sessions.len())
+            .map(SessionId::from_index)
+            .filter(|s| w.sessions[s.index()].turns.len() == 5)
+            .collect();
+        assert_eq!(multi.len(), 3);
+        // Turns interleaved across sessions, each content built twice (routing, engine).
+        for t in 0..5 {
+            for &s in &multi {
+                for _ in 0..2 {
+                    let c = w.content(s, t);
+                    assert!(c.memo.0.is_some(), "session {s} turn {t}");
+                    let plain = w.content_unmemoised(s, t);
+                    assert!(plain.memo.0.is_none());
+                    assert_eq!(both_chains(&c, 16), both_chains(&plain, 16));
+                }
+            }
+        }
+        let slots = w.chains.slots.lock().unwrap();
+        assert!(slots.iter().all(Option::is_none), "every memo left after its last turn");
+        drop(slots);
+        let s = SessionId::from_index(w.sessions.iter().position(|p| p.turns.len() == 1).unwrap());
+        assert!(w.content(s, 0).memo.0.is_none(), "no memo for a single-turn session");
     }
 
     #[test]

@@ -209,6 +209,36 @@ impl BlockPool {
         unreferenced
     }
 
+    /// [`cached_prefix`](Self::cached_prefix)'s result again, if it is still `blocks`:
+    /// each block still caches its hash of `chain` and the next hash is still uncached
+    /// (the index holds one block per cached hash, so then the lookup would find exactly
+    /// these). Returns how many are unreferenced, or `None` if anything changed. A block
+    /// read per block, prefetched ahead, instead of an index probe and a block read.
+    pub fn recheck_prefix(&self, chain: &[u64], blocks: &[u32]) -> Option<u32> {
+        if blocks.len() > chain.len() {
+            return None;
+        }
+        let ahead = 2 * PREFETCH_AHEAD;
+        for &b in blocks.iter().take(ahead) {
+            prefetch(&self.blocks[b as usize]);
+        }
+        let mut unreferenced = 0;
+        for (i, (&b, &h)) in blocks.iter().zip(chain).enumerate() {
+            if let Some(&next) = blocks.get(i + ahead) {
+                prefetch(&self.blocks[next as usize]);
+            }
+            let blk = &self.blocks[b as usize];
+            if !blk.cached() || blk.hash != h {
+                return None;
+            }
+            unreferenced += u32::from(blk.ref_cnt == 0);
+        }
+        match chain.get(blocks.len()) {
+            Some(&next) if self.holder(next).is_some() => None,
+            _ => Some(unreferenced),
+        }
+    }
+
     /// The block caching `hash` (must be present).
     pub fn cached_block(&self, hash: u64) -> u32 {
         self.holder(hash).expect("cached_block on content that is not cached")
@@ -753,6 +783,7 @@ mod tests {
             let mut naive = NaivePool::new(N);
             let mut held: Vec<u32> = Vec::new();
             let mut out = Vec::new();
+            let mut last_lookup: Vec<u32> = Vec::new();
             for (op, x) in ops {
                 match op {
                     0 if pool.num_free() > 0 => {
@@ -807,9 +838,19 @@ mod tests {
                 }
                 let hashes: Vec<u64> = (0..16).collect();
                 let mut blocks = Vec::new();
-                pool.cached_prefix(&hashes, &mut blocks);
+                // Rechecking the previous lookup's blocks agrees with a fresh lookup whenever
+                // it answers, and answers whenever nothing it read changed.
+                let recheck = pool.recheck_prefix(&hashes, &last_lookup);
+                let unreferenced = pool.cached_prefix(&hashes, &mut blocks);
                 let want: Vec<u32> = hashes.iter().map_while(|h| naive.index.get(h).copied()).collect();
-                proptest::prop_assert_eq!(blocks, want);
+                if let Some(r) = recheck {
+                    proptest::prop_assert_eq!(&last_lookup, &blocks);
+                    proptest::prop_assert_eq!(r, unreferenced);
+                } else {
+                    proptest::prop_assert_ne!(&last_lookup, &blocks);
+                }
+                proptest::prop_assert_eq!(&blocks, &want);
+                last_lookup = blocks;
             }
         }
     }
