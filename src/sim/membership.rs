@@ -80,7 +80,7 @@ impl Simulation<'_> {
     /// summary; events of the old incarnation become stale).
     pub(super) fn replace_engine(&mut self, now: SimTime, b: BackendId) {
         let i = b.index();
-        let old = std::mem::replace(&mut self.backends[i], fresh_backend(&self.cfg.models[i]));
+        let old = std::mem::replace(&mut self.backends[i], fresh_backend(&self.cfg.models[i], self.coalesce));
         let c = engine_counters(&old);
         let r = &mut self.retired[i];
         r.steps += c.steps;

@@ -411,6 +411,8 @@ pub struct Simulation<'w> {
     abandoned: u64,
     /// Retry jitter.
     retry_rng: crate::rng::SimRng,
+    /// Engines coalesce pure-decode steps ([`EngineMode::Fast`]).
+    coalesce: bool,
 }
 
 impl<'w> Simulation<'w> {
@@ -426,7 +428,8 @@ impl<'w> Simulation<'w> {
         let membership =
             crate::fleet::initial_membership(&cfg.fleet_events, n).expect("fleet events validated with the scenario");
         let listed: Vec<bool> = membership.iter().map(|m| *m == Membership::Active).collect();
-        let backends: Vec<Backend> = cfg.models.iter().map(fresh_backend).collect();
+        let coalesce = mode == EngineMode::Fast;
+        let backends: Vec<Backend> = cfg.models.iter().map(|m| fresh_backend(m, coalesce)).collect();
         let endpoints: Vec<EndpointInfo> = cfg
             .backends
             .iter()
@@ -532,6 +535,7 @@ impl<'w> Simulation<'w> {
             opts,
             cfg,
             event_log: Vec::new(),
+            coalesce,
         }
     }
 
@@ -628,9 +632,14 @@ impl<'w> Simulation<'w> {
 }
 
 /// A new, empty backend of the configured model.
-fn fresh_backend(model: &BackendModel) -> Backend {
+/// `coalesce`: advance pure-decode stretches cheaply ([`EngineMode::Fast`]).
+fn fresh_backend(model: &BackendModel, coalesce: bool) -> Backend {
     match model {
-        BackendModel::Vllm(v) => Backend::Vllm(VllmEngine::new(v.clone())),
+        BackendModel::Vllm(v) => {
+            let mut e = VllmEngine::new(v.clone());
+            e.set_coalescing(coalesce);
+            Backend::Vllm(e)
+        }
         BackendModel::Queueing { slots } => Backend::Queueing(QueueingServer::new(*slots)),
     }
 }

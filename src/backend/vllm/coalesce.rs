@@ -1,0 +1,224 @@
+//! Decode coalescing: a run of pure-decode steps (a *stretch*) whose per-request bookkeeping
+//! is deferred, so that each step costs O(1) plus the block work due in it instead of
+//! O(running).
+//!
+//! While every running request decodes one token per step and none can join or leave, a
+//! step changes each request in the same way (one token computed, one sampled at the
+//! step's end) and its duration is constant. What a step does to shared state is kept
+//! exact and in order: the block pool's allocations and cache insertions (and so its
+//! eviction order and KV events), the step counter and the published gauges. Only the
+//! per-request counters (`computed`, `num_tokens`, `generated`, the last token's time and
+//! the inter-token-gap runs) are deferred, and [`VllmEngine::settle`] applies them before
+//! the first step that is not a pure decode. Nothing outside the engine reads those
+//! counters, so every caller sees exactly what per-step stepping shows; the differential
+//! test `tests/engine_modes.rs` holds the fast engine mode to the reference mode's bytes.
+//!
+//! A stretch step is taken only when, at its start:
+//! * every running request decodes (one token to compute, at least one sampled), and all of
+//!   them fit the token budget, so the batch is the running list and the duration is
+//!   `step_time.step(0, running)`;
+//! * no waiting request can be admitted (none waits, or the running list or the token
+//!   budget is full), so the scheduler's waiting pass would not run;
+//! * no request finishes in it (it ends before the first step that samples a request's
+//!   last token);
+//! * the blocks it may allocate (at most one per request whose block boundary falls in
+//!   it) are free, so no request is preempted.
+//!
+//! Otherwise the engine settles and takes the per-step path for that step.
+
+use super::VllmEngine;
+use crate::time::SimDuration;
+
+/// A stretch is entered only if at least this many steps can run before a request
+/// finishes: entering and settling each cost about one ordinary step.
+const MIN_STRETCH_STEPS: u32 = 4;
+
+/// The state of a stretch of pure-decode steps (inactive between stretches).
+#[derive(Debug, Default)]
+pub(super) struct Stretch {
+    pub(super) active: bool,
+    /// Stretch steps finished so far; every running request is this many tokens ahead of
+    /// its stored counters.
+    pub(super) done: u32,
+    /// The first step (1-based) in which a running request would sample its last token.
+    finish_at: u32,
+    /// End of the stretch's first and latest step, ns.
+    first_end_ns: u64,
+    last_end_ns: u64,
+    /// Gaps between consecutive step ends, run-length encoded `(gap_ns, count)`.
+    gaps: Vec<(u64, u32)>,
+    /// `buckets[j % block_size]`: indices into the running list of the requests that may
+    /// allocate or cache a block in step `j`, ascending (the scheduler's order).
+    buckets: Vec<Vec<u32>>,
+    /// Duration of every step of the stretch (before any slowdown the caller applies).
+    step: SimDuration,
+}
+
+/// Appends one inter-token gap run, merging it with the last run when the gap is equal
+/// (as `finish_step` does one token at a time).
+#[inline]
+fn push_gap(runs: &mut Vec<(u64, u32)>, gap_ns: u64, n: u32) {
+    match runs.last_mut() {
+        Some((g, c)) if *g == gap_ns => *c += n,
+        _ => runs.push((gap_ns, n)),
+    }
+}
+
+impl VllmEngine {
+    /// Coalesces pure-decode steps from now on (the fast engine mode); off, every step
+    /// takes the per-step path (the reference mode).
+    pub fn set_coalescing(&mut self, on: bool) {
+        assert!(!self.stretch.active, "coalescing switched during a stretch");
+        self.coalesce = on;
+    }
+
+    /// True when no waiting request could be admitted by the next scheduling pass
+    /// (`running` running requests, each scheduling one token).
+    fn admission_closed(&self, running: u32) -> bool {
+        self.waiting.is_empty() || running >= self.cfg.max_num_seqs || running >= self.cfg.max_num_batched_tokens
+    }
+
+    /// Starts a stretch if the engine is in pure decode (the last step scheduled every
+    /// running request and sampled a token for each) and at least [`MIN_STRETCH_STEPS`]
+    /// steps can run before a request finishes. Called with the inbox drained.
+    pub(super) fn enter_stretch(&mut self) -> bool {
+        let r = self.running.len() as u32;
+        if !self.coalesce
+            || !self.decode_ready
+            || r == 0
+            || r > self.cfg.max_num_batched_tokens
+            || !self.admission_closed(r)
+        {
+            return false;
+        }
+        let bs = u64::from(self.cfg.block_size_tokens);
+        let caching = self.cfg.prefix_caching;
+        let mut buckets = std::mem::take(&mut self.stretch.buckets);
+        buckets.resize_with(bs as usize, Vec::new);
+        buckets.iter_mut().for_each(Vec::clear);
+        let mut finish_at = u32::MAX;
+        let mut ok = true;
+        for (idx, &s) in self.running.iter().enumerate() {
+            let sl = self.slots[s as usize].as_ref().expect("dangling slot");
+            if sl.num_tokens - sl.computed != 1 || sl.generated == 0 {
+                ok = false;
+                break;
+            }
+            finish_at = finish_at.min(sl.output_tokens - sl.generated);
+            let c0 = u64::from(sl.computed);
+            // Step `j` computes token `c0 + j`; it allocates when that token starts a
+            // block past the held ones (first at `j = held * bs + 1 - c0`) and caches when
+            // it completes the next block to register (first at `j = (hashed + 1) * bs - c0`);
+            // both then recur every `bs` steps.
+            let held_end = sl.blocks.len() as u64 * bs;
+            if held_end < c0 {
+                ok = false;
+                break;
+            }
+            let a = ((held_end + 1 - c0) % bs) as usize;
+            buckets[a].push(idx as u32);
+            if caching && sl.hashed < sl.n_hashes {
+                let cache_end = (u64::from(sl.hashed) + 1) * bs;
+                if cache_end <= c0 {
+                    ok = false;
+                    break;
+                }
+                let c = ((cache_end - c0) % bs) as usize;
+                if c != a {
+                    buckets[c].push(idx as u32);
+                }
+            }
+        }
+        self.stretch.buckets = buckets;
+        if !ok || finish_at < MIN_STRETCH_STEPS {
+            return false;
+        }
+        let st = &mut self.stretch;
+        st.active = true;
+        st.done = 0;
+        st.finish_at = finish_at;
+        st.gaps.clear();
+        st.step = self.cfg.step_time.step(0, r);
+        true
+    }
+
+    /// Starts the next step of the stretch, or settles and returns `None` when the step
+    /// would not be a pure decode (the caller then takes the per-step path).
+    pub(super) fn stretch_start(&mut self) -> Option<SimDuration> {
+        let r = self.running.len() as u32;
+        let j = self.stretch.done + 1;
+        let bs = self.cfg.block_size_tokens;
+        let b = (j % bs) as usize;
+        if j >= self.stretch.finish_at
+            || !self.admission_closed(r)
+            || self.stretch.buckets[b].len() as u32 > self.pool.num_free()
+        {
+            self.settle();
+            return None;
+        }
+        // The block work of step `j`, in the scheduler's order; `grow` is a no-op for a
+        // request whose boundary does not fall in this step.
+        let bucket = std::mem::take(&mut self.stretch.buckets[b]);
+        let ahead = j - 1;
+        for &idx in &bucket {
+            let s = self.running[idx as usize];
+            let sl = self.slots[s as usize].as_mut().expect("dangling slot");
+            sl.computed += ahead;
+            let held = sl.blocks.len() as u32;
+            let end = sl.computed + 1;
+            let need = if u64::from(end) <= u64::from(held) * u64::from(bs) {
+                0
+            } else {
+                end.div_ceil(bs) - held
+            };
+            self.grow(s, need, 1);
+            self.slots[s as usize].as_mut().expect("dangling slot").computed -= ahead;
+        }
+        self.stretch.buckets[b] = bucket;
+        self.stepping = true;
+        self.steps += 1;
+        Some(self.stretch.step)
+    }
+
+    /// Ends a stretch step at `now_ns`: one token sampled for every running request
+    /// (deferred), gauges published.
+    pub(super) fn stretch_finish(&mut self, now_ns: u64) {
+        let st = &mut self.stretch;
+        st.done += 1;
+        if st.done == 1 {
+            st.first_end_ns = now_ns;
+        } else {
+            push_gap(&mut st.gaps, now_ns - st.last_end_ns, 1);
+        }
+        st.last_end_ns = now_ns;
+        self.publish_gauges();
+    }
+
+    /// Applies the stretch's deferred per-request counters and ends it (between steps).
+    pub(super) fn settle(&mut self) {
+        assert!(!self.stepping, "settle during a step");
+        let st = &mut self.stretch;
+        st.active = false;
+        let m = std::mem::take(&mut st.done);
+        if m == 0 {
+            return;
+        }
+        for &s in &self.running {
+            let sl = self.slots[s as usize].as_mut().expect("dangling slot");
+            sl.computed += m;
+            sl.num_tokens += m;
+            sl.generated += m;
+            push_gap(&mut sl.itl_runs, st.first_end_ns - sl.last_token_ns, 1);
+            for &(g, n) in &st.gaps {
+                push_gap(&mut sl.itl_runs, g, n);
+            }
+            sl.last_token_ns = st.last_end_ns;
+        }
+    }
+
+    /// Tokens every running request has computed beyond its stored `computed` (the
+    /// stretch's finished steps; zero outside a stretch).
+    pub(super) fn deferred_tokens(&self) -> u32 {
+        if self.stretch.active { self.stretch.done } else { 0 }
+    }
+}
