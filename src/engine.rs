@@ -341,8 +341,8 @@ mod tests {
             let mut laned = EventQueue::with_lanes(4);
             let mut last_lane: Option<usize> = None;
             let mut lane_of = std::collections::BTreeMap::new();
-            let mut id = 0u32;
-            for (op, lane, dt) in ops {
+            for (id, (op, lane, dt)) in ops.into_iter().enumerate() {
+                let id = id as u32;
                 let t = SimTime(plain.now().0 + dt);
                 match op {
                     0 => {
@@ -366,7 +366,6 @@ mod tests {
                     let l = if op == 2 { last_lane.unwrap_or(lane) } else { lane };
                     lane_of.insert(id, l);
                 }
-                id += 1;
                 proptest::prop_assert_eq!(plain.peek_time(), laned.peek_time());
                 proptest::prop_assert_eq!(plain.len(), laned.len());
             }

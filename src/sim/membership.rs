@@ -82,6 +82,9 @@ impl Simulation<'_> {
         let i = b.index();
         let old = std::mem::replace(&mut self.backends[i], fresh_backend(&self.cfg.models[i], self.coalesce));
         let c = engine_counters(&old);
+        if let Backend::Vllm(e) = &old {
+            self.retired_coalesced += e.coalesced_steps();
+        }
         let r = &mut self.retired[i];
         r.steps += c.steps;
         r.preemptions += c.preemptions;

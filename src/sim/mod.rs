@@ -257,6 +257,10 @@ pub struct RunResult {
     pub episodes: Vec<crate::metrics::Episode>,
     /// Every event processed, when [`RunOptions::record_event_log`] is set.
     pub event_log: Vec<EventRecord>,
+    /// Engine iterations taken in coalesced pure-decode stretches, all engines
+    /// ([`EngineMode::Fast`]; zero in the reference mode). A speed figure for `sim bench`
+    /// and the tests, written to no output file.
+    pub coalesced_steps: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -413,6 +417,8 @@ pub struct Simulation<'w> {
     retry_rng: crate::rng::SimRng,
     /// Engines coalesce pure-decode steps ([`EngineMode::Fast`]).
     coalesce: bool,
+    /// Coalesced steps of replaced engine incarnations.
+    retired_coalesced: u64,
 }
 
 impl<'w> Simulation<'w> {
@@ -536,6 +542,7 @@ impl<'w> Simulation<'w> {
             cfg,
             event_log: Vec::new(),
             coalesce,
+            retired_coalesced: 0,
         }
     }
 

@@ -131,6 +131,15 @@ impl Simulation<'_> {
             decisions: self.decisions,
             session_keys: self.workload.sessions.iter().map(|s| s.key.clone()).collect(),
             event_log: self.event_log,
+            coalesced_steps: self.retired_coalesced
+                + self
+                    .backends
+                    .iter()
+                    .map(|b| match b {
+                        crate::backend::Backend::Vllm(e) => e.coalesced_steps(),
+                        crate::backend::Backend::Queueing(_) => 0,
+                    })
+                    .sum::<u64>(),
         }
     }
 }

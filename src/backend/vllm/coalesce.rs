@@ -52,6 +52,8 @@ pub(super) struct Stretch {
     buckets: Vec<Vec<u32>>,
     /// Duration of every step of the stretch (before any slowdown the caller applies).
     step: SimDuration,
+    /// Steps taken in stretches so far (a speed figure for `sim bench`, never an output).
+    pub(super) coalesced: u64,
 }
 
 /// Appends one inter-token gap run, merging it with the last run when the gap is equal
@@ -177,6 +179,7 @@ impl VllmEngine {
         self.stretch.buckets[b] = bucket;
         self.stepping = true;
         self.steps += 1;
+        self.stretch.coalesced += 1;
         Some(self.stretch.step)
     }
 
@@ -216,9 +219,137 @@ impl VllmEngine {
         }
     }
 
+    /// Engine iterations taken in pure-decode stretches (zero without coalescing).
+    pub fn coalesced_steps(&self) -> u64 {
+        self.stretch.coalesced
+    }
+
     /// Tokens every running request has computed beyond its stored `computed` (the
     /// stretch's finished steps; zero outside a stretch).
     pub(super) fn deferred_tokens(&self) -> u32 {
         if self.stretch.active { self.stretch.done } else { 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{StepEvents, VllmConfig, VllmEngine};
+    use crate::backend::perf::StepTimeModel;
+    use crate::content::Content;
+    use crate::ids::RequestId;
+    use crate::time::SimTime;
+    use proptest::prelude::*;
+
+    /// Everything a step shows to its caller, KV events included.
+    fn seen(e: &mut VllmEngine, ev: &StepEvents) -> String {
+        let mut kv = Vec::new();
+        e.drain_kv_events(&mut kv);
+        format!(
+            "{:?} {:?} {:?} {:?} {:?} {:?} used={} steps={} run={} wait={} {kv:?}",
+            ev.admitted,
+            ev.first_tokens,
+            ev.finished,
+            ev.preempted,
+            ev.itl_runs,
+            e.gauges(),
+            e.kv_used_blocks(),
+            e.steps(),
+            e.running(),
+            e.waiting(),
+        )
+    }
+
+    proptest! {
+        /// A coalescing engine and a per-step one, driven through the same arrivals and
+        /// step end times (all different, so a misplaced gap shows), report exactly the
+        /// same thing after every step: admissions, first tokens, finishes, preemptions,
+        /// inter-token-gap runs to the nanosecond, gauges, step counts and KV events.
+        #[test]
+        fn coalescing_is_invisible_step_by_step(
+            seqs in 1u32..8,
+            budget in 4u32..200,
+            kv_blocks in 16u32..80,
+            block in prop::sample::select(vec![1u32, 4, 16]),
+            caching in any::<bool>(),
+            arrivals in prop::collection::vec((0u32..300, 0u64..4, 1u32..120, 1u32..150), 1..12),
+            durs in prop::collection::vec(1u64..3_000, 64),
+        ) {
+            let cfg = VllmConfig {
+                max_num_seqs: seqs,
+                max_num_batched_tokens: budget,
+                kv_blocks,
+                block_size_tokens: block,
+                prefix_caching: caching,
+                step_time: StepTimeModel::default(),
+            };
+            let mut fast = VllmEngine::new(cfg.clone());
+            fast.set_coalescing(true);
+            let mut slow = VllmEngine::new(cfg);
+            for e in [&mut fast, &mut slow] {
+                e.enable_kv_events();
+            }
+            let mut arrivals = arrivals;
+            arrivals.sort_by_key(|a| a.0);
+            let (mut ev_f, mut ev_s) = (StepEvents::default(), StepEvents::default());
+            let mut now = 0u64;
+            let mut next = 0;
+            for step in 0..4_000u32 {
+                while next < arrivals.len() && arrivals[next].0 <= step {
+                    let (_, session, prompt, out) = arrivals[next];
+                    let tokens = (prompt + out).min(kv_blocks * block);
+                    let prompt = prompt.min(tokens - 1).max(1);
+                    let c = Content::session_turn(None, session, prompt, tokens - prompt);
+                    let id = RequestId(next as u32);
+                    prop_assert_eq!(fast.enqueue(id, c.clone()), slow.enqueue(id, c));
+                    next += 1;
+                }
+                ev_f.clear();
+                ev_s.clear();
+                let (df, ds) = (fast.start_step(&mut ev_f), slow.start_step(&mut ev_s));
+                prop_assert_eq!(df, ds);
+                prop_assert_eq!(seen(&mut fast, &ev_f), seen(&mut slow, &ev_s));
+                if df.is_none() {
+                    if next == arrivals.len() {
+                        break;
+                    }
+                    continue;
+                }
+                fast.check().map_err(TestCaseError::fail)?;
+                now += durs[step as usize % durs.len()];
+                ev_f.clear();
+                ev_s.clear();
+                fast.finish_step(SimTime(now), &mut ev_f);
+                slow.finish_step(SimTime(now), &mut ev_s);
+                prop_assert_eq!(seen(&mut fast, &ev_f), seen(&mut slow, &ev_s), "step {}", step);
+                fast.check().map_err(TestCaseError::fail)?;
+            }
+            prop_assert_eq!(fast.running() + fast.waiting(), 0, "not drained");
+        }
+    }
+
+    #[test]
+    fn a_long_decode_is_coalesced() {
+        let cfg = VllmConfig {
+            max_num_seqs: 4,
+            max_num_batched_tokens: 512,
+            kv_blocks: 100,
+            block_size_tokens: 16,
+            prefix_caching: true,
+            step_time: StepTimeModel::default(),
+        };
+        let mut e = VllmEngine::new(cfg);
+        e.set_coalescing(true);
+        e.enqueue(RequestId(0), Content::session_turn(None, 1, 40, 100));
+        let mut ev = StepEvents::default();
+        let mut t = 0;
+        while e.start_step(&mut ev).is_some() {
+            t += 1000;
+            e.finish_step(SimTime(t), &mut ev);
+            ev.clear();
+        }
+        // One prefill step (per step; it samples the first token), then 99 decode steps,
+        // all coalesced but the last (a request finishes in it).
+        assert_eq!(e.steps(), 100);
+        assert_eq!(e.coalesced_steps(), 98);
     }
 }
