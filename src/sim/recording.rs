@@ -100,8 +100,7 @@ impl Simulation<'_> {
                 }
             })
             .collect();
-        // Sorted by gap: the summary's percentiles read it in order.
-        let itl_ns: std::collections::BTreeMap<u64, u64> = self.itl_ns.iter().map(|(&g, &n)| (g, n)).collect();
+        self.flush_itl();
         let inputs = SummaryInputs {
             scenario: &self.cfg.name,
             seed: self.cfg.seed,
@@ -119,7 +118,7 @@ impl Simulation<'_> {
             last_turns,
             regrets: &self.regrets,
             view_ages_ns: &self.view_ages,
-            itl_ns: &itl_ns,
+            itl_ns: &self.itl_ns,
             rejected: self.rejected,
             abandoned: self.abandoned,
         };

@@ -25,6 +25,16 @@
 //!   it) are free, so no request is preempted.
 //!
 //! Otherwise the engine settles and takes the per-step path for that step.
+//!
+//! # Ordering
+//!
+//! A stretch step is still one queue event, scheduled by the previous step's handler and
+//! so given the `seq` the reference mode gives it; the simulation handles it as any step
+//! (gauge history, fleet tracker, KV-event feed, drains). An event at the same nanosecond
+//! therefore runs before or after it exactly as in the reference mode: the stretch changes
+//! what a step costs, never when it runs or what it shows. Collapsing a stretch into one
+//! event would need readers to bring the engine up to date lazily and to reconstruct the
+//! `seq` each skipped step would have had (docs/engine.md, "What it does not do").
 
 use super::VllmEngine;
 use crate::time::SimDuration;
