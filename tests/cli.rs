@@ -152,6 +152,42 @@ fn bench_reports_throughput() {
 }
 
 #[test]
+fn bench_counts_logical_iterations_in_both_engines() {
+    // Requests/s and iterations/s are reported; a coalesced stretch counts every step in
+    // it, so both engines report the same iterations, and only the fast one coalesces.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut reports = Vec::new();
+    for engine in ["fast", "reference"] {
+        let json = tmp.path().join(format!("{engine}.json"));
+        sim()
+            .args([
+                "bench",
+                "scenarios/burst8.toml",
+                "--runs",
+                "1",
+                "--engine",
+                engine,
+                "--json",
+            ])
+            .arg(&json)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("requests/s").and(predicate::str::contains("M iterations/s")));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+        assert_eq!(v["engine"], engine);
+        assert!(v["requests_per_s"].as_f64().unwrap() > 0.0);
+        assert!(v["iterations_per_s"].as_f64().unwrap() > 0.0);
+        reports.push(v);
+    }
+    let (fast, reference) = (&reports[0], &reports[1]);
+    assert_eq!(fast["iterations"], reference["iterations"]);
+    assert_eq!(fast["events"], reference["events"]);
+    assert_eq!(reference["coalesced_iterations"], 0);
+    let c = fast["coalesced_iterations"].as_u64().unwrap();
+    assert!(c > 0 && c < fast["iterations"].as_u64().unwrap(), "{c}");
+}
+
+#[test]
 fn help_and_version() {
     sim()
         .arg("--help")

@@ -16,6 +16,14 @@ use fleetsim::workload::Workload;
 
 /// Everything a run writes (as `sim run` does) plus its event log, by file name.
 fn outputs(s: &Scenario, w: &Workload, mode: EngineMode, dir: &Path) -> Result<Vec<(String, Vec<u8>)>, String> {
+    outputs_counted(s, w, mode, dir).map(|(files, _)| files)
+}
+
+/// Output files by name.
+type Files = Vec<(String, Vec<u8>)>;
+
+/// [`outputs`], and the engine iterations taken in coalesced stretches.
+fn outputs_counted(s: &Scenario, w: &Workload, mode: EngineMode, dir: &Path) -> Result<(Files, u64), String> {
     let opts = RunOptions {
         record_event_log: true,
         ..RunOptions::default()
@@ -45,18 +53,26 @@ fn outputs(s: &Scenario, w: &Workload, mode: EngineMode, dir: &Path) -> Result<V
         .map(|e| format!("{} {} {} {}", e.t.0, e.kind_name(), e.a, e.b))
         .collect();
     out.push(("event log".into(), log.join("\n").into_bytes()));
-    Ok(out)
+    Ok((out, res.coalesced_steps))
 }
 
 /// Runs both modes; `Err` names the first file that differs.
 fn compare(s: &Scenario, w: &Workload) -> Result<usize, String> {
+    compare_counted(s, w).map(|(n, _)| n)
+}
+
+/// [`compare`], and the fast mode's coalesced iterations (the reference mode must have none).
+fn compare_counted(s: &Scenario, w: &Workload) -> Result<(usize, u64), String> {
     let tmp = tempfile::tempdir().unwrap();
-    let fast = outputs(s, w, EngineMode::Fast, &tmp.path().join("fast"));
-    let reference = outputs(s, w, EngineMode::Reference, &tmp.path().join("reference"));
-    let (fast, reference) = match (fast, reference) {
-        (Ok(f), Ok(r)) => (f, r),
+    let fast = outputs_counted(s, w, EngineMode::Fast, &tmp.path().join("fast"));
+    let reference = outputs_counted(s, w, EngineMode::Reference, &tmp.path().join("reference"));
+    let ((fast, coalesced), reference) = match (fast, reference) {
+        (Ok(f), Ok((r, rc))) => {
+            assert_eq!(rc, 0, "the reference mode coalesced");
+            (f, r)
+        }
         // A run that stops with an error must stop with the same one both ways.
-        (Err(a), Err(b)) if a == b => return Ok(0),
+        (Err(a), Err(b)) if a == b => return Ok((0, 0)),
         (a, b) => return Err(format!("fast {:?} vs reference {:?}", a.err(), b.err())),
     };
     assert_eq!(fast.len(), reference.len());
@@ -70,7 +86,7 @@ fn compare(s: &Scenario, w: &Workload) -> Result<usize, String> {
             return Err(format!("{name} differs (first at line {line})"));
         }
     }
-    Ok(fast.len())
+    Ok((fast.len(), coalesced))
 }
 
 /// Every scenario under scenarios/ but the 1M-request benchmarks and tuning spaces.
@@ -99,13 +115,23 @@ fn every_shipped_scenario_is_identical_both_ways() {
     let files = shipped_scenarios();
     assert!(files.len() >= 20, "found only {} scenarios", files.len());
     let mut failures = Vec::new();
+    let mut coalescing = 0;
     for f in &files {
         let (s, w, _) = fleetsim::scenario::load(f, &[]).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        match compare(&s, &w) {
-            Ok(n) => assert!(n >= 7, "{}: {n} outputs", f.display()),
+        match compare_counted(&s, &w) {
+            Ok((n, c)) => {
+                assert!(n >= 7, "{}: {n} outputs", f.display());
+                coalescing += usize::from(c > 0);
+            }
             Err(e) => failures.push(format!("{}: {e}", f.display())),
         }
     }
+    // The comparison covers decode coalescing: most shipped scenarios take stretches.
+    assert!(
+        coalescing * 2 > files.len(),
+        "only {coalescing} of {} scenarios coalesced",
+        files.len()
+    );
     assert!(
         failures.is_empty(),
         "fast and reference engines differ:\n{}",
@@ -158,6 +184,203 @@ proptest! {
         let (s, w) = inline(&text, &[("seed", &seed.to_string())]);
         if let Err(e) = compare(&s, &w) {
             prop_assert!(false, "{e}\n{text}");
+        }
+    }
+}
+
+/// Decode-heavy fleets whose stretches are crossed by every kind of reader: scrapes with
+/// and without gauge lag (their reads land mid-stretch and, with whole-millisecond step
+/// times and latencies, on step ends at the same nanosecond), KV-event feeds, a slowdown
+/// fault that starts and ends mid-stretch, restarts and drains, full running lists with
+/// arrivals waiting, and KV caches small enough that stretches end in preemptions.
+fn decode_heavy(case: &DecodeCase) -> (String, Vec<(&'static str, String)>) {
+    let events = match case.fleet {
+        1 => format!(
+            "fleet_events = [{{ at_s = {}, backend = 0, kind = \"restart\", downtime_s = 0 }}]\n",
+            case.at_s
+        ),
+        2 => format!(
+            "fleet_events = [{{ at_s = {}, backend = 0, kind = \"drain\" }}, {{ at_s = {}, backend = 0, kind = \"join\" }}]\n",
+            case.at_s,
+            case.at_s + 0.5
+        ),
+        _ => String::new(),
+    };
+    let faults = if case.slowdown {
+        format!(
+            "faults = [{{ backend = 0, kind = \"slowdown\", factor = 2.5, from_s = {}, until_s = {} }}]\n",
+            case.at_s / 2.0,
+            case.at_s
+        )
+    } else {
+        String::new()
+    };
+    let top = format!("{events}{faults}[network]\ndispatch_latency_s = 0.001\nresponse_latency_s = 0.0005\n");
+    let text = RandomFleet {
+        backends: case.backends,
+        seqs: case.seqs,
+        budget: case.budget,
+        kv_blocks: case.kv_blocks,
+        policy: case.policy % POLICIES.len(),
+        interval_s: case.interval_ms as f64 / 1000.0,
+        sessions: case.sessions,
+        turns: 2,
+        sys: 40,
+        input: 60,
+        output: case.output,
+        think_s: 0.05,
+        burst_at_s: 0.1,
+        spread_s: 0.5,
+    }
+    .toml(&top);
+    let mut sets = vec![
+        ("backends.metrics_lag_s", ["0", "0.002", "0.037"][case.lag].to_string()),
+        (
+            "backends.step_time",
+            format!("{{ beta0_us = 1000, beta1_us = 2, beta2_us = {} }}", case.beta2_us),
+        ),
+        ("seed", case.seed.to_string()),
+    ];
+    // Policies fed by KV events.
+    match case.policy {
+        5 => sets.push(("router.policy", "{ kind = \"kvaware\" }".into())),
+        6 => sets.push(("router.policy", "{ kind = \"dynamo\" }".into())),
+        _ => {}
+    }
+    (text, sets)
+}
+
+#[derive(Debug)]
+struct DecodeCase {
+    backends: u32,
+    seqs: u32,
+    budget: u32,
+    kv_blocks: u32,
+    policy: usize,
+    interval_ms: u32,
+    sessions: u32,
+    output: u32,
+    lag: usize,
+    beta2_us: u32,
+    slowdown: bool,
+    fleet: usize,
+    at_s: f64,
+    seed: u64,
+}
+
+fn decode_case() -> impl Strategy<Value = DecodeCase> {
+    (
+        (1u32..4, 1u32..10, 16u32..400, 20u32..200, 0usize..7, 1u32..40),
+        (
+            2u32..16,
+            20u32..300,
+            0usize..3,
+            0u32..3,
+            any::<bool>(),
+            0usize..3,
+            0.3f64..2.0,
+            0u64..1000,
+        ),
+    )
+        .prop_map(
+            |(
+                (backends, seqs, budget, kv_blocks, policy, interval),
+                (sessions, output, lag, beta2, slowdown, fleet, at_s, seed),
+            )| {
+                DecodeCase {
+                    backends,
+                    seqs,
+                    budget,
+                    kv_blocks,
+                    policy,
+                    // Whole multiples of 5 ms: scrape reads fall on step ends.
+                    interval_ms: 5 * interval,
+                    sessions,
+                    output,
+                    lag,
+                    // Whole-millisecond decode steps (beta2 = 0) make ties common.
+                    beta2_us: [0, 100, 7][beta2 as usize],
+                    slowdown,
+                    fleet,
+                    at_s,
+                    seed,
+                }
+            },
+        )
+}
+
+fn run_decode_case(case: &DecodeCase) -> Result<u64, String> {
+    let (text, sets) = decode_heavy(case);
+    let sets: Vec<(&str, &str)> = sets.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (s, w) = inline(&text, &sets);
+    compare_counted(&s, &w)
+        .map(|(_, c)| c)
+        .map_err(|e| format!("{e}\n{text}\n{sets:?}"))
+}
+
+#[test]
+fn stretches_crossed_by_every_reader_are_identical_both_ways() {
+    // One fixed case of each reader, each of which must actually coalesce.
+    let base = DecodeCase {
+        backends: 2,
+        seqs: 4,
+        budget: 256,
+        kv_blocks: 120,
+        policy: 0,
+        interval_ms: 10,
+        sessions: 10,
+        output: 200,
+        lag: 0,
+        beta2_us: 0,
+        slowdown: false,
+        fleet: 0,
+        at_s: 0.9,
+        seed: 7,
+    };
+    let cases = [
+        DecodeCase { ..base },
+        DecodeCase { lag: 1, ..base },
+        DecodeCase {
+            lag: 2,
+            interval_ms: 5,
+            ..base
+        },
+        DecodeCase { policy: 5, ..base },
+        DecodeCase {
+            policy: 6,
+            lag: 1,
+            ..base
+        },
+        DecodeCase { slowdown: true, ..base },
+        DecodeCase { fleet: 1, ..base },
+        DecodeCase { fleet: 2, ..base },
+        // Full running lists with requests waiting; a small cache that preempts.
+        DecodeCase {
+            seqs: 1,
+            sessions: 12,
+            ..base
+        },
+        DecodeCase {
+            kv_blocks: 30,
+            seqs: 8,
+            ..base
+        },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        match run_decode_case(c) {
+            Ok(n) => assert!(n > 0, "case {i} took no coalesced step: {c:?}"),
+            Err(e) => panic!("case {i}: {e}"),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
+
+    #[test]
+    fn random_decode_heavy_fleets_are_identical_both_ways(case in decode_case()) {
+        if let Err(e) = run_decode_case(&case) {
+            prop_assert!(false, "{e}");
         }
     }
 }

@@ -21,6 +21,8 @@
 
 use std::collections::VecDeque;
 
+mod coalesce;
+
 use super::kv::BlockPool;
 use super::perf::StepTimeModel;
 use crate::content::{Content, block_hashes};
@@ -147,6 +149,12 @@ pub struct VllmEngine {
     /// Recheck a repeated lookup instead of redoing it; off only in the test that checks
     /// both give the same.
     reuse_lookups: bool,
+    /// Coalesce pure-decode steps ([`coalesce`]; the fast engine mode).
+    coalesce: bool,
+    /// The last step scheduled every running request and sampled a token for each.
+    decode_ready: bool,
+    /// The pure-decode stretch in progress, if any.
+    stretch: coalesce::Stretch,
 }
 
 impl VllmEngine {
@@ -171,6 +179,9 @@ impl VllmEngine {
             done: Vec::new(),
             last_lookup: None,
             reuse_lookups: true,
+            coalesce: false,
+            decode_ready: false,
+            stretch: coalesce::Stretch::default(),
         }
     }
 
@@ -292,7 +303,16 @@ impl VllmEngine {
     /// (the engine then idles until the next arrival).
     pub fn start_step(&mut self, ev: &mut StepEvents) -> Option<SimDuration> {
         assert!(!self.stepping, "start_step while a step is running");
-        self.waiting.extend(self.inbox.drain(..));
+        // Usually empty: skip the call (a measurable share of a coalesced step).
+        if !self.inbox.is_empty() {
+            self.waiting.extend(self.inbox.drain(..));
+        }
+        if (self.stretch.active || self.enter_stretch())
+            && let Some(d) = self.stretch_start()
+        {
+            return Some(d);
+        }
+        self.decode_ready = false;
         if self.running.is_empty() && self.waiting.is_empty() {
             return None;
         }
@@ -408,8 +428,15 @@ impl VllmEngine {
     pub fn finish_step(&mut self, now: SimTime, ev: &mut StepEvents) {
         assert!(self.stepping, "finish_step without a step");
         self.stepping = false;
+        if self.stretch.active {
+            self.stretch_finish(now.0);
+            return;
+        }
         let batch = std::mem::take(&mut self.batch);
         let mut any_finished = false;
+        // Every running request was scheduled and sampled a token: the next step may
+        // start a pure-decode stretch.
+        let mut all_sampled = batch.len() == self.running.len();
         for &s in &batch {
             let sl = self.slots[s as usize].as_mut().expect("dangling slot");
             sl.computed += sl.scheduled;
@@ -432,8 +459,11 @@ impl VllmEngine {
                 if sl.generated == sl.output_tokens {
                     any_finished = true;
                 }
+            } else {
+                all_sampled = false;
             }
         }
+        self.decode_ready = self.coalesce && all_sampled;
         if any_finished {
             // Finished requests leave the running list (order of the rest kept) and free
             // their blocks, tail first.
@@ -461,6 +491,12 @@ impl VllmEngine {
         }
         self.batch = batch;
         self.batch.clear();
+        self.publish_gauges();
+    }
+
+    /// Sets the gauges at a step's end.
+    #[inline]
+    fn publish_gauges(&mut self) {
         self.gauges = super::Gauges {
             running: self.running.len() as u32,
             waiting: self.waiting.len() as u32,
@@ -583,13 +619,14 @@ impl VllmEngine {
                 return Err(format!("waiting request {} holds {} blocks", sl.id, sl.blocks.len()));
             }
         }
+        let deferred = self.deferred_tokens();
         for &s in &self.running {
             let sl = self.slot(s);
-            if self.blocks_for(sl.computed) > sl.blocks.len() as u32 {
+            if self.blocks_for(sl.computed + deferred) > sl.blocks.len() as u32 {
                 return Err(format!(
                     "request {} computed {} tokens with {} blocks",
                     sl.id,
-                    sl.computed,
+                    sl.computed + deferred,
                     sl.blocks.len()
                 ));
             }

@@ -80,8 +80,11 @@ impl Simulation<'_> {
     /// summary; events of the old incarnation become stale).
     pub(super) fn replace_engine(&mut self, now: SimTime, b: BackendId) {
         let i = b.index();
-        let old = std::mem::replace(&mut self.backends[i], fresh_backend(&self.cfg.models[i]));
+        let old = std::mem::replace(&mut self.backends[i], fresh_backend(&self.cfg.models[i], self.coalesce));
         let c = engine_counters(&old);
+        if let Backend::Vllm(e) = &old {
+            self.retired_coalesced += e.coalesced_steps();
+        }
         let r = &mut self.retired[i];
         r.steps += c.steps;
         r.preemptions += c.preemptions;

@@ -27,6 +27,8 @@
 //! the heap ([`EngineMode::Fast`], [`crate::engine`]); they take `seq` from the same
 //! counter, so the order is exactly the reference mode's. Events are never removed: a
 //! step of a replaced engine carries the old incarnation and is ignored when it pops.
+//! Engines coalesce pure-decode steps in the fast mode
+//! (`backend::vllm` stretches), but each step remains one event with its own `seq`.
 
 use crate::backend::Backend;
 use crate::backend::queueing::QueueingServer;
@@ -257,6 +259,10 @@ pub struct RunResult {
     pub episodes: Vec<crate::metrics::Episode>,
     /// Every event processed, when [`RunOptions::record_event_log`] is set.
     pub event_log: Vec<EventRecord>,
+    /// Engine iterations taken in coalesced pure-decode stretches, all engines
+    /// ([`EngineMode::Fast`]; zero in the reference mode). A speed figure for `sim bench`
+    /// and the tests, written to no output file.
+    pub coalesced_steps: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -401,6 +407,9 @@ pub struct Simulation<'w> {
     retired: Vec<EngineCounters>,
     /// Inter-token gaps of finished requests: gap (ns) -> output tokens (exact, ordered).
     itl_ns: std::collections::BTreeMap<u64, u64>,
+    /// Gap runs not yet added to `itl_ns`: added in sorted batches (one B-tree search per
+    /// run cost ~4 % of bench-10k; most runs in a batch share a gap).
+    itl_pending: Vec<(u64, u32)>,
     /// Per session: failed attempts of its current turn.
     attempts: Vec<u32>,
     /// Open-loop sessions: failed attempts per `(session, turn)` with a retry pending.
@@ -411,6 +420,10 @@ pub struct Simulation<'w> {
     abandoned: u64,
     /// Retry jitter.
     retry_rng: crate::rng::SimRng,
+    /// Engines coalesce pure-decode steps ([`EngineMode::Fast`]).
+    coalesce: bool,
+    /// Coalesced steps of replaced engine incarnations.
+    retired_coalesced: u64,
 }
 
 impl<'w> Simulation<'w> {
@@ -426,7 +439,8 @@ impl<'w> Simulation<'w> {
         let membership =
             crate::fleet::initial_membership(&cfg.fleet_events, n).expect("fleet events validated with the scenario");
         let listed: Vec<bool> = membership.iter().map(|m| *m == Membership::Active).collect();
-        let backends: Vec<Backend> = cfg.models.iter().map(fresh_backend).collect();
+        let coalesce = mode == EngineMode::Fast;
+        let backends: Vec<Backend> = cfg.models.iter().map(|m| fresh_backend(m, coalesce)).collect();
         let endpoints: Vec<EndpointInfo> = cfg
             .backends
             .iter()
@@ -499,6 +513,7 @@ impl<'w> Simulation<'w> {
             incarnation: vec![0; n],
             retired: vec![EngineCounters::default(); n],
             itl_ns: std::collections::BTreeMap::new(),
+            itl_pending: Vec::new(),
             attempts: vec![0; workload.sessions.len()],
             open_attempts: rustc_hash::FxHashMap::default(),
             rejected: 0,
@@ -532,6 +547,8 @@ impl<'w> Simulation<'w> {
             opts,
             cfg,
             event_log: Vec::new(),
+            coalesce,
+            retired_coalesced: 0,
         }
     }
 
@@ -628,9 +645,14 @@ impl<'w> Simulation<'w> {
 }
 
 /// A new, empty backend of the configured model.
-fn fresh_backend(model: &BackendModel) -> Backend {
+/// `coalesce`: advance pure-decode stretches cheaply ([`EngineMode::Fast`]).
+fn fresh_backend(model: &BackendModel, coalesce: bool) -> Backend {
     match model {
-        BackendModel::Vllm(v) => Backend::Vllm(VllmEngine::new(v.clone())),
+        BackendModel::Vllm(v) => {
+            let mut e = VllmEngine::new(v.clone());
+            e.set_coalescing(coalesce);
+            Backend::Vllm(e)
+        }
         BackendModel::Queueing { slots } => Backend::Queueing(QueueingServer::new(*slots)),
     }
 }

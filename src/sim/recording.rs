@@ -100,6 +100,7 @@ impl Simulation<'_> {
                 }
             })
             .collect();
+        self.flush_itl();
         let inputs = SummaryInputs {
             scenario: &self.cfg.name,
             seed: self.cfg.seed,
@@ -131,6 +132,15 @@ impl Simulation<'_> {
             decisions: self.decisions,
             session_keys: self.workload.sessions.iter().map(|s| s.key.clone()).collect(),
             event_log: self.event_log,
+            coalesced_steps: self.retired_coalesced
+                + self
+                    .backends
+                    .iter()
+                    .map(|b| match b {
+                        crate::backend::Backend::Vllm(e) => e.coalesced_steps(),
+                        crate::backend::Backend::Queueing(_) => 0,
+                    })
+                    .sum::<u64>(),
         }
     }
 }
