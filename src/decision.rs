@@ -148,6 +148,19 @@ impl Branch {
 pub const KV_FALLBACK_WHY: &str = "Chat requests (`request_api = \"chat\"`, the default) always take it: kvaware, load_balanced_kvaware and loadaware tokenize only the body's `prompt` (routing_logic.py @ a6c01db0 L357-373), so such results measure the session-hash / QPS fallback, not the KV lookup (docs/burst8-atlas.md)";
 
 /// Whether a branch is the KV-aware policies' upstream fallback.
-pub fn is_kv_fallback(branch_name: &str) -> bool {
+fn is_kv_fallback(branch_name: &str) -> bool {
     branch_name.starts_with("kv_fallback_")
+}
+
+/// The share of decisions, given `(branch name, count)` pairs, that took a `kv_fallback_*`
+/// branch, when above zero: it labels whichever policy fell back, whatever its name.
+pub fn kv_fallback_share<'a>(counts: impl IntoIterator<Item = (&'a str, f64)>) -> Option<f64> {
+    let (mut fallback, mut all) = (0.0, 0.0);
+    for (branch, n) in counts {
+        all += n;
+        if is_kv_fallback(branch) {
+            fallback += n;
+        }
+    }
+    (fallback > 0.0 && all > 0.0).then(|| fallback / all)
 }

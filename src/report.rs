@@ -120,18 +120,12 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         .map(|(b, n)| format!("{b} {n}"))
         .collect();
     let _ = writeln!(o, "decisions           {}", branches.join(", "));
-    let total: u64 = s.decisions_by_branch.values().copied().sum();
-    let fell_back: u64 = s
-        .decisions_by_branch
-        .iter()
-        .filter(|(b, _)| crate::decision::is_kv_fallback(b))
-        .map(|(_, n)| *n)
-        .sum();
-    if fell_back > 0 {
+    let counts = s.decisions_by_branch.iter().map(|(b, n)| (b.as_str(), *n as f64));
+    if let Some(share) = crate::decision::kv_fallback_share(counts) {
         let _ = writeln!(
             o,
             "                    \u{2020} {:.1}% of decisions took the kvaware fallback. {}.",
-            100.0 * fell_back as f64 / total as f64,
+            100.0 * share,
             crate::decision::KV_FALLBACK_WHY
         );
     }

@@ -582,19 +582,13 @@ pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Re
 /// branch, when above zero: derived from the decision counts, so it labels whichever policy
 /// fell back, whatever its name.
 fn kv_fallback_share(columns: &[String], stats: &[Stat]) -> Option<f64> {
-    let (mut fallback, mut all) = (0.0, 0.0);
-    for (c, s) in columns.iter().zip(stats) {
-        if let Some(branch) = c.strip_prefix("decisions_by_branch.") {
-            if s.n == 0 || !s.mean.is_finite() {
-                continue;
-            }
-            all += s.mean;
-            if crate::decision::is_kv_fallback(branch) {
-                fallback += s.mean;
-            }
-        }
-    }
-    (fallback > 0.0 && all > 0.0).then(|| fallback / all)
+    crate::decision::kv_fallback_share(
+        columns
+            .iter()
+            .zip(stats)
+            .filter(|(_, s)| s.n > 0 && s.mean.is_finite())
+            .filter_map(|(c, s)| Some((c.strip_prefix("decisions_by_branch.")?, s.mean))),
+    )
 }
 
 /// Pretty JSON plus a newline.
