@@ -250,11 +250,21 @@ impl Content {
     }
 
     /// Calls `f(source, start, len)` for each piece of positions `from..to` (in units where
-    /// one token is `unit` units long, e.g. characters), in order.
-    fn for_each_piece(&self, unit: u32, from: u64, to: u64, mut f: impl FnMut(u64, u64, u64)) {
+    /// one token is `unit` units long, e.g. characters), in order. `cursor` (segment index,
+    /// its first position) starts the search, and is left at the segment holding `to`, so
+    /// consecutive ranges in order cost one pass over the segments, not one pass each.
+    fn for_each_piece(
+        &self,
+        unit: u32,
+        from: u64,
+        to: u64,
+        cursor: &mut (usize, u64),
+        mut f: impl FnMut(u64, u64, u64),
+    ) {
         let unit = u64::from(unit);
-        let mut seg_begin = 0u64;
-        for s in &self.segments {
+        let (mut idx, mut seg_begin) = *cursor;
+        debug_assert!(seg_begin <= from || from >= to, "cursor past the range");
+        while let Some(s) = self.segments.get(idx) {
             let seg_end = seg_begin + u64::from(s.len) * unit;
             if seg_end > from && seg_begin < to {
                 let a = from.max(seg_begin);
@@ -265,7 +275,9 @@ impl Content {
                 break;
             }
             seg_begin = seg_end;
+            idx += 1;
         }
+        *cursor = (idx, seg_begin);
     }
 }
 
@@ -376,18 +388,22 @@ pub fn char_chunk_hashes(
     let seps = if join_messages { content.separators() } else { &[] };
     let total = real_total + seps.len() as u64;
     let chunk = u64::from(chunk_chars);
+    // Chunks, messages and pieces are all visited in order: one cursor each instead of a
+    // search from the start per chunk (a long chat session has hundreds of each).
+    let mut segs = (0usize, 0u64);
+    let (mut msg, mut msg_begin) = (0usize, 0u64);
     let mut from = 0u64;
     while from < total {
         let to = (from + chunk).min(total);
         let mut h = 0x1357_9BDF_2468_ACE0u64;
         let mut piece = |src: u64, start: u64, len: u64| h = mix(mix(mix(h, src), start), len);
         if seps.is_empty() {
-            content.for_each_piece(chars_per_token, from, to, &mut piece);
+            content.for_each_piece(chars_per_token, from, to, &mut segs, &mut piece);
         } else {
             // Message i spans real characters [a, b) at virtual offset + i; its separator
             // follows at virtual b + i.
-            let mut a = 0u64;
-            for i in 0..=seps.len() {
+            let (first, mut a) = (msg, msg_begin);
+            for i in first..=seps.len() {
                 let b = seps.get(i).map_or(real_total, |&e| u64::from(e) * cpt);
                 let (va, vb) = (a + i as u64, b + i as u64);
                 if va >= to {
@@ -395,10 +411,14 @@ pub fn char_chunk_hashes(
                 }
                 if vb > from && b > a {
                     let (x, y) = (from.max(va), to.min(vb));
-                    content.for_each_piece(chars_per_token, x - i as u64, y - i as u64, &mut piece);
+                    content.for_each_piece(chars_per_token, x - i as u64, y - i as u64, &mut segs, &mut piece);
                 }
                 if i < seps.len() && (from..to).contains(&vb) {
                     piece(SEPARATOR_SOURCE, 0, 1);
+                }
+                if vb < to {
+                    // Message i and its separator end in this chunk: later chunks skip it.
+                    (msg, msg_begin) = (i + 1, b);
                 }
                 a = b;
             }
@@ -549,6 +569,90 @@ mod tests {
         let c = turn(10, 3, 20, 4);
         assert_eq!(c.prompt_tokens, 30);
         assert_eq!(c.total_tokens(), 34);
+    }
+
+    /// The per-chunk search from the start that [`char_chunk_hashes`] replaced with
+    /// cursors: the reference it must agree with.
+    fn chunk_hashes_searching(content: &Content, cpt: u32, chunk_chars: u32, join: bool) -> Vec<u64> {
+        let pieces = |from: u64, to: u64, f: &mut dyn FnMut(u64, u64, u64)| {
+            let unit = u64::from(cpt);
+            let mut seg_begin = 0u64;
+            for s in &content.segments {
+                let seg_end = seg_begin + u64::from(s.len) * unit;
+                if seg_end > from && seg_begin < to {
+                    let (a, b) = (from.max(seg_begin), to.min(seg_end));
+                    f(s.source, u64::from(s.start) * unit + (a - seg_begin), b - a);
+                }
+                if seg_end >= to {
+                    break;
+                }
+                seg_begin = seg_end;
+            }
+        };
+        let cptu = u64::from(cpt);
+        let real_total = u64::from(content.prompt_tokens) * cptu;
+        let seps = if join { content.separators() } else { &[] };
+        let total = real_total + seps.len() as u64;
+        let mut out = Vec::new();
+        let mut from = 0u64;
+        while from < total {
+            let to = (from + u64::from(chunk_chars)).min(total);
+            let mut h = 0x1357_9BDF_2468_ACE0u64;
+            let mut piece = |src: u64, start: u64, len: u64| h = mix(mix(mix(h, src), start), len);
+            if seps.is_empty() {
+                pieces(from, to, &mut piece);
+            } else {
+                let mut a = 0u64;
+                for i in 0..=seps.len() {
+                    let b = seps.get(i).map_or(real_total, |&e| u64::from(e) * cptu);
+                    let (va, vb) = (a + i as u64, b + i as u64);
+                    if va >= to {
+                        break;
+                    }
+                    if vb > from && b > a {
+                        pieces(from.max(va) - i as u64, to.min(vb) - i as u64, &mut piece);
+                    }
+                    if i < seps.len() && (from..to).contains(&vb) {
+                        piece(SEPARATOR_SOURCE, 0, 1);
+                    }
+                    a = b;
+                }
+            }
+            out.push(h);
+            from = to;
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn chunk_cursors_give_the_searched_hashes(
+            segs in proptest::collection::vec((0u64..4, 0u32..50, 1u32..40), 1..12),
+            ends in proptest::collection::vec(0u32..400, 0..14),
+            cpt in 1u32..7,
+            chunk in 1u32..300,
+            chat in proptest::bool::ANY,
+            out_tokens in 0u32..20,
+        ) {
+            let segments: SmallVec<[Segment; 2]> =
+                segs.iter().map(|&(source, start, len)| Segment { source, start, len }).collect();
+            let total: u32 = segments.iter().map(|s| s.len).sum();
+            let out_tokens = out_tokens.min(total - 1);
+            let mut ends = ends;
+            ends.sort_unstable();
+            let c = Content {
+                segments,
+                prompt_tokens: total - out_tokens,
+                output_tokens: out_tokens,
+                chat: chat.then(|| Arc::from(ends)),
+                memo: MemoLink::default(),
+            };
+            for join in [false, true] {
+                let mut got = Vec::new();
+                char_chunk_hashes(&c, cpt, chunk, join, &mut got);
+                proptest::prop_assert_eq!(got, chunk_hashes_searching(&c, cpt, chunk, join));
+            }
+        }
     }
 
     #[test]
