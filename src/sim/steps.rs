@@ -6,24 +6,11 @@ use crate::backend::Backend;
 use crate::ids::{BackendId, RequestId};
 use crate::time::{SimDuration, SimTime};
 
-/// Gap runs collected before they are added to the ITL histogram (64 KiB).
-const ITL_BATCH: usize = 4096;
-
 impl Simulation<'_> {
-    /// Adds the pending gap runs to the ITL histogram: sorted, equal gaps summed, one
-    /// B-tree update per distinct gap. The histogram holds sums, so batching changes no value.
+    /// Moves the run's gap counts into the ordered histogram the summary reads.
     pub(super) fn flush_itl(&mut self) {
-        self.itl_pending.sort_unstable_by_key(|&(g, _)| g);
-        let mut runs = self.itl_pending.drain(..).peekable();
-        while let Some((g, n)) = runs.next() {
-            let mut total = u64::from(n);
-            while let Some(&(g2, n2)) = runs.peek()
-                && g2 == g
-            {
-                total += u64::from(n2);
-                runs.next();
-            }
-            *self.itl_ns.entry(g).or_insert(0) += total;
+        for (g, n) in self.itl_counts.drain() {
+            *self.itl_ns.entry(g).or_insert(0) += n;
         }
     }
 
@@ -67,11 +54,8 @@ impl Simulation<'_> {
         let mut ev = std::mem::take(&mut self.step_events);
         ev.clear();
         e.finish_step(now, &mut ev);
-        if !ev.itl_runs.is_empty() {
-            self.itl_pending.extend_from_slice(&ev.itl_runs);
-            if self.itl_pending.len() >= ITL_BATCH {
-                self.flush_itl();
-            }
+        for &(g, n) in &ev.itl_runs {
+            *self.itl_counts.entry(g).or_insert(0) += u64::from(n);
         }
         let resp = self.cfg.response_latency;
         for &rid in &ev.first_tokens {
