@@ -556,17 +556,18 @@ impl<'w> Simulation<'w> {
     /// Runs to completion (all turns done), the time limit, or an error.
     pub fn run(mut self) -> Result<RunResult, SimError> {
         let mut now = SimTime::ZERO;
+        // The next session to open, read once per open rather than once per event (a
+        // session plan is two cache lines, and the pool's data evicts it between events).
+        let open_at =
+            |w: &Workload, cursor: usize| w.open_order.get(cursor).map(|s| (w.sessions[s.index()].open_at, *s));
+        let mut next_open = open_at(self.workload, self.cursor);
         while self.finished < self.total {
-            let next_open = self
-                .workload
-                .open_order
-                .get(self.cursor)
-                .map(|s| (self.workload.sessions[s.index()].open_at, *s));
             let next_heap = self.queue.peek_time();
             let (t, ev) = match (next_open, next_heap) {
                 (None, None) => break,
                 (Some((to, s)), th) if th.is_none_or(|th| to <= th) => {
                     self.cursor += 1;
+                    next_open = open_at(self.workload, self.cursor);
                     self.queue.advance_to(to);
                     (to, Event::TurnArrival { session: s })
                 }

@@ -51,25 +51,29 @@ impl Simulation<'_> {
         let Backend::Vllm(e) = &mut self.backends[b.index()] else {
             unreachable!("steps are vLLM-only")
         };
-        let mut ev = std::mem::take(&mut self.step_events);
+        // The step's lists are read in place (by index, as `schedule` borrows all of
+        // `self`): a coalesced step leaves them empty, and moving the struct out and back
+        // cost more than the rest of its handling.
+        let ev = &mut self.step_events;
         ev.clear();
-        e.finish_step(now, &mut ev);
+        e.finish_step(now, ev);
         for &(g, n) in &ev.itl_runs {
             *self.itl_counts.entry(g).or_insert(0) += u64::from(n);
         }
         let resp = self.cfg.response_latency;
-        for &rid in &ev.first_tokens {
+        for i in 0..self.step_events.first_tokens.len() {
+            let rid = self.step_events.first_tokens[i];
             self.requests[rid.index()].t_first_token = Some(now);
             self.schedule(now, resp, Event::FirstChunk { request: rid });
         }
-        for f in &ev.finished {
+        for i in 0..self.step_events.finished.len() {
+            let f = self.step_events.finished[i];
             let r = &mut self.requests[f.id.index()];
             r.t_finish_engine = Some(now);
             r.preemptions = f.preemptions;
             self.outstanding[r.backend.index()] -= 1;
             self.schedule(now, resp, Event::Complete { request: f.id });
         }
-        self.step_events = ev;
         self.note_gauges(now, b);
         self.start_step(now, b);
         self.observe(now, b);
