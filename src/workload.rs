@@ -151,9 +151,10 @@ pub struct SessionPlan {
     /// Replayed session-shaped traces: happens-before pacing, per-call content, recorded
     /// latencies (see [`crate::trace::pacing`]).
     pub replay: Option<Box<crate::trace::pacing::ReplayPlan>>,
-    /// Chat sessions: where each message ends, in tokens from the start of the prompt
-    /// (system prompt, then user / assistant turns); `None`: completions requests.
-    pub chat_ends: Option<Arc<[u32]>>,
+    /// Chat sessions (`/v1/chat/completions`): each turn's content carries where its
+    /// messages end ([`chat_message_ends`], built per content from `turns`, so a million
+    /// planned sessions do not each hold the list); false: completions requests.
+    pub chat: bool,
 }
 
 /// [`SessionPlan::trace_first`] of a session whose content is not block-based.
@@ -191,14 +192,15 @@ impl SessionPlan {
             _ => self.source,
         };
         let c = Content::session_turn(self.shared, source, turn.session_prompt_tokens, turn.output_tokens);
-        match &self.chat_ends {
-            Some(ends) => c.with_chat(ends.clone()),
-            None => c,
+        if self.chat {
+            c.with_chat(chat_message_ends(self.shared.map_or(0, |(_, len)| len), &self.turns))
+        } else {
+            c
         }
     }
 }
 
-/// Message ends of a chat session (see [`SessionPlan::chat_ends`]): the system prompt, then
+/// Message ends of a chat session (see [`SessionPlan::chat`]): the system prompt, then
 /// per turn the user message (the turn's prompt end) and the assistant reply (+ output).
 fn chat_message_ends(shared_tokens: u32, turns: &[TurnPlan]) -> Arc<[u32]> {
     let mut ends = Vec::with_capacity(1 + 2 * turns.len());
@@ -389,8 +391,6 @@ pub fn generate(
                     message: format!("session {key}: {}", beyond_horizon("its think times alone")),
                 });
             }
-            let chat_ends = (g.request_api == RequestApi::Chat)
-                .then(|| chat_message_ends(shared.map_or(0, |(_, len)| len), &turns));
             sessions.push(SessionPlan {
                 group: gi as u32,
                 open_at,
@@ -403,7 +403,7 @@ pub fn generate(
                 open_loop: false,
                 trace_first: NO_TRACE,
                 replay: None,
-                chat_ends,
+                chat: g.request_api == RequestApi::Chat,
             });
         }
     }
@@ -558,6 +558,17 @@ mod tests {
         crate::content::block_hashes(c, bs, (c.total_tokens() / bs) as usize, &mut all);
         crate::content::block_hashes(c, bs, (c.prompt_tokens / bs) as usize, &mut prompt);
         (all, prompt)
+    }
+
+    #[test]
+    fn a_session_plan_fits_in_112_bytes() {
+        // A million-request replay plans ~760,000 sessions: 16 bytes more per plan (a
+        // chat message list held in each) cost 12 MiB of peak memory.
+        assert!(
+            std::mem::size_of::<SessionPlan>() <= 112,
+            "{}",
+            std::mem::size_of::<SessionPlan>()
+        );
     }
 
     #[test]
