@@ -152,7 +152,7 @@ pub struct SessionPlan {
     /// latencies (see [`crate::trace::pacing`]).
     pub replay: Option<Box<crate::trace::pacing::ReplayPlan>>,
     /// Chat sessions (`/v1/chat/completions`): each turn's content carries where its
-    /// messages end ([`chat_message_ends`], built per content from `turns`, so a million
+    /// messages end (built per content from `turns` by `chat_message_ends`, so a million
     /// planned sessions do not each hold the list); false: completions requests.
     pub chat: bool,
 }
