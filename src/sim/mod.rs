@@ -405,11 +405,10 @@ pub struct Simulation<'w> {
     incarnation: Vec<u32>,
     /// Per backend: counters of replaced engine incarnations.
     retired: Vec<EngineCounters>,
-    /// Inter-token gaps of finished requests: gap (ns) -> output tokens (exact, ordered).
-    itl_ns: std::collections::BTreeMap<u64, u64>,
-    /// The same counts while the run lasts: one hash-map update per gap run (a B-tree
-    /// search per run, then sorted batches of runs, cost 3-4 % of bench-10k). Moved into
-    /// `itl_ns` at the end, so its order never reaches an output.
+    /// Inter-token gaps of finished requests: gap (ns) -> output tokens (exact). One
+    /// hash-map update per gap run (a B-tree search per run, then sorted batches of runs,
+    /// cost 3-4 % of bench-10k); sorted into the summary's histogram at the end, so its
+    /// order never reaches an output.
     itl_counts: rustc_hash::FxHashMap<u64, u64>,
     /// Per session: failed attempts of its current turn.
     attempts: Vec<u32>,
@@ -513,7 +512,6 @@ impl<'w> Simulation<'w> {
             membership,
             incarnation: vec![0; n],
             retired: vec![EngineCounters::default(); n],
-            itl_ns: std::collections::BTreeMap::new(),
             itl_counts: rustc_hash::FxHashMap::default(),
             attempts: vec![0; workload.sessions.len()],
             open_attempts: rustc_hash::FxHashMap::default(),

@@ -100,7 +100,7 @@ impl Simulation<'_> {
                 }
             })
             .collect();
-        self.flush_itl();
+        let itl_ns: std::collections::BTreeMap<u64, u64> = std::mem::take(&mut self.itl_counts).into_iter().collect();
         let inputs = SummaryInputs {
             scenario: &self.cfg.name,
             seed: self.cfg.seed,
@@ -118,7 +118,7 @@ impl Simulation<'_> {
             last_turns,
             regrets: &self.regrets,
             view_ages_ns: &self.view_ages,
-            itl_ns: &self.itl_ns,
+            itl_ns: &itl_ns,
             rejected: self.rejected,
             abandoned: self.abandoned,
         };

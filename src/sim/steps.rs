@@ -7,13 +7,6 @@ use crate::ids::{BackendId, RequestId};
 use crate::time::{SimDuration, SimTime};
 
 impl Simulation<'_> {
-    /// Moves the run's gap counts into the ordered histogram the summary reads.
-    pub(super) fn flush_itl(&mut self) {
-        for (g, n) in self.itl_counts.drain() {
-            *self.itl_ns.entry(g).or_insert(0) += n;
-        }
-    }
-
     pub(super) fn start_step(&mut self, now: SimTime, b: BackendId) {
         let Backend::Vllm(e) = &mut self.backends[b.index()] else {
             unreachable!("steps are vLLM-only")
