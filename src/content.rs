@@ -574,20 +574,9 @@ mod tests {
     /// The per-chunk search from the start that [`char_chunk_hashes`] replaced with
     /// cursors: the reference it must agree with.
     fn chunk_hashes_searching(content: &Content, cpt: u32, chunk_chars: u32, join: bool) -> Vec<u64> {
+        // A fresh cursor per call: every range is searched from the first segment.
         let pieces = |from: u64, to: u64, f: &mut dyn FnMut(u64, u64, u64)| {
-            let unit = u64::from(cpt);
-            let mut seg_begin = 0u64;
-            for s in &content.segments {
-                let seg_end = seg_begin + u64::from(s.len) * unit;
-                if seg_end > from && seg_begin < to {
-                    let (a, b) = (from.max(seg_begin), to.min(seg_end));
-                    f(s.source, u64::from(s.start) * unit + (a - seg_begin), b - a);
-                }
-                if seg_end >= to {
-                    break;
-                }
-                seg_begin = seg_end;
-            }
+            content.for_each_piece(cpt, from, to, &mut (0, 0), f);
         };
         let cptu = u64::from(cpt);
         let real_total = u64::from(content.prompt_tokens) * cptu;
