@@ -12,11 +12,14 @@
 //! reverse order so its tail is evicted before its prefix.
 //!
 //! Implementation notes. The free queue is a ring of block ids with lazy deletion: a block
-//! records the ring position of its live entry; a hit only bumps the reference
+//! records the ring slot of its live entry; a hit only bumps the reference
 //! count, which leaves that entry stale, and allocation skips stale entries as it pops
-//! them. The order of live entries is exactly that of a linked free queue, and the ring is
-//! compacted when stale entries outnumber the blocks. Unlike a linked list, the blocks
-//! about to be evicted can be read ahead without chasing pointers.
+//! them. The order of live entries is exactly that of a linked free queue, and the ring
+//! (`2 * kv_blocks` slots) is compacted in place when it is full. Unlike a linked list,
+//! the blocks about to be evicted can be read ahead without chasing pointers. The slot
+//! alone identifies an entry: the occupied slots are distinct, and a push only writes an
+//! unoccupied one, so a block's entry in slot `s` is live exactly when the block is
+//! unreferenced and records `s`.
 //!
 //! The content-hash index is touched for every block computed, and
 //! its cache misses dominate run time. It is an open-addressing table with linear probing
@@ -54,17 +57,10 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
-/// Ring positions are counted modulo 2^31, which is exact: the ring never holds more than
-/// `2 * kv_blocks + 1 < 2^31` entries, so no two of them share a position. The top bit of
-/// [`Block::pos_cached`] is the cached flag.
-const POS_MASK: u32 = (1 << 31) - 1;
+/// The low 31 bits of [`Block::slot_cached`] are a ring slot (`< 2 * kv_blocks < 2^31`), the
+/// top bit is the cached flag.
+const SLOT_MASK: u32 = (1 << 31) - 1;
 const CACHED: u32 = 1 << 31;
-
-/// The ring position `k` entries after `pos`.
-#[inline]
-fn ring_pos(pos: u32, k: u32) -> u32 {
-    pos.wrapping_add(k) & POS_MASK
-}
 
 /// One block's bookkeeping, kept together so each pool operation touches one cache line,
 /// and small (16 bytes) because the blocks of all backends are the simulator's largest
@@ -74,31 +70,31 @@ struct Block {
     /// Content hash, meaningful when cached.
     hash: u64,
     ref_cnt: u32,
-    /// Ring position of the block's live free-queue entry (when `ref_cnt == 0`), and the
+    /// Ring slot of the block's live free-queue entry (when `ref_cnt == 0`), and the
     /// `CACHED` flag.
-    pos_cached: u32,
+    slot_cached: u32,
 }
 
 impl Block {
-    /// True if this block's live free-queue entry sits at ring position `pos`.
+    /// True if this block's live free-queue entry sits in ring slot `slot`.
     #[inline]
-    fn is_live_at(&self, pos: u32) -> bool {
-        self.ref_cnt == 0 && self.pos_cached & POS_MASK == pos
+    fn is_live_at(&self, slot: u32) -> bool {
+        self.ref_cnt == 0 && self.slot_cached & SLOT_MASK == slot
     }
 
     #[inline]
     fn cached(&self) -> bool {
-        self.pos_cached & CACHED != 0
+        self.slot_cached & CACHED != 0
     }
 
     #[inline]
     fn set_cached(&mut self, cached: bool) {
-        self.pos_cached = (self.pos_cached & POS_MASK) | if cached { CACHED } else { 0 };
+        self.slot_cached = (self.slot_cached & SLOT_MASK) | if cached { CACHED } else { 0 };
     }
 
     #[inline]
-    fn set_pos(&mut self, pos: u32) {
-        self.pos_cached = (self.pos_cached & CACHED) | (pos & POS_MASK);
+    fn set_slot(&mut self, slot: u32) {
+        self.slot_cached = (self.slot_cached & CACHED) | slot;
     }
 }
 
@@ -116,9 +112,10 @@ pub struct KvEvent {
 pub struct BlockPool {
     blocks: Vec<Block>,
     /// The free queue: block ids in eviction order, live and stale entries (see the
-    /// module docs). `ring[0]` sits at position `ring_front` (modulo 2^31).
-    ring: std::collections::VecDeque<u32>,
-    ring_front: u32,
+    /// module docs), in the `len` slots from `head` on, cyclically.
+    ring: Box<[u32]>,
+    head: u32,
+    len: u32,
     free: u32,
     /// Cached blocks, found by content hash. Never iterated into anything observable.
     index: HashIndex,
@@ -130,24 +127,26 @@ pub struct BlockPool {
 impl BlockPool {
     /// A pool of `n` free, empty blocks.
     pub fn new(n: u32) -> BlockPool {
-        BlockPool::with_ring_front(n, 0)
+        BlockPool::with_ring_head(n, 0)
     }
 
-    /// [`new`](Self::new) with the ring's positions starting at `front` (tests start near
-    /// the wrap-around).
-    fn with_ring_front(n: u32, front: u32) -> BlockPool {
+    /// [`new`](Self::new) with the free queue starting at ring slot `head` (tests start
+    /// near the wrap-around).
+    fn with_ring_head(n: u32, head: u32) -> BlockPool {
         assert!(n > 0 && n < super::MAX_KV_BLOCKS, "kv_blocks out of range");
+        assert!(head < 2 * n, "ring head past the ring");
         let mut p = BlockPool {
             blocks: vec![
                 Block {
                     hash: 0,
                     ref_cnt: 0,
-                    pos_cached: 0
+                    slot_cached: 0
                 };
                 n as usize
             ],
-            ring: std::collections::VecDeque::with_capacity(2 * n as usize + 1),
-            ring_front: ring_pos(front, 0),
+            ring: vec![0; 2 * n as usize].into_boxed_slice(),
+            head,
+            len: 0,
             free: 0,
             events: None,
             index: HashIndex::new(n),
@@ -259,23 +258,39 @@ impl BlockPool {
         blk.ref_cnt += 1;
     }
 
-    /// True if ring entry `b` at position `pos` is the block's live entry.
+    /// The ring slot `k` entries after the head (`k` at most the ring's size).
     #[inline]
-    fn is_live(&self, b: u32, pos: u32) -> bool {
-        self.blocks[b as usize].is_live_at(pos)
+    fn slot(&self, k: u32) -> u32 {
+        let s = self.head + k;
+        let size = self.ring.len() as u32;
+        if s >= size { s - size } else { s }
+    }
+
+    /// The block of the ring entry `k` entries after the head.
+    #[inline]
+    fn ring_at(&self, k: u32) -> u32 {
+        self.ring[self.slot(k) as usize]
     }
 
     /// Pops a block from the head of the free queue (evicting its cached hash).
     pub fn allocate(&mut self) -> u32 {
+        self.pop_free()
+    }
+
+    /// [`allocate`](Self::allocate), inlined into the batch loop.
+    #[inline(always)]
+    fn pop_free(&mut self) -> u32 {
         assert!(
             self.free > 0,
             "allocate on an exhausted pool (callers check num_free first)"
         );
+        // A free block has a live entry, so this stops before the ring runs out.
         let b = loop {
-            let b = self.ring.pop_front().expect("free blocks but an empty ring");
-            let pos = self.ring_front;
-            self.ring_front = ring_pos(self.ring_front, 1);
-            if self.is_live(b, pos) {
+            let slot = self.head;
+            let b = self.ring[slot as usize];
+            self.head = self.slot(1);
+            self.len -= 1;
+            if self.blocks[b as usize].is_live_at(slot) {
                 break b;
             }
         };
@@ -301,34 +316,34 @@ impl BlockPool {
         // whose blocks should have arrived by then, have their index slots fetched. Never
         // look further than the `n` entries this call pops at least (a decode step pops
         // one, and reading further would cost more than it saves).
-        let d = PREFETCH_AHEAD;
-        let limit = (n as usize).min(self.ring.len());
+        let d = PREFETCH_AHEAD as u32;
+        let limit = n.min(self.len);
         for k in 0..limit.min(2 * d) {
-            prefetch(&self.blocks[self.ring[k] as usize]);
+            prefetch(&self.blocks[self.ring_at(k) as usize]);
         }
         for k in 0..limit.min(d) {
             self.prefetch_eviction(k);
         }
-        for i in 0..n as usize {
+        for i in 0..n {
             // Ring offsets shrink as entries are popped: offset `k` now is entry `i + k`
             // of the call, give or take the stale entries already skipped.
-            let left = n as usize - i;
-            if 2 * d < left && 2 * d < self.ring.len() {
-                prefetch(&self.blocks[self.ring[2 * d] as usize]);
+            let left = n - i;
+            if 2 * d < left && 2 * d < self.len {
+                prefetch(&self.blocks[self.ring_at(2 * d) as usize]);
             }
-            if d < left && d < self.ring.len() {
+            if d < left && d < self.len {
                 self.prefetch_eviction(d);
             }
-            out.push(self.allocate());
+            out.push(self.pop_free());
         }
         // Warm the next allocation too (decode steps allocate one block at a time, so the
         // loop above never looks ahead for them): the head block's index slot now (reading
         // the block), the block behind it for next time.
-        if !self.ring.is_empty() {
+        if self.len > 0 {
             self.prefetch_eviction(0);
         }
-        if let Some(&b) = self.ring.get(1) {
-            prefetch(&self.blocks[b as usize]);
+        if self.len > 1 {
+            prefetch(&self.blocks[self.ring_at(1) as usize]);
         }
     }
 
@@ -341,8 +356,8 @@ impl BlockPool {
 
     /// Prefetches the index slot that evicting the block at ring offset `k` would touch.
     #[inline]
-    fn prefetch_eviction(&self, k: usize) {
-        let blk = &self.blocks[self.ring[k] as usize];
+    fn prefetch_eviction(&self, k: u32) {
+        let blk = &self.blocks[self.ring_at(k) as usize];
         if blk.cached() {
             self.index.prefetch(blk.hash);
         }
@@ -350,6 +365,12 @@ impl BlockPool {
 
     /// Drops one reference; an unreferenced block goes to the tail of the free queue.
     pub fn release(&mut self, block: u32) {
+        self.release_one(block);
+    }
+
+    /// [`release`](Self::release), inlined into the batch loop.
+    #[inline(always)]
+    fn release_one(&mut self, block: u32) {
         let blk = &mut self.blocks[block as usize];
         assert!(blk.ref_cnt > 0, "double free of block {block}");
         blk.ref_cnt -= 1;
@@ -365,7 +386,7 @@ impl BlockPool {
             if let Some(ahead) = i.checked_sub(PREFETCH_AHEAD) {
                 prefetch(&self.blocks[blocks[ahead] as usize]);
             }
-            self.release(b);
+            self.release_one(b);
         }
     }
 
@@ -373,6 +394,12 @@ impl BlockPool {
     /// content, the index keeps the first one and this block stays uncached (vLLM can hold
     /// duplicates; one copy is enough for hits).
     pub fn cache(&mut self, block: u32, hash: u64) {
+        self.cache_one(block, hash);
+    }
+
+    /// [`cache`](Self::cache), inlined into the batch loop.
+    #[inline(always)]
+    fn cache_one(&mut self, block: u32, hash: u64) {
         debug_assert!(self.blocks[block as usize].ref_cnt > 0);
         if self.blocks[block as usize].cached() {
             return;
@@ -400,7 +427,7 @@ impl BlockPool {
             if let Some(&ahead) = hashes.get(i + PREFETCH_AHEAD) {
                 self.index.prefetch(ahead);
             }
-            self.cache(b, h);
+            self.cache_one(b, h);
         }
     }
 
@@ -418,31 +445,34 @@ impl BlockPool {
 
     #[inline]
     fn push_tail(&mut self, b: u32) {
-        if self.ring.len() >= 2 * self.blocks.len() {
+        if self.len as usize == self.ring.len() {
             self.compact();
         }
-        let pos = ring_pos(self.ring_front, self.ring.len() as u32);
-        self.blocks[b as usize].set_pos(pos);
-        self.ring.push_back(b);
+        let slot = self.slot(self.len);
+        self.blocks[b as usize].set_slot(slot);
+        self.ring[slot as usize] = b;
+        self.len += 1;
         self.free += 1;
     }
 
-    /// Drops the stale ring entries, keeping the live ones in order. Amortised: it runs
-    /// after at least as many pushes as there are blocks.
+    /// Drops the stale ring entries, moving the live ones forward in order. Amortised: a
+    /// full ring holds twice as many entries as blocks, so this runs after at least as
+    /// many pushes as there are blocks.
     #[cold]
     fn compact(&mut self) {
-        let (mut pos, mut next) = (self.ring_front, self.ring_front);
-        let blocks = &mut self.blocks;
-        self.ring.retain(|&b| {
-            let blk = &mut blocks[b as usize];
-            let live = blk.is_live_at(pos);
-            if live {
-                blk.set_pos(next);
-                next = ring_pos(next, 1);
+        // In place: an entry moves to a slot at or before its own, one already read.
+        let mut kept = 0;
+        for k in 0..self.len {
+            let slot = self.slot(k);
+            let b = self.ring[slot as usize];
+            if self.blocks[b as usize].is_live_at(slot) {
+                let to = self.slot(kept);
+                self.ring[to as usize] = b;
+                self.blocks[b as usize].set_slot(to);
+                kept += 1;
             }
-            pos = ring_pos(pos, 1);
-            live
-        });
+        }
+        self.len = kept;
     }
 
     /// Checks the pool's internal consistency (used by invariant checks and tests).
@@ -450,19 +480,22 @@ impl BlockPool {
         // Live entries are unreferenced by construction and unique (one position each);
         // so the count of live entries must equal both the free count and the count of
         // unreferenced blocks, each of which then has its entry.
+        if self.len as usize > self.ring.len() || self.head as usize >= self.ring.len() {
+            return Err(format!(
+                "ring of {} entries from slot {} in {} slots",
+                self.len,
+                self.head,
+                self.ring.len()
+            ));
+        }
         let mut count = 0u32;
-        for (k, &b) in self.ring.iter().enumerate() {
+        for k in 0..self.len {
+            let slot = self.slot(k);
+            let b = self.ring[slot as usize];
             if b >= self.capacity() {
                 return Err(format!("ring entry {k} names block {b}, past the pool"));
             }
-            count += u32::from(self.is_live(b, ring_pos(self.ring_front, k as u32)));
-        }
-        if self.ring.len() > 2 * self.blocks.len() {
-            return Err(format!(
-                "ring of {} entries for {} blocks",
-                self.ring.len(),
-                self.blocks.len()
-            ));
+            count += u32::from(self.blocks[b as usize].is_live_at(slot));
         }
         if count != self.free {
             return Err(format!("free count {} but {} blocks in queue", self.free, count));
@@ -772,14 +805,14 @@ mod tests {
         /// Any sequence of pool operations picks the same blocks, evicts the same content
         /// and finds the same prefixes as the textbook LRU pool, through many compactions
         /// of the ring (6 blocks, so stale entries pile up fast), and across the wrap-around
-        /// of ring positions.
+        /// of the ring's slots.
         #[test]
         fn ring_free_queue_matches_a_textbook_lru(
             ops in proptest::collection::vec((0u8..6, 0u32..64), 1..400),
             near_wrap in proptest::bool::ANY,
         ) {
             const N: u32 = 6;
-            let mut pool = BlockPool::with_ring_front(N, if near_wrap { POS_MASK - 30 } else { 0 });
+            let mut pool = BlockPool::with_ring_head(N, if near_wrap { 2 * N - 2 } else { 0 });
             let mut naive = NaivePool::new(N);
             let mut held: Vec<u32> = Vec::new();
             let mut out = Vec::new();
