@@ -742,6 +742,36 @@ mod tests {
     }
 
     #[test]
+    fn compaction_keeps_the_free_queue_order() {
+        // 4 blocks, cached and freed; then hits released at once, each leaving a stale entry
+        // and pushing a new one, until the ring (8 slots) is full and compacts in place.
+        let mut p = BlockPool::with_ring_head(4, 6);
+        let blocks: Vec<u32> = (0..4).map(|_| p.allocate()).collect();
+        for (h, &b) in blocks.iter().enumerate() {
+            p.cache(b, h as u64);
+        }
+        p.release_rev(&blocks);
+        let mut compactions = 0;
+        for h in [1u64, 3, 0, 1, 2, 1, 3, 0, 0, 2] {
+            let b = p.cached_block(h);
+            p.touch(b);
+            let before = p.len;
+            p.release(b);
+            compactions += u32::from(p.len <= before);
+            p.check().unwrap();
+        }
+        assert!(compactions >= 2, "the ring compacted {compactions} times");
+        // Least recently released first: 1 (last hit 6th), then 3, 0, 2.
+        let order: Vec<u64> = (0..4)
+            .map(|_| {
+                let b = p.allocate();
+                p.blocks[b as usize].hash
+            })
+            .collect();
+        assert_eq!(order, [1, 3, 0, 2]);
+    }
+
+    #[test]
     fn duplicate_content_keeps_first() {
         let mut p = BlockPool::new(2);
         let a = p.allocate();
@@ -808,7 +838,7 @@ mod tests {
         /// of the ring's slots.
         #[test]
         fn ring_free_queue_matches_a_textbook_lru(
-            ops in proptest::collection::vec((0u8..6, 0u32..64), 1..400),
+            ops in proptest::collection::vec((0u8..10, 0u32..64), 1..400),
             near_wrap in proptest::bool::ANY,
         ) {
             const N: u32 = 6;
@@ -854,6 +884,17 @@ mod tests {
                         let b = held.swap_remove(x as usize % held.len());
                         pool.release(b);
                         naive.release(b);
+                    }
+                    6.. => {
+                        // A hit released at once (4 ops in 10): a stale entry and a new tail
+                        // entry, so the ring fills and is compacted.
+                        let h = u64::from(x % 16);
+                        if let Some(b) = pool.holder(h) {
+                            pool.touch(b);
+                            naive.touch(b);
+                            pool.release(b);
+                            naive.release(b);
+                        }
                     }
                     5 if !held.is_empty() => {
                         let k = (x as usize % held.len()) + 1;
