@@ -97,21 +97,38 @@ impl Prefill {
     }
 }
 
-/// Decode traffic: 64 requests growing a block at a time.
+/// Decode traffic: 64 requests growing a block at a time, with the calls
+/// `VllmEngine::grow` makes: allocate onto the request's block list, cache the block, then
+/// prefetch the index slot of the request's next block.
 struct Decode {
     pool: BlockPool,
-    running: Vec<(u64, Vec<u32>)>,
+    running: Vec<Growing>,
     next: u64,
-    scratch: Vec<u32>,
+}
+
+/// One decoding request: its id, the hash its next block will have, its blocks.
+struct Growing {
+    id: u64,
+    next_hash: u64,
+    blocks: Vec<u32>,
+}
+
+impl Growing {
+    fn new(id: u64) -> Growing {
+        Growing {
+            id,
+            next_hash: mix(0x5EED, id),
+            blocks: Vec::new(),
+        }
+    }
 }
 
 impl Decode {
     fn new() -> Decode {
         let mut d = Decode {
             pool: BlockPool::new(KV_BLOCKS),
-            running: (0..64).map(|i| (i, Vec::new())).collect(),
+            running: (0..64).map(Growing::new).collect(),
             next: 64,
-            scratch: Vec::with_capacity(1),
         };
         d.run(4 * KV_BLOCKS as u64);
         d
@@ -119,22 +136,18 @@ impl Decode {
 
     /// Allocates and caches `blocks` blocks, round robin over the running requests.
     fn run(&mut self, blocks: u64) {
-        let mut h = 0x5EED;
         for k in 0..blocks {
-            let slot = (k % 64) as usize;
-            let (id, held) = &mut self.running[slot];
-            if held.len() == 40 {
-                self.pool.release_rev(held);
-                held.clear();
-                *id = self.next;
+            let r = &mut self.running[(k % 64) as usize];
+            if r.blocks.len() == 40 {
+                self.pool.release_rev(&r.blocks);
+                *r = Growing::new(self.next);
                 self.next += 1;
             }
-            h = mix(h, *id);
-            self.scratch.clear();
-            self.pool.allocate_n(1, &mut self.scratch);
-            let b = self.scratch[0];
-            self.pool.cache(b, h);
-            held.push(b);
+            self.pool.allocate_n(1, &mut r.blocks);
+            let last = r.blocks.len() - 1;
+            self.pool.cache_range(&r.blocks[last..], &[r.next_hash]);
+            r.next_hash = mix(r.next_hash, r.id);
+            self.pool.prefetch_content(r.next_hash);
         }
     }
 }
