@@ -371,26 +371,9 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
         output_tokens_per_s: per(out_tokens as f64, end_s),
         prefix_cache_hit_rate: ratio(h, q),
         preemptions: inp.engines.iter().map(|e| e.preemptions).sum(),
-        // One sample vector at a time: the summary is built when every record is alive,
-        // the run's peak memory (8 MiB per vector per million requests).
-        queue_wait_s: percentiles(
-            requests
-                .iter()
-                .filter_map(|r| Some(ns_to_secs((r.t_admit? - r.t_engine?).0)))
-                .collect(),
-        ),
-        ttft_s: percentiles(
-            requests
-                .iter()
-                .filter_map(|r| Some(ns_to_secs((r.t_first_chunk? - r.t_router).0)))
-                .collect(),
-        ),
-        e2e_s: percentiles(
-            requests
-                .iter()
-                .filter_map(|r| Some(ns_to_secs((r.t_done? - r.t_router).0)))
-                .collect(),
-        ),
+        queue_wait_s: request_percentiles(requests, |r| Some(ns_to_secs((r.t_admit? - r.t_engine?).0))),
+        ttft_s: request_percentiles(requests, |r| Some(ns_to_secs((r.t_first_chunk? - r.t_router).0))),
+        e2e_s: request_percentiles(requests, |r| Some(ns_to_secs((r.t_done? - r.t_router).0))),
         tpot_s: tpot_of(requests),
         itl_s: weighted_percentiles(inp.itl_ns),
         backends,
@@ -406,13 +389,19 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
 /// TPOT percentiles over the finished requests with at least 2 output tokens (see
 /// [`Summary::tpot_s`]); client-side times, as the benchmark measures them.
 fn tpot_of(requests: &[RequestRec]) -> Percentiles {
-    percentiles(
-        requests
-            .iter()
-            .filter(|r| r.output_tokens > 1)
-            .filter_map(|r| Some(ns_to_secs((r.t_done? - r.t_first_chunk?).0) / f64::from(r.output_tokens - 1)))
-            .collect(),
-    )
+    request_percentiles(requests, |r| {
+        if r.output_tokens < 2 {
+            return None;
+        }
+        Some(ns_to_secs((r.t_done? - r.t_first_chunk?).0) / f64::from(r.output_tokens - 1))
+    })
+}
+
+/// Percentiles of one per-request sample (`None`: the request has none), in record order.
+/// One sample vector at a time: the summary is built when every record is alive, the run's
+/// memory peak (8 MiB per vector per million requests).
+fn request_percentiles(requests: &[RequestRec], sample: impl Fn(&RequestRec) -> Option<f64>) -> Percentiles {
+    percentiles(requests.iter().filter_map(sample).collect())
 }
 
 #[cfg(test)]
