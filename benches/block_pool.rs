@@ -6,17 +6,19 @@
 //! Two loads on one pool of the Mooncake replay's size (29,205 blocks), each a fixed,
 //! seeded sequence of the calls an engine makes:
 //!
-//! * `prefill`: requests of about 860 blocks (the replay's mean), 12 in flight. Each
-//!   looks up its cached prefix, takes the hits, allocates and caches the rest in one
-//!   call, and releases everything, last block first, when it leaves. One request in 4
-//!   shares one of 4 family prefixes (up to 800 blocks), so about a tenth of blocks hit, as
-//!   on the replay (the bench prints the share).
-//! * `decode`: 64 requests grow one block at a time, round robin (a decode step allocates
-//!   and caches one block per request every 16 tokens), and a request of 40 blocks leaves
-//!   and is replaced.
+//! * `prefill`: requests of 460 to 1,260 blocks (the replay's mean is about 860), 12 in
+//!   flight. Each looks up its cached prefix, takes the hits, allocates and caches the
+//!   rest in one call, and releases everything, last block first, when it leaves. One
+//!   request in 4 shares one of 4 family prefixes (up to 800 blocks), so about a tenth of
+//!   blocks hit, as on the replay (the bench prints the share).
+//! * `decode`: 64 requests grow one block at a time, round robin, with the calls
+//!   `VllmEngine::grow` makes (a decode step allocates and caches one block per request
+//!   every 16 tokens), and a request of 40 blocks leaves and is replaced.
 //!
-//! Throughput is blocks allocated per second. Run with `cargo bench --bench block_pool`;
-//! compare two versions with `-- --save-baseline before` then `-- --baseline before`.
+//! Throughput is blocks allocated per second. Run with `cargo bench --bench block_pool`.
+//! To compare two versions, build each (`--no-run`), copy its binary and run the two
+//! alternately (`--bench --warm-up-time 1 --measurement-time 3`), taking medians: saved
+//! baselines compare runs minutes apart, and this shared machine drifts more than that.
 
 use std::collections::VecDeque;
 use std::hint::black_box;
@@ -55,7 +57,6 @@ struct Prefill {
     pool: BlockPool,
     running: VecDeque<Vec<u32>>,
     hits: Vec<u32>,
-    next: u64,
 }
 
 impl Prefill {
@@ -64,7 +65,6 @@ impl Prefill {
             pool: BlockPool::new(KV_BLOCKS),
             running: VecDeque::new(),
             hits: Vec::new(),
-            next: 0,
         };
         // Fill the pool with cached blocks, as in steady state.
         p.run(&(0..60).map(chain).collect::<Vec<_>>());
@@ -75,7 +75,6 @@ impl Prefill {
     fn run(&mut self, chains: &[Vec<u64>]) -> (u64, u64) {
         let (mut allocated, mut hit) = (0, 0);
         for c in chains {
-            self.next += 1;
             let evictable = self.pool.cached_prefix(c, &mut self.hits);
             let need = (c.len() - self.hits.len()) as u32;
             while need + evictable > self.pool.num_free() || self.running.len() >= 12 {
