@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 
 mod coalesce;
 
-use super::kv::BlockPool;
+use super::kv::KvCache;
 use super::perf::StepTimeModel;
 use crate::content::{Content, block_hashes};
 use crate::ids::RequestId;
@@ -84,12 +84,13 @@ impl StepEvents {
 }
 
 /// One request in the engine. The fields every step reads (the scheduler's running loop,
-/// `finish_step`) come first and fit in the first cache line (`repr(C)`, 64-byte aligned;
-/// `Option<Slot>`'s tag is the niche in `blocks`, also in that line); the content and its
-/// block hashes, read at admission only, follow.
+/// `finish_step`) come first and fit in the first cache line (`repr(C)`, 64-byte aligned);
+/// the content and its block hashes, read at admission only, follow. The KV cache keeps
+/// the request's block table, under the request's slot index.
 #[repr(C, align(64))]
 struct Slot {
-    blocks: Vec<u32>,
+    /// Blocks held (the length of the request's block table).
+    held: u32,
     id: RequestId,
     /// Prompt plus generated tokens.
     num_tokens: u32,
@@ -99,7 +100,7 @@ struct Slot {
     scheduled: u32,
     /// `content.output_tokens`.
     output_tokens: u32,
-    /// Leading entries of `blocks` registered in the cache.
+    /// Leading blocks registered in the cache.
     hashed: u32,
     /// `hashes.len()`.
     n_hashes: u32,
@@ -127,7 +128,7 @@ pub struct PrefixCacheStats {
 /// One engine.
 pub struct VllmEngine {
     cfg: VllmConfig,
-    pool: BlockPool,
+    kv: KvCache,
     slots: Vec<Option<Slot>>,
     free_slots: Vec<u32>,
     running: Vec<u32>,
@@ -140,15 +141,8 @@ pub struct VllmEngine {
     steps: u64,
     preemptions: u64,
     cache_stats: PrefixCacheStats,
-    hit_blocks: Vec<u32>,
     /// Scratch: slots that finished in the step being applied.
     done: Vec<u32>,
-    /// The request and prefix cap (`max_hit`) of the lookup whose result `hit_blocks`
-    /// holds, cleared by any other use of `hit_blocks` (see `lookup_prefix`).
-    last_lookup: Option<(RequestId, u32)>,
-    /// Recheck a repeated lookup instead of redoing it; off only in the test that checks
-    /// both give the same.
-    reuse_lookups: bool,
     /// Coalesce pure-decode steps ([`coalesce`]; the fast engine mode).
     coalesce: bool,
     /// The last step scheduled every running request and sampled a token for each.
@@ -162,7 +156,7 @@ impl VllmEngine {
     pub fn new(cfg: VllmConfig) -> VllmEngine {
         assert!(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.block_size_tokens > 0);
         VllmEngine {
-            pool: BlockPool::new(cfg.kv_blocks),
+            kv: KvCache::new(cfg.kv_blocks, false),
             cfg,
             slots: Vec::new(),
             free_slots: Vec::new(),
@@ -175,13 +169,19 @@ impl VllmEngine {
             steps: 0,
             preemptions: 0,
             cache_stats: PrefixCacheStats::default(),
-            hit_blocks: Vec::new(),
             done: Vec::new(),
-            last_lookup: None,
-            reuse_lookups: true,
             coalesce: false,
             decode_ready: false,
             stretch: coalesce::Stretch::default(),
+        }
+    }
+
+    /// Keeps the KV cache per run ([`crate::backend::kv::RunPool`], the fast engine mode)
+    /// or per block (the reference mode). Only on an engine that has seen no request.
+    pub fn set_kv_runs(&mut self, on: bool) {
+        assert!(self.slots.is_empty(), "KV cache switched on a used engine");
+        if self.kv.is_runs() != on {
+            self.kv = KvCache::new(self.cfg.kv_blocks, on);
         }
     }
 
@@ -198,7 +198,7 @@ impl VllmEngine {
             "request larger than the KV cache reached the engine (validation missed it)"
         );
         let slot = Slot {
-            blocks: Vec::new(),
+            held: 0,
             id,
             num_tokens: content.prompt_tokens,
             computed: 0,
@@ -257,17 +257,17 @@ impl VllmEngine {
 
     /// Publishes KV events from now on (for KV-event-fed routers).
     pub fn enable_kv_events(&mut self) {
-        self.pool.enable_events();
+        self.kv.enable_events();
     }
 
     /// KV events since the last drain, in order.
     pub fn drain_kv_events(&mut self, out: &mut Vec<super::kv::KvEvent>) {
-        self.pool.drain_events(out);
+        self.kv.drain_events(out);
     }
 
     /// KV blocks referenced by requests.
     pub fn kv_used_blocks(&self) -> u32 {
-        self.pool.num_used()
+        self.kv.num_used()
     }
 
     /// Engine steps executed.
@@ -328,7 +328,7 @@ impl VllmEngine {
             let s = self.running[i];
             let (remaining, held, computed) = {
                 let sl = self.slot(s);
-                (sl.num_tokens - sl.computed, sl.blocks.len() as u32, sl.computed)
+                (sl.num_tokens - sl.computed, sl.held, sl.computed)
             };
             debug_assert!(remaining > 0, "running request with nothing to compute");
             let n = remaining.min(budget);
@@ -341,7 +341,7 @@ impl VllmEngine {
                 self.blocks_for(end) - held
             };
             let mut scheduled = true;
-            while need > self.pool.num_free() {
+            while need > self.kv.num_free() {
                 let victim = self.running.pop().expect("running list empty while preempting");
                 self.preempt(victim, ev);
                 preempted_any = true;
@@ -378,21 +378,15 @@ impl VllmEngine {
                 let computed = hit_blocks * bs;
                 let n = (num_tokens - computed).min(budget);
                 let need = self.blocks_for(computed + n) - hit_blocks;
-                if need + evictable > self.pool.num_free() {
+                if need + evictable > self.kv.num_free() {
                     break; // head-of-line blocking: do not look past the head
                 }
                 self.waiting.pop_front();
                 // Take references on the cached prefix, then allocate the rest.
-                for &blk in &self.hit_blocks {
-                    self.pool.touch(blk);
-                }
-                self.slots[s as usize]
-                    .as_mut()
-                    .expect("dangling slot")
-                    .blocks
-                    .extend_from_slice(&self.hit_blocks);
+                self.kv.admit(s);
                 {
                     let sl = self.slot_mut(s);
+                    sl.held = hit_blocks;
                     sl.hashed = hit_blocks;
                     sl.computed = computed;
                 }
@@ -479,7 +473,7 @@ impl VllmEngine {
             });
             for s in done.drain(..) {
                 let sl = self.slots[s as usize].take().expect("dangling slot");
-                self.release_blocks(&sl.blocks);
+                self.kv.release(s);
                 ev.itl_runs.extend_from_slice(&sl.itl_runs);
                 ev.finished.push(Finished {
                     id: sl.id,
@@ -500,25 +494,18 @@ impl VllmEngine {
         self.gauges = super::Gauges {
             running: self.running.len() as u32,
             waiting: self.waiting.len() as u32,
-            kv_used_blocks: self.pool.num_used(),
-            kv_total_blocks: self.pool.capacity(),
+            kv_used_blocks: self.kv.num_used(),
+            kv_total_blocks: self.kv.capacity(),
         };
     }
 
-    /// Longest cached prefix (in blocks, left in `self.hit_blocks`) usable by the waiting
-    /// request in slot `s`, and how many of those blocks are currently unreferenced.
-    ///
-    /// A head-of-line-blocked request is looked up again at every step until it fits (on a
-    /// Mooncake replay, half of all lookups, 94% of the blocks looked up). When the
-    /// previous lookup was this request's, its result is checked instead of redone: each
-    /// block still caching the same hash (a block read, prefetched ahead, instead of an
-    /// index probe and a block read) and the next hash still absent. The index holds
-    /// exactly one block per cached hash, so that is exactly the full lookup's result.
+    /// Longest cached prefix (in blocks) usable by the waiting request in slot `s`, and
+    /// how many of those blocks are currently unreferenced; the KV cache keeps the hits
+    /// for the admission (see [`KvCache::lookup`]).
     fn lookup_prefix(&mut self, s: u32) -> (u32, u32) {
         debug_assert_eq!(self.slot(s).computed, 0, "waiting requests hold no computed tokens");
-        let last = self.last_lookup.take();
         if !self.cfg.prefix_caching {
-            self.hit_blocks.clear();
+            self.kv.clear_hits();
             return (0, 0);
         }
         let bs = self.cfg.block_size_tokens;
@@ -530,17 +517,7 @@ impl VllmEngine {
         }
         let sl = self.slots[s as usize].as_ref().expect("dangling slot");
         let max_hit = (((sl.num_tokens - 1) / bs) as usize).min(sl.hashes.len());
-        let chain = &sl.hashes[..max_hit];
-        let again = self.reuse_lookups && last == Some((sl.id, max_hit as u32));
-        let evictable = match again
-            .then(|| self.pool.recheck_prefix(chain, &self.hit_blocks))
-            .flatten()
-        {
-            Some(evictable) => evictable,
-            None => self.pool.cached_prefix(chain, &mut self.hit_blocks),
-        };
-        self.last_lookup = Some((sl.id, max_hit as u32));
-        (self.hit_blocks.len() as u32, evictable)
+        self.kv.lookup(sl.id, &sl.hashes[..max_hit])
     }
 
     /// Allocates `need` new blocks for slot `s` and caches every block that will be full
@@ -551,7 +528,8 @@ impl VllmEngine {
         // Most decode steps need no block; `allocate_n(0)` would still read the free
         // queue's head to prefetch it, a likely cache miss per request per step.
         if need > 0 {
-            self.pool.allocate_n(need, &mut sl.blocks);
+            self.kv.allocate(s, need);
+            sl.held += need;
         }
         if !self.cfg.prefix_caching {
             return;
@@ -562,27 +540,15 @@ impl VllmEngine {
             return;
         }
         let full = ((sl.computed + n) / bs).min(sl.n_hashes);
-        let range = sl.hashed as usize..full as usize;
-        self.pool.cache_range(&sl.blocks[range.clone()], &sl.hashes[range]);
+        self.kv.cache(s, &sl.hashes, sl.hashed as usize, full as usize);
         sl.hashed = full;
-        // The next block this request fills (a decode step's, usually) will be cached into
-        // the index: start loading its slot now.
-        if let Some(&next) = sl.hashes.get(full as usize) {
-            self.pool.prefetch_content(next);
-        }
-    }
-
-    /// Releases a request's blocks in reverse order, so its tail is evicted before its prefix.
-    fn release_blocks(&mut self, blocks: &[u32]) {
-        self.pool.release_rev(blocks);
     }
 
     fn preempt(&mut self, s: u32, ev: &mut StepEvents) {
-        let blocks = std::mem::take(&mut self.slot_mut(s).blocks);
-        self.release_blocks(&blocks);
+        // Freed last first, so the request's tail is evicted before its prefix.
+        self.kv.release(s);
         let sl = self.slot_mut(s);
-        sl.blocks = blocks;
-        sl.blocks.clear();
+        sl.held = 0;
         sl.hashed = 0;
         sl.computed = 0;
         sl.preemptions += 1;
@@ -600,13 +566,13 @@ impl VllmEngine {
                 self.cfg.max_num_seqs
             ));
         }
-        self.pool.check()?;
-        let held: u64 = self.slots.iter().flatten().map(|s| s.blocks.len() as u64).sum();
-        if held != self.pool.total_refs() {
-            return Err(format!(
-                "requests hold {held} block refs but the pool counts {}",
-                self.pool.total_refs()
-            ));
+        self.kv.check()?;
+        for (i, sl) in self.slots.iter().enumerate() {
+            let table = self.kv.held(i as u32);
+            let held = sl.as_ref().map_or(0, |sl| sl.held);
+            if held != table {
+                return Err(format!("slot {i} counts {held} blocks but its block table has {table}"));
+            }
         }
         let live = self.slots.iter().flatten().count();
         let queued = self.running.len() + self.waiting.len() + self.inbox.len();
@@ -615,19 +581,19 @@ impl VllmEngine {
         }
         for &s in &self.waiting {
             let sl = self.slot(s);
-            if !sl.blocks.is_empty() {
-                return Err(format!("waiting request {} holds {} blocks", sl.id, sl.blocks.len()));
+            if sl.held != 0 {
+                return Err(format!("waiting request {} holds {} blocks", sl.id, sl.held));
             }
         }
         let deferred = self.deferred_tokens();
         for &s in &self.running {
             let sl = self.slot(s);
-            if self.blocks_for(sl.computed + deferred) > sl.blocks.len() as u32 {
+            if self.blocks_for(sl.computed + deferred) > sl.held {
                 return Err(format!(
                     "request {} computed {} tokens with {} blocks",
                     sl.id,
                     sl.computed + deferred,
-                    sl.blocks.len()
+                    sl.held
                 ));
             }
         }
@@ -886,12 +852,10 @@ mod tests {
         let mut ev = StepEvents::default();
         e.start_step(&mut ev).unwrap();
         assert_eq!((e.running(), e.waiting()), (1, 1));
-        assert_eq!(e.last_lookup, Some((RequestId(2), 6)));
         let head = *e.waiting.front().unwrap();
-        assert_eq!(e.hit_blocks.len(), 4);
         // A recheck gives what a fresh lookup gives.
         let again = e.lookup_prefix(head);
-        e.last_lookup = None;
+        e.kv.clear_hits();
         assert_eq!(again, e.lookup_prefix(head));
         assert_eq!(again, (4, 4));
         e.finish_step(SimTime(0), &mut ev);
@@ -907,11 +871,62 @@ mod tests {
         assert_eq!(admitted, vec![(RequestId(2), 64)]);
     }
 
+    /// Feeds engines `a` and `b` the same requests (`(session, prompt, output, arrival
+    /// group)`: sessions sharing prefixes) and checks that every step gives the same
+    /// durations, events, gauges, KV events and cache counters, and that both stay
+    /// consistent.
+    fn assert_same_engines(
+        mut a: VllmEngine,
+        mut b: VllmEngine,
+        reqs: Vec<(u64, u32, u32, u32)>,
+        blocks: u32,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        a.enable_kv_events();
+        b.enable_kv_events();
+        let mut pending = reqs.into_iter().enumerate().peekable();
+        let (mut ea, mut eb) = (StepEvents::default(), StepEvents::default());
+        let (mut ka, mut kb) = (Vec::new(), Vec::new());
+        for step in 0..20_000u64 {
+            // Up to `arrive` new requests before each step.
+            while let Some((i, (session, prompt, out, _))) = pending.next_if(|(_, r)| r.3 as u64 <= step % 3) {
+                let tokens = prompt.min(blocks * 16 - out - 1);
+                let c = req(session, tokens, out);
+                a.enqueue(RequestId(i as u32), c.clone());
+                b.enqueue(RequestId(i as u32), c);
+            }
+            let (da, db) = (a.start_step(&mut ea), b.start_step(&mut eb));
+            proptest::prop_assert_eq!(da, db);
+            if da.is_none() {
+                if pending.peek().is_none() {
+                    break;
+                }
+                continue;
+            }
+            a.finish_step(SimTime(step), &mut ea);
+            b.finish_step(SimTime(step), &mut eb);
+            proptest::prop_assert_eq!(&ea.admitted, &eb.admitted);
+            proptest::prop_assert_eq!(&ea.first_tokens, &eb.first_tokens);
+            proptest::prop_assert_eq!(&ea.finished, &eb.finished);
+            proptest::prop_assert_eq!(&ea.preempted, &eb.preempted);
+            proptest::prop_assert_eq!(&ea.itl_runs, &eb.itl_runs);
+            proptest::prop_assert_eq!(a.gauges(), b.gauges());
+            proptest::prop_assert_eq!(a.cache_stats(), b.cache_stats());
+            a.drain_kv_events(&mut ka);
+            b.drain_kv_events(&mut kb);
+            proptest::prop_assert_eq!(&ka, &kb);
+            a.check().map_err(proptest::test_runner::TestCaseError::fail)?;
+            b.check().map_err(proptest::test_runner::TestCaseError::fail)?;
+            ea.clear();
+            eb.clear();
+        }
+        proptest::prop_assert_eq!(a.steps(), b.steps());
+        Ok(())
+    }
+
     proptest::proptest! {
         /// Rechecking repeated lookups changes nothing: two engines, one rechecking and one
         /// always looking up afresh, fed the same requests (sessions sharing prefixes, small
-        /// pools, small budgets) produce the same steps, events, gauges, KV events and cache
-        /// counters.
+        /// pools, small budgets) behave the same.
         #[test]
         fn rechecked_lookups_change_nothing(
             reqs in proptest::collection::vec((0u64..4, 1u32..400, 1u32..40, 0u32..3), 1..30),
@@ -919,46 +934,26 @@ mod tests {
             budget in 16u32..600,
             seqs in 1u32..6,
         ) {
-            let mut a = VllmEngine::new(cfg(seqs, budget, blocks));
+            let a = VllmEngine::new(cfg(seqs, budget, blocks));
             let mut b = VllmEngine::new(cfg(seqs, budget, blocks));
-            b.reuse_lookups = false;
-            a.enable_kv_events();
-            b.enable_kv_events();
-            let mut pending = reqs.into_iter().enumerate().peekable();
-            let (mut ea, mut eb) = (StepEvents::default(), StepEvents::default());
-            let (mut ka, mut kb) = (Vec::new(), Vec::new());
-            for step in 0..20_000u64 {
-                // Up to `arrive` new requests before each step.
-                while let Some((i, (session, prompt, out, _))) = pending.next_if(|(_, r)| r.3 as u64 <= step % 3) {
-                    let tokens = prompt.min(blocks * 16 - out - 1);
-                    let c = req(session, tokens, out);
-                    a.enqueue(RequestId(i as u32), c.clone());
-                    b.enqueue(RequestId(i as u32), c);
-                }
-                let (da, db) = (a.start_step(&mut ea), b.start_step(&mut eb));
-                proptest::prop_assert_eq!(da, db);
-                if da.is_none() {
-                    if pending.peek().is_none() {
-                        break;
-                    }
-                    continue;
-                }
-                a.finish_step(SimTime(step), &mut ea);
-                b.finish_step(SimTime(step), &mut eb);
-                proptest::prop_assert_eq!(&ea.admitted, &eb.admitted);
-                proptest::prop_assert_eq!(&ea.first_tokens, &eb.first_tokens);
-                proptest::prop_assert_eq!(&ea.finished, &eb.finished);
-                proptest::prop_assert_eq!(&ea.preempted, &eb.preempted);
-                proptest::prop_assert_eq!(&ea.itl_runs, &eb.itl_runs);
-                proptest::prop_assert_eq!(a.gauges(), b.gauges());
-                proptest::prop_assert_eq!(a.cache_stats(), b.cache_stats());
-                a.drain_kv_events(&mut ka);
-                b.drain_kv_events(&mut kb);
-                proptest::prop_assert_eq!(&ka, &kb);
-                ea.clear();
-                eb.clear();
-            }
-            proptest::prop_assert_eq!(a.steps(), b.steps());
+            b.kv.disable_lookup_reuse();
+            assert_same_engines(a, b, reqs, blocks)?;
+        }
+
+        /// The per-run KV cache behaves as the per-block one under the engine's own calls:
+        /// chunked prefills, shared prefixes hit by concurrent requests (duplicates),
+        /// preemptions and decode growth.
+        #[test]
+        fn run_pool_engine_matches_block_pool_engine(
+            reqs in proptest::collection::vec((0u64..4, 1u32..400, 1u32..40, 0u32..3), 1..40),
+            blocks in 30u32..80,
+            budget in 16u32..600,
+            seqs in 1u32..6,
+        ) {
+            let a = VllmEngine::new(cfg(seqs, budget, blocks));
+            let mut b = VllmEngine::new(cfg(seqs, budget, blocks));
+            b.set_kv_runs(true);
+            assert_same_engines(a, b, reqs, blocks)?;
         }
     }
 

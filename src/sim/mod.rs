@@ -645,12 +645,14 @@ impl<'w> Simulation<'w> {
 }
 
 /// A new, empty backend of the configured model.
-/// `coalesce`: advance pure-decode stretches cheaply ([`EngineMode::Fast`]).
-fn fresh_backend(model: &BackendModel, coalesce: bool) -> Backend {
+/// `fast`: advance pure-decode stretches cheaply and keep the KV cache per run
+/// ([`EngineMode::Fast`]).
+fn fresh_backend(model: &BackendModel, fast: bool) -> Backend {
     match model {
         BackendModel::Vllm(v) => {
             let mut e = VllmEngine::new(v.clone());
-            e.set_coalescing(coalesce);
+            e.set_coalescing(fast);
+            e.set_kv_runs(fast);
             Backend::Vllm(e)
         }
         BackendModel::Queueing { slots } => Backend::Queueing(QueueingServer::new(*slots)),

@@ -122,7 +122,7 @@ impl VllmEngine {
             // block past the held ones (first at `j = held * bs + 1 - c0`) and caches when
             // it completes the next block to register (first at `j = (hashed + 1) * bs - c0`);
             // both then recur every `bs` steps.
-            let held_end = sl.blocks.len() as u64 * bs;
+            let held_end = u64::from(sl.held) * bs;
             if held_end < c0 {
                 ok = false;
                 break;
@@ -163,7 +163,7 @@ impl VllmEngine {
         let b = (j % bs) as usize;
         if j >= self.stretch.finish_at
             || !self.admission_closed(r)
-            || self.stretch.buckets[b].len() as u32 > self.pool.num_free()
+            || self.stretch.buckets[b].len() as u32 > self.kv.num_free()
         {
             self.settle();
             return None;
@@ -176,7 +176,7 @@ impl VllmEngine {
             let s = self.running[idx as usize];
             let sl = self.slots[s as usize].as_mut().expect("dangling slot");
             sl.computed += ahead;
-            let held = sl.blocks.len() as u32;
+            let held = sl.held;
             let end = sl.computed + 1;
             let need = if u64::from(end) <= u64::from(held) * u64::from(bs) {
                 0

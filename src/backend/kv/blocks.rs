@@ -37,6 +37,8 @@
 //! same operations in the same order, with the memory latency overlapped instead of paid
 //! one block at a time.
 
+use super::KvEvent;
+
 const NIL: u32 = u32::MAX;
 
 /// How many blocks ahead the batch operations prefetch index slots: enough misses in
@@ -98,16 +100,6 @@ impl Block {
     }
 }
 
-/// A KV cache event: a full block's content hash entered (`stored`) or left the prefix
-/// cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvEvent {
-    /// True for `BlockStored`, false for `BlockRemoved`.
-    pub stored: bool,
-    /// The block's content hash.
-    pub hash: u64,
-}
-
 /// The block pool of one engine.
 pub struct BlockPool {
     blocks: Vec<Block>,
@@ -133,7 +125,7 @@ impl BlockPool {
     /// [`new`](Self::new) with the free queue starting at ring slot `head` (tests start
     /// near the wrap-around).
     fn with_ring_head(n: u32, head: u32) -> BlockPool {
-        assert!(n > 0 && n < super::MAX_KV_BLOCKS, "kv_blocks out of range");
+        assert!(n > 0 && n < crate::backend::MAX_KV_BLOCKS, "kv_blocks out of range");
         assert!(head < 2 * n, "ring head past the ring");
         let mut p = BlockPool {
             blocks: vec![
