@@ -1,16 +1,19 @@
-//! Cost per KV block of the block pool, the largest share of the replays' run time
-//! (about 70 % of a Mooncake replay, a third of bench-10k). Whole-process timings on a
-//! shared machine move by 15 % between runs; this bench times the pool alone, so a change
-//! to it can be judged at a few percent.
+//! Cost per KV block of the engine's KV cache, per block (`BlockPool`, the reference
+//! mode) and per run (`RunPool`, the fast mode). The per-block pool was the largest share
+//! of the replays' run time (about 70 % of a Mooncake replay, a third of bench-10k).
+//! Whole-process timings on a shared machine move by 15 % between runs; this bench times
+//! the cache alone, so a change to it can be judged at a few percent.
 //!
-//! Two loads on one pool of the Mooncake replay's size (29,205 blocks), each a fixed,
-//! seeded sequence of the calls an engine makes:
+//! Two loads on one cache of the Mooncake replay's size (29,205 blocks), each a fixed,
+//! seeded sequence of the calls an engine makes, through `KvCache` as the engine makes
+//! them:
 //!
 //! * `prefill`: requests of 460 to 1,260 blocks (the replay's mean is about 860), 12 in
-//!   flight. Each looks up its cached prefix, takes the hits, allocates and caches the
-//!   rest in one call, and releases everything, last block first, when it leaves. One
-//!   request in 4 shares one of 4 family prefixes (up to 800 blocks), so about a tenth of
-//!   blocks hit, as on the replay (the bench prints the share).
+//!   flight. Each looks up its cached prefix (again after each release that makes room),
+//!   takes the hits, allocates and caches the rest in one call, and releases everything,
+//!   last block first, when it leaves. One request in 4 shares one of 4 family prefixes
+//!   (up to 800 blocks), so about a tenth of blocks hit, as on the replay (the bench
+//!   prints the share).
 //! * `decode`: 64 requests grow one block at a time, round robin, with the calls
 //!   `VllmEngine::grow` makes (a decode step allocates and caches one block per request
 //!   every 16 tokens), and a request of 40 blocks leaves and is replaced.
@@ -24,8 +27,9 @@ use std::collections::VecDeque;
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use fleetsim::backend::kv::BlockPool;
+use fleetsim::backend::kv::KvCache;
 use fleetsim::content::mix;
+use fleetsim::ids::RequestId;
 
 /// Blocks per engine in `scenarios/bench/trace-mooncake-1m.toml`.
 const KV_BLOCKS: u32 = 29_205;
@@ -52,21 +56,24 @@ fn chain(i: u64) -> Vec<u64> {
     out
 }
 
-/// Engine-shaped prefill traffic on one pool.
+/// Engine-shaped prefill traffic on one cache.
 struct Prefill {
-    pool: BlockPool,
-    running: VecDeque<Vec<u32>>,
-    hits: Vec<u32>,
+    kv: KvCache,
+    /// Request slots in admission order.
+    running: VecDeque<u32>,
+    spare: Vec<u32>,
+    next_id: u32,
 }
 
 impl Prefill {
-    fn new() -> Prefill {
+    fn new(runs: bool) -> Prefill {
         let mut p = Prefill {
-            pool: BlockPool::new(KV_BLOCKS),
+            kv: KvCache::new(KV_BLOCKS, runs),
             running: VecDeque::new(),
-            hits: Vec::new(),
+            spare: (0..16).rev().collect(),
+            next_id: 0,
         };
-        // Fill the pool with cached blocks, as in steady state.
+        // Fill the cache with cached blocks, as in steady state.
         p.run(&(0..60).map(chain).collect::<Vec<_>>());
         p
     }
@@ -75,58 +82,63 @@ impl Prefill {
     fn run(&mut self, chains: &[Vec<u64>]) -> (u64, u64) {
         let (mut allocated, mut hit) = (0, 0);
         for c in chains {
-            let evictable = self.pool.cached_prefix(c, &mut self.hits);
-            let need = (c.len() - self.hits.len()) as u32;
-            while need + evictable > self.pool.num_free() || self.running.len() >= 12 {
+            let id = RequestId(self.next_id);
+            self.next_id += 1;
+            let (h, need) = loop {
+                let (h, evictable) = self.kv.lookup(id, c);
+                let need = c.len() as u32 - h;
+                if need + evictable <= self.kv.num_free() && self.running.len() < 12 {
+                    break (h, need);
+                }
                 let old = self.running.pop_front().expect("a request that fits alone");
-                self.pool.release_rev(&old);
-            }
-            for &b in &self.hits {
-                self.pool.touch(b);
-            }
-            let mut blocks = self.hits.clone();
-            let h = blocks.len();
-            self.pool.allocate_n(need, &mut blocks);
-            self.pool.cache_range(&blocks[h..], &c[h..]);
+                self.kv.release(old);
+                self.spare.push(old);
+            };
+            let t = self.spare.pop().expect("at most 12 running");
+            self.kv.admit(t);
+            self.kv.allocate(t, need);
+            self.kv.cache(t, c, h as usize, c.len());
             allocated += u64::from(need);
-            hit += h as u64;
-            self.running.push_back(blocks);
+            hit += u64::from(h);
+            self.running.push_back(t);
         }
         (allocated, hit)
     }
 }
 
 /// Decode traffic: 64 requests growing a block at a time, with the calls
-/// `VllmEngine::grow` makes: allocate onto the request's block list, cache the block, then
-/// prefetch the index slot of the request's next block.
+/// `VllmEngine::grow` makes: allocate one block onto the request's table, cache it.
 struct Decode {
-    pool: BlockPool,
+    kv: KvCache,
     running: Vec<Growing>,
     next: u64,
 }
 
-/// One decoding request: its id, the hash its next block will have, its blocks.
+/// One decoding request: its slot and its 40 block hashes.
 struct Growing {
-    id: u64,
-    next_hash: u64,
-    blocks: Vec<u32>,
+    slot: u32,
+    hashes: Vec<u64>,
+    held: usize,
 }
 
 impl Growing {
-    fn new(id: u64) -> Growing {
-        Growing {
-            id,
-            next_hash: mix(0x5EED, id),
-            blocks: Vec::new(),
-        }
+    fn new(slot: u32, id: u64) -> Growing {
+        let mut h = mix(0x5EED, id);
+        let hashes = (0..40)
+            .map(|_| {
+                h = mix(h, id);
+                h
+            })
+            .collect();
+        Growing { slot, hashes, held: 0 }
     }
 }
 
 impl Decode {
-    fn new() -> Decode {
+    fn new(runs: bool) -> Decode {
         let mut d = Decode {
-            pool: BlockPool::new(KV_BLOCKS),
-            running: (0..64).map(Growing::new).collect(),
+            kv: KvCache::new(KV_BLOCKS, runs),
+            running: (0..64).map(|i| Growing::new(i as u32, i)).collect(),
             next: 64,
         };
         d.run(4 * KV_BLOCKS as u64);
@@ -137,16 +149,14 @@ impl Decode {
     fn run(&mut self, blocks: u64) {
         for k in 0..blocks {
             let r = &mut self.running[(k % 64) as usize];
-            if r.blocks.len() == 40 {
-                self.pool.release_rev(&r.blocks);
-                *r = Growing::new(self.next);
+            if r.held == 40 {
+                self.kv.release(r.slot);
+                *r = Growing::new(r.slot, self.next);
                 self.next += 1;
             }
-            self.pool.allocate_n(1, &mut r.blocks);
-            let last = r.blocks.len() - 1;
-            self.pool.cache_range(&r.blocks[last..], &[r.next_hash]);
-            r.next_hash = mix(r.next_hash, r.id);
-            self.pool.prefetch_content(r.next_hash);
+            self.kv.allocate(r.slot, 1);
+            r.held += 1;
+            self.kv.cache(r.slot, &r.hashes, r.held - 1, r.held);
         }
     }
 }
@@ -156,22 +166,34 @@ fn block_pool(c: &mut Criterion) {
     g.sample_size(20);
 
     let chains: Vec<Vec<u64>> = (1_000..1_100).map(chain).collect();
-    let (blocks, hit) = Prefill::new().run(&chains);
-    eprintln!(
-        "prefill: {} requests, {blocks} blocks allocated, {:.1} % of looked-up blocks hit",
-        chains.len(),
-        100.0 * hit as f64 / (blocks + hit) as f64
-    );
-    g.throughput(Throughput::Elements(blocks));
-    g.bench_function("prefill", |b| {
-        b.iter_batched(Prefill::new, |mut p| black_box(p.run(&chains)), BatchSize::LargeInput)
-    });
+    for (name, runs) in [("blocks", false), ("runs", true)] {
+        let (blocks, hit) = Prefill::new(runs).run(&chains);
+        eprintln!(
+            "prefill ({name}): {} requests, {blocks} blocks allocated, {:.1} % of looked-up blocks hit",
+            chains.len(),
+            100.0 * hit as f64 / (blocks + hit) as f64
+        );
+        g.throughput(Throughput::Elements(blocks));
+        g.bench_function(format!("prefill/{name}"), |b| {
+            b.iter_batched(
+                || Prefill::new(runs),
+                |mut p| black_box(p.run(&chains)),
+                BatchSize::LargeInput,
+            )
+        });
+    }
 
     const DECODE_BLOCKS: u64 = 100_000;
     g.throughput(Throughput::Elements(DECODE_BLOCKS));
-    g.bench_function("decode", |b| {
-        b.iter_batched(Decode::new, |mut d| d.run(DECODE_BLOCKS), BatchSize::LargeInput)
-    });
+    for (name, runs) in [("blocks", false), ("runs", true)] {
+        g.bench_function(format!("decode/{name}"), |b| {
+            b.iter_batched(
+                || Decode::new(runs),
+                |mut d| d.run(DECODE_BLOCKS),
+                BatchSize::LargeInput,
+            )
+        });
+    }
     g.finish();
 }
 

@@ -152,11 +152,18 @@ pub struct VllmEngine {
 }
 
 impl VllmEngine {
-    /// An idle engine with an empty cache.
+    /// An idle engine with an empty cache, kept per block.
     pub fn new(cfg: VllmConfig) -> VllmEngine {
+        VllmEngine::with_kv_runs(cfg, false)
+    }
+
+    /// An idle engine with an empty cache, kept per run ([`crate::backend::kv::RunPool`],
+    /// the fast engine mode) or per block ([`crate::backend::kv::BlockPool`], the
+    /// reference mode).
+    pub fn with_kv_runs(cfg: VllmConfig, runs: bool) -> VllmEngine {
         assert!(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.block_size_tokens > 0);
         VllmEngine {
-            kv: KvCache::new(cfg.kv_blocks, false),
+            kv: KvCache::new(cfg.kv_blocks, runs),
             cfg,
             slots: Vec::new(),
             free_slots: Vec::new(),
@@ -173,15 +180,6 @@ impl VllmEngine {
             coalesce: false,
             decode_ready: false,
             stretch: coalesce::Stretch::default(),
-        }
-    }
-
-    /// Keeps the KV cache per run ([`crate::backend::kv::RunPool`], the fast engine mode)
-    /// or per block (the reference mode). Only on an engine that has seen no request.
-    pub fn set_kv_runs(&mut self, on: bool) {
-        assert!(self.slots.is_empty(), "KV cache switched on a used engine");
-        if self.kv.is_runs() != on {
-            self.kv = KvCache::new(self.cfg.kv_blocks, on);
         }
     }
 
@@ -951,8 +949,7 @@ mod tests {
             seqs in 1u32..6,
         ) {
             let a = VllmEngine::new(cfg(seqs, budget, blocks));
-            let mut b = VllmEngine::new(cfg(seqs, budget, blocks));
-            b.set_kv_runs(true);
+            let b = VllmEngine::with_kv_runs(cfg(seqs, budget, blocks), true);
             assert_same_engines(a, b, reqs, blocks)?;
         }
     }

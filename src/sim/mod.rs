@@ -650,9 +650,8 @@ impl<'w> Simulation<'w> {
 fn fresh_backend(model: &BackendModel, fast: bool) -> Backend {
     match model {
         BackendModel::Vllm(v) => {
-            let mut e = VllmEngine::new(v.clone());
+            let mut e = VllmEngine::with_kv_runs(v.clone(), fast);
             e.set_coalescing(fast);
-            e.set_kv_runs(fast);
             Backend::Vllm(e)
         }
         BackendModel::Queueing { slots } => Backend::Queueing(QueueingServer::new(*slots)),

@@ -55,11 +55,6 @@ impl KvCache {
         }
     }
 
-    /// True for the per-run pool.
-    pub fn is_runs(&self) -> bool {
-        matches!(self, KvCache::Runs(_))
-    }
-
     /// Redo repeated lookups instead of rechecking them (per-block pool; for tests).
     pub fn disable_lookup_reuse(&mut self) {
         if let KvCache::Blocks(b) = self {
