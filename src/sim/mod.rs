@@ -157,10 +157,13 @@ impl RunOptions {
 /// the plain per-iteration loop the faster one is checked against.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineMode {
-    /// Engine steps in per-backend lanes beside the heap (see [`crate::engine`]).
+    /// Engine steps in per-backend lanes beside the heap (see [`crate::engine`]),
+    /// pure-decode steps coalesced, each engine's KV cache kept per run
+    /// ([`crate::backend::kv::RunPool`]).
     #[default]
     Fast,
-    /// Every event through one binary heap, one event per engine iteration.
+    /// Every event through one binary heap, one event per engine iteration, the KV
+    /// cache kept per block ([`crate::backend::kv::BlockPool`]).
     Reference,
 }
 
