@@ -190,7 +190,7 @@ impl KvCache {
                     b.pool.prefetch_content(next);
                 }
             }
-            KvCache::Runs(p) => p.cache(t, &hashes[..to], from),
+            KvCache::Runs(p) => p.cache(t, hashes, from, to),
         }
     }
 

@@ -57,9 +57,62 @@ impl Hasher for PassThrough {
     }
 }
 
-/// Run start hash -> run. Only ever searched by key, never iterated into anything
-/// observable.
-type Index = HashMap<u64, u32, BuildHasherDefault<PassThrough>>;
+/// Run start hash -> run, with a counting filter in front. Most probes (one per block a
+/// request caches, to keep duplicates uncached) are for hashes that start no run, and the
+/// filter answers those with one byte read. Only ever searched by key: the map is
+/// iterated only to rebuild the filter, whose counts do not depend on the order.
+#[derive(Default)]
+struct Starts {
+    map: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
+    /// Per slot, how many run starts map to it. A counter that reaches 255 stays there,
+    /// so it only ever answers "maybe".
+    filter: Vec<u8>,
+}
+
+impl Starts {
+    #[inline]
+    fn slot(&self, h: u64) -> usize {
+        // The map's buckets use the low bits and its tags the top ones.
+        h.rotate_right(32) as usize & (self.filter.len() - 1)
+    }
+
+    #[inline]
+    fn get(&self, h: &u64) -> Option<&u32> {
+        if self.filter.is_empty() || self.filter[self.slot(*h)] == 0 {
+            return None;
+        }
+        self.map.get(h)
+    }
+
+    fn insert(&mut self, h: u64, r: u32) {
+        if (self.map.len() + 1) * 8 > self.filter.len() {
+            // At most one run start in 8 slots.
+            self.filter = vec![0; (self.filter.len() * 2).max(1024)];
+            let keys: Vec<u64> = self.map.keys().copied().collect();
+            keys.into_iter().for_each(|k| self.count(k));
+        }
+        self.count(h);
+        self.map.insert(h, r);
+    }
+
+    fn count(&mut self, h: u64) {
+        let s = self.slot(h);
+        self.filter[s] = self.filter[s].saturating_add(1);
+    }
+
+    fn remove(&mut self, h: &u64) {
+        if self.map.remove(h).is_some() {
+            let s = self.slot(*h);
+            if self.filter[s] != u8::MAX {
+                self.filter[s] -= 1;
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
 
 /// One run (see the module docs). Positions are counted from the run's start.
 #[derive(Default)]
@@ -127,7 +180,7 @@ pub struct RunPool {
     /// The free queue's first and last segments.
     head: u32,
     tail: u32,
-    index: Index,
+    index: Starts,
     /// Block tables by request slot.
     tables: Vec<Table>,
     /// The last lookup's hits: `(run, prefix length)` per run entered.
@@ -149,7 +202,7 @@ impl RunPool {
             spare_segs: Vec::new(),
             head: NIL,
             tail: NIL,
-            index: Index::default(),
+            index: Starts::default(),
             tables: Vec::new(),
             hits: Vec::new(),
             events: None,
@@ -308,14 +361,15 @@ impl RunPool {
         }
     }
 
-    /// Registers the hashes of request slot `t`'s table positions `from..chain.len()`
-    /// (uncached blocks at the start of its tail; `chain` is the request's hash chain up
-    /// to there). A hash already cached elsewhere leaves its block uncached, as in
-    /// [`super::BlockPool::cache`].
-    pub fn cache(&mut self, t: u32, chain: &[u64], from: usize) {
-        if from >= chain.len() {
+    /// Registers `hashes[from..to]` as the contents of request slot `t`'s table positions
+    /// `from..to` (uncached blocks at the start of its tail; `hashes` is the request's
+    /// whole hash chain, of which it may cache more later). A hash already cached
+    /// elsewhere leaves its block uncached, as in [`super::BlockPool::cache`].
+    pub fn cache(&mut self, t: u32, hashes: &[u64], from: usize, to: usize) {
+        if from >= to {
             return;
         }
+        let chain = &hashes[..to];
         let mut tb = std::mem::take(self.table_mut(t));
         debug_assert_eq!((tb.len - tb.tail) as usize, from, "caching past the uncached tail");
         debug_assert!(chain.len() - from <= tb.tail as usize);
@@ -325,7 +379,7 @@ impl RunPool {
         } else {
             self.parent_of(&tb, chain, from)
         };
-        for &h in &chain[from..] {
+        for (p, &h) in chain.iter().enumerate().skip(from) {
             let found = parent
                 .filter(|&(r, q)| self.runs[r as usize].hashes.get(q as usize + 1) == Some(&h))
                 .map(|(r, q)| (r, q + 1))
@@ -344,14 +398,20 @@ impl RunPool {
                     _ => false,
                 };
                 let r = if extend {
-                    let (r, _) = parent.expect("checked above");
-                    self.runs[r as usize].hashes.push(h);
-                    r
+                    parent.expect("checked above").0
                 } else {
-                    let r = self.new_run(h);
+                    let r = self.new_run();
                     tb.pieces.push(Piece::Own { run: r });
+                    self.index.insert(h, r);
                     r
                 };
+                let run = &mut self.runs[r as usize].hashes;
+                if run.len() == run.capacity() {
+                    // Room for every hash the request may still cache, at once (a prefill
+                    // caches hundreds, then decode steps one at a time).
+                    run.reserve_exact(hashes.len() - p);
+                }
+                run.push(h);
                 if let Some(ev) = self.events.as_mut() {
                     ev.push(KvEvent { stored: true, hash: h });
                 }
@@ -451,7 +511,8 @@ impl RunPool {
         }
     }
 
-    fn new_run(&mut self, start: u64) -> u32 {
+    /// An empty, owned run (the caller indexes its start).
+    fn new_run(&mut self) -> u32 {
         let r = match self.spare_runs.pop() {
             Some(r) => r,
             None => {
@@ -460,10 +521,8 @@ impl RunPool {
             }
         };
         let run = &mut self.runs[r as usize];
-        run.hashes.push(start);
         run.owned = true;
         run.z = 0;
-        self.index.insert(start, r);
         r
     }
 
@@ -760,7 +819,7 @@ mod tests {
                         runs.allocate(i as u32, need);
                         let to = c.clamp(hit, (hit + extra).min(chains[i].len()));
                         reference.pool.cache_range(&reference.tables[i][hit..to], &chains[i][hit..to]);
-                        runs.cache(i as u32, &chains[i][..to], hit);
+                        runs.cache(i as u32, &chains[i], hit, to);
                         admitted[i] = true;
                         cached[i] = to;
                     }
@@ -772,7 +831,7 @@ mod tests {
                         let to = (cached[i] + more).min(held).min(chains[i].len());
                         let from = cached[i];
                         reference.pool.cache_range(&reference.tables[i][from..to], &chains[i][from..to]);
-                        runs.cache(i as u32, &chains[i][..to], from);
+                        runs.cache(i as u32, &chains[i], from, to);
                         cached[i] = to;
                     }
                     Op::Release { i } if admitted[i] => {
@@ -810,7 +869,7 @@ mod tests {
         let mut p = RunPool::new(10);
         p.enable_events();
         p.allocate(0, 8);
-        p.cache(0, &a, 0);
+        p.cache(0, &a, 0, a.len());
         p.release(0);
         assert_eq!(p.num_free(), 10);
         // A hit on the first 3 blocks takes them out of the queue: 2 uncached + 5 cached
