@@ -379,7 +379,35 @@ impl RunPool {
         } else {
             self.parent_of(&tb, chain, from)
         };
-        for (p, &h) in chain.iter().enumerate().skip(from) {
+        let mut p = from;
+        while p < to {
+            // The common case, a run of blocks after the end of the run this request owns:
+            // each hash is new unless it starts another run (module docs, fact 1).
+            if let (Some(&Piece::Own { run }), Some((r, q))) = (tb.pieces.last(), parent)
+                && run == r
+                && q as usize + 1 == self.runs[r as usize].hashes.len()
+            {
+                let start = p;
+                let own = &mut self.runs[r as usize].hashes;
+                if own.capacity() - own.len() < to - p {
+                    // Room for every hash the request may still cache, at once (a prefill
+                    // caches hundreds, then decode steps one at a time).
+                    own.reserve_exact(hashes.len() - p);
+                }
+                while p < to && self.index.get(&chain[p]).is_none() {
+                    own.push(chain[p]);
+                    p += 1;
+                }
+                if p > start {
+                    if let Some(ev) = self.events.as_mut() {
+                        ev.extend(chain[start..p].iter().map(|&hash| KvEvent { stored: true, hash }));
+                    }
+                    tb.tail -= (p - start) as u32;
+                    parent = Some((r, own.len() as u32 - 1));
+                    continue;
+                }
+            }
+            let h = chain[p];
             let found = parent
                 .filter(|&(r, q)| self.runs[r as usize].hashes.get(q as usize + 1) == Some(&h))
                 .map(|(r, q)| (r, q + 1))
@@ -391,33 +419,21 @@ impl RunPool {
                 }
                 parent = Some((r, q));
             } else {
-                let extend = match (tb.pieces.last(), parent) {
-                    (Some(&Piece::Own { run }), Some((r, q))) => {
-                        run == r && q as usize + 1 == self.runs[r as usize].hashes.len()
-                    }
-                    _ => false,
-                };
-                let r = if extend {
-                    parent.expect("checked above").0
-                } else {
-                    let r = self.new_run();
-                    tb.pieces.push(Piece::Own { run: r });
-                    self.index.insert(h, r);
-                    r
-                };
+                // A new run: the parent is uncached, or cached by another request (the
+                // fast path above extends this request's own run).
+                let r = self.new_run();
+                tb.pieces.push(Piece::Own { run: r });
+                self.index.insert(h, r);
                 let run = &mut self.runs[r as usize].hashes;
-                if run.len() == run.capacity() {
-                    // Room for every hash the request may still cache, at once (a prefill
-                    // caches hundreds, then decode steps one at a time).
-                    run.reserve_exact(hashes.len() - p);
-                }
+                run.reserve_exact(hashes.len() - p);
                 run.push(h);
                 if let Some(ev) = self.events.as_mut() {
                     ev.push(KvEvent { stored: true, hash: h });
                 }
-                parent = Some((r, self.runs[r as usize].hashes.len() as u32 - 1));
+                parent = Some((r, 0));
             }
             tb.tail -= 1;
+            p += 1;
         }
         self.tables[t as usize] = tb;
     }
