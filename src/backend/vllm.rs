@@ -876,7 +876,7 @@ mod tests {
     fn assert_same_engines(
         mut a: VllmEngine,
         mut b: VllmEngine,
-        reqs: Vec<(u64, u32, u32, u32)>,
+        reqs: Requests,
         blocks: u32,
     ) -> Result<(), proptest::test_runner::TestCaseError> {
         a.enable_kv_events();
@@ -921,17 +921,26 @@ mod tests {
         Ok(())
     }
 
+    /// `(session, prompt, output, arrival group)` per request.
+    type Requests = Vec<(u64, u32, u32, u32)>;
+
+    /// Inputs for [`assert_same_engines`]: up to `max_requests` requests of 4 sessions, and
+    /// small caches, budgets and running lists, as `(requests, blocks, budget, seqs)`.
+    fn engine_inputs(max_requests: usize) -> impl proptest::strategy::Strategy<Value = (Requests, u32, u32, u32)> {
+        (
+            proptest::collection::vec((0u64..4, 1u32..400, 1u32..40, 0u32..3), 1..max_requests),
+            30u32..80,
+            16u32..600,
+            1u32..6,
+        )
+    }
+
     proptest::proptest! {
         /// Rechecking repeated lookups changes nothing: two engines, one rechecking and one
         /// always looking up afresh, fed the same requests (sessions sharing prefixes, small
         /// pools, small budgets) behave the same.
         #[test]
-        fn rechecked_lookups_change_nothing(
-            reqs in proptest::collection::vec((0u64..4, 1u32..400, 1u32..40, 0u32..3), 1..30),
-            blocks in 30u32..80,
-            budget in 16u32..600,
-            seqs in 1u32..6,
-        ) {
+        fn rechecked_lookups_change_nothing((reqs, blocks, budget, seqs) in engine_inputs(30)) {
             let a = VllmEngine::new(cfg(seqs, budget, blocks));
             let mut b = VllmEngine::new(cfg(seqs, budget, blocks));
             b.kv.disable_lookup_reuse();
@@ -942,12 +951,7 @@ mod tests {
         /// chunked prefills, shared prefixes hit by concurrent requests (duplicates),
         /// preemptions and decode growth.
         #[test]
-        fn run_pool_engine_matches_block_pool_engine(
-            reqs in proptest::collection::vec((0u64..4, 1u32..400, 1u32..40, 0u32..3), 1..40),
-            blocks in 30u32..80,
-            budget in 16u32..600,
-            seqs in 1u32..6,
-        ) {
+        fn run_pool_engine_matches_block_pool_engine((reqs, blocks, budget, seqs) in engine_inputs(40)) {
             let a = VllmEngine::new(cfg(seqs, budget, blocks));
             let b = VllmEngine::with_kv_runs(cfg(seqs, budget, blocks), true);
             assert_same_engines(a, b, reqs, blocks)?;

@@ -2,7 +2,7 @@
 //! block table, so the engine never handles block ids; a lookup's hits wait in the pool
 //! until the admission that takes them.
 
-use super::{BlockPool, KvEvent, RunPool};
+use super::{BlockPool, KvEvent, RunPool, slot_entry};
 use crate::ids::RequestId;
 
 /// An engine's KV cache: per block (the reference mode) or per run (the fast mode).
@@ -29,16 +29,6 @@ pub struct Blocks {
     reuse_lookups: bool,
 }
 
-impl Blocks {
-    fn table(&mut self, t: u32) -> &mut Vec<u32> {
-        let t = t as usize;
-        if self.tables.len() <= t {
-            self.tables.resize_with(t + 1, Vec::new);
-        }
-        &mut self.tables[t]
-    }
-}
-
 impl KvCache {
     /// `n` free blocks, kept per run (`runs`) or per block.
     pub fn new(n: u32, runs: bool) -> KvCache {
@@ -56,6 +46,7 @@ impl KvCache {
     }
 
     /// Redo repeated lookups instead of rechecking them (per-block pool; for tests).
+    #[cfg(test)]
     pub fn disable_lookup_reuse(&mut self) {
         if let KvCache::Blocks(b) = self {
             b.reuse_lookups = false;
@@ -151,7 +142,7 @@ impl KvCache {
                     b.pool.touch(blk);
                 }
                 let hits = std::mem::take(&mut b.hits);
-                b.table(t).extend_from_slice(&hits);
+                slot_entry(&mut b.tables, t).extend_from_slice(&hits);
                 b.hits = hits;
             }
             KvCache::Runs(p) => p.admit(t),
@@ -162,16 +153,7 @@ impl KvCache {
     #[inline]
     pub fn allocate(&mut self, t: u32, n: u32) {
         match self {
-            KvCache::Blocks(b) => {
-                let table = {
-                    let t = t as usize;
-                    if b.tables.len() <= t {
-                        b.tables.resize_with(t + 1, Vec::new);
-                    }
-                    &mut b.tables[t]
-                };
-                b.pool.allocate_n(n, table);
-            }
+            KvCache::Blocks(b) => b.pool.allocate_n(n, slot_entry(&mut b.tables, t)),
             KvCache::Runs(p) => p.allocate(t, n),
         }
     }

@@ -24,6 +24,16 @@ pub use blocks::BlockPool;
 pub use cache::KvCache;
 pub use runs::RunPool;
 
+/// Request slot `t`'s entry of a table indexed by slot, added (empty) if the table is
+/// shorter: slots come from the engine, which reuses them.
+fn slot_entry<T: Default>(tables: &mut Vec<T>, t: u32) -> &mut T {
+    let t = t as usize;
+    if tables.len() <= t {
+        tables.resize_with(t + 1, T::default);
+    }
+    &mut tables[t]
+}
+
 /// A KV cache event: a full block's content hash entered (`stored`) or left the prefix
 /// cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

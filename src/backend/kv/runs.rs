@@ -33,7 +33,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::KvEvent;
+use super::{KvEvent, slot_entry};
 
 const NIL: u32 = u32::MAX;
 
@@ -237,11 +237,7 @@ impl RunPool {
     }
 
     fn table_mut(&mut self, t: u32) -> &mut Table {
-        let t = t as usize;
-        if self.tables.len() <= t {
-            self.tables.resize_with(t + 1, Table::default);
-        }
-        &mut self.tables[t]
+        slot_entry(&mut self.tables, t)
     }
 
     /// Looks up the longest cached prefix of `chain`: how many blocks, and how many of
