@@ -610,17 +610,23 @@ impl RunPool {
     pub fn check(&self) -> Result<(), String> {
         // The free queue: linked both ways, its blocks counted free, each run segment
         // where its run says.
+        // Cheap enough to run after every event (`--invariants`): flat arrays and one
+        // pass-through hash set, no per-run allocation.
         let mut queued = 0u64;
-        let mut seg_of_run: HashMap<u32, Vec<u32>> = HashMap::new();
-        let (mut s, mut prev) = (self.head, NIL);
+        // Each queued segment's place in the queue, and how many each run has there.
+        let mut place = vec![u32::MAX; self.segs.len()];
+        let mut queued_segs = vec![0u32; self.runs.len()];
+        let (mut s, mut prev, mut k) = (self.head, NIL, 0);
         while s != NIL {
             let seg = self.segs[s as usize];
-            if seg.prev != prev || seg.hi <= seg.lo {
+            if seg.prev != prev || seg.hi <= seg.lo || place[s as usize] != u32::MAX {
                 return Err(format!("free-queue segment {s} is broken ({}..{})", seg.lo, seg.hi));
             }
             queued += u64::from(seg.hi - seg.lo);
+            place[s as usize] = k;
+            k += 1;
             if seg.run != NIL {
-                seg_of_run.entry(seg.run).or_default().push(s);
+                queued_segs[seg.run as usize] += 1;
             }
             prev = s;
             s = seg.next;
@@ -631,19 +637,25 @@ impl RunPool {
         if queued != u64::from(self.free) {
             return Err(format!("free count {} but {queued} blocks in queue", self.free));
         }
-        let spare: HashSet<u32> = self.spare_runs.iter().copied().collect();
+        let mut spare = vec![false; self.runs.len()];
+        for &r in &self.spare_runs {
+            spare[r as usize] = true;
+        }
         let mut held_blocks = 0u64;
         let mut refs = 0u64;
-        let mut cached = HashSet::new();
+        let total: usize = self.runs.iter().map(|r| r.hashes.len()).sum();
+        let mut cached: HashSet<u64, BuildHasherDefault<PassThrough>> =
+            HashSet::with_capacity_and_hasher(total, BuildHasherDefault::default());
         let mut live = 0;
         for (r, run) in self.runs.iter().enumerate() {
-            let r = r as u32;
-            if spare.contains(&r) {
-                if !run.hashes.is_empty() || seg_of_run.contains_key(&r) {
+            if spare[r] {
+                if !run.hashes.is_empty() || queued_segs[r] != 0 {
                     return Err(format!("spare run {r} is in use"));
                 }
                 continue;
             }
+            let in_queue = queued_segs[r] as usize;
+            let r = r as u32;
             live += 1;
             let len = run.hashes.len() as u32;
             if len == 0 || self.index.get(&run.hashes[0]) != Some(&r) {
@@ -659,12 +671,10 @@ impl RunPool {
                 return Err(format!("run {r} of {len} has a hit prefix out of range"));
             }
             refs += run.hitters.iter().map(|&x| u64::from(x)).sum::<u64>();
-            let segs: Vec<u32> = run.segs.iter().copied().collect();
-            let in_queue = seg_of_run.remove(&r).unwrap_or_default();
             if run.owned {
                 refs += u64::from(len);
                 held_blocks += u64::from(len);
-                if !segs.is_empty() {
+                if !run.segs.is_empty() || in_queue != 0 {
                     return Err(format!("owned run {r} has free-queue segments"));
                 }
                 continue;
@@ -673,21 +683,21 @@ impl RunPool {
             if run.z != top {
                 return Err(format!("run {r}: z {} but the longest held prefix is {top}", run.z));
             }
-            // Segments tile z..len, highest first, in queue order.
-            let mut end = len;
-            for &s in &segs {
+            // Segments tile z..len, highest first, in queue order, and they are all of
+            // the run's segments in the queue.
+            let (mut end, mut last) = (len, None);
+            for &s in &run.segs {
                 let seg = self.segs[s as usize];
-                if seg.run != r || seg.hi != end {
+                let at = place[s as usize];
+                if seg.run != r || seg.hi != end || at == u32::MAX || last.is_some_and(|l| l >= at) {
                     return Err(format!("run {r}: segment {s} does not continue down from {end}"));
                 }
                 end = seg.lo;
+                last = Some(at);
             }
-            if end != run.z || in_queue != segs {
+            if end != run.z || in_queue != run.segs.len() {
                 return Err(format!("run {r}: segments do not tile z..len in queue order"));
             }
-        }
-        if !seg_of_run.is_empty() {
-            return Err("free-queue segment of an unused run".into());
         }
         if live != self.index.len() {
             return Err(format!("{live} runs but {} index entries", self.index.len()));
