@@ -291,7 +291,10 @@ fn decode_case() -> impl Strategy<Value = DecodeCase> {
                     backends,
                     seqs,
                     budget,
-                    kv_blocks,
+                    // The scenario must admit every first turn: at most 40 system + 61 input
+                    // + (output + 1) tokens in 16-token blocks (a first turn that cannot fit
+                    // is a load error, not a run).
+                    kv_blocks: kv_blocks.max((40 + 61 + output + 1).div_ceil(16)),
                     policy,
                     // Whole multiples of 5 ms: scrape reads fall on step ends.
                     interval_ms: 5 * interval,
