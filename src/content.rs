@@ -63,6 +63,23 @@ pub struct Content {
 #[derive(Debug, Default)]
 pub struct ChainMemo {
     chains: Mutex<SmallVec<[MemoChain; 1]>>,
+    /// The character-chunk hashes of the latest prompt a router hashed
+    /// ([`char_chunk_hashes`]); a later turn's prompt string extends it.
+    chunks: Mutex<Option<MemoChunks>>,
+}
+
+/// The memoised character-chunk hashes of one prompt string: the full chunks of the
+/// string of `segments` cut at `prompt_tokens`, with separators after `seps`.
+#[derive(Debug)]
+struct MemoChunks {
+    /// `(chars_per_token, chunk_chars, join_messages)` of the hashing.
+    key: (u32, u32, bool),
+    segments: SmallVec<[Segment; 2]>,
+    prompt_tokens: u32,
+    /// The separators hashed (message ends below `prompt_tokens`; empty without joining).
+    seps: Vec<u32>,
+    /// Hashes of the string's full chunks.
+    hashes: Vec<u64>,
 }
 
 /// One memoised chain: the hashes of the first full blocks of `segments`.
@@ -375,6 +392,11 @@ fn hash_blocks_from(content: &Content, block_size: u32, n_blocks: usize, out: &m
 /// Hashes of the prompt's `chunk_chars`-character chunks (the last one possibly partial).
 /// With `join_messages`, a chat request's string has one separator character after each
 /// message but the last (see [`Content::separators`]).
+///
+/// With a [`ChainMemo`] whose last prompt string is a prefix of this one (same tokens cut
+/// the same way, same separators), its full chunks are copied, not rehashed: a turn's
+/// prompt re-sends the whole conversation, so hashing each turn from scratch is O(turns^2)
+/// over a session. The memo then keeps this prompt's full chunks.
 pub fn char_chunk_hashes(
     content: &Content,
     chars_per_token: u32,
@@ -383,16 +405,58 @@ pub fn char_chunk_hashes(
     out: &mut Vec<u64>,
 ) {
     out.clear();
+    let seps = if join_messages { content.separators() } else { &[] };
+    let Some(memo) = &content.memo.0 else {
+        chunk_hashes_from(content, chars_per_token, chunk_chars, seps, out);
+        return;
+    };
+    let key = (chars_per_token, chunk_chars, join_messages);
+    let mut held = memo.chunks.lock().unwrap_or_else(|e| {
+        let mut g = e.into_inner();
+        *g = None;
+        g
+    });
+    if let Some(m) = held.as_ref()
+        && m.key == key
+        && m.prompt_tokens <= content.prompt_tokens
+        && common_prefix_tokens(&m.segments, &content.segments) >= u64::from(m.prompt_tokens)
+        && seps[..seps.partition_point(|&e| e < m.prompt_tokens)] == m.seps[..]
+    {
+        // The memoised string is a prefix of this one, pieces and separators alike; its
+        // full chunks are full chunks here too (this string is at least as long).
+        out.extend_from_slice(&m.hashes);
+    }
+    chunk_hashes_from(content, chars_per_token, chunk_chars, seps, out);
+    let full = (content.prompt_chars(chars_per_token, join_messages) / u64::from(chunk_chars)) as usize;
+    let m = held.get_or_insert_with(|| MemoChunks {
+        key,
+        segments: SmallVec::new(),
+        prompt_tokens: 0,
+        seps: Vec::new(),
+        hashes: Vec::new(),
+    });
+    m.key = key;
+    m.segments.clone_from(&content.segments);
+    m.prompt_tokens = content.prompt_tokens;
+    m.seps.clear();
+    m.seps.extend_from_slice(seps);
+    m.hashes.clear();
+    m.hashes.extend_from_slice(&out[..full]);
+}
+
+/// Appends the hashes of chunks `out.len()..` of the prompt string (separators after
+/// `seps`); `out` holds the string's first chunks.
+fn chunk_hashes_from(content: &Content, chars_per_token: u32, chunk_chars: u32, seps: &[u32], out: &mut Vec<u64>) {
     let cpt = u64::from(chars_per_token);
     let real_total = u64::from(content.prompt_tokens) * cpt;
-    let seps = if join_messages { content.separators() } else { &[] };
     let total = real_total + seps.len() as u64;
     let chunk = u64::from(chunk_chars);
     // Chunks, messages and pieces are all visited in order: one cursor each instead of a
-    // search from the start per chunk (a long chat session has hundreds of each).
+    // search from the start per chunk (a long chat session has hundreds of each). Cursors
+    // at the start are valid for any first chunk: they only ever move forward.
     let mut segs = (0usize, 0u64);
     let (mut msg, mut msg_begin) = (0usize, 0u64);
-    let mut from = 0u64;
+    let mut from = out.len() as u64 * chunk;
     while from < total {
         let to = (from + chunk).min(total);
         let mut h = 0x1357_9BDF_2468_ACE0u64;
@@ -642,6 +706,105 @@ mod tests {
                 proptest::prop_assert_eq!(got, chunk_hashes_searching(&c, cpt, chunk, join));
             }
         }
+    }
+
+    proptest::proptest! {
+        /// A memo shared by a session's prompts (growing, shrinking or diverging tokens,
+        /// message ends added, moved or dropped, the hashing parameters switched) never
+        /// changes a chunk hash.
+        #[test]
+        fn memoised_chunks_equal_fresh_ones(
+            session_ends in proptest::collection::vec(0u32..320, 0..10),
+            pick in 0u8..3,
+            join in proptest::bool::ANY,
+            turns in proptest::collection::vec((0u32..3, 1u32..300, 0u32..40, 0u8..8), 1..12),
+        ) {
+            let memo = Arc::new(ChainMemo::default());
+            for (kind, prompt, out, alter) in turns {
+                // The session's message ends and hashing, mostly as they are; sometimes an
+                // end is moved or dropped, the request is not a chat at all, or the chunk
+                // size or joining differs.
+                let mut ends = session_ends.clone();
+                ends.sort_unstable();
+                let (mut pick, mut join) = (pick, join);
+                match alter {
+                    3 if !ends.is_empty() => ends[0] += 1,
+                    4 => {
+                        ends.pop();
+                    }
+                    5 => ends.clear(),
+                    6 => pick = (pick + 1) % 3,
+                    7 => join = !join,
+                    _ => {}
+                }
+                let c = match kind {
+                    0 => Content::session_turn(Some((source_id("sys", "a", 0), 20)), 7, prompt, out),
+                    1 => Content::session_turn(None, 7, prompt, out),
+                    _ => {
+                        let blocks: Vec<u32> = (0..prompt / 32).map(|b| b % 5).collect();
+                        Content::trace_blocks(&blocks, 3, 32, u64::from(out), prompt, out)
+                    }
+                };
+                ends.sort_unstable();
+                let c = if ends.is_empty() { c } else { c.with_chat(Arc::from(ends)) };
+                let (cpt, chunk) = [(4, 128), (4, 7), (3, 128)][pick as usize];
+                let mut plain = c.clone();
+                let mut fresh = Vec::new();
+                char_chunk_hashes(&plain, cpt, chunk, join, &mut fresh);
+                plain.memo = MemoLink(Some(memo.clone()));
+                let mut got = Vec::new();
+                char_chunk_hashes(&plain, cpt, chunk, join, &mut got);
+                proptest::prop_assert_eq!(got, fresh);
+            }
+        }
+    }
+
+    #[test]
+    fn a_later_prompt_reuses_the_earlier_chunks() {
+        // Turn 1: sys 64 + user 40; turn 2 adds assistant 10 and user 30, as chat.
+        let memo = Arc::new(ChainMemo::default());
+        let sys = Some((source_id("sys", "a", 0), 64));
+        let ends: Arc<[u32]> = Arc::from(vec![64, 104, 114, 144, 150]);
+        let t1 = Content::session_turn(sys, 7, 40, 10)
+            .with_chat(ends.clone())
+            .with_memo(memo.clone());
+        let t2 = Content::session_turn(sys, 7, 80, 6)
+            .with_chat(ends)
+            .with_memo(memo.clone());
+        let mut h = Vec::new();
+        // 104 tokens and one separator: 417 characters, 3 full chunks of 128.
+        char_chunk_hashes(&t1, 4, 128, true, &mut h);
+        assert_eq!(memo.chunks.lock().unwrap().as_ref().unwrap().hashes.len(), 3);
+        // Poison the memo's first chunk: a reuse shows in the output.
+        memo.chunks.lock().unwrap().as_mut().unwrap().hashes[0] ^= 1;
+        char_chunk_hashes(&t2, 4, 128, true, &mut h);
+        let mut fresh = Vec::new();
+        char_chunk_hashes(
+            &Content {
+                memo: MemoLink::default(),
+                ..t2.clone()
+            },
+            4,
+            128,
+            true,
+            &mut fresh,
+        );
+        assert_eq!(h[0], fresh[0] ^ 1, "the first chunk came from the memo");
+        assert_eq!(h[1..], fresh[1..]);
+        // Another chunk size does not reuse it.
+        char_chunk_hashes(&t2, 4, 64, true, &mut h);
+        let mut fresh64 = Vec::new();
+        char_chunk_hashes(
+            &Content {
+                memo: MemoLink::default(),
+                ..t2
+            },
+            4,
+            64,
+            true,
+            &mut fresh64,
+        );
+        assert_eq!(h, fresh64);
     }
 
     #[test]

@@ -206,6 +206,11 @@ impl RoutingPolicy for PrefixAware {
         let sent = &mut self.sent;
         let followed = &mut self.followed;
         let full_chunks = (req.prompt_chars / u64::from(req.chunk_chars.max(1))) as usize;
+        // Only lets the trie walk start from the session's previous path (a speed-up,
+        // never a different answer; the router upstream walks from the root).
+        let session = req
+            .session_key
+            .map(|k| std::hash::BuildHasher::hash_one(&rustc_hash::FxBuildHasher, k));
         let mut decide = |chunks: usize, matched: &[BackendId], rng: &mut SimRng| {
             let match_chars = chunks as u64 * u64::from(req.chunk_chars);
             let (pos, branch) = if match_chars < min_match {
@@ -250,14 +255,15 @@ impl RoutingPolicy for PrefixAware {
         };
         let d = match opts.insert {
             // Inserted under the pick on both branches (PR #990): the latch.
-            Insertion::AtPick => self
-                .trie
-                .match_then_insert(req.prompt_chunks, &available, |chunks, matched| {
-                    let d = decide(chunks, matched, rng);
-                    (view.endpoints[d.pos].backend, d)
-                }),
+            Insertion::AtPick => {
+                self.trie
+                    .match_then_insert(req.prompt_chunks, &available, session, |chunks, matched| {
+                        let d = decide(chunks, matched, rng);
+                        (view.endpoints[d.pos].backend, d)
+                    })
+            }
             Insertion::SecondTurn => {
-                let (chunks, matched) = self.trie.longest_prefix_match(req.prompt_chunks, &available);
+                let (chunks, matched) = self.trie.longest_prefix_match(req.prompt_chunks, &available, session);
                 let d = decide(chunks, &matched, rng);
                 // Below the threshold, a prompt that extends no prompt seen before opens a
                 // session: remembered, not inserted. Each later one replaces its
@@ -268,7 +274,8 @@ impl RoutingPolicy for PrefixAware {
                     self.pending.insert(prefix_key(req.prompt_chunks, full_chunks));
                 }
                 if !below || later {
-                    self.trie.insert(req.prompt_chunks, view.endpoints[d.pos].backend);
+                    self.trie
+                        .insert(req.prompt_chunks, view.endpoints[d.pos].backend, session);
                 }
                 d
             }
