@@ -8,6 +8,9 @@
 //!   chunk descend; stop at a missing child or an empty intersection with `selected`;
 //!   otherwise narrow `selected` and count one chunk. The root's own set is never consulted,
 //!   so with no match at all the answer is *all* available endpoints.
+//!
+//! Walks may start from a session's memoised path ([`PathMemo`]) instead of the root: a
+//! speed-up only, every answer is upstream's.
 
 use rustc_hash::FxHashMap;
 
