@@ -9,7 +9,7 @@
 //!   otherwise narrow `selected` and count one chunk. The root's own set is never consulted,
 //!   so with no match at all the answer is *all* available endpoints.
 //!
-//! Walks may start from a session's memoised path ([`PathMemo`]) instead of the root: a
+//! Walks may start from a session's memoised path (`PathMemo`) instead of the root: a
 //! speed-up only, every answer is upstream's.
 
 use rustc_hash::FxHashMap;
