@@ -416,6 +416,7 @@ pub fn char_chunk_hashes(
         *g = None;
         g
     });
+    let mut reused = 0;
     if let Some(m) = held.as_ref()
         && m.key == key
         && m.prompt_tokens <= content.prompt_tokens
@@ -425,6 +426,7 @@ pub fn char_chunk_hashes(
         // The memoised string is a prefix of this one, pieces and separators alike; its
         // full chunks are full chunks here too (this string is at least as long).
         out.extend_from_slice(&m.hashes);
+        reused = m.hashes.len();
     }
     chunk_hashes_from(content, chars_per_token, chunk_chars, seps, out);
     let full = (content.prompt_chars(chars_per_token, join_messages) / u64::from(chunk_chars)) as usize;
@@ -440,8 +442,9 @@ pub fn char_chunk_hashes(
     m.prompt_tokens = content.prompt_tokens;
     m.seps.clear();
     m.seps.extend_from_slice(seps);
-    m.hashes.clear();
-    m.hashes.extend_from_slice(&out[..full]);
+    // The memo already holds the chunks it gave.
+    m.hashes.truncate(reused);
+    m.hashes.extend_from_slice(&out[reused..full]);
 }
 
 /// Appends the hashes of chunks `out.len()..` of the prompt string (separators after
