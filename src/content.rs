@@ -575,6 +575,19 @@ mod tests {
         assert_ne!(hc[0], ha[0]);
     }
 
+    /// One turn of the memo proptests' session: `kind` 0 with a shared system prompt, 1
+    /// without, else a trace replay whose blocks repeat.
+    fn memo_test_turn(kind: u32, prompt: u32, out: u32) -> Content {
+        match kind {
+            0 => Content::session_turn(Some((source_id("sys", "a", 0), 20)), 7, prompt, out),
+            1 => Content::session_turn(None, 7, prompt, out),
+            _ => {
+                let blocks: Vec<u32> = (0..prompt / 32).map(|b| b % 5).collect();
+                Content::trace_blocks(&blocks, 3, 32, u64::from(out), prompt, out)
+            }
+        }
+    }
+
     /// Hashes without any memo.
     fn plain_hashes(c: &Content, bs: u32, n: usize) -> Vec<u64> {
         let mut plain = c.clone();
@@ -593,15 +606,7 @@ mod tests {
         ) {
             let memo = Arc::new(ChainMemo::default());
             for (kind, prompt, out, prompt_only, bs_pick) in turns {
-                let c = match kind {
-                    0 => Content::session_turn(Some((source_id("sys", "a", 0), 20)), 7, prompt, out),
-                    1 => Content::session_turn(None, 7, prompt, out),
-                    _ => {
-                        let blocks: Vec<u32> = (0..prompt / 32).map(|b| b % 5).collect();
-                        Content::trace_blocks(&blocks, 3, 32, u64::from(out), prompt, out)
-                    }
-                }
-                .with_memo(memo.clone());
+                let c = memo_test_turn(kind, prompt, out).with_memo(memo.clone());
                 let bs = [16, 8, 5][bs_pick as usize];
                 let tokens = if prompt_only { c.prompt_tokens } else { c.total_tokens() };
                 let n = (tokens / bs) as usize;
@@ -740,14 +745,7 @@ mod tests {
                     7 => join = !join,
                     _ => {}
                 }
-                let c = match kind {
-                    0 => Content::session_turn(Some((source_id("sys", "a", 0), 20)), 7, prompt, out),
-                    1 => Content::session_turn(None, 7, prompt, out),
-                    _ => {
-                        let blocks: Vec<u32> = (0..prompt / 32).map(|b| b % 5).collect();
-                        Content::trace_blocks(&blocks, 3, 32, u64::from(out), prompt, out)
-                    }
-                };
+                let c = memo_test_turn(kind, prompt, out);
                 ends.sort_unstable();
                 let c = if ends.is_empty() { c } else { c.with_chat(Arc::from(ends)) };
                 let (cpt, chunk) = [(4, 128), (4, 7), (3, 128)][pick as usize];
