@@ -16,6 +16,11 @@
 //! * Scheduling into the past is a bug and panics.
 //! * There is no removal: a component that changes its mind bumps a generation counter and
 //!   ignores stale events when they pop (lazy cancellation).
+//! * Keys: a pushed event is keyed `(time, 2 seq + 1, 0)`. A lane may instead be given an
+//!   explicit key `(time, 2 c, tie)` ([`EventQueue::push_lane_keyed`],
+//!   [`EventQueue::set_lane_key`]): it then pops before every event pushed once the counter
+//!   was `c` and after every one pushed before, with `tie` ordering equal such keys
+//!   (collapsed stretches, `sim::collapse`).
 //!
 //! Owns: the event queue. May not see: what the events mean. Invariant: events pop in
 //! `(time, seq)` order, so equal times run in scheduling order.
@@ -59,12 +64,12 @@ pub struct EventQueue<E> {
 }
 
 /// `(time, seq)` of an empty lane: after every real event.
-const EMPTY: (SimTime, u64) = (SimTime(u64::MAX), u64::MAX);
+const EMPTY: (SimTime, u64, u64) = (SimTime(u64::MAX), u64::MAX, u64::MAX);
 
 /// At most one pending event per lane, and a tournament tree whose node `k` holds the
 /// lane with the earliest `(time, seq)` below it (leaves at `size + lane`).
 struct Lanes<E> {
-    keys: Vec<(SimTime, u64)>,
+    keys: Vec<(SimTime, u64, u64)>,
     events: Vec<Option<E>>,
     /// `tree[1]` is the overall winner; `tree[size + i]` is lane `i`.
     tree: Vec<u32>,
@@ -127,7 +132,7 @@ impl<E> Lanes<E> {
     /// `(time, seq)` of the earliest lane event ([`EMPTY`] when there is none). The tree
     /// must be flushed.
     #[inline]
-    fn head(&self) -> (SimTime, u64) {
+    fn head(&self) -> (SimTime, u64, u64) {
         debug_assert!(self.stale.is_none());
         if self.len == 0 {
             EMPTY
@@ -169,8 +174,8 @@ impl<E> EventQueue<E> {
             self.push(time, event);
             return;
         }
-        let seq = self.take_seq(time);
-        self.lanes.keys[lane] = (time, seq);
+        let seq = 2 * self.take_seq(time) + 1;
+        self.lanes.keys[lane] = (time, seq, 0);
         self.lanes.events[lane] = Some(event);
         self.lanes.len += 1;
         // Refilling the lane just popped replays its path once for both changes.
@@ -181,10 +186,39 @@ impl<E> EventQueue<E> {
         self.lanes.update(lane);
     }
 
+    /// Schedules `event` in the empty lane `lane` under an explicit `key` (see
+    /// [`EventQueue::pop_keyed`]) without taking a `seq`.
+    pub fn push_lane_keyed(&mut self, lane: usize, time: SimTime, key: u64, tie: u64, event: E) {
+        assert!(lane < self.lanes.size && self.lanes.events[lane].is_none());
+        assert!(time >= self.now);
+        self.lanes.keys[lane] = (time, key, tie);
+        self.lanes.events[lane] = Some(event);
+        self.lanes.len += 1;
+        if self.lanes.stale.is_some_and(|i| i != lane) {
+            self.lanes.flush();
+        }
+        self.lanes.stale = None;
+        self.lanes.update(lane);
+    }
+
+    /// Gives lane `lane`'s pending event the key `(time, key)`.
+    pub fn set_lane_key(&mut self, lane: usize, time: SimTime, key: u64, tie: u64) {
+        self.lanes.flush();
+        assert!(self.lanes.events[lane].is_some());
+        assert!(time >= self.now);
+        self.lanes.keys[lane] = (time, key, tie);
+        self.lanes.update(lane);
+    }
+
+    /// The counter the next push will take (`2 * counter + 1` is its key).
+    pub fn counter(&self) -> u64 {
+        self.next_seq
+    }
+
     /// Schedules `event` at `time` (which must not be in the past).
     #[inline]
     pub fn push(&mut self, time: SimTime, event: E) {
-        let seq = self.take_seq(time);
+        let seq = 2 * self.take_seq(time) + 1;
         self.heap.push(Scheduled { time, seq, event });
     }
 
@@ -204,15 +238,23 @@ impl<E> EventQueue<E> {
     /// Removes and returns the earliest event, advancing the clock to its time.
     #[inline]
     pub fn pop(&mut self) -> Option<(SimTime, E)> {
+        self.pop_keyed().map(|(t, _, _, e)| (t, e))
+    }
+
+    /// [`EventQueue::pop`], with the event's key: `2 * seq + 1` for a pushed event (a key
+    /// `2 * c` orders an event pushed when the counter was `c` before every event pushed
+    /// from then on, and after every one pushed earlier).
+    #[inline]
+    pub fn pop_keyed(&mut self) -> Option<(SimTime, u64, u64, E)> {
         self.lanes.flush();
         let lane = self.lanes.head();
         let from_heap = match self.heap.peek() {
-            Some(h) => (h.time, h.seq) < lane,
+            Some(h) => (h.time, h.seq, 0) < lane,
             None => false,
         };
-        let (time, event) = if from_heap {
+        let (time, key, tie, event) = if from_heap {
             let s = self.heap.pop().expect("peeked");
-            (s.time, s.event)
+            (s.time, s.seq, 0, s.event)
         } else {
             if self.lanes.len == 0 {
                 return None;
@@ -222,12 +264,12 @@ impl<E> EventQueue<E> {
             self.lanes.keys[i] = EMPTY;
             self.lanes.len -= 1;
             self.lanes.stale = Some(i);
-            (lane.0, event)
+            (lane.0, lane.1, lane.2, event)
         };
         debug_assert!(time >= self.now);
         self.now = time;
         self.popped += 1;
-        Some((time, event))
+        Some((time, key, tie, event))
     }
 
     /// Advances the clock to `t` for an event delivered from outside the heap (the sorted

@@ -22,8 +22,11 @@ fn outputs(s: &Scenario, w: &Workload, mode: EngineMode, dir: &Path) -> Result<V
 /// Output files by name.
 type Files = Vec<(String, Vec<u8>)>;
 
-/// [`outputs`], and the engine iterations taken in coalesced stretches.
-fn outputs_counted(s: &Scenario, w: &Workload, mode: EngineMode, dir: &Path) -> Result<(Files, u64), String> {
+/// Engine iterations taken in coalesced stretches, and of those, in collapsed ones.
+type Counts = (u64, u64);
+
+/// [`outputs`], and the engine iterations taken in coalesced and collapsed stretches.
+fn outputs_counted(s: &Scenario, w: &Workload, mode: EngineMode, dir: &Path) -> Result<(Files, Counts), String> {
     let opts = RunOptions {
         record_event_log: true,
         ..RunOptions::default()
@@ -53,7 +56,7 @@ fn outputs_counted(s: &Scenario, w: &Workload, mode: EngineMode, dir: &Path) -> 
         .map(|e| format!("{} {} {} {}", e.t.0, e.kind_name(), e.a, e.b))
         .collect();
     out.push(("event log".into(), log.join("\n").into_bytes()));
-    Ok((out, res.coalesced_steps))
+    Ok((out, (res.coalesced_steps, res.collapsed_steps)))
 }
 
 /// Runs both modes; `Err` names the first file that differs.
@@ -61,18 +64,19 @@ fn compare(s: &Scenario, w: &Workload) -> Result<usize, String> {
     compare_counted(s, w).map(|(n, _)| n)
 }
 
-/// [`compare`], and the fast mode's coalesced iterations (the reference mode must have none).
-fn compare_counted(s: &Scenario, w: &Workload) -> Result<(usize, u64), String> {
+/// [`compare`], and the fast mode's coalesced and collapsed iterations (the reference mode
+/// must have none).
+fn compare_counted(s: &Scenario, w: &Workload) -> Result<(usize, Counts), String> {
     let tmp = tempfile::tempdir().unwrap();
     let fast = outputs_counted(s, w, EngineMode::Fast, &tmp.path().join("fast"));
     let reference = outputs_counted(s, w, EngineMode::Reference, &tmp.path().join("reference"));
     let ((fast, coalesced), reference) = match (fast, reference) {
         (Ok(f), Ok((r, rc))) => {
-            assert_eq!(rc, 0, "the reference mode coalesced");
+            assert_eq!(rc, (0, 0), "the reference mode coalesced");
             (f, r)
         }
         // A run that stops with an error must stop with the same one both ways.
-        (Err(a), Err(b)) if a == b => return Ok((0, 0)),
+        (Err(a), Err(b)) if a == b => return Ok((0, (0, 0))),
         (a, b) => return Err(format!("fast {:?} vs reference {:?}", a.err(), b.err())),
     };
     assert_eq!(fast.len(), reference.len());
@@ -115,13 +119,14 @@ fn every_shipped_scenario_is_identical_both_ways() {
     let files = shipped_scenarios();
     assert!(files.len() >= 20, "found only {} scenarios", files.len());
     let mut failures = Vec::new();
-    let mut coalescing = 0;
+    let (mut coalescing, mut collapsing) = (0, 0);
     for f in &files {
         let (s, w, _) = fleetsim::scenario::load(f, &[]).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         match compare_counted(&s, &w) {
-            Ok((n, c)) => {
+            Ok((n, (c, v))) => {
                 assert!(n >= 7, "{}: {n} outputs", f.display());
                 coalescing += usize::from(c > 0);
+                collapsing += usize::from(v > 0);
             }
             Err(e) => failures.push(format!("{}: {e}", f.display())),
         }
@@ -130,6 +135,12 @@ fn every_shipped_scenario_is_identical_both_ways() {
     assert!(
         coalescing * 2 > files.len(),
         "only {coalescing} of {} scenarios coalesced",
+        files.len()
+    );
+    // ... and collapsed stretches: a third of them take virtual steps.
+    assert!(
+        collapsing * 3 > files.len(),
+        "only {collapsing} of {} scenarios collapsed a stretch",
         files.len()
     );
     assert!(
@@ -230,14 +241,17 @@ fn decode_heavy(case: &DecodeCase) -> (String, Vec<(&'static str, String)>) {
         output: case.output,
         think_s: 0.05,
         burst_at_s: 0.1,
-        spread_s: 0.5,
+        spread_s: case.spread_s,
     }
     .toml(&top);
     let mut sets = vec![
         ("backends.metrics_lag_s", ["0", "0.002", "0.037"][case.lag].to_string()),
         (
             "backends.step_time",
-            format!("{{ beta0_us = 1000, beta1_us = 2, beta2_us = {} }}", case.beta2_us),
+            format!(
+                "{{ beta0_us = 1000, beta1_us = {}, beta2_us = {} }}",
+                case.beta1_us, case.beta2_us
+            ),
         ),
         ("seed", case.seed.to_string()),
     ];
@@ -262,6 +276,10 @@ struct DecodeCase {
     output: u32,
     lag: usize,
     beta2_us: u32,
+    /// Prefill cost per token; 0 (with `spread_s = 0`) puts every step on the
+    /// millisecond grid, where scrapes and collapsed steps tie.
+    beta1_us: u32,
+    spread_s: f64,
     slowdown: bool,
     fleet: usize,
     at_s: f64,
@@ -303,6 +321,9 @@ fn decode_case() -> impl Strategy<Value = DecodeCase> {
                     lag,
                     // Whole-millisecond decode steps (beta2 = 0) make ties common.
                     beta2_us: [0, 100, 7][beta2 as usize],
+                    // A third of the cases on the millisecond grid (see `beta1_us`).
+                    beta1_us: if seed % 3 == 0 { 0 } else { 2 },
+                    spread_s: if seed % 3 == 0 { 0.0 } else { 0.5 },
                     slowdown,
                     fleet,
                     at_s,
@@ -312,7 +333,7 @@ fn decode_case() -> impl Strategy<Value = DecodeCase> {
         )
 }
 
-fn run_decode_case(case: &DecodeCase) -> Result<u64, String> {
+fn run_decode_case(case: &DecodeCase) -> Result<Counts, String> {
     let (text, sets) = decode_heavy(case);
     let sets: Vec<(&str, &str)> = sets.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let (s, w) = inline(&text, &sets);
@@ -335,6 +356,8 @@ fn stretches_crossed_by_every_reader_are_identical_both_ways() {
         output: 200,
         lag: 0,
         beta2_us: 0,
+        beta1_us: 2,
+        spread_s: 0.5,
         slowdown: false,
         fleet: 0,
         at_s: 0.9,
@@ -368,13 +391,36 @@ fn stretches_crossed_by_every_reader_are_identical_both_ways() {
             seqs: 8,
             ..base
         },
+        // Every step, arrival and scrape on the millisecond grid: scrapes tie with steps
+        // (collapsed or not) at one nanosecond, in both orders.
+        DecodeCase {
+            beta1_us: 0,
+            spread_s: 0.0,
+            interval_ms: 5,
+            ..base
+        },
+        DecodeCase {
+            beta1_us: 0,
+            spread_s: 0.0,
+            interval_ms: 1,
+            backends: 3,
+            lag: 1,
+            ..base
+        },
     ];
+    let mut collapsed = 0;
     for (i, c) in cases.iter().enumerate() {
         match run_decode_case(c) {
-            Ok(n) => assert!(n > 0, "case {i} took no coalesced step: {c:?}"),
+            Ok((n, v)) => {
+                assert!(n > 0, "case {i} took no coalesced step: {c:?}");
+                collapsed += usize::from(v > 0);
+            }
             Err(e) => panic!("case {i}: {e}"),
         }
     }
+    // Readers that end or cross a collapse (arrivals, scrapes on the grid, lag) are met
+    // by collapsed stretches too, not only by queued stretch steps.
+    assert!(collapsed >= 4, "only {collapsed} fixed cases collapsed a stretch");
 }
 
 proptest! {

@@ -44,6 +44,8 @@ pub(super) struct BenchReport {
     iterations_per_s: f64,
     /// Of `iterations`, those taken in coalesced pure-decode stretches (fast engine).
     coalesced_iterations: u64,
+    /// Of those, iterations taken without a queue event (collapsed stretches).
+    collapsed_iterations: u64,
     engine: &'static str,
     wall_s: Vec<f64>,
 }
@@ -58,9 +60,9 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         let (res, wall) = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine)
             .with_context(|| format!("{}", a.scenario.scenario.display()))?;
         walls.push(wall.as_secs_f64());
-        last = Some((res.summary, res.coalesced_steps));
+        last = Some((res.summary, res.coalesced_steps, res.collapsed_steps));
     }
-    let (s, coalesced) = last.expect("at least one run");
+    let (s, coalesced, collapsed) = last.expect("at least one run");
     let mut sorted = walls.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
@@ -76,6 +78,7 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         requests_per_s: s.requests.arrived as f64 / median,
         iterations: s.backends.iter().map(|b| b.steps).sum(),
         coalesced_iterations: coalesced,
+        collapsed_iterations: collapsed,
         iterations_per_s: s.backends.iter().map(|b| b.steps).sum::<u64>() as f64 / median,
         engine: match a.engine {
             crate::sim::EngineMode::Fast => "fast",
@@ -84,13 +87,14 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         wall_s: walls,
     };
     outln!(
-        "{}: {} backends, {} sessions, {} requests, {} engine iterations ({:.1}% coalesced); median of {} runs {:.3} s wall -> {:.0} requests/s, {:.2} M iterations/s ({} engine, {:.2} M events/s)",
+        "{}: {} backends, {} sessions, {} requests, {} engine iterations ({:.1}% coalesced, {:.1}% without a queue event); median of {} runs {:.3} s wall -> {:.0} requests/s, {:.2} M iterations/s ({} engine, {:.2} M events/s)",
         rep.scenario,
         rep.backends,
         rep.sessions,
         rep.requests,
         rep.iterations,
         100.0 * rep.coalesced_iterations as f64 / (rep.iterations.max(1) as f64),
+        100.0 * rep.collapsed_iterations as f64 / (rep.iterations.max(1) as f64),
         rep.runs,
         rep.median_wall_s,
         rep.requests_per_s,

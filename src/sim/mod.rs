@@ -28,7 +28,9 @@
 //! counter, so the order is exactly the reference mode's. Events are never removed: a
 //! step of a replaced engine carries the old incarnation and is ignored when it pops.
 //! Engines coalesce pure-decode steps in the fast mode
-//! (`backend::vllm` stretches), but each step remains one event with its own `seq`.
+//! (`backend::vllm` stretches). A stretch's certain steps may take no queue event at all
+//! (`collapse`): they are keyed as the reference mode orders them, passed in that order
+//! before each event, and run when something reads their engine.
 
 use crate::backend::Backend;
 use crate::backend::queueing::QueueingServer;
@@ -43,6 +45,7 @@ use crate::router::{Router, RouterConfig};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::Workload;
 
+mod collapse;
 mod membership;
 mod recording;
 mod requests;
@@ -266,6 +269,9 @@ pub struct RunResult {
     /// ([`EngineMode::Fast`]; zero in the reference mode). A speed figure for `sim bench`
     /// and the tests, written to no output file.
     pub coalesced_steps: u64,
+    /// Of those, the iterations taken as virtual steps of collapsed stretches (handled
+    /// without a queue event; see `sim::collapse`). A speed figure, like `coalesced_steps`.
+    pub collapsed_steps: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -425,6 +431,16 @@ pub struct Simulation<'w> {
     retry_rng: crate::rng::SimRng,
     /// Engines coalesce pure-decode steps ([`EngineMode::Fast`]).
     coalesce: bool,
+    /// Stretches may collapse into one lane event (`collapse`): the fast mode without a
+    /// reader of every step (fresh signals, a KV-event feed, faults, fleet events,
+    /// invariant checks).
+    collapsible: bool,
+    /// Per backend, its collapsed stretch (see `collapse`).
+    collapsed: Vec<Option<collapse::Collapse>>,
+    /// Backends with a collapsed stretch.
+    collapsing: Vec<u32>,
+    /// Virtual steps run so far.
+    collapsed_steps: u64,
     /// Coalesced steps of replaced engine incarnations.
     retired_coalesced: u64,
 }
@@ -550,6 +566,10 @@ impl<'w> Simulation<'w> {
             cfg,
             event_log: Vec::new(),
             coalesce,
+            collapsible: false,
+            collapsed: (0..n).map(|_| None).collect(),
+            collapsing: Vec::new(),
+            collapsed_steps: 0,
             retired_coalesced: 0,
         }
     }
@@ -557,26 +577,53 @@ impl<'w> Simulation<'w> {
     /// Runs to completion (all turns done), the time limit, or an error.
     pub fn run(mut self) -> Result<RunResult, SimError> {
         let mut now = SimTime::ZERO;
+        self.collapsible = self.coalesce
+            && !self.opts.check_invariants
+            && !self.cfg.router.fresh_signals
+            && self.cfg.faults.is_empty()
+            && self.cfg.fleet_events.is_empty()
+            && !self.routers[0].wants_kv_events();
         // The next session to open, read once per open rather than once per event (a
         // session plan is two cache lines, and the pool's data evicts it between events).
         let open_at =
             |w: &Workload, cursor: usize| w.open_order.get(cursor).map(|s| (w.sessions[s.index()].open_at, *s));
         let mut next_open = open_at(self.workload, self.cursor);
         while self.finished < self.total {
-            let next_heap = self.queue.peek_time();
-            let (t, ev) = match (next_open, next_heap) {
+            let mut next_heap = self.queue.peek_time();
+            if !self.collapsing.is_empty() {
+                // Collapsed steps before the next event ran before it: their successors'
+                // keys (and a collapse end's) are known from here on.
+                let t_next = match (next_open, next_heap) {
+                    (Some((to, _)), Some(th)) => Some(to.min(th)),
+                    (Some((to, _)), None) => Some(to),
+                    (None, th) => th,
+                };
+                if let Some(t) = t_next {
+                    let t = self
+                        .cfg
+                        .max_sim_time
+                        .map_or(t, |m| t.min(SimTime(m.0.saturating_add(1))));
+                    self.pass_all(t, 0, 0);
+                    next_heap = self.queue.peek_time();
+                }
+            }
+            let (t, key, tie, ev) = match (next_open, next_heap) {
                 (None, None) => break,
                 (Some((to, s)), th) if th.is_none_or(|th| to <= th) => {
                     self.cursor += 1;
                     next_open = open_at(self.workload, self.cursor);
                     self.queue.advance_to(to);
-                    (to, Event::TurnArrival { session: s })
+                    // Opens run before every queued event at the same time.
+                    (to, 0, 0, Event::TurnArrival { session: s })
                 }
-                _ => self.queue.pop().expect("peeked"),
+                _ => self.queue.pop_keyed().expect("peeked"),
             };
             if self.cfg.max_sim_time.is_some_and(|m| t > m) {
                 now = self.cfg.max_sim_time.expect("checked");
                 break;
+            }
+            if !self.collapsing.is_empty() {
+                self.pass_all(t, key, tie);
             }
             now = t;
             self.events += 1;
@@ -593,6 +640,11 @@ impl<'w> Simulation<'w> {
             if self.opts.check_invariants {
                 self.check_invariants(now).map_err(|e| SimError::Invariant(now, e))?;
             }
+        }
+        // Steps a reference run would have taken up to `now`.
+        self.pass_all(now, u64::MAX, u64::MAX);
+        for b in 0..self.backends.len() {
+            self.catch_up(BackendId::from_index(b));
         }
         Ok(self.finish(now))
     }

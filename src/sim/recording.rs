@@ -132,6 +132,7 @@ impl Simulation<'_> {
             decisions: self.decisions,
             session_keys: self.workload.sessions.iter().map(|s| s.key.clone()).collect(),
             event_log: self.event_log,
+            collapsed_steps: self.collapsed_steps,
             coalesced_steps: self.retired_coalesced
                 + self
                     .backends

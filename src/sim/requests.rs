@@ -145,6 +145,8 @@ impl Simulation<'_> {
             return;
         }
         r.t_engine = Some(now);
+        self.uncollapse(b);
+        let r = &mut self.requests[rid.index()];
         let plan = &self.workload.sessions[r.session.index()];
         let turn = r.turn as usize;
         match &mut self.backends[b.index()] {

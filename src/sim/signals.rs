@@ -20,6 +20,7 @@ impl Simulation<'_> {
             self.schedule(now, sleep, Event::ScrapeRead { replica, pos: 0 });
             return;
         };
+        self.catch_up(b);
         let lag = self.cfg.gauge_lag.0.saturating_add(self.faults.extra_lag(b, now).0);
         let g = if lag > 0 {
             self.gauges[b.index()].at(SimTime(now.0.saturating_sub(lag)))

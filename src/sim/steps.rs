@@ -33,6 +33,13 @@ impl Simulation<'_> {
                 backend: b,
                 incarnation,
             };
+            // Collapse the certain stretch steps into one lane event.
+            if self.collapsible && factor == 1.0 && e.in_stretch_step() {
+                let h = e.stretch_horizon();
+                if h >= 2 && self.start_collapse(now, b, d, h, ev) {
+                    return;
+                }
+            }
             match now.checked_add(d) {
                 Some(t) => self.queue.push_lane(b.index(), t, ev),
                 None => self.past_horizon = true,
@@ -41,6 +48,7 @@ impl Simulation<'_> {
     }
 
     pub(super) fn on_step_done(&mut self, now: SimTime, b: BackendId) {
+        self.end_collapse(b);
         let Backend::Vllm(e) = &mut self.backends[b.index()] else {
             unreachable!("steps are vLLM-only")
         };

@@ -28,13 +28,14 @@
 //!
 //! # Ordering
 //!
-//! A stretch step is still one queue event, scheduled by the previous step's handler and
-//! so given the `seq` the reference mode gives it; the simulation handles it as any step
+//! A stretch step is one queue event, scheduled by the previous step's handler and so
+//! given the `seq` the reference mode gives it; the simulation handles it as any step
 //! (gauge history, fleet tracker, KV-event feed, drains). An event at the same nanosecond
 //! therefore runs before or after it exactly as in the reference mode: the stretch changes
-//! what a step costs, never when it runs or what it shows. Collapsing a stretch into one
-//! event would need readers to bring the engine up to date lazily and to reconstruct the
-//! `seq` each skipped step would have had (docs/engine.md, "What it does not do").
+//! what a step costs, never when it runs or what it shows. The simulation may also take a
+//! stretch's certain steps ([`VllmEngine::stretch_horizon`]) without queue events, keyed
+//! as the reference mode orders them (`sim::collapse`; docs/engine.md, "Collapsed
+//! stretches").
 
 use super::VllmEngine;
 use crate::time::SimDuration;
@@ -60,6 +61,9 @@ pub(super) struct Stretch {
     /// `buckets[j % block_size]`: indices into the running list of the requests that may
     /// allocate or cache a block in step `j`, ascending (the scheduler's order).
     buckets: Vec<Vec<u32>>,
+    /// `allocs[j % block_size]`: requests of the bucket that allocate a block in step `j`
+    /// (each running request does once every `block_size` steps).
+    allocs: Vec<u32>,
     /// Duration of every step of the stretch (before any slowdown the caller applies).
     step: SimDuration,
     /// Steps taken in stretches so far (a speed figure for `sim bench`, never an output).
@@ -108,6 +112,9 @@ impl VllmEngine {
         let mut buckets = std::mem::take(&mut self.stretch.buckets);
         buckets.resize_with(bs as usize, Vec::new);
         buckets.iter_mut().for_each(Vec::clear);
+        let mut allocs = std::mem::take(&mut self.stretch.allocs);
+        allocs.clear();
+        allocs.resize(bs as usize, 0);
         let mut finish_at = u32::MAX;
         let mut ok = true;
         for (idx, &s) in self.running.iter().enumerate() {
@@ -129,6 +136,7 @@ impl VllmEngine {
             }
             let a = ((held_end + 1 - c0) % bs) as usize;
             buckets[a].push(idx as u32);
+            allocs[a] += 1;
             if caching && sl.hashed < sl.n_hashes {
                 let cache_end = (u64::from(sl.hashed) + 1) * bs;
                 if cache_end <= c0 {
@@ -142,6 +150,7 @@ impl VllmEngine {
             }
         }
         self.stretch.buckets = buckets;
+        self.stretch.allocs = allocs;
         if !ok || finish_at < MIN_STRETCH_STEPS {
             return false;
         }
@@ -227,6 +236,37 @@ impl VllmEngine {
             }
             sl.last_token_ns = st.last_end_ns;
         }
+    }
+
+    /// With a stretch step in progress, how many further steps are certainly stretch steps
+    /// if nothing arrives: each is before the first finish, and its bucket fits the free
+    /// blocks, which fall by the allocating requests of every bucket passed (caching
+    /// allocates nothing). Admission stays closed without arrivals, and the step time
+    /// is constant. Capped at 100,000 steps.
+    pub fn stretch_horizon(&self) -> u32 {
+        if !self.stretch.active || !self.stepping {
+            return 0;
+        }
+        let bs = self.cfg.block_size_tokens;
+        let mut free = self.kv.num_free();
+        let j0 = self.stretch.done + 1;
+        let mut n = 0;
+        let mut j = j0 + 1;
+        while j < self.stretch.finish_at && n < 100_000 {
+            let b = (j % bs) as usize;
+            if self.stretch.buckets[b].len() as u32 > free {
+                break;
+            }
+            free -= self.stretch.allocs[b];
+            n += 1;
+            j += 1;
+        }
+        n
+    }
+
+    /// True while a stretch step is in progress (started, not finished).
+    pub fn in_stretch_step(&self) -> bool {
+        self.stretch.active && self.stepping
     }
 
     /// Engine iterations taken in pure-decode stretches (zero without coalescing).
