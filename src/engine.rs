@@ -175,7 +175,21 @@ impl<E> EventQueue<E> {
             return;
         }
         let seq = 2 * self.take_seq(time) + 1;
-        self.lanes.keys[lane] = (time, seq, 0);
+        self.fill_lane(lane, (time, seq, 0), event);
+    }
+
+    /// Schedules `event` in the empty lane `lane` under an explicit `key` (see
+    /// [`EventQueue::pop_keyed`]) without taking a `seq`.
+    pub fn push_lane_keyed(&mut self, lane: usize, time: SimTime, key: u64, tie: u64, event: E) {
+        assert!(lane < self.lanes.size && self.lanes.events[lane].is_none());
+        assert!(time >= self.now);
+        self.fill_lane(lane, (time, key, tie), event);
+    }
+
+    /// Puts `event` under `key` into the empty lane `lane`.
+    #[inline]
+    fn fill_lane(&mut self, lane: usize, key: (SimTime, u64, u64), event: E) {
+        self.lanes.keys[lane] = key;
         self.lanes.events[lane] = Some(event);
         self.lanes.len += 1;
         // Refilling the lane just popped replays its path once for both changes.
@@ -186,22 +200,7 @@ impl<E> EventQueue<E> {
         self.lanes.update(lane);
     }
 
-    /// Schedules `event` in the empty lane `lane` under an explicit `key` (see
-    /// [`EventQueue::pop_keyed`]) without taking a `seq`.
-    pub fn push_lane_keyed(&mut self, lane: usize, time: SimTime, key: u64, tie: u64, event: E) {
-        assert!(lane < self.lanes.size && self.lanes.events[lane].is_none());
-        assert!(time >= self.now);
-        self.lanes.keys[lane] = (time, key, tie);
-        self.lanes.events[lane] = Some(event);
-        self.lanes.len += 1;
-        if self.lanes.stale.is_some_and(|i| i != lane) {
-            self.lanes.flush();
-        }
-        self.lanes.stale = None;
-        self.lanes.update(lane);
-    }
-
-    /// Gives lane `lane`'s pending event the key `(time, key)`.
+    /// Gives lane `lane`'s pending event the key `(time, key, tie)`.
     pub fn set_lane_key(&mut self, lane: usize, time: SimTime, key: u64, tie: u64) {
         self.lanes.flush();
         assert!(self.lanes.events[lane].is_some());
