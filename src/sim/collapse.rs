@@ -50,7 +50,7 @@ impl Simulation<'_> {
             return false;
         }
         self.collapsed[i] = Some(Collapse {
-            t_next: SimTime(now.0 + d.0),
+            t_next: SimTime(t1),
             key_next: 2 * self.queue.counter(),
             d,
             left: h,
@@ -85,11 +85,9 @@ impl Simulation<'_> {
                 c.unrun += n;
                 c.left -= n;
                 c.t_next = SimTime(c.t_next.0 + u64::from(n) * c.d.0);
-                passed = true;
-            }
-            if passed {
                 // Each passed step's successor was pushed just now, in the reference.
                 c.key_next = counter_key;
+                passed = true;
             }
             if c.left > 0 && c.t_next == t && (c.key_next, c.t_next.0 - c.d.0) < (key, tie) {
                 if log {

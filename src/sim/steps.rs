@@ -34,7 +34,7 @@ impl Simulation<'_> {
                 incarnation,
             };
             // Collapse the certain stretch steps into one lane event.
-            if self.collapsible && factor == 1.0 && e.in_stretch_step() {
+            if self.collapsible && factor == 1.0 {
                 let h = e.stretch_horizon();
                 if h >= 2 && self.start_collapse(now, b, d, h, ev) {
                     return;

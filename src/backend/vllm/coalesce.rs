@@ -239,7 +239,7 @@ impl VllmEngine {
     }
 
     /// With a stretch step in progress, how many further steps are certainly stretch steps
-    /// if nothing arrives: each is before the first finish, and its bucket fits the free
+    /// if nothing arrives (zero outside a stretch step): each is before the first finish, and its bucket fits the free
     /// blocks, which fall by the allocating requests of every bucket passed (caching
     /// allocates nothing). Admission stays closed without arrivals, and the step time
     /// is constant. Capped at 100,000 steps.
@@ -262,11 +262,6 @@ impl VllmEngine {
             j += 1;
         }
         n
-    }
-
-    /// True while a stretch step is in progress (started, not finished).
-    pub fn in_stretch_step(&self) -> bool {
-        self.stretch.active && self.stepping
     }
 
     /// Engine iterations taken in pure-decode stretches (zero without coalescing).
