@@ -57,6 +57,7 @@ impl Simulation<'_> {
             unrun: 0,
         });
         self.collapsing.push(i as u32);
+        self.virtual_next = self.virtual_next.min(SimTime(t1));
         // Provisional key: after every real event at that time, until resolved.
         self.queue.push_lane_keyed(i, SimTime(t_end), u64::MAX, u64::MAX, ev);
         true
@@ -65,6 +66,10 @@ impl Simulation<'_> {
     /// Passes every virtual step that runs before an event at `t` with key `key` (all
     /// steps before `t`; at `t`, those keyed below `key`).
     pub(super) fn pass_all(&mut self, t: SimTime, key: u64, tie: u64) {
+        if t < self.virtual_next {
+            return;
+        }
+        let mut earliest = u64::MAX;
         let counter_key = 2 * self.queue.counter();
         let log = self.opts.record_event_log;
         let mut logged: Vec<(SimTime, u64, u64, u32)> = Vec::new();
@@ -104,8 +109,12 @@ impl Simulation<'_> {
                 let (tn, kn, tie) = (c.t_next, c.key_next, c.t_next.0 - c.d.0);
                 self.queue.set_lane_key(i, tn, kn, tie);
             }
+            if c.left > 0 {
+                earliest = earliest.min(c.t_next.0);
+            }
             k += 1;
         }
+        self.virtual_next = SimTime(earliest);
         if log {
             // The passed steps in the reference order (predecessors that ran in the
             // same gap between real events: the earlier first).
@@ -124,6 +133,16 @@ impl Simulation<'_> {
         };
         let n = std::mem::take(&mut c.unrun);
         let (d, first) = (c.d, c.t_next.0 - u64::from(n) * c.d.0);
+        if self.history[i].0 == 0 {
+            // No gauge history to record step by step: the steps run as one batch.
+            let Backend::Vllm(e) = &mut self.backends[i] else {
+                unreachable!("collapses are vLLM-only")
+            };
+            e.advance_stretch(n, first);
+            self.events += u64::from(n);
+            self.collapsed_steps += u64::from(n);
+            return;
+        }
         for j in 0..u64::from(n) {
             let t = SimTime(first + j * d.0);
             let Backend::Vllm(e) = &mut self.backends[i] else {

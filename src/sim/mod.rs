@@ -439,6 +439,8 @@ pub struct Simulation<'w> {
     collapsed: Vec<Option<collapse::Collapse>>,
     /// Backends with a collapsed stretch.
     collapsing: Vec<u32>,
+    /// No virtual step is due before this time (the earliest one's, or earlier).
+    virtual_next: SimTime,
     /// Virtual steps run so far.
     collapsed_steps: u64,
     /// Coalesced steps of replaced engine incarnations.
@@ -569,6 +571,7 @@ impl<'w> Simulation<'w> {
             collapsible: false,
             collapsed: (0..n).map(|_| None).collect(),
             collapsing: Vec::new(),
+            virtual_next: SimTime(u64::MAX),
             collapsed_steps: 0,
             retired_coalesced: 0,
         }

@@ -176,6 +176,17 @@ impl KvCache {
         }
     }
 
+    /// True when caching `hashes` as request slot `t`'s next blocks would only extend
+    /// the run it cached last, each hash new to the index (so the caching reads nothing
+    /// another request's allocation or caching changes). Per block, never: that pool's
+    /// batch is not proven, and the reference mode steps one step at a time anyway.
+    pub fn extends_own_run(&self, t: u32, hashes: &[u64]) -> bool {
+        match self {
+            KvCache::Blocks(_) => false,
+            KvCache::Runs(p) => p.extends_own_run(t, hashes),
+        }
+    }
+
     /// Frees request slot `t`'s blocks, last first (so its tail is evicted before its
     /// prefix).
     pub fn release(&mut self, t: u32) {

@@ -434,6 +434,18 @@ impl RunPool {
         self.tables[t as usize] = tb;
     }
 
+    /// True when [`cache`](Self::cache) of `hashes` for request slot `t` would take its
+    /// fast path for every hash: `t`'s last piece is a run it owns (so the parent of the
+    /// next hash is that run's end) and no hash starts a run (so none is a duplicate;
+    /// fact 1 of the module docs). Such caching adds no index entry and only appends to
+    /// `t`'s own run, which no eviction touches while `t` holds it.
+    pub fn extends_own_run(&self, t: u32, hashes: &[u64]) -> bool {
+        self.tables
+            .get(t as usize)
+            .is_some_and(|tb| matches!(tb.pieces.last(), Some(Piece::Own { .. })))
+            && hashes.iter().all(|h| self.index.get(h).is_none())
+    }
+
     /// Where the hash at chain position `p - 1` is cached, from the table's last piece
     /// (which holds or duplicates it).
     fn parent_of(&self, tb: &Table, chain: &[u64], p: usize) -> Option<(u32, u32)> {

@@ -44,6 +44,10 @@ use crate::time::SimDuration;
 /// finishes: entering and settling each cost about one ordinary step.
 const MIN_STRETCH_STEPS: u32 = 4;
 
+/// [`VllmEngine::advance_stretch`] batches the block work of at least this many steps
+/// (below, per-step work touches fewer requests than one pass over the running list).
+const BATCH_MIN_STEPS: u32 = 8;
+
 /// The state of a stretch of pure-decode steps (inactive between stretches).
 #[derive(Debug, Default)]
 pub(super) struct Stretch {
@@ -168,8 +172,7 @@ impl VllmEngine {
     pub(super) fn stretch_start(&mut self) -> Option<SimDuration> {
         let r = self.running.len() as u32;
         let j = self.stretch.done + 1;
-        let bs = self.cfg.block_size_tokens;
-        let b = (j % bs) as usize;
+        let b = (j % self.cfg.block_size_tokens) as usize;
         if j >= self.stretch.finish_at
             || !self.admission_closed(r)
             || self.stretch.buckets[b].len() as u32 > self.kv.num_free()
@@ -177,8 +180,22 @@ impl VllmEngine {
             self.settle();
             return None;
         }
-        // The block work of step `j`, in the scheduler's order; `grow` is a no-op for a
-        // request whose boundary does not fall in this step.
+        self.stretch_block_work(j);
+        self.stepping = true;
+        self.steps += 1;
+        self.stretch.coalesced += 1;
+        Some(self.stretch.step)
+    }
+
+    /// The block work of stretch step `j`, in the scheduler's order; `grow` is a no-op
+    /// for a request whose boundary does not fall in this step.
+    #[inline]
+    fn stretch_block_work(&mut self, j: u32) {
+        let bs = self.cfg.block_size_tokens;
+        let b = (j % bs) as usize;
+        if self.stretch.buckets[b].is_empty() {
+            return;
+        }
         let bucket = std::mem::take(&mut self.stretch.buckets[b]);
         let ahead = j - 1;
         for &idx in &bucket {
@@ -196,10 +213,108 @@ impl VllmEngine {
             self.slots[s as usize].as_mut().expect("dangling slot").computed -= ahead;
         }
         self.stretch.buckets[b] = bucket;
-        self.stepping = true;
-        self.steps += 1;
-        self.stretch.coalesced += 1;
-        Some(self.stretch.step)
+    }
+
+    /// With a stretch step running: `n` times, [`finish_step`](VllmEngine::finish_step)
+    /// at the next end (the first at `first_end_ns`, then one step time apart) and
+    /// [`start_step`](VllmEngine::start_step), for steps [`stretch_horizon`] certified
+    /// (nothing has arrived since). The same state as those calls, without their
+    /// per-step work: the inter-token gaps go in as one run, the gauges are published
+    /// once (at the last end, before the last start's blocks, as the calls leave them),
+    /// and the block work of all but the last start runs per request where that is
+    /// certainly the same ([`VllmEngine::batch_block_work`]), else step by step.
+    ///
+    /// [`stretch_horizon`]: VllmEngine::stretch_horizon
+    pub fn advance_stretch(&mut self, n: u32, first_end_ns: u64) {
+        if n == 0 {
+            return;
+        }
+        assert!(
+            self.stretch.active && self.stepping,
+            "advance_stretch outside a stretch step"
+        );
+        let d = self.stretch.step.0;
+        let st = &mut self.stretch;
+        if st.done == 0 {
+            st.first_end_ns = first_end_ns;
+        } else {
+            push_gap(&mut st.gaps, first_end_ns - st.last_end_ns, 1);
+        }
+        if n > 1 {
+            push_gap(&mut st.gaps, d, n - 1);
+        }
+        st.last_end_ns = first_end_ns + u64::from(n - 1) * d;
+        // The starts are steps `d0 + 2 ..= d0 + n + 1`: each is a stretch step (before the
+        // first finish, admission closed, its bucket within the free blocks).
+        let d0 = self.stretch.done;
+        let last = d0 + n + 1;
+        let bs = self.cfg.block_size_tokens;
+        assert!(
+            last < self.stretch.finish_at && self.admission_closed(self.running.len() as u32),
+            "an advanced step was not a certain stretch step"
+        );
+        let mut free = self.kv.num_free();
+        for j in d0 + 2..=last {
+            let b = (j % bs) as usize;
+            assert!(
+                self.stretch.buckets[b].len() as u32 <= free,
+                "an advanced step was not a certain stretch step"
+            );
+            free -= self.stretch.allocs[b];
+        }
+        if n < BATCH_MIN_STEPS || !self.batch_block_work(d0 + n) {
+            for j in d0 + 2..last {
+                self.stretch_block_work(j);
+            }
+        }
+        self.stretch.done = d0 + n;
+        self.publish_gauges();
+        self.stretch_block_work(last);
+        self.steps += u64::from(n);
+        self.stretch.coalesced += u64::from(n);
+    }
+
+    /// The block work of the stretch's steps up to `j` (those after the last one done),
+    /// request by request instead of step by step: each allocates the blocks it reaches
+    /// by then and caches the blocks it fills. The same state as step by step when every
+    /// block cached extends the request's own run with a hash the index does not hold
+    /// ([`KvCache::extends_own_run`]): then no operation of one request reads what
+    /// another's changes (an allocation only evicts unreferenced blocks and removes index
+    /// entries, and none of these hashes is or becomes one), so the order does not
+    /// matter. Otherwise nothing is done and false returned.
+    ///
+    /// [`KvCache::extends_own_run`]: crate::backend::kv::KvCache::extends_own_run
+    fn batch_block_work(&mut self, j: u32) -> bool {
+        let bs = self.cfg.block_size_tokens;
+        if self.cfg.prefix_caching {
+            for &s in &self.running {
+                let sl = self.slots[s as usize].as_ref().expect("dangling slot");
+                let full = ((sl.computed + j) / bs).min(sl.n_hashes);
+                if full > sl.hashed
+                    && !self
+                        .kv
+                        .extends_own_run(s, &sl.hashes[sl.hashed as usize..full as usize])
+                {
+                    return false;
+                }
+            }
+        }
+        // Step `j` computes token `computed + j - 1` of each request (see `stretch_block_work`).
+        let ahead = j - 1;
+        for i in 0..self.running.len() {
+            let s = self.running[i];
+            let sl = self.slots[s as usize].as_mut().expect("dangling slot");
+            sl.computed += ahead;
+            let end = sl.computed + 1;
+            let need = if u64::from(end) <= u64::from(sl.held) * u64::from(bs) {
+                0
+            } else {
+                end.div_ceil(bs) - sl.held
+            };
+            self.grow(s, need, 1);
+            self.slots[s as usize].as_mut().expect("dangling slot").computed -= ahead;
+        }
+        true
     }
 
     /// Ends a stretch step at `now_ns`: one token sampled for every running request
@@ -369,6 +484,92 @@ mod tests {
                 fast.check().map_err(TestCaseError::fail)?;
             }
             prop_assert_eq!(fast.running() + fast.waiting(), 0, "not drained");
+        }
+    }
+
+    proptest! {
+        /// `advance_stretch(k)` leaves an engine exactly as `k` single steps do: two
+        /// run-kept, coalescing engines get the same arrivals; at each stretch step with a
+        /// horizon one of them advances up to that many steps at once, the other steps one
+        /// at a time, and everything they show is compared. Sessions repeat (the same
+        /// content arrives twice), so some requests duplicate blocks another one cached
+        /// and the per-request batch must be refused, and small caches evict as they go.
+        #[test]
+        fn advancing_equals_stepping(
+            seqs in 1u32..8,
+            kv_blocks in 24u32..120,
+            block in prop::sample::select(vec![1u32, 4, 16]),
+            caching in any::<bool>(),
+            arrivals in prop::collection::vec((0u32..400, 0u64..3, 1u32..100, 8u32..200), 1..10),
+            take in prop::collection::vec(1u32..300, 16),
+        ) {
+            let cfg = VllmConfig {
+                max_num_seqs: seqs,
+                max_num_batched_tokens: 2048,
+                kv_blocks,
+                block_size_tokens: block,
+                prefix_caching: caching,
+                step_time: StepTimeModel::default(),
+            };
+            let (mut fast, mut slow) = (VllmEngine::with_kv_runs(cfg.clone(), true), VllmEngine::with_kv_runs(cfg, true));
+            fast.set_coalescing(true);
+            slow.set_coalescing(true);
+            let mut arrivals = arrivals;
+            arrivals.sort_by_key(|a| a.0);
+            let (mut ev_f, mut ev_s) = (StepEvents::default(), StepEvents::default());
+            let (mut now, mut next, mut step, mut advanced) = (0u64, 0, 0u32, 0u32);
+            while step < 6_000 {
+                while next < arrivals.len() && arrivals[next].0 <= step {
+                    let (_, session, prompt, out) = arrivals[next];
+                    let tokens = (prompt + out).min(kv_blocks * block);
+                    let prompt = prompt.min(tokens - 1).max(1);
+                    let c = Content::session_turn(None, session, prompt, tokens - prompt);
+                    let id = RequestId(next as u32);
+                    prop_assert_eq!(fast.enqueue(id, c.clone()), slow.enqueue(id, c));
+                    next += 1;
+                }
+                ev_f.clear();
+                ev_s.clear();
+                let (df, ds) = (fast.start_step(&mut ev_f), slow.start_step(&mut ev_s));
+                prop_assert_eq!(df, ds);
+                if df.is_none() {
+                    if next == arrivals.len() {
+                        break;
+                    }
+                    step += 1;
+                    continue;
+                }
+                // Steps end one step time apart (no slowdown), as in the simulation.
+                let d = df.expect("checked").0;
+                // Until the next arrival, the certain steps may be advanced at once.
+                let until_arrival = arrivals.get(next).map_or(u32::MAX, |a| a.0.saturating_sub(step + 1));
+                let k = fast.stretch_horizon().min(take[step as usize % take.len()]).min(until_arrival);
+                if k > 0 {
+                    fast.advance_stretch(k, now + d);
+                    for _ in 0..k {
+                        now += d;
+                        ev_s.clear();
+                        slow.finish_step(SimTime(now), &mut ev_s);
+                        prop_assert!(ev_s.first_tokens.is_empty() && ev_s.finished.is_empty());
+                        ev_s.clear();
+                        prop_assert_eq!(slow.start_step(&mut ev_s), df);
+                    }
+                    step += k;
+                    advanced += k;
+                    prop_assert_eq!(seen(&mut fast, &ev_f), seen(&mut slow, &ev_s), "after advancing {} at step {}", k, step);
+                    fast.check().map_err(TestCaseError::fail)?;
+                }
+                now += d;
+                ev_f.clear();
+                ev_s.clear();
+                fast.finish_step(SimTime(now), &mut ev_f);
+                slow.finish_step(SimTime(now), &mut ev_s);
+                prop_assert_eq!(seen(&mut fast, &ev_f), seen(&mut slow, &ev_s), "step {}", step);
+                fast.check().map_err(TestCaseError::fail)?;
+                step += 1;
+            }
+            prop_assert_eq!(fast.running() + fast.waiting(), 0, "not drained");
+            let _ = advanced;
         }
     }
 
