@@ -20,10 +20,18 @@ use crate::rng::SimRng;
 
 /// Scraped `running + waiting` per endpoint; `None` if some endpoint has no engine stats.
 pub fn scraped_loads(view: &RouterView) -> Option<Vec<u64>> {
-    view.engine_stats
-        .iter()
-        .map(|e| e.as_ref().map(|e| u64::from(e.running) + u64::from(e.waiting)))
-        .collect()
+    // Checked first so that the list is allocated once at its size (collecting into an
+    // `Option` cannot know the size, and grew it per request).
+    if view.engine_stats.iter().any(Option::is_none) {
+        return None;
+    }
+    Some(
+        view.engine_stats
+            .iter()
+            .flatten()
+            .map(|e| u64::from(e.running) + u64::from(e.waiting))
+            .collect(),
+    )
 }
 
 /// Among the endpoints whose load is within `band` of the minimum, the one `tie` picks.
@@ -35,8 +43,9 @@ pub fn pick_in_band(loads: &[u64], band: u32, tie: Tie, rng: &mut SimRng) -> usi
     match tie {
         Tie::First => candidates.next().expect("the minimum is a candidate"),
         Tie::Random => {
-            let c: Vec<usize> = candidates.collect();
-            c[uniform_index(rng, c.len())]
+            // The k-th candidate, k drawn over their number (no list per request).
+            let k = uniform_index(rng, candidates.clone().count());
+            candidates.nth(k).expect("k is below the number of candidates")
         }
     }
 }

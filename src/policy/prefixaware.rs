@@ -106,6 +106,8 @@ pub struct PrefixAware {
     /// The last below-threshold prompt of each session and where it went
     /// ([`FallbackOptions::follow`]).
     followed: FxHashMap<u64, BackendId>,
+    /// Scratch: the endpoints of the request being routed.
+    available: Vec<BackendId>,
 }
 
 impl PrefixAware {
@@ -124,6 +126,7 @@ impl PrefixAware {
             sent: SentSinceScrape::default(),
             pending: FxHashSet::default(),
             followed: FxHashMap::default(),
+            available: Vec::new(),
         }
     }
 
@@ -201,7 +204,9 @@ impl RoutingPolicy for PrefixAware {
     }
 
     fn route(&mut self, req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision {
-        let available: Vec<BackendId> = view.endpoints.iter().map(|e| e.backend).collect();
+        let mut available = std::mem::take(&mut self.available);
+        available.clear();
+        available.extend(view.endpoints.iter().map(|e| e.backend));
         let (min_match, fallback, opts) = (self.min_match_chars, self.fallback, self.opts);
         let sent = &mut self.sent;
         let followed = &mut self.followed;
@@ -283,6 +288,7 @@ impl RoutingPolicy for PrefixAware {
         if self.fallback == Fallback::ScrapedPlusSent {
             self.sent.record(view.endpoints[d.pos].backend.index(), view.now);
         }
+        self.available = available;
         d
     }
 }
