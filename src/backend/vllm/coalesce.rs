@@ -197,22 +197,29 @@ impl VllmEngine {
             return;
         }
         let bucket = std::mem::take(&mut self.stretch.buckets[b]);
-        let ahead = j - 1;
         for &idx in &bucket {
-            let s = self.running[idx as usize];
-            let sl = self.slots[s as usize].as_mut().expect("dangling slot");
-            sl.computed += ahead;
-            let held = sl.held;
-            let end = sl.computed + 1;
-            let need = if u64::from(end) <= u64::from(held) * u64::from(bs) {
-                0
-            } else {
-                end.div_ceil(bs) - held
-            };
-            self.grow(s, need, 1);
-            self.slots[s as usize].as_mut().expect("dangling slot").computed -= ahead;
+            self.stretch_grow(self.running[idx as usize], j - 1);
         }
         self.stretch.buckets[b] = bucket;
+    }
+
+    /// `grow` of slot `s` in the stretch step that computes its token `computed + ahead`
+    /// (its stored `computed` lags by the stretch's finished steps): the block that token
+    /// starts, if it is past the held ones, and the block it fills.
+    #[inline]
+    fn stretch_grow(&mut self, s: u32, ahead: u32) {
+        let bs = self.cfg.block_size_tokens;
+        let sl = self.slots[s as usize].as_mut().expect("dangling slot");
+        sl.computed += ahead;
+        let held = sl.held;
+        let end = sl.computed + 1;
+        let need = if u64::from(end) <= u64::from(held) * u64::from(bs) {
+            0
+        } else {
+            end.div_ceil(bs) - held
+        };
+        self.grow(s, need, 1);
+        self.slots[s as usize].as_mut().expect("dangling slot").computed -= ahead;
     }
 
     /// With a stretch step running: `n` times, [`finish_step`](VllmEngine::finish_step)
@@ -299,20 +306,10 @@ impl VllmEngine {
                 }
             }
         }
-        // Step `j` computes token `computed + j - 1` of each request (see `stretch_block_work`).
-        let ahead = j - 1;
+        // Growing to step `j` at once: `grow` allocates up to the block its token starts and
+        // caches every block filled by then.
         for i in 0..self.running.len() {
-            let s = self.running[i];
-            let sl = self.slots[s as usize].as_mut().expect("dangling slot");
-            sl.computed += ahead;
-            let end = sl.computed + 1;
-            let need = if u64::from(end) <= u64::from(sl.held) * u64::from(bs) {
-                0
-            } else {
-                end.div_ceil(bs) - sl.held
-            };
-            self.grow(s, need, 1);
-            self.slots[s as usize].as_mut().expect("dangling slot").computed -= ahead;
+            self.stretch_grow(self.running[i], j - 1);
         }
         true
     }
@@ -419,6 +416,28 @@ mod tests {
         )
     }
 
+    /// Enqueues the arrivals `(step, session, prompt, output)` due by `step` from `next`
+    /// on, in both engines (each turn cut to the cache's `max_tokens`); returns the next.
+    fn enqueue_due(
+        a: &mut VllmEngine,
+        b: &mut VllmEngine,
+        arrivals: &[(u32, u64, u32, u32)],
+        mut next: usize,
+        step: u32,
+        max_tokens: u32,
+    ) -> Result<usize, TestCaseError> {
+        while next < arrivals.len() && arrivals[next].0 <= step {
+            let (_, session, prompt, out) = arrivals[next];
+            let tokens = (prompt + out).min(max_tokens);
+            let prompt = prompt.min(tokens - 1).max(1);
+            let c = Content::session_turn(None, session, prompt, tokens - prompt);
+            let id = RequestId(next as u32);
+            prop_assert_eq!(a.enqueue(id, c.clone()), b.enqueue(id, c));
+            next += 1;
+        }
+        Ok(next)
+    }
+
     proptest! {
         /// A coalescing engine and a per-step one, driven through the same arrivals and
         /// step end times (all different, so a misplaced gap shows), report exactly the
@@ -454,15 +473,7 @@ mod tests {
             let mut now = 0u64;
             let mut next = 0;
             for step in 0..4_000u32 {
-                while next < arrivals.len() && arrivals[next].0 <= step {
-                    let (_, session, prompt, out) = arrivals[next];
-                    let tokens = (prompt + out).min(kv_blocks * block);
-                    let prompt = prompt.min(tokens - 1).max(1);
-                    let c = Content::session_turn(None, session, prompt, tokens - prompt);
-                    let id = RequestId(next as u32);
-                    prop_assert_eq!(fast.enqueue(id, c.clone()), slow.enqueue(id, c));
-                    next += 1;
-                }
+                next = enqueue_due(&mut fast, &mut slow, &arrivals, next, step, kv_blocks * block)?;
                 ev_f.clear();
                 ev_s.clear();
                 let (df, ds) = (fast.start_step(&mut ev_f), slow.start_step(&mut ev_s));
@@ -519,15 +530,7 @@ mod tests {
             let (mut ev_f, mut ev_s) = (StepEvents::default(), StepEvents::default());
             let (mut now, mut next, mut step, mut advanced) = (0u64, 0, 0u32, 0u32);
             while step < 6_000 {
-                while next < arrivals.len() && arrivals[next].0 <= step {
-                    let (_, session, prompt, out) = arrivals[next];
-                    let tokens = (prompt + out).min(kv_blocks * block);
-                    let prompt = prompt.min(tokens - 1).max(1);
-                    let c = Content::session_turn(None, session, prompt, tokens - prompt);
-                    let id = RequestId(next as u32);
-                    prop_assert_eq!(fast.enqueue(id, c.clone()), slow.enqueue(id, c));
-                    next += 1;
-                }
+                next = enqueue_due(&mut fast, &mut slow, &arrivals, next, step, kv_blocks * block)?;
                 ev_f.clear();
                 ev_s.clear();
                 let (df, ds) = (fast.start_step(&mut ev_f), slow.start_step(&mut ev_s));
