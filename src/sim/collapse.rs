@@ -79,7 +79,11 @@ impl Simulation<'_> {
             let c = self.collapsed[i].as_mut().expect("listed collapse");
             let mut passed = false;
             if c.left > 0 && c.t_next < t {
-                let n = ((t.0 - c.t_next.0 - 1) / c.d.0 + 1).min(u64::from(c.left)) as u32;
+                // Steps at `t_next`, `t_next + d`, ... before `t` (mostly one: a division
+                // costs more than the rest of the pass).
+                let gap = t.0 - c.t_next.0;
+                let due = if gap <= c.d.0 { 1 } else { (gap - 1) / c.d.0 + 1 };
+                let n = due.min(u64::from(c.left)) as u32;
                 if log {
                     for j in 0..u64::from(n) {
                         let tj = SimTime(c.t_next.0 + j * c.d.0);
