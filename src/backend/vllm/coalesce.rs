@@ -416,6 +416,17 @@ mod tests {
         )
     }
 
+    fn config(seqs: u32, budget: u32, kv_blocks: u32, block: u32, caching: bool) -> VllmConfig {
+        VllmConfig {
+            max_num_seqs: seqs,
+            max_num_batched_tokens: budget,
+            kv_blocks,
+            block_size_tokens: block,
+            prefix_caching: caching,
+            step_time: StepTimeModel::default(),
+        }
+    }
+
     /// Enqueues the arrivals `(step, session, prompt, output)` due by `step` from `next`
     /// on, in both engines (each turn cut to the cache's `max_tokens`); returns the next.
     fn enqueue_due(
@@ -453,14 +464,7 @@ mod tests {
             arrivals in prop::collection::vec((0u32..300, 0u64..4, 1u32..120, 1u32..150), 1..12),
             durs in prop::collection::vec(1u64..3_000, 64),
         ) {
-            let cfg = VllmConfig {
-                max_num_seqs: seqs,
-                max_num_batched_tokens: budget,
-                kv_blocks,
-                block_size_tokens: block,
-                prefix_caching: caching,
-                step_time: StepTimeModel::default(),
-            };
+            let cfg = config(seqs, budget, kv_blocks, block, caching);
             let mut fast = VllmEngine::new(cfg.clone());
             fast.set_coalescing(true);
             let mut slow = VllmEngine::new(cfg);
@@ -514,14 +518,7 @@ mod tests {
             arrivals in prop::collection::vec((0u32..400, 0u64..3, 1u32..100, 8u32..200), 1..10),
             take in prop::collection::vec(1u32..300, 16),
         ) {
-            let cfg = VllmConfig {
-                max_num_seqs: seqs,
-                max_num_batched_tokens: 2048,
-                kv_blocks,
-                block_size_tokens: block,
-                prefix_caching: caching,
-                step_time: StepTimeModel::default(),
-            };
+            let cfg = config(seqs, 2048, kv_blocks, block, caching);
             let (mut fast, mut slow) = (VllmEngine::with_kv_runs(cfg.clone(), true), VllmEngine::with_kv_runs(cfg, true));
             fast.set_coalescing(true);
             slow.set_coalescing(true);
@@ -578,15 +575,7 @@ mod tests {
 
     #[test]
     fn a_long_decode_is_coalesced() {
-        let cfg = VllmConfig {
-            max_num_seqs: 4,
-            max_num_batched_tokens: 512,
-            kv_blocks: 100,
-            block_size_tokens: 16,
-            prefix_caching: true,
-            step_time: StepTimeModel::default(),
-        };
-        let mut e = VllmEngine::new(cfg);
+        let mut e = VllmEngine::new(config(4, 512, 100, 16, true));
         e.set_coalescing(true);
         e.enqueue(RequestId(0), Content::session_turn(None, 1, 40, 100));
         let mut ev = StepEvents::default();
