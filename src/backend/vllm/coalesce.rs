@@ -229,7 +229,7 @@ impl VllmEngine {
     /// per-step work: the inter-token gaps go in as one run, the gauges are published
     /// once (at the last end, before the last start's blocks, as the calls leave them),
     /// and the block work of all but the last start runs per request where that is
-    /// certainly the same ([`VllmEngine::batch_block_work`]), else step by step.
+    /// certainly the same (`batch_block_work`), else step by step.
     ///
     /// [`stretch_horizon`]: VllmEngine::stretch_horizon
     pub fn advance_stretch(&mut self, n: u32, first_end_ns: u64) {
