@@ -407,6 +407,17 @@ fn stretches_crossed_by_every_reader_are_identical_both_ways() {
             lag: 1,
             ..base
         },
+        // On the grid with 1 ms per running request: backends with different batches step
+        // every 2, 3, 4, 5 ms and their collapsed steps meet at one nanosecond, ordered
+        // by their predecessors' times.
+        DecodeCase {
+            beta1_us: 0,
+            beta2_us: 1000,
+            spread_s: 0.0,
+            interval_ms: 40,
+            backends: 3,
+            ..base
+        },
     ];
     let mut collapsed = 0;
     for (i, c) in cases.iter().enumerate() {
