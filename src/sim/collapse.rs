@@ -143,25 +143,23 @@ impl Simulation<'_> {
                 unreachable!("collapses are vLLM-only")
             };
             e.advance_stretch(n, first);
-            self.events += u64::from(n);
-            self.collapsed_steps += u64::from(n);
-            return;
-        }
-        for j in 0..u64::from(n) {
-            let t = SimTime(first + j * d.0);
-            let Backend::Vllm(e) = &mut self.backends[i] else {
-                unreachable!("collapses are vLLM-only")
-            };
-            self.step_events.clear();
-            e.finish_step(t, &mut self.step_events);
-            debug_assert!(self.step_events.first_tokens.is_empty() && self.step_events.finished.is_empty());
-            self.note_gauges(t, b);
-            let Backend::Vllm(e) = &mut self.backends[i] else {
-                unreachable!("collapses are vLLM-only")
-            };
-            self.step_events.clear();
-            let d2 = e.start_step(&mut self.step_events);
-            assert_eq!(d2, Some(d), "a collapsed step was not a certain stretch step");
+        } else {
+            for j in 0..u64::from(n) {
+                let t = SimTime(first + j * d.0);
+                let Backend::Vllm(e) = &mut self.backends[i] else {
+                    unreachable!("collapses are vLLM-only")
+                };
+                self.step_events.clear();
+                e.finish_step(t, &mut self.step_events);
+                debug_assert!(self.step_events.first_tokens.is_empty() && self.step_events.finished.is_empty());
+                self.note_gauges(t, b);
+                let Backend::Vllm(e) = &mut self.backends[i] else {
+                    unreachable!("collapses are vLLM-only")
+                };
+                self.step_events.clear();
+                let d2 = e.start_step(&mut self.step_events);
+                assert_eq!(d2, Some(d), "a collapsed step was not a certain stretch step");
+            }
         }
         self.events += u64::from(n);
         self.collapsed_steps += u64::from(n);
