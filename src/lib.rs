@@ -28,7 +28,8 @@
 //! 5. **Shared vocabulary** (imports nothing above [`time`]): [`decision`] (the branch a
 //!    policy took) and [`view`] (what the router knew of a backend, with its read time),
 //!    so router, policies and metrics share them without importing each other;
-//!    [`content`], [`ids`], [`rng`], [`time`].
+//!    [`content`], [`ids`], [`rng`], [`time`], and [`quote`] (user text in messages, control
+//!    characters escaped, so every message stays one line).
 //! 6. **Output**: [`export`], [`report`], [`plot`], [`explain`], [`hints`], [`atomic`]:
 //!    they see a finished [`sim::RunResult`] (or sweep tables), never simulation internals.
 //!
@@ -61,6 +62,7 @@ pub mod plot;
 pub mod policy;
 pub mod preflight;
 pub mod profiles;
+pub mod quote;
 pub mod reference;
 pub mod report;
 pub mod rng;
