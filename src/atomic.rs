@@ -185,19 +185,23 @@ impl Manifest {
         sha256_hex(id.as_bytes())
     }
 
+    /// The run id of `files`: their names and digests, the explanation aside (it explains
+    /// the run, and `sim explain` may write it again).
+    fn run_id(files: &BTreeMap<String, String>) -> String {
+        Manifest::id_of(files.iter().filter(|(k, _)| !EXPLAIN_FILES.contains(&k.as_str())))
+    }
+
     fn of(files: BTreeMap<String, String>) -> Manifest {
         Manifest {
-            run_id: Manifest::id_of(files.iter()),
+            run_id: Manifest::run_id(&files),
             fleetsim_version: env!("CARGO_PKG_VERSION").to_string(),
             files,
         }
     }
 
-    /// Whether the run id is the one the listed files give: all of them (`sim run
-    /// --explain`), or all but those `sim explain` added later.
+    /// Whether the run id is the one the listed files give.
     fn id_agrees(&self) -> bool {
-        self.run_id == Manifest::id_of(self.files.iter())
-            || self.run_id == Manifest::id_of(self.files.iter().filter(|(k, _)| !EXPLAIN_FILES.contains(&k.as_str())))
+        self.run_id == Manifest::run_id(&self.files)
     }
 
     fn bytes(&self) -> Result<Vec<u8>> {
@@ -224,7 +228,14 @@ pub fn write_with(path: &Path, f: impl FnOnce(&Path) -> Result<()>) -> Result<()
     anyhow::ensure!(!name.is_empty(), "{}: not a file name", path.display());
     // Temporaries of killed writers of this file go first (their process is gone).
     if let Some(dir) = path.parent() {
-        remove_dead(dir.as_os_str().is_empty().then(|| Path::new(".")).unwrap_or(dir), &format!(".{name}.tmp-"));
+        remove_dead(
+            if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            },
+            &format!(".{name}.tmp-"),
+        );
     }
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
     let done =
@@ -307,9 +318,12 @@ impl Staging {
 
     /// Where the previous run waits between the two renames of [`Staging::commit`].
     fn old_path(&self) -> PathBuf {
-        let name = self.dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        self.tmp
-            .with_file_name(format!(".{name}.old-{}", std::process::id()))
+        let name = self
+            .dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.tmp.with_file_name(format!(".{name}.old-{}", std::process::id()))
     }
 }
 
@@ -373,7 +387,11 @@ fn remove_dead(dir: &Path, prefix: &str) {
             .is_ok_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists());
         if !alive {
             let p = e.path();
-            let _ = if p.is_dir() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+            let _ = if p.is_dir() {
+                fs::remove_dir_all(&p)
+            } else {
+                fs::remove_file(&p)
+            };
         }
     }
 }
@@ -413,7 +431,8 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
             dir.display()
         );
     }
-    let text = read_text(&p, MAX_MANIFEST_BYTES, "the manifest").map_err(|(_, m)| anyhow::anyhow!("{}: {m}", p.display()))?;
+    let text =
+        read_text(&p, MAX_MANIFEST_BYTES, "the manifest").map_err(|(_, m)| anyhow::anyhow!("{}: {m}", p.display()))?;
     let m: Manifest =
         serde_json::from_str(&text).with_context(|| format!("{}: not a fleetsim manifest", p.display()))?;
     // Names are plain file names of the folder: nothing outside it is read or trusted.
@@ -520,8 +539,8 @@ mod tests {
 
     #[test]
     fn a_kill_between_the_two_renames_leaves_nothing_that_blocks_the_next_run() {
-        // Issue 31: the previous run moved aside as `.r.old` was never removed, and every
-        // later commit into `r` failed after the whole simulation ("Directory not empty").
+        // A previous run moved aside and never removed would make every later commit into
+        // `r` fail after the whole simulation ("Directory not empty").
         let root = tempfile::tempdir().unwrap();
         let dest = root.path().join("r");
         let s = Staging::new(&dest).unwrap();
@@ -576,6 +595,13 @@ mod tests {
         assert!(e.contains("its run id is not the one its file list gives"), "{e}");
         put(&m);
         verify(&dest).unwrap();
+        // An explanation written with the run and written again later keeps the run id.
+        fs::write(dest.join("explain.md"), "one").unwrap();
+        add_to_manifest(&dest, &["explain.md"]).unwrap();
+        fs::write(dest.join("explain.md"), "two").unwrap();
+        add_to_manifest(&dest, &["explain.md"]).unwrap();
+        assert_eq!(verify(&dest).unwrap().run_id, m.run_id);
+        put(&m);
         // A manifest that is not one, or endless, is refused without reading it whole.
         fs::write(dest.join(MANIFEST), vec![b' '; 2 << 20]).unwrap();
         assert!(verify(&dest).unwrap_err().to_string().contains("larger than 1 MiB"));
@@ -596,7 +622,10 @@ mod tests {
         let tmp = s.path().to_path_buf();
         let m = s.commit().unwrap();
         assert_eq!(m.files["requests.csv"], recorded.0);
-        assert!(WRITTEN.lock().unwrap().keys().all(|k| !k.starts_with(&tmp)), "forgotten once committed");
+        assert!(
+            WRITTEN.lock().unwrap().keys().all(|k| !k.starts_with(&tmp)),
+            "forgotten once committed"
+        );
         verify(&dest).unwrap();
     }
 

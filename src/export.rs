@@ -26,7 +26,7 @@ fn t(x: SimTime) -> String {
     format!("{}", ns_to_secs(x.0))
 }
 
-/// Most bytes of rows formatted ahead of the file at once ([`write_rows`]); counted by the
+/// Most bytes of CSV rows formatted ahead of a result file at once; counted by the
 /// memory pre-flight (`crate::preflight::WRITE_BYTES`).
 pub const WINDOW_BYTES: usize = 32 << 20;
 
@@ -136,7 +136,9 @@ pub fn write_all(
     file("timeseries.csv", &|p| write_series(p, res))?;
     file("decisions.csv", &|p| write_decisions(p, res))?;
     file("decisions_long.csv", &|p| write_decisions_long(p, res))?;
-    file("scenario.toml", &|p| crate::atomic::write_file(p, scenario_toml.as_bytes()))?;
+    file("scenario.toml", &|p| {
+        crate::atomic::write_file(p, scenario_toml.as_bytes())
+    })?;
     file("hints.json", &|p| write_json(p, &hints))?;
     file("perf.json", &|p| write_json(p, perf))?;
     Ok(written)

@@ -203,7 +203,7 @@ fn completed_rounds_are_reused_and_a_different_tune_is_refused() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
-/// Issue 31: a round file is reused only if it is the one the tune wrote (its digest in
+/// A round file is reused only if it is the one the tune wrote (its digest in
 /// rounds/digests.json) and holds every run of its round; an edited round 0 is named as
 /// such, not blamed on round 1.
 #[test]
@@ -229,13 +229,19 @@ fn edited_or_partial_round_files_are_named_and_unlisted_ones_rerun() {
     v["rows"].as_array_mut().unwrap().truncate(2);
     let bytes = serde_json::to_vec_pretty(&v).unwrap();
     std::fs::write(&round0, &bytes).unwrap();
-    let hex: String = sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let dpath = out.join("rounds/digests.json");
     let mut d: Value = serde_json::from_slice(&std::fs::read(&dpath).unwrap()).unwrap();
     d["round-0.json"] = Value::from(hex);
     std::fs::write(&dpath, serde_json::to_vec(&d).unwrap()).unwrap();
     let e = err(small_tune(&space, &out, &[]).code(2));
-    assert!(e.contains("round-0.json: holds 2 of the") && e.contains("(marked complete)"), "{e}");
+    assert!(
+        e.contains("round-0.json: holds 2 of the") && e.contains("(marked complete)"),
+        "{e}"
+    );
     // Not listed (a tune killed between writing the round and its digest): run again,
     // to the same result.
     std::fs::remove_file(&dpath).unwrap();
@@ -247,7 +253,10 @@ fn edited_or_partial_round_files_are_named_and_unlisted_ones_rerun() {
 #[test]
 fn budgets_and_seeds_are_checked_before_anything_is_allocated() {
     for (args, want) in [
-        (["--budget", "18446744073709551615"], "--budget 18446744073709551615 is above the 1000000 runs"),
+        (
+            ["--budget", "18446744073709551615"],
+            "--budget 18446744073709551615 is above the 1000000 runs",
+        ),
         (["--budget", "1000000000000"], "is above the 1000000 runs"),
         (["--seed", "9223372036854775807"], "the seeds would run past 2^63 - 1"),
     ] {

@@ -64,7 +64,8 @@ pub fn parse(
     underscores: bool,
     allow_unknown: bool,
 ) -> Result<Parsed, String> {
-    let words = shlex::split(line).ok_or_else(|| format!("{what}: unbalanced quotes in {}", crate::quote::quote(line)))?;
+    let words =
+        shlex::split(line).ok_or_else(|| format!("{what}: unbalanced quotes in {}", crate::quote::quote(line)))?;
     let mut out = Parsed::default();
     let mut i = 0;
     let mut seen_flag = false;

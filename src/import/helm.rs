@@ -19,12 +19,13 @@ pub const CHART_ENGINE_SCRAPE_INTERVAL_S: i64 = 15;
 /// Reads a values file into `imp` (engines as groups, one per enabled `modelSpec`).
 pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: bool) -> Result<(), String> {
     let file = path.display().to_string();
-    let text = crate::atomic::read_text(path, crate::scenario::MAX_SCENARIO_BYTES, "the values file").map_err(
-        |(at, m)| match at {
-            Some((l, c)) => format!("{file}:{l}:{c}: {m}"),
-            None => format!("{file}: {m}"),
-        },
-    )?;
+    let text =
+        crate::atomic::read_text(path, crate::scenario::MAX_SCENARIO_BYTES, "the values file").map_err(|(at, m)| {
+            match at {
+                Some((l, c)) => format!("{file}:{l}:{c}: {m}"),
+                None => format!("{file}: {m}"),
+            }
+        })?;
     let root: Value = serde_yaml_ng::from_str(&text).map_err(|e| match e.location() {
         Some(l) => format!("{file}:{}:{}: {e}", l.line(), l.column()),
         None => format!("{file}: {e}"),
@@ -113,7 +114,11 @@ struct Helm<'a> {
 
 impl Helm<'_> {
     fn at(&self, path: &str, msg: &str) -> String {
-        format!("{}: {}: {msg}", crate::quote::escape(self.file), crate::quote::escape(path))
+        format!(
+            "{}: {}: {msg}",
+            crate::quote::escape(self.file),
+            crate::quote::escape(path)
+        )
     }
 
     fn string(&self, m: &Value, p: &str, k: &str) -> Result<Option<String>, String> {

@@ -581,7 +581,12 @@ fn write(imp: &Import, a: &ImportArgs, stem: &str, trace: Option<&str>) -> Resul
         let mut groups = toml_edit::ArrayOfTables::new();
         for (gi, g) in imp.groups.iter().enumerate() {
             let mut sec = Section::new(&format!("backends.groups[{gi}]"));
-            sec.put(&mut o, "name", g.name.as_str(), "servingEngineSpec.modelSpec[].name (--helm)");
+            sec.put(
+                &mut o,
+                "name",
+                g.name.as_str(),
+                "servingEngineSpec.modelSpec[].name (--helm)",
+            );
             group_keys(&mut sec, &mut o, g, &mut min_context)?;
             groups.push(sec.finish(&mut carry));
         }
@@ -715,9 +720,11 @@ fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut O
             if let Some(d) = &e.kv_cache_dtype {
                 s.put(o, "kv_cache_dtype", d.v.as_str(), &d.from);
             }
-            let block_u32 = u32::try_from(block).map_err(|_| format!("{}: the block size is too large", kv_origins(g)))?;
+            let block_u32 =
+                u32::try_from(block).map_err(|_| format!("{}: the block size is too large", kv_origins(g)))?;
             let inputs = crate::profiles::KvInputs::for_profile(p, util, block_u32, dtype_bytes, 0.0);
-            let blocks = crate::profiles::kv_blocks(&inputs).map_err(|m| format!("{}: {m} ({})", kv_origins(g), p.id))?;
+            let blocks =
+                crate::profiles::kv_blocks(&inputs).map_err(|m| format!("{}: {m} ({})", kv_origins(g), p.id))?;
             s.note(&format!(
                 "kv_blocks derived as vLLM does: {blocks} blocks of {block} tokens ({} tokens) on {:.0} GiB; set",
                 u64::from(blocks) * block as u64,
@@ -738,7 +745,10 @@ fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut O
                 crate::quote::quote(&g.name)
             ));
         }
-        s.note(&format!("max_model_len {} ({}): the workload's max_context_tokens", m.v, m.from));
+        s.note(&format!(
+            "max_model_len {} ({}): the workload's max_context_tokens",
+            m.v, m.from
+        ));
         *min_context = Some(min_context.map_or(m.v, |c| c.min(m.v)));
     }
     Ok(())
@@ -858,9 +868,8 @@ fn workload(
             );
             s.put(o, "turns", 4i64, "placeholder");
             s.put(o, "system_prompt_tokens", 500i64, "placeholder: a shared system prompt");
-            let uniform = |min: i64, max: i64| {
-                inline(&[("dist", "uniform".into()), ("min", min.into()), ("max", max.into())])
-            };
+            let uniform =
+                |min: i64, max: i64| inline(&[("dist", "uniform".into()), ("min", min.into()), ("max", max.into())]);
             s.put(o, "input_tokens", uniform(100, 600), "placeholder");
             s.put(o, "output_tokens", uniform(100, 400), "placeholder");
             s.put(
@@ -890,13 +899,14 @@ fn refused(e: &crate::scenario::ScenarioError, origins: &Origins) -> String {
             .max_by_key(|(p, _)| p.len())
     };
     match exact.or_else(near) {
-        Some((path, from)) => format!(
-            "{from}: {} (the scenario's {path} refuses it)",
-            e.message
-        ),
+        Some((path, from)) => format!("{from}: {} (the scenario's {path} refuses it)", e.message),
         None => format!(
             "the imported scenario is refused at {}: {} (no flag or key given sets it; please report)",
-            if e.path.is_empty() { "its top level" } else { e.path.as_str() },
+            if e.path.is_empty() {
+                "its top level"
+            } else {
+                e.path.as_str()
+            },
             e.message
         ),
     }

@@ -186,8 +186,8 @@ fn trace_paths_are_written_relative_to_the_scenario() {
     );
 }
 
-/// Issue 31: user text reached the scenario through string concatenation, so a newline in a
-/// flag value, a Helm key or the `--helm` path turned the rest into live TOML.
+/// Built by string concatenation, the scenario would let a newline in a flag value, a Helm
+/// key or the `--helm` path turn the rest into live TOML.
 #[test]
 fn user_text_never_becomes_toml() {
     let inject = "x\nnetwork = { dispatch_latency_s = 5.0 }\n[router]";
@@ -200,7 +200,9 @@ fn user_text_never_becomes_toml() {
     let text = import(&args(
         Some(&format!("--routing-logic session --session-key '{inject}'")),
         None,
-        Some(&format!("vllm serve m --kv-cache-dtype auto --served-model-name '{inject}'")),
+        Some(&format!(
+            "vllm serve m --kv-cache-dtype auto --served-model-name '{inject}'"
+        )),
     ))
     .unwrap();
     check(&text);
@@ -232,9 +234,19 @@ fn a_command_line_written_one_flag_per_line_imports() {
 
 #[test]
 fn imbalanced_threshold_is_written_as_given_or_refused() {
-    let lb = |t: &str| import(&args(Some(&format!("--routing-logic load_balanced_kvaware --imbalanced-threshold {t}")), None, None));
+    let lb = |t: &str| {
+        import(&args(
+            Some(&format!(
+                "--routing-logic load_balanced_kvaware --imbalanced-threshold {t}"
+            )),
+            None,
+            None,
+        ))
+    };
     let threshold = |t: &str| match load(&lb(t).unwrap()).sim.router.policy {
-        crate::policy::PolicyConfig::KvAware { imbalanced_threshold, .. } => imbalanced_threshold,
+        crate::policy::PolicyConfig::KvAware {
+            imbalanced_threshold, ..
+        } => imbalanced_threshold,
         other => panic!("{other:?}"),
     };
     assert_eq!(threshold("0"), Some(0.0));

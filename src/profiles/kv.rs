@@ -102,8 +102,8 @@ pub fn kv_blocks(k: &KvInputs) -> Result<u32, String> {
     let requested = (k.gpu_memory_gib * GIB * k.gpu_memory_utilization) as u64;
     let weights = k.weight_bytes / u64::from(k.tp.max(1));
     let activation = (k.activation_memory_gib * GIB) as u64;
-    // Checked: an overflow is "nothing fits", never a wrap.
-    let non_kv = weights.checked_add(activation).unwrap_or(u64::MAX);
+    // Saturating: an overflow is "nothing fits", never a wrap.
+    let non_kv = weights.saturating_add(activation);
     let block = k.block_bytes().max(1);
     if requested <= non_kv || (requested - non_kv) / block == 0 {
         return Err(format!(
@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn activation_memory_beyond_the_gpu_is_refused_not_wrapped() {
-        // Issue 31: 1.8e10 GiB saturated to 2^64 bytes and wrapped the sum to near zero,
+        // 1.8e10 GiB saturates to 2^64 bytes and, unchecked, wraps the sum to near zero,
         // so the full KV cache came back.
         let k = inputs("llama-3.1-8b/h100/tp1");
         for a in [1.8e10, 81.0, f64::INFINITY, -1.0] {
@@ -201,7 +201,10 @@ mod tests {
                 ..k
             })
             .unwrap_err();
-            assert!(e.starts_with("activation_memory_gib must be in [0, 80] GiB"), "{a}: {e}");
+            assert!(
+                e.starts_with("activation_memory_gib must be in [0, 80] GiB"),
+                "{a}: {e}"
+            );
         }
         let e = kv_blocks(&KvInputs {
             activation_memory_gib: 80.0,

@@ -45,7 +45,10 @@ pub(super) fn secs(v: f64, path: &str, allow_zero: bool) -> Res<SimDuration> {
 
 pub(super) fn count(v: i64, path: &str, min: i64) -> Res<u32> {
     if v < min || v > i64::from(u32::MAX) {
-        return Err(FieldError::new(path, format!("must be an integer >= {min}, got {v}")));
+        return Err(FieldError::new(
+            path,
+            format!("must be an integer >= {min} and <= {}, got {v}", u32::MAX),
+        ));
     }
     Ok(v as u32)
 }

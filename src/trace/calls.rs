@@ -320,8 +320,8 @@ mod tests {
 
     #[test]
     fn an_endless_line_stops_every_agent_reader_at_the_cap() {
-        // Issue 31: the agent readers discarded an over-long line chunk by chunk, so an
-        // endless one (`/dev/zero`) never ended. Now the shared reader stops at the cap.
+        // An over-long line discarded chunk by chunk never ends when the line is endless
+        // (`/dev/zero`); the shared reader stops at the cap.
         for f in [Format::Dynamo, Format::Otel] {
             let e = read_any(std::io::repeat(b'{'), "z", f, true, &AgentReadOptions::default()).unwrap_err();
             assert!(e.to_string().starts_with("z: line 1 is longer than 64 MiB"), "{e}");

@@ -111,7 +111,11 @@ pub(super) fn read(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
                     match v {
                         None => Ok(NONE),
                         Some(ms) => ms_ns(ms).ok_or_else(|| {
-                            b.err(line, Some(key), format!("expected milliseconds in [0, 1.8e13], got {ms}"))
+                            b.err(
+                                line,
+                                Some(key),
+                                format!("expected milliseconds in [0, 1.8e13], got {ms}"),
+                            )
                         }),
                     }
                 };
@@ -156,7 +160,9 @@ pub(super) fn read(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
                             calls.block_tokens = Some(bs);
                             bs
                         }
-                        None => calls.block_tokens.unwrap_or(super::parse::Format::Dynamo.default_block_tokens()),
+                        None => calls
+                            .block_tokens
+                            .unwrap_or(super::parse::Format::Dynamo.default_block_tokens()),
                     };
                     // One hash per whole or partial block of the prompt, no more.
                     let most = req.input_tokens.div_ceil(u64::from(bs));
@@ -282,7 +288,7 @@ mod tests {
         let neg = ev("a", 1, 5, -3.0, &[]);
         let e = read_from(neg.as_bytes(), "d", Format::Dynamo, false).unwrap_err();
         assert_eq!(e.column.as_deref(), Some("event.request.total_time_ms"));
-        // Issue 31: the end is checked, never wrapped; a tool record is an object; block
+        // The end is checked, never wrapped; a tool record is an object; block
         // sizes and hash counts are bounded by the prompt.
         let wrap = ev("a", 1, 5, 1.0, &[])
             .replace("\"request_received_ms\":1", "\"request_received_ms\":17000000000000")
@@ -305,7 +311,11 @@ mod tests {
         assert!(read_from(ev("a", 1, 4736, 1.0, &[7; 296]).as_bytes(), "d", Format::Dynamo, false).is_ok());
         let huge = ev("a", 1, 4736, 1.0, &[7]).replace("\"trace_block_size\":16", "\"trace_block_size\":4294967295");
         let e = read_from(huge.as_bytes(), "d", Format::Dynamo, false).unwrap_err();
-        assert!(e.message.contains("expected 1 to 1048576 tokens per block, got 4294967295"), "{e}");
+        assert!(
+            e.message
+                .contains("expected 1 to 1048576 tokens per block, got 4294967295"),
+            "{e}"
+        );
         // skip_bad_rows counts instead.
         let t = read_from(text.as_bytes(), "d", Format::Dynamo, true).unwrap();
         assert_eq!((t.rows.len(), t.skipped), (1, 1));

@@ -89,7 +89,15 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
     crate::atomic::write_with(out, |tmp| {
         let f = std::fs::File::create(tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
         let mut w = csv::Writer::from_writer(std::io::BufWriter::new(f));
-        copy_rows(&mut rdr, &mut w, &req_path, &prompts, [cs, ct, cr, cd, cp, co], &mut n, &mut shared)?;
+        copy_rows(
+            &mut rdr,
+            &mut w,
+            &req_path,
+            &prompts,
+            [cs, ct, cr, cd, cp, co],
+            &mut n,
+            &mut shared,
+        )?;
         w.flush()?;
         Ok(())
     })?;

@@ -264,18 +264,7 @@ fn span(
         think_ns: NONE,
         model: model.as_deref(),
     };
-    push_call(
-        b,
-        calls,
-        line,
-        start,
-        input,
-        output,
-        session,
-        u32::MAX,
-        &[],
-        timing,
-    )
+    push_call(b, calls, line, start, input, output, session, u32::MAX, &[], timing)
 }
 
 #[cfg(test)]
@@ -364,9 +353,14 @@ mod tests {
 
     #[test]
     fn json_that_is_not_an_otlp_export_is_refused() {
-        // Issue 31: `--format otel` on other JSON read 0 spans and exited 0.
-        let e = read_from(b"{\"timestamp\": 0, \"input_length\": 5}\n".as_slice(), "o", Format::Otel, false)
-            .unwrap_err();
+        // `--format otel` on other JSON must not read as 0 spans and exit 0.
+        let e = read_from(
+            b"{\"timestamp\": 0, \"input_length\": 5}\n".as_slice(),
+            "o",
+            Format::Otel,
+            false,
+        )
+        .unwrap_err();
         assert_eq!(e.to_string(), "o:1: malformed JSON: missing field `resourceSpans`");
         // Records written as arrays are not read positionally.
         let e = read_from(

@@ -212,7 +212,11 @@ const MAP_ENTRY_BYTES: u64 = 20;
 
 /// The capacity a `Vec` of capacity `cap` has once it holds `need` elements.
 fn grown(cap: usize, need: usize) -> u64 {
-    if need <= cap { cap as u64 } else { need.max(cap.saturating_mul(2)) as u64 }
+    if need <= cap {
+        cap as u64
+    } else {
+        need.max(cap.saturating_mul(2)) as u64
+    }
 }
 
 impl Builder {
@@ -393,7 +397,8 @@ impl Builder {
                 ),
             ));
         }
-        if self.trace.blocks.len() + blocks.len() > u32::MAX as usize || self.trace.rows.len() >= u32::MAX as usize - 1 {
+        if self.trace.blocks.len() + blocks.len() > u32::MAX as usize || self.trace.rows.len() >= u32::MAX as usize - 1
+        {
             return Err(self.err(line, None, "the trace is too large (more than 2^32 rows or block ids)"));
         }
         let need = self.bytes_with(blocks.len());
@@ -1044,9 +1049,8 @@ mod tests {
 
     #[test]
     fn memory_budget_is_checked_on_every_row_before_the_arenas_grow() {
-        // Issue 31: the budget was checked every 65,536 rows, so rows of millions of block
-        // ids allocated gigabytes first. Now every row is checked with the capacity the
-        // arenas grow to, before they grow.
+        // Checked every 65,536 rows, rows of millions of block ids would allocate gigabytes
+        // first: every row is checked with the capacity the arenas grow to, before they grow.
         let mut b = Builder::new("t", Format::Native, false);
         b.budget_bytes = 8 << 20;
         let ids: Vec<u64> = (0..100_000).collect();
@@ -1062,8 +1066,11 @@ mod tests {
             }
         }
         let e = err.expect("refused within 100 rows");
-        assert!(kept >= 1 && kept < 10, "{kept}");
-        assert!(e.message.contains("would take") && e.message.contains("cut the file"), "{e}");
+        assert!((1..10).contains(&kept), "{kept}");
+        assert!(
+            e.message.contains("would take") && e.message.contains("cut the file"),
+            "{e}"
+        );
         assert!(b.bytes_with(0) <= 8 << 20);
         // More block ids than prompt tokens: a bad row naming the column.
         let e = parse(

@@ -429,7 +429,10 @@ fn row(
             b.err(
                 line,
                 Some(&colname(k)),
-                format!("expected a time in [0, 1.8e10] s, got {}", crate::quote::quote(&f.text())),
+                format!(
+                    "expected a time in [0, 1.8e10] s, got {}",
+                    crate::quote::quote(&f.text())
+                ),
             )
         })
     };
@@ -488,10 +491,7 @@ fn row(
                 b.err(
                     line,
                     Some(&colname(k)),
-                    format!(
-                        "expected a string or a number, got {}",
-                        crate::quote::escape(&f.text())
-                    ),
+                    format!("expected a string or a number, got {}", crate::quote::escape(&f.text())),
                 )
             }),
         }
@@ -546,18 +546,7 @@ fn row(
         think_ns: think,
         model: model.as_deref(),
     };
-    push_call(
-        b,
-        calls,
-        line,
-        start,
-        input,
-        output,
-        session,
-        turn,
-        hashes,
-        timing,
-    )
+    push_call(b, calls, line, start, input, output, session, turn, hashes, timing)
 }
 
 #[cfg(test)]
@@ -616,11 +605,16 @@ mod tests {
 
     #[test]
     fn names_are_text_and_ends_are_checked() {
-        // Issue 31: a JSON array was read as a session id (its JSON text), and a latency
+        // A JSON array is no session id (its JSON text was read as one), and a latency
         // that ends past 2^64 ns was clamped.
-        let c = cols(r#"session = "s", start_s = "t", latency_s = "l", input_tokens = "i", output_tokens = "o", model = "m""#);
+        let c = cols(
+            r#"session = "s", start_s = "t", latency_s = "l", input_tokens = "i", output_tokens = "o", model = "m""#,
+        );
         let e = parse("{\"s\": [1, 2], \"t\": 0, \"i\": 5, \"o\": 5}\n", &c, false).unwrap_err();
-        assert_eq!(e.to_string(), "s.csv:1: column `s`: expected a string or a number, got [1,2]");
+        assert_eq!(
+            e.to_string(),
+            "s.csv:1: column `s`: expected a string or a number, got [1,2]"
+        );
         let e = parse("{\"s\": 7, \"t\": 0, \"i\": 5, \"o\": 5, \"m\": {}}\n", &c, false).unwrap_err();
         assert_eq!(e.column.as_deref(), Some("m"), "{e}");
         let t = parse("{\"s\": 7, \"t\": 0, \"i\": 5, \"o\": 5, \"m\": \"x\"}\n", &c, false).unwrap();

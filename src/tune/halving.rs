@@ -432,19 +432,29 @@ mod tests {
 
     #[test]
     fn capacities_are_checked_before_allocating() {
-        // Issue 31: --budget 2^64 - 1 panicked (capacity overflow), 10^12 aborted
-        // allocating the screening round's seeds; seeds past 2^63 - 1 were run.
+        // Unchecked, --budget 2^64 - 1 panics (capacity overflow), 10^12 aborts allocating
+        // the screening round's seeds, and seeds past 2^63 - 1 are run.
         let o = Objective::parse("ttft_s.p99").unwrap();
         let e = Search::new(9, settings(u64::MAX), o.clone(), vec![], 1).err().unwrap();
-        assert!(e.starts_with("--budget 18446744073709551615 is above the 1000000 runs"), "{e}");
-        let e = Search::new(9, settings(1_000_000_000_000), o.clone(), vec![], 1).err().unwrap();
+        assert!(
+            e.starts_with("--budget 18446744073709551615 is above the 1000000 runs"),
+            "{e}"
+        );
+        let e = Search::new(9, settings(1_000_000_000_000), o.clone(), vec![], 1)
+            .err()
+            .unwrap();
         assert!(e.contains("is above the 1000000 runs"), "{e}");
         let mut st = settings(1000);
         st.min_seeds = u64::MAX;
         let e = Search::new(9, st, o.clone(), vec![], 1).err().unwrap();
         assert!(e.contains("more than 10^6 runs"), "{e}");
-        let e = Search::new(9, settings(200), o.clone(), vec![], i64::MAX as u64 - 10).err().unwrap();
-        assert!(e.contains("past 2^63 - 1") && e.contains("at most 9223372036854775608"), "{e}");
+        let e = Search::new(9, settings(200), o.clone(), vec![], i64::MAX as u64 - 10)
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("past 2^63 - 1") && e.contains("at most 9223372036854775608"),
+            "{e}"
+        );
         assert!(Search::new(9, settings(200), o, vec![], i64::MAX as u64 - 199).is_ok());
     }
 

@@ -119,9 +119,8 @@ fn read_digests(dir: &Path) -> Result<std::collections::BTreeMap<String, String>
     if !p.exists() {
         return Ok(Default::default());
     }
-    let text = crate::atomic::read_text(&p, 16 << 20, "the round digests").map_err(|(_, m)| {
-        anyhow::anyhow!("{}: {m}; remove {} to run the tune again", p.display(), dir.display())
-    })?;
+    let text = crate::atomic::read_text(&p, 16 << 20, "the round digests")
+        .map_err(|(_, m)| anyhow::anyhow!("{}: {m}; remove {} to run the tune again", p.display(), dir.display()))?;
     serde_json::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
             "{}: not a digest list ({e}); remove {} to run the tune again",
@@ -166,7 +165,8 @@ fn read_round(dir: &Path, r: usize, meta: &crate::sweep::table::Meta) -> Result<
             digests_path(dir).display()
         );
     }
-    let f = SweepFile::from_slice(&bytes).map_err(|e| anyhow::anyhow!("{}: not a fleetsim sweep file: {e:#}", p.display()))?;
+    let f = SweepFile::from_slice(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: not a fleetsim sweep file: {e:#}", p.display()))?;
     f.validate()
         .map_err(|e| anyhow::anyhow!("{}: inconsistent sweep file: {e:#}", p.display()))?;
     if !f.meta.same_runs(meta) {
@@ -193,7 +193,11 @@ fn whole(p: &Path, f: &SweepFile, runs: u64) -> Result<()> {
             "{}: holds {} of the {want} runs it should{}; remove it to run them again",
             p.display(),
             f.rows.len(),
-            if f.complete { " (marked complete)" } else { " (incomplete)" }
+            if f.complete {
+                " (marked complete)"
+            } else {
+                " (incomplete)"
+            }
         );
     }
     Ok(())

@@ -54,7 +54,11 @@ impl Objective {
                         .ok()
                         .filter(|w: &f64| w.is_finite() && *w > 0.0)
                         .ok_or_else(|| {
-                            format!("--objective {}: the weight {} is not a number > 0", q(part), q(w.trim()))
+                            format!(
+                                "--objective {}: the weight {} is not a number > 0",
+                                q(part),
+                                q(w.trim())
+                            )
                         })?;
                     (m.trim(), w)
                 }
