@@ -270,7 +270,10 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
     let start = std::time::Instant::now();
     let mut src = Source::read(path)?;
     src.apply(sets, "--set")?;
-    let (scenario, _, _) = src.build()?;
+    // The seeds replay the same traces: each file is read once.
+    let traces = crate::trace::TraceCache::new();
+    let scenario = src.scenario()?;
+    scenario.workload_with(&traces).map_err(|e| src.error(e))?;
     let exp = expectations(&src, scenario.sim.seed)?;
     let file = path.display().to_string();
     let mut outcomes = Vec::new();
@@ -284,7 +287,9 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
                 .map(|&seed| {
                     let mut sc = scenario.clone();
                     sc.sim.seed = seed;
-                    let wl = sc.workload().map_err(|e| (seed, src.error(e).to_string(), false))?;
+                    let wl = sc
+                        .workload_with(&traces)
+                        .map_err(|e| (seed, src.error(e).to_string(), false))?;
                     let ropts = RunOptions {
                         check_invariants: opts.invariants,
                         ..RunOptions::summary_only()
@@ -357,7 +362,7 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
         }
     } else if opts.invariants {
         let wl = scenario
-            .workload()
+            .workload_with(&traces)
             .map_err(|e| anyhow::anyhow!("{file}: {}", e.message))?;
         let ropts = RunOptions {
             check_invariants: true,
