@@ -340,6 +340,95 @@ pub fn failure_error(f: &RunFailure) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sweep::spec::{CliAxes, plan};
+
+    const ROWS: &str = "arrival_s,session_id,turn,input_tokens,output_tokens,block_ids\n0,s0,0,100,5,\n0.5,s1,0,100,5,\n1,s0,1,200,5,\n";
+
+    /// A two-backend scenario replaying `file`, with `axes` (`-L path values`) and 3 seeds.
+    fn trace_sweep(file: &std::path::Path, axes: &[(&str, String)]) -> (Source, Plan) {
+        let text = format!(
+            "[backends]\ncount = 2\n[router.policy]\nkind = \"roundrobin\"\n[[workload.traces]]\nfile = \"{}\"\n",
+            file.display()
+        );
+        let src = Source::parse(&text, "s.toml", "s").unwrap();
+        let cli = CliAxes {
+            lists: axes.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            seeds: Some(3),
+            ..Default::default()
+        };
+        let p = plan(&src, &cli, 1000).unwrap();
+        (src, p)
+    }
+
+    fn opts(jobs: usize) -> ExecOptions {
+        ExecOptions {
+            jobs,
+            shard: None,
+            progress: false,
+            progress_every: Duration::from_secs(60),
+            done: Vec::new(),
+            on_partial: None,
+        }
+    }
+
+    #[test]
+    fn a_sweep_reads_each_trace_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+        std::fs::write(&a, ROWS).unwrap();
+        std::fs::write(&b, ROWS.replace("200,5", "300,7")).unwrap();
+        let files = format!("\"{}\",\"{}\"", a.display(), b.display());
+        let axes = [
+            (
+                "router.policy.kind",
+                "\"roundrobin\",\"leastinflight\",\"random\"".to_string(),
+            ),
+            ("workload.traces[0].file", files),
+        ];
+        let (src, plan) = trace_sweep(&a, &axes);
+        assert_eq!((plan.points(), plan.runs()), (6, 18));
+        let points = Points::new(&plan, Default::default());
+        validate_points(&src, &plan, &points).unwrap();
+        let meta = crate::sweep::meta(&src, "s", &[], plan);
+        let (f, _) = execute(&src, &meta, &points, opts(2)).unwrap();
+        assert_eq!(f.rows.len(), 18);
+        assert_eq!(
+            points.traces().reads(),
+            2,
+            "each of the two files once, for 6 points x 3 seeds"
+        );
+        // The second file is replayed: its longer request shows in the points that name it.
+        let tokens = |p: u64| f.rows.iter().find(|r| r.point == p).unwrap().metrics["output_tokens_per_s"].clone();
+        assert_ne!(tokens(0), tokens(1));
+        // The same rows from runs that read their traces afresh, on one thread.
+        let fresh = Points::new(&meta.plan, Default::default());
+        let (g, _) = execute(&src, &meta, &fresh, opts(1)).unwrap();
+        assert_eq!(f.rows, g.rows);
+    }
+
+    #[test]
+    fn a_bad_level_fails_its_runs_naming_the_axis_without_validate_points() {
+        // As a tune round runs: points validated on first use.
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.csv");
+        std::fs::write(&a, ROWS).unwrap();
+        let (src, plan) = trace_sweep(&a, &[("router.chars_per_token", "4,0".to_string())]);
+        let meta = crate::sweep::meta(&src, "s", &[], plan);
+        let points = Points::new(&meta.plan, Default::default());
+        let e = execute(&src, &meta, &points, opts(2)).unwrap_err();
+        assert_eq!(e.run, 3, "the first run of the bad point");
+        assert!(
+            e.message
+                .starts_with("point 1 (chars_per_token=0) seed 1: s.toml: router.chars_per_token:"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("(value from sweep axis chars_per_token = 0)"),
+            "{}",
+            e.message
+        );
+    }
 
     #[test]
     fn shard_syntax() {
