@@ -387,3 +387,28 @@ fn every_kind_is_documented_in_order_and_its_defaults_parse() {
         assert_eq!(a.0.sim.router.policy, b.0.sim.router.policy, "{}", d.kind);
     }
 }
+
+#[test]
+fn shared_traces_place_sessions_per_seed_on_the_runs_own_copy() {
+    // Offsets placed by a seeded Poisson arrival: the shared parse must not carry one
+    // seed's placement into the next.
+    let dir = tempfile::tempdir().unwrap();
+    let tr = dir.path().join("off.csv");
+    std::fs::write(&tr, "s,o,in,out\na,0,10,5\na,1,20,5\nb,0,10,5\nc,0,10,5\n").unwrap();
+    let text = format!(
+        "[backends]\ncount = 2\n[router.policy]\nkind = \"roundrobin\"\n[[workload.traces]]\nfile = \"{}\"\nformat = \"sessions\"\ncolumns = {{ session = \"s\", offset_s = \"o\", input_tokens = \"in\", output_tokens = \"out\" }}\nsession_arrival = {{ kind = \"poisson\", rate_per_s = 1 }}\n",
+        tr.display()
+    );
+    let (mut sc, _) = load_ok(&text, &[]);
+    let traces = crate::trace::TraceCache::new();
+    let mut seen = Vec::new();
+    for seed in [1, 2, 1] {
+        sc.sim.seed = seed;
+        let shared = format!("{:?}", sc.workload_with(&traces).unwrap().sessions);
+        assert_eq!(shared, format!("{:?}", sc.workload().unwrap().sessions), "seed {seed}");
+        seen.push(shared);
+    }
+    assert_eq!(traces.reads(), 1);
+    assert_ne!(seen[0], seen[1], "seeds place sessions differently");
+    assert_eq!(seen[0], seen[2]);
+}
