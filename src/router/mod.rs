@@ -29,7 +29,7 @@ use crate::rng::SimRng;
 use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
 
-/// `HashTrie` chunk size in characters (hard-coded upstream; issue #957 asked for a flag).
+/// `HashTrie` chunk size in characters (hard-coded upstream; production-stack issue #957 asked for a flag).
 pub const CHUNK_CHARS: u32 = 128;
 
 /// Router timing and plumbing parameters.

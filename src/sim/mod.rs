@@ -157,16 +157,17 @@ impl RunOptions {
 
 /// Which event-loop implementation runs a scenario. Both give byte-identical outputs (the
 /// differential test `tests/engine_modes.rs` holds them to it); the reference mode is
-/// the plain per-iteration loop the faster one is checked against.
+/// the plain per-iteration loop the faster one is checked against. (The variants' docs are
+/// `--engine`'s help text, so they carry no links: see [`crate::engine`],
+/// [`crate::backend::kv::RunPool`] and [`crate::backend::kv::BlockPool`].)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineMode {
-    /// Engine steps in per-backend lanes beside the heap (see [`crate::engine`]),
-    /// pure-decode steps coalesced, each engine's KV cache kept per run
-    /// ([`crate::backend::kv::RunPool`]).
+    /// Engine steps in per-backend lanes beside the event heap, pure-decode steps
+    /// coalesced, each engine's KV cache kept per run of blocks.
     #[default]
     Fast,
     /// Every event through one binary heap, one event per engine iteration, the KV
-    /// cache kept per block ([`crate::backend::kv::BlockPool`]).
+    /// cache kept per block (the plain loop the fast mode is tested against).
     Reference,
 }
 
