@@ -432,7 +432,7 @@ pub fn render(reports: &[ScenarioReport]) -> String {
             ]);
         }
     }
-    let mut out = crate::term_table::render(&["scenario", "check", "value", "result", ""], rows, &[]);
+    let mut out = crate::output::render(&["scenario", "check", "value", "result", ""], rows, &[]);
     let all: Vec<&Outcome> = reports.iter().flat_map(|r| &r.outcomes).collect();
     let failed = all.iter().filter(|o| !o.pass).count();
     out.push_str(&format!(

@@ -136,7 +136,7 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
         outln!("{}", serde_json::to_string_pretty(&x)?)?;
     } else {
         out!("{}", crate::explain::render(&x))?;
-        for l in res.summary.replay.iter().flat_map(crate::trace::fidelity::render) {
+        for l in res.summary.replay.iter().flat_map(crate::metrics::fidelity::render) {
             outln!("{l}")?;
         }
         outln!("\nwrote {}/{{{}}}", a.dir.display(), file_names(&written))?;

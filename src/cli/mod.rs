@@ -28,6 +28,7 @@ mod compare;
 mod explain;
 mod merge;
 mod policies;
+mod profiles;
 mod reference;
 mod run;
 mod shared;
@@ -114,7 +115,7 @@ enum Command {
     /// coefficients, KV capacity derived as vLLM does, and each one's source and commit.
     ///
     /// Example: sim profiles --json
-    Profiles(crate::profiles::ProfilesArgs),
+    Profiles(profiles::ProfilesArgs),
     /// Write a commented scenario from a deployment's production-stack router flags, Helm
     /// values and `vllm serve` flags; each value's comment names the flag or key it came from.
     ///
@@ -192,7 +193,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Bench(a) => bench::cmd_bench(a),
         Command::Trace(t) => trace::cmd_trace(t),
         Command::Tune(a) => crate::tune::cli::cmd_tune(*a),
-        Command::Profiles(a) => crate::profiles::cli(&a),
+        Command::Profiles(a) => profiles::cli(&a),
         Command::Import(a) => crate::import::run(*a),
         Command::Reference(a) => reference::cmd_reference(a),
         Command::Schema => reference::cmd_schema(),

@@ -187,7 +187,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         };
         match shard {
             Some((k, n)) => write_shard(&shard_path(&partial_dir, k, n), &f),
-            None => table::write_tables(&partial_dir, &f).map(|_| ()),
+            None => crate::sweep::write_tables(&partial_dir, &f).map(|_| ()),
         }
     });
     if !a.quiet && skipped > 0 {

@@ -10,10 +10,8 @@
 //! Owns: figure layout and rendering. May not see: the simulation; only summaries, series
 //! and sweep tables. Invariant: the same data gives the same bytes (fixed font, no clock).
 
-pub mod pareto;
 pub mod scaled;
 pub mod series;
-pub mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -71,7 +69,7 @@ pub fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>> {
     let svg_path = stem.with_extension("svg");
     let mut svg = String::new();
     paint(fig, SVGBackend::with_string(&mut svg, size))?;
-    crate::sweep::table::write_atomic(&svg_path, |b| {
+    crate::atomic::write_atomic(&svg_path, |b| {
         b.extend_from_slice(svg.as_bytes());
         Ok(())
     })?;
@@ -86,7 +84,7 @@ pub fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>> {
     } else {
         paint(fig, scaled::Scaled::new(bitmap, size, k))?;
     }
-    crate::sweep::table::write_atomic(&png_path, |b| encode_png(b, &rgb, px, dpi))?;
+    crate::atomic::write_atomic(&png_path, |b| encode_png(b, &rgb, px, dpi))?;
     Ok(vec![svg_path, png_path])
 }
 

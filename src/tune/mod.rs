@@ -21,6 +21,7 @@ pub mod cli;
 pub mod flags;
 pub mod halving;
 pub mod objective;
+pub mod pareto;
 pub mod report;
 pub mod space;
 
@@ -222,4 +223,30 @@ pub fn drive(
         search.absorb(&which, &seeds, grid);
     }
     Ok(Outcome::Done { executed, wall })
+}
+
+/// Writes tune.md, tune.json, tune.csv, winner.toml and the Pareto plot into `dir`.
+pub fn write(dir: &Path, r: &report::Report, plots: bool) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
+        let p = dir.join(name);
+        crate::atomic::write_atomic(&p, |b| {
+            b.extend(bytes);
+            Ok(())
+        })?;
+        written.push(p);
+        Ok(())
+    };
+    put("tune.md", report::render(r, usize::MAX).into_bytes())?;
+    let mut js = serde_json::to_vec_pretty(r)?;
+    js.push(b'\n');
+    put("tune.json", js)?;
+    put("tune.csv", report::csv(r)?)?;
+    put("winner.toml", r.snippet.clone().into_bytes())?;
+    if plots {
+        let fig = pareto::ParetoPlot::new(r);
+        written.extend(crate::plot::save(&fig, &dir.join("pareto"))?);
+    }
+    Ok(written)
 }
