@@ -10,7 +10,7 @@
 //! * `sim bench`: simulator speed on a scenario (`bench.rs`);
 //! * `sim trace inspect | convert | bench`: request traces (`trace.rs`);
 //! * `sim tune`: a routing configuration for a fleet and its traffic (`crate::tune::cli`);
-//! * `sim profiles`: the model/GPU/TP profiles (`crate::profiles`);
+//! * `sim profiles`: the model/GPU/TP profiles (`profiles.rs`);
 //! * `sim import`: a scenario from router flags, Helm values and `vllm serve` flags
 //!   (`crate::import`);
 //! * `sim reference`: the reference pages generated from the code (`reference.rs`);
