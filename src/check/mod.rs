@@ -201,7 +201,7 @@ pub fn event_log_hash(log: &[EventRecord]) -> String {
     let mut h = Sha256::new();
     for e in log {
         h.update(e.t.0.to_le_bytes());
-        h.update([e.kind]);
+        h.update([e.kind.code()]);
         h.update(e.a.to_le_bytes());
         h.update(e.b.to_le_bytes());
     }
@@ -452,9 +452,10 @@ pub fn render(reports: &[ScenarioReport]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::EventKind;
     use crate::time::SimTime;
 
-    fn rec(t: u64, kind: u8) -> EventRecord {
+    fn rec(t: u64, kind: EventKind) -> EventRecord {
         EventRecord {
             t: SimTime(t),
             kind,
@@ -465,10 +466,11 @@ mod tests {
 
     #[test]
     fn divergence_is_the_first_differing_event() {
-        let a = vec![rec(1, 0), rec(2, 2), rec(3, 5)];
+        use EventKind::{Complete, ServiceDone, StepDone, TurnArrival};
+        let a = vec![rec(1, TurnArrival), rec(2, StepDone), rec(3, Complete)];
         let mut b = a.clone();
         assert_eq!(first_divergence(&a, &b), None);
-        b[1] = rec(2, 3);
+        b[1] = rec(2, ServiceDone);
         let (i, x, y) = first_divergence(&a, &b).unwrap();
         assert_eq!(
             (i, x.unwrap().kind_name(), y.unwrap().kind_name()),

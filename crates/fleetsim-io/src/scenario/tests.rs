@@ -148,6 +148,15 @@ fn impossible_values_are_rejected() {
     let e = load_err(MINIMAL, &[("router.engine_stats_interval_s", "-1")]);
     assert_eq!(e.path, "router.engine_stats_interval_s");
     assert!(e.message.contains("(value from --set)"), "{e}");
+    // A zero interval is refused by its own key, so a scrape period is never zero.
+    for (v, want) in [
+        ("0", "must be a finite number of seconds > 0, got 0"),
+        ("1e-10", "below the simulator's 1 ns resolution"),
+    ] {
+        let e = load_err(MINIMAL, &[("router.engine_stats_interval_s", v)]);
+        assert_eq!(e.path, "router.engine_stats_interval_s", "{v}: {e}");
+        assert!(e.message.contains(want), "{v}: {e}");
+    }
     let e = load_err(MINIMAL, &[("workload.groups[0].output_tokens", "-5")]);
     assert!(e.message.contains("output_tokens must be at least 1, got -5"), "{e}");
     // Values that used to be clamped or rounded are refused, naming the key.
