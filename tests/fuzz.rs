@@ -1027,7 +1027,7 @@ fn reproducers_agents(dir: &Path) -> Vec<(Vec<String>, i32, &'static str)> {
     ]
 }
 
-/// The reproducers of issue 17, each with its exact expected exit code and a piece of its
+/// The reproducers of past crashes, each with its exact expected exit code and a piece of its
 /// one-line message.
 fn reproducers(dir: &Path) -> Vec<(Vec<String>, i32, &'static str)> {
     let tiny = write(dir, "tiny.toml", format!("{TINY}{EXPECT}").as_bytes());

@@ -1,4 +1,20 @@
-//! Command-line interface (`sim run`, `sim sweep`, `sim merge`, `sim bench`).
+//! Command-line interface: parse and dispatch, one file per subcommand.
+//!
+//! * `sim run`: one scenario, its summary and result files (`run.rs`);
+//! * `sim sweep`: a grid of variants x seeds in parallel (`sweep.rs`);
+//! * `sim merge`: the shards of a sweep into one sweep's files (`merge.rs`);
+//! * `sim check`: `[expect]` bounds, `--determinism`, `--invariants`, JUnit (`check.rs`);
+//! * `sim compare`: two runs, goldens or sweeps, metric by metric (`compare.rs`);
+//! * `sim explain`: a run's stranded capacity and its counterfactuals (`explain.rs`);
+//! * `sim policies`: the policy catalogue (`policies.rs`);
+//! * `sim bench`: simulator speed on a scenario (`bench.rs`);
+//! * `sim trace inspect | convert | bench`: request traces (`trace.rs`);
+//! * `sim tune`: a routing configuration for a fleet and its traffic (`crate::tune::cli`);
+//! * `sim profiles`: the model/GPU/TP profiles (`profiles.rs`);
+//! * `sim import`: a scenario from router flags, Helm values and `vllm serve` flags
+//!   (`crate::import`);
+//! * `sim reference`: the reference pages generated from the code (`reference.rs`);
+//! * `sim schema`: the scenario file's JSON Schema (`reference.rs`).
 //!
 //! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
 //! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
@@ -12,6 +28,7 @@ mod compare;
 mod explain;
 mod merge;
 mod policies;
+mod profiles;
 mod reference;
 mod run;
 mod shared;
@@ -98,7 +115,7 @@ enum Command {
     /// coefficients, KV capacity derived as vLLM does, and each one's source and commit.
     ///
     /// Example: sim profiles --json
-    Profiles(crate::profiles::ProfilesArgs),
+    Profiles(profiles::ProfilesArgs),
     /// Write a commented scenario from a deployment's production-stack router flags, Helm
     /// values and `vllm serve` flags; each value's comment names the flag or key it came from.
     ///
@@ -178,7 +195,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Bench(a) => bench::cmd_bench(a),
         Command::Trace(t) => trace::cmd_trace(t),
         Command::Tune(a) => crate::tune::cli::cmd_tune(*a),
-        Command::Profiles(a) => crate::profiles::cli(&a),
+        Command::Profiles(a) => profiles::cli(&a),
         Command::Import(a) => crate::import::run(*a),
         Command::Reference(a) => reference::cmd_reference(a),
         Command::Schema => reference::cmd_schema(),

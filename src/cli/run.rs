@@ -48,14 +48,13 @@ pub(super) struct RunArgs {
     pub(super) explain_opts: ExplainFlags,
     /// Event-loop implementation: fast, or the per-iteration reference it is tested
     /// against (identical outputs; docs/engine.md).
-    #[arg(long, value_enum, default_value_t = crate::sim::EngineMode::Fast)]
-    pub(super) engine: crate::sim::EngineMode,
+    #[arg(long, value_enum, default_value_t = super::shared::EngineArg::Fast)]
+    pub(super) engine: super::shared::EngineArg,
     #[command(flatten)]
     pub(super) plot: crate::plot::PlotArgs,
 }
 
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
-    a.plot.apply();
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
     check_tool_tables(&a.scenario)?;
     if !a.quiet {
@@ -72,7 +71,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     };
     let seed = scenario.sim.seed;
     let file = a.scenario.scenario.display().to_string();
-    let (res, wall) = match crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine) {
+    let (res, wall) = match crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into()) {
         Ok(r) => r,
         Err(e @ SimError::Invariant(..)) => {
             eprintln!("error: {file}: {e}\nreproduce with: sim run {file} --seed {seed} --invariants");
@@ -86,7 +85,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let hints = crate::hints::hints(&res.decisions, &names, interval_s);
     if !a.quiet {
         out!("{}", render(&res.summary, Some(&perf)))?;
-        for l in res.summary.replay.iter().flat_map(crate::trace::fidelity::render) {
+        for l in res.summary.replay.iter().flat_map(crate::metrics::fidelity::render) {
             outln!("{l}")?;
         }
         for h in &hints {
@@ -107,7 +106,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let stage = crate::atomic::Staging::new(&dir)?;
         let mut written = write_all(stage.path(), &res, &effective, &perf, &hints)?;
         let fig = BackendSeries::new(&res.summary, &res.series);
-        written.extend(save(&fig, &stage.path().join("timeseries"))?);
+        written.extend(save(&fig, &stage.path().join("timeseries"), a.plot.dpi)?);
         if a.timeline {
             let p = stage.path().join("timeline.json");
             crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;

@@ -89,7 +89,6 @@ pub struct TuneArgs {
 
 /// Runs `sim tune`.
 pub fn cmd_tune(a: TuneArgs) -> Result<ExitCode> {
-    a.plot.apply();
     match tune(a) {
         Err(e) if e.downcast_ref::<InvariantBroken>().is_some() => {
             eprintln!("error: {e:#}");
@@ -125,10 +124,10 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let (cands, dropped) = space::resolve(&src, space, strict).map_err(|m| anyhow!(m))?;
     if a.list {
         for (i, c) in cands.iter().enumerate() {
-            crate::cli::out::outln!("{i}\t{}", c.label)?;
+            fleetsim_io::outln!("{i}\t{}", c.label)?;
         }
         for d in &dropped {
-            crate::cli::out::outln!("-\t{}\t(left out: {})", d.label, d.reason)?;
+            fleetsim_io::outln!("-\t{}\t(left out: {})", d.label, d.reason)?;
         }
         eprintln!("{} candidates ({} left out)", cands.len(), dropped.len());
         return Ok(ExitCode::SUCCESS);
@@ -172,7 +171,7 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let (executed, wall) = match outcome {
         Outcome::Waiting { round, missing } => {
             if !a.quiet {
-                crate::cli::out::outln!(
+                fleetsim_io::outln!(
                     "round {} shard done; waiting for {} more shard file(s) (e.g. {}); run every shard again when they are there",
                     round + 1,
                     missing.len(),
@@ -184,14 +183,14 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
         Outcome::Done { executed, wall } => (executed, wall),
     };
     let rep = report::build(&src, &base.sim.name, &cands, &dropped, &search, &pareto);
-    let written = report::write(&dir, &rep, !a.no_plots)?;
+    let written = super::write(&dir, &rep, a.plot.dpi(a.no_plots))?;
     if !a.quiet {
-        crate::cli::out::out!("{}", report::render(&rep, a.top))?;
+        fleetsim_io::out!("{}", report::render(&rep, a.top))?;
         let names: Vec<String> = written
             .iter()
             .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .collect();
-        crate::cli::out::outln!("\nwrote {}/{{{}}}", dir.display(), names.join(","))?;
+        fleetsim_io::outln!("\nwrote {}/{{{}}}", dir.display(), names.join(","))?;
         eprintln!(
             "{executed} runs executed ({} reused from {}) in {:.2} s on {jobs} threads ({:.2} s total)",
             search.used - executed,

@@ -22,6 +22,7 @@ pub mod cli;
 pub mod flags;
 pub mod halving;
 pub mod objective;
+pub mod pareto;
 pub mod report;
 pub mod space;
 
@@ -31,9 +32,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 
 use crate::scenario::Source;
-use crate::sweep::exec::{ExecOptions, RunFailure, execute, shard_path};
+use crate::sweep::exec::{ExecOptions, Points, RunFailure, execute, shard_path};
 use crate::sweep::spec::{Axis, Level, Plan, PlotFile};
 use crate::sweep::table::{self, SweepFile};
+use crate::trace::TraceCache;
 use halving::Search;
 use space::Candidate;
 
@@ -223,6 +225,8 @@ pub fn drive(
 ) -> Result<Outcome> {
     let metrics: Vec<String> = search.objective.terms.iter().map(|t| t.metric.clone()).collect();
     let (mut executed, mut wall) = (0u64, Duration::ZERO);
+    // Every round replays the same traces: read them once.
+    let traces = std::sync::Arc::new(TraceCache::new());
     while let Some((which, seeds)) = search.next() {
         let r = search.rounds.len();
         let plan = round_plan(cands, &which, &seeds, &metrics);
@@ -258,6 +262,7 @@ pub fn drive(
                 let (f, _) = execute(
                     src,
                     &meta,
+                    &Points::new(&meta.plan, traces.clone()),
                     ExecOptions {
                         jobs: opts.jobs,
                         shard: opts.shard,
@@ -319,4 +324,31 @@ pub fn drive(
         search.absorb(&which, &seeds, grid);
     }
     Ok(Outcome::Done { executed, wall })
+}
+
+/// Writes tune.md, tune.json, tune.csv, winner.toml and (when `png_dpi` is given) the
+/// Pareto plot into `dir`.
+pub fn write(dir: &Path, r: &report::Report, png_dpi: Option<u32>) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
+        let p = dir.join(name);
+        crate::atomic::write_atomic(&p, |b| {
+            b.extend(bytes);
+            Ok(())
+        })?;
+        written.push(p);
+        Ok(())
+    };
+    put("tune.md", report::render(r, usize::MAX).into_bytes())?;
+    let mut js = serde_json::to_vec_pretty(r)?;
+    js.push(b'\n');
+    put("tune.json", js)?;
+    put("tune.csv", report::csv(r)?)?;
+    put("winner.toml", r.snippet.clone().into_bytes())?;
+    if let Some(dpi) = png_dpi {
+        let fig = pareto::ParetoPlot::new(r);
+        written.extend(crate::plot::save(&fig, &dir.join("pareto"), dpi)?);
+    }
+    Ok(written)
 }
