@@ -329,7 +329,7 @@ pub fn drive(
 /// Writes tune.md, tune.json, tune.csv, winner.toml and (when `png_dpi` is given) the
 /// Pareto plot into `dir`.
 pub fn write(dir: &Path, r: &report::Report, png_dpi: Option<u32>) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
+    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
     let mut written = Vec::new();
     let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
         let p = dir.join(name);
