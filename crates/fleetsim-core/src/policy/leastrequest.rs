@@ -9,6 +9,8 @@
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
+use super::params::{ParamError, tie};
+use super::registry::{Doc, Fleet, PolicyKind, param};
 
 /// How ties between equally loaded endpoints break.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +64,41 @@ impl RoutingPolicy for LeastRequest {
             branch: Branch::LeastRequest,
             match_chars: 0,
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    #[serde(default = "super::leastinflight::default_tie")]
+    tie: String,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "least_request";
+    const DOC: Doc = Doc {
+        source: "AIBrix least-request (gateway realtime_num_requests_running); SGLang shortest queue with tie = first",
+        signals: "router-local in-flight requests (zero staleness, this router's traffic only)",
+        params: &[param(
+            "tie",
+            "\"random\"",
+            "\"random\" (AIBrix) or \"first\" in discovery order (SGLang min_by_key)",
+        )],
+    };
+    type Params = Params;
+    type Config = Tie;
+    fn validate(p: Params, _: &Fleet) -> Result<Tie, ParamError> {
+        tie(&p.tie, "tie", "`random` (AIBrix) or `first` (SGLang)")
+    }
+    fn describe(t: &Tie) -> String {
+        format!("tie = {}", t.as_str())
+    }
+    fn build(t: &Tie) -> Box<dyn RoutingPolicy> {
+        Box::new(LeastRequest { tie: *t })
     }
 }
 

@@ -5,6 +5,8 @@
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
+use super::params::{ParamError, NoParams};
+use super::registry::{Doc, Fleet, PolicyKind};
 
 /// The policy (stateless).
 #[derive(Default)]
@@ -17,6 +19,29 @@ impl RoutingPolicy for Random {
             branch: Branch::Random,
             match_chars: 0,
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "random";
+    const DOC: Doc = Doc {
+        source: "SGLang random, AIBrix random",
+        signals: "none",
+        params: &[],
+    };
+    type Params = NoParams;
+    type Config = ();
+    fn validate(_: NoParams, _: &Fleet) -> Result<(), ParamError> {
+        Ok(())
+    }
+    fn describe(_: &()) -> String {
+        String::new()
+    }
+    fn build(_: &()) -> Box<dyn RoutingPolicy> {
+        Box::new(Random)
     }
 }
 

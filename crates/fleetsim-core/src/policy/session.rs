@@ -6,6 +6,8 @@ use super::hashring::HashRing;
 use super::qps::qps_routing;
 use super::{Branch, Decision, EndpointInfo, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
+use super::params::{ParamError, NoParams};
+use super::registry::{Doc, Fleet, PolicyKind, StackFlags};
 
 /// The policy state: the ring, rebuilt when the endpoint set changes.
 #[derive(Default)]
@@ -37,6 +39,37 @@ impl RoutingPolicy for Session {
             branch: Branch::SessionHash,
             match_chars: 0,
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "session";
+    const DOC: Doc = Doc {
+        source: "production-stack SessionRouter: uhashring consistent hash of the session header",
+        signals: "session key; without one, _qps_routing on router-local request stats",
+        params: &[],
+    };
+    type Params = NoParams;
+    type Config = ();
+    fn validate(_: NoParams, _: &Fleet) -> Result<(), ParamError> {
+        Ok(())
+    }
+    fn describe(_: &()) -> String {
+        String::new()
+    }
+    fn build(_: &()) -> Box<dyn RoutingPolicy> {
+        Box::new(Session::default())
+    }
+    fn production_stack(_: &()) -> Option<StackFlags> {
+        Some(StackFlags {
+            args: vec!["--session-key".into(), "<header>".into()],
+            notes: vec!["--session-key: the request header that carries your session id".into()],
+            reads_engine_stats: false,
+            reads_request_stats: true,
+        })
     }
 }
 
