@@ -23,11 +23,11 @@ use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
 use super::leastrequest::{Tie, argmin, local_loads};
+use super::params::{ParamError, count, finite_non_negative, index_size, secs};
+use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 use crate::time::{SimDuration, SimTime};
-use super::params::{ParamError, count, secs, finite_non_negative, index_size};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 
 /// Parameters (upstream defaults in [`AibrixParams::default`]).
 #[derive(Clone, Copy, Debug, PartialEq)]

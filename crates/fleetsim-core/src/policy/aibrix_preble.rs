@@ -81,12 +81,12 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::leastrequest::local_loads;
+use super::params::{ParamError, count, non_negative, secs, tie_first, tie_suffix_first, unit};
+use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
 use crate::time::{SimDuration, SimTime};
-use super::params::{ParamError, count, secs, unit, non_negative, tie_first, tie_suffix_first};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 
 /// The GPU of upstream's analytic prefill model (`AIBRIX_ROUTER_PREBLE_TARGET_GPU`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -37,13 +37,13 @@
 //! unspecified).
 
 use super::leastrequest::{Tie, argmin, local_loads};
+use super::params::{ParamError, count, finite_non_negative, non_negative, tie_first, tie_suffix_first, unit};
+use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::sgltree::SglTree;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
 use crate::time::SimTime;
-use super::params::{ParamError, count, unit, finite_non_negative, non_negative, tie_first, tie_suffix_first};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 
 /// Parameters (upstream defaults in [`CacheAwareParams::default`]).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -23,7 +23,11 @@ pub fn catalogue() -> Vec<PolicyDoc> {
     REGISTRY
         .iter()
         .map(|e| {
-            let Doc { source, signals, params } = e.doc();
+            let Doc {
+                source,
+                signals,
+                params,
+            } = e.doc();
             PolicyDoc {
                 kind: e.kind(),
                 source,

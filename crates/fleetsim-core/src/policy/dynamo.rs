@@ -16,12 +16,12 @@
 
 use rand::RngExt;
 
+use super::params::{ParamError, weight};
+use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::ids::RequestId;
 use crate::rng::SimRng;
-use super::params::{ParamError, weight};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 
 /// Parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]

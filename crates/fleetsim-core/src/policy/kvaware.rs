@@ -26,12 +26,12 @@
 //!   LMCache reports no holder and the request takes the upstream fallback (L386-399).
 
 use super::leastrequest::{Tie, argmin};
+use super::params::{ParamError, count, tie_first, tie_suffix_first};
+use super::registry::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::session::Session;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::content::RequestApi;
 use crate::rng::SimRng;
-use super::params::{ParamError, count, tie_first, tie_suffix_first};
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags, param};
 
 /// Cached leading tokens per endpoint according to the KV feed (all 0 for a
 /// chat-completions request: upstream looks up the empty `prompt` field).

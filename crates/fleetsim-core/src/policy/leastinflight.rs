@@ -13,12 +13,12 @@
 //! Also usable standalone as the `leastinflight` policy.
 
 use super::leastrequest::Tie;
+use super::params::{LEAST_INFLIGHT_TIES, ParamError, count, tie, tie_suffix};
 use super::qps::qps_routing;
+use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
-use super::params::{ParamError, count, tie, LEAST_INFLIGHT_TIES, tie_suffix};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 
 /// Scraped `running + waiting` per endpoint; `None` if some endpoint has no engine stats.
 pub fn scraped_loads(view: &RouterView) -> Option<Vec<u64>> {
@@ -141,7 +141,10 @@ impl PolicyKind for Kind {
         format!("band = {}{}", c.band, tie_suffix(c.tie))
     }
     fn build(c: &Config) -> Box<dyn RoutingPolicy> {
-        Box::new(LeastInflight { band: c.band, tie: c.tie })
+        Box::new(LeastInflight {
+            band: c.band,
+            tie: c.tie,
+        })
     }
 }
 

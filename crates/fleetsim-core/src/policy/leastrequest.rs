@@ -6,11 +6,11 @@
 //! minima) and, with `tie = "first"`, of SGLang's shortest-queue branch (`min_by_key` over
 //! `worker.load()`, first in worker-list order).
 
+use super::params::{ParamError, tie};
+use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
-use super::params::{ParamError, tie};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 
 /// How ties between equally loaded endpoints break.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -34,11 +34,11 @@ use lru::LruCache;
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
+use super::params::{ParamError, count, index_size, weight};
+use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
-use super::params::{ParamError, count, weight, index_size};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 
 /// Scorer weights and index parameters (upstream defaults in [`LlmdParams::default`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -303,10 +303,7 @@ impl PolicyKind for Kind {
                 "kv_cache_utilization_weight",
             )?,
             prefix_weight: weight(f.prefix_cache_weight.unwrap_or(d.prefix_weight), "prefix_cache_weight")?,
-            load_aware_weight: weight(
-                f.load_aware_weight.unwrap_or(d.load_aware_weight),
-                "load_aware_weight",
-            )?,
+            load_aware_weight: weight(f.load_aware_weight.unwrap_or(d.load_aware_weight), "load_aware_weight")?,
             load_aware_threshold: count(
                 f.load_aware_threshold.unwrap_or(i64::from(d.load_aware_threshold)),
                 "load_aware_threshold",

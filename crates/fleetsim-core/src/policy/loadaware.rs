@@ -14,12 +14,12 @@
 
 use super::kvaware::{matched_tokens, upstream_fallback};
 use super::leastrequest::{Tie, local_loads};
+use super::params::{ParamError, tie_first, tie_suffix_first, weight};
+use super::registry::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::session::Session;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
-use super::params::{ParamError, weight, tie_first, tie_suffix_first};
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags, param};
 
 /// The policy.
 pub struct LoadAware {

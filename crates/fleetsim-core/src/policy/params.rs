@@ -315,7 +315,11 @@ mod tests {
 
     #[test]
     fn errors_name_their_key_and_floats_keep_inf() {
-        let ok: P = deserialize(table(&[("x", ParamValue::Float(f64::INFINITY)), ("band", ParamValue::Int(2))])).unwrap();
+        let ok: P = deserialize(table(&[
+            ("x", ParamValue::Float(f64::INFINITY)),
+            ("band", ParamValue::Int(2)),
+        ]))
+        .unwrap();
         assert_eq!((ok.band, ok.x), (2, Some(f64::INFINITY)));
         let int_as_float: P = deserialize(table(&[("x", ParamValue::Int(3))])).unwrap();
         assert_eq!(int_as_float.x, Some(3.0));
@@ -323,7 +327,10 @@ mod tests {
         assert_eq!(e.key, "bandd");
         assert!(e.message.starts_with("unknown field `bandd`, expected one of"), "{e}");
         let e = deserialize::<P>(table(&[("band", ParamValue::Str("two".into()))])).unwrap_err();
-        assert_eq!((e.key.as_str(), e.message.as_str()), ("band", "invalid type: string \"two\", expected i64"));
+        assert_eq!(
+            (e.key.as_str(), e.message.as_str()),
+            ("band", "invalid type: string \"two\", expected i64")
+        );
         let e = deserialize::<P>(table(&[("band", ParamValue::Float(1.5))])).unwrap_err();
         assert_eq!(e.message, "invalid type: floating point `1.5`, expected i64");
         let e = deserialize::<P>(table(&[(
@@ -333,16 +340,27 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.key, "list[1]");
         let e = deserialize::<P>(table(&[("band", ParamValue::Array(vec![]))])).unwrap_err();
-        assert_eq!((e.key.as_str(), e.message.as_str()), ("band", "invalid type: sequence, expected i64"));
+        assert_eq!(
+            (e.key.as_str(), e.message.as_str()),
+            ("band", "invalid type: sequence, expected i64")
+        );
     }
 
     #[test]
     fn validators_name_the_key() {
-        assert_eq!(count(-1, "d", 1).unwrap_err().message, "must be an integer >= 1, got -1");
+        assert_eq!(
+            count(-1, "d", 1).unwrap_err().message,
+            "must be an integer >= 1, got -1"
+        );
         assert_eq!(secs(0.0, "s", false).unwrap_err().key, "s");
         assert!(secs(0.0, "s", true).is_ok());
         assert!(weight(f64::NAN, "w").is_err());
         assert_eq!(tie_first(None, "tie", "x").unwrap(), Tie::First);
-        assert!(tie("last", "tie", "").unwrap_err().message.contains("unknown tie rule `last`"));
+        assert!(
+            tie("last", "tie", "")
+                .unwrap_err()
+                .message
+                .contains("unknown tie rule `last`")
+        );
     }
 }

@@ -6,11 +6,11 @@
 //! -1, every pair ties, and the policy is uniform random (policies.md §2.3).
 
 use super::leastrequest::local_loads;
+use super::params::{ParamError, count};
+use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 use rand::seq::index::sample;
-use super::params::{ParamError, count};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 
 /// Where the load comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -37,7 +37,9 @@ use super::hashtrie::HashTrie;
 use super::leastinflight::{pick_in_band, scraped_loads};
 use super::leastrequest::{Tie, local_loads};
 use super::load_since_scrape::SentSinceScrape;
+use super::params::{LEAST_INFLIGHT_TIES, ParamError, count, tie, tie_suffix};
 use super::qps::qps_routing;
+use super::registry::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::{Branch, Decision, Fallback, RequestInfo, RouterView, RoutingPolicy};
 use crate::content::mix;
 use crate::dist::uniform_index;
@@ -45,8 +47,6 @@ use crate::ids::BackendId;
 use crate::rng::SimRng;
 use rand::seq::index::sample;
 use rustc_hash::{FxHashMap, FxHashSet};
-use super::params::{ParamError, count, tie, LEAST_INFLIGHT_TIES, tie_suffix};
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags, param};
 
 /// When a below-threshold pick is inserted into the trie.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -485,8 +485,10 @@ impl PolicyKind for Kind {
                 c.follow
             ));
         }
-        f.args
-            .extend(["--prefix-min-match-length".into(), c.prefix_min_match_length.to_string()]);
+        f.args.extend([
+            "--prefix-min-match-length".into(),
+            c.prefix_min_match_length.to_string(),
+        ]);
         match c.fallback {
             Fallback::Qps => {}
             Fallback::LeastInflight => {

@@ -2,11 +2,11 @@
 //! baseline every load-aware policy should beat; it needs no signal, so it cannot be misled
 //! by a stale one.
 
+use super::params::{NoParams, ParamError};
+use super::registry::{Doc, Fleet, PolicyKind};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
-use super::params::{ParamError, NoParams};
-use super::registry::{Doc, Fleet, PolicyKind};
 
 /// The policy (stateless).
 #[derive(Default)]

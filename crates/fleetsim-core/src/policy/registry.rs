@@ -11,29 +11,26 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
+use super::RoutingPolicy;
 use super::params::{ParamError, ParamValue};
-use super::{
-    RoutingPolicy, aibrix, aibrix_preble, cacheaware, dynamo, kvaware, leastinflight, leastrequest, llmd,
-    loadaware, powerofd, prefixaware, random, roundrobin, session,
-};
 
 /// Every policy, in the order `sim policies` lists them.
 pub static REGISTRY: &[&dyn Entry] = &[
-    &Registered::<roundrobin::Kind>::ENTRY,
-    &Registered::<session::Kind>::ENTRY,
-    &Registered::<prefixaware::Kind>::ENTRY,
-    &Registered::<leastinflight::Kind>::ENTRY,
-    &Registered::<random::Kind>::ENTRY,
-    &Registered::<leastrequest::Kind>::ENTRY,
-    &Registered::<powerofd::Kind>::ENTRY,
-    &Registered::<cacheaware::Kind>::ENTRY,
-    &Registered::<llmd::Kind>::ENTRY,
-    &Registered::<aibrix::Kind>::ENTRY,
-    &Registered::<aibrix_preble::Kind>::ENTRY,
-    &Registered::<kvaware::Kind>::ENTRY,
-    &Registered::<kvaware::LoadBalancedKind>::ENTRY,
-    &Registered::<loadaware::Kind>::ENTRY,
-    &Registered::<dynamo::Kind>::ENTRY,
+    &Registered::<super::roundrobin::Kind>::ENTRY,
+    &Registered::<super::session::Kind>::ENTRY,
+    &Registered::<super::prefixaware::Kind>::ENTRY,
+    &Registered::<super::leastinflight::Kind>::ENTRY,
+    &Registered::<super::random::Kind>::ENTRY,
+    &Registered::<super::leastrequest::Kind>::ENTRY,
+    &Registered::<super::powerofd::Kind>::ENTRY,
+    &Registered::<super::cacheaware::Kind>::ENTRY,
+    &Registered::<super::llmd::Kind>::ENTRY,
+    &Registered::<super::aibrix::Kind>::ENTRY,
+    &Registered::<super::aibrix_preble::Kind>::ENTRY,
+    &Registered::<super::kvaware::Kind>::ENTRY,
+    &Registered::<super::kvaware::LoadBalancedKind>::ENTRY,
+    &Registered::<super::loadaware::Kind>::ENTRY,
+    &Registered::<super::dynamo::Kind>::ENTRY,
 ];
 
 /// production-stack's `--engine-stats-interval` default, seconds: the scrape interval of

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use super::params::{NoParams, ParamError};
+use super::registry::{Doc, Fleet, PolicyKind, StackFlags};
 use super::{Branch, Decision, EndpointInfo, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
-use super::params::{ParamError, NoParams};
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags};
 
 /// Upstream's cap on remembered endpoint sets.
 const MAX_KEYS: usize = 1024;

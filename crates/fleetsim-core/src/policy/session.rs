@@ -3,11 +3,11 @@
 //! request); requests without a key go to `_qps_routing`. Load is never consulted.
 
 use super::hashring::HashRing;
+use super::params::{NoParams, ParamError};
 use super::qps::qps_routing;
+use super::registry::{Doc, Fleet, PolicyKind, StackFlags};
 use super::{Branch, Decision, EndpointInfo, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
-use super::params::{ParamError, NoParams};
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags};
 
 /// The policy state: the ring, rebuilt when the endpoint set changes.
 #[derive(Default)]

@@ -24,8 +24,8 @@ pub mod pacing;
 
 use std::sync::Arc;
 
-use crate::content::{ChainMemo, Content, source_id};
 pub use crate::content::RequestApi;
+use crate::content::{ChainMemo, Content, source_id};
 use crate::dist::Dist;
 use crate::ids::SessionId;
 use crate::rng::{SimRng, stream};

@@ -46,7 +46,6 @@ pub(super) fn default_cpt() -> i64 {
     4
 }
 
-
 pub(super) fn one() -> toml::Value {
     toml::Value::Integer(1)
 }

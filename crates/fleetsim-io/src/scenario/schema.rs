@@ -6,9 +6,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::defaults::{
-    default_cpt, default_dispatch, default_front, default_kv_lag, default_max_events,
-    default_replicas, default_response, default_retries, default_retry_initial, default_retry_max, default_scrape,
-    default_seed, default_window, one, yes, zero,
+    default_cpt, default_dispatch, default_front, default_kv_lag, default_max_events, default_replicas,
+    default_response, default_retries, default_retry_initial, default_retry_max, default_scrape, default_seed,
+    default_window, one, yes, zero,
 };
 
 /// The scenario file as written.
