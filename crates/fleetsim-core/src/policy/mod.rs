@@ -20,7 +20,6 @@ pub mod aibrix_preble;
 pub mod cacheaware;
 pub mod catalogue;
 pub mod dynamo;
-pub mod first;
 pub mod hashring;
 pub mod hashtrie;
 pub mod kvaware;

@@ -31,7 +31,6 @@ pub static REGISTRY: &[&dyn Entry] = &[
     &Registered::<super::kvaware::LoadBalancedKind>::ENTRY,
     &Registered::<super::loadaware::Kind>::ENTRY,
     &Registered::<super::dynamo::Kind>::ENTRY,
-    &Registered::<super::first::Kind>::ENTRY,
 ];
 
 /// production-stack's `--engine-stats-interval` default, seconds: the scrape interval of
