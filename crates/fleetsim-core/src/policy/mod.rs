@@ -3,7 +3,8 @@
 //! and router-local request stats) plus the request, and answers with a [`Decision`]. It
 //! can never read live backend state.
 //!
-//! Adding a policy: one file here, and one line in [`registry::REGISTRY`]. The file holds
+//! Adding a policy: one file here (with its `pub mod` line below), and one line in
+//! [`registry::REGISTRY`]. The file holds
 //! the policy (a [`RoutingPolicy`]) and its registry entry: a marker type implementing
 //! [`registry::PolicyKind`], which declares the kind name, the parameter struct (serde,
 //! `deny_unknown_fields`, upstream defaults) and its validation, the default scrape
