@@ -55,7 +55,6 @@ pub(super) struct RunArgs {
 }
 
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
-    a.plot.apply();
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
     check_tool_tables(&a.scenario)?;
     if !a.quiet {
@@ -107,7 +106,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let stage = crate::atomic::Staging::new(&dir)?;
         let mut written = write_all(stage.path(), &res, &effective, &perf, &hints)?;
         let fig = BackendSeries::new(&res.summary, &res.series);
-        written.extend(save(&fig, &stage.path().join("timeseries"))?);
+        written.extend(save(&fig, &stage.path().join("timeseries"), a.plot.dpi)?);
         if a.timeline {
             let p = stage.path().join("timeline.json");
             crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;

@@ -16,7 +16,7 @@
 //!   (hashed at character granularity) when it does not. The last chunk may be partial,
 //!   exactly like upstream's last slice. A chat-completions request's string is its
 //!   messages' contents joined with `"\n"` (`routing_logic.py` @ `a6c01db0` L477-495):
-//!   with [`Content::chat`] set, one separator character follows every message but the
+//!   with [`Content::message_ends`] set, one separator character follows every message but the
 //!   last, so lengths and chunk boundaries shift as upstream's do.
 //!
 //! Owns: the abstract token content and its hashes. May not see: backends or policies'
