@@ -107,6 +107,29 @@ impl BackendSeries {
     }
 }
 
+impl BackendSeries {
+    /// From observed series (`sim observe`): per backend its name, slot limit and
+    /// `(t_s, running, waiting)` samples in time order.
+    pub fn observed(title: String, end_s: f64, backends: Vec<(String, u32, Vec<(f64, u32, u32)>)>) -> BackendSeries {
+        let n = backends.len();
+        let more = if n > MAX_BACKENDS {
+            format!(" (first {MAX_BACKENDS} of {n} backends)")
+        } else {
+            String::new()
+        };
+        BackendSeries {
+            title: format!("{title}{more}"),
+            end_s,
+            captions: vec![],
+            panels: backends
+                .into_iter()
+                .take(MAX_BACKENDS)
+                .map(|(name, slots, s)| (name, slots, reduce(s, end_s)))
+                .collect(),
+        }
+    }
+}
+
 const PANEL_H: u32 = 150;
 const TOP: u32 = 36;
 const WIDTH: u32 = 1000;
