@@ -123,7 +123,11 @@ impl AlertConfig {
             .into_iter()
             .filter(|s| !s.is_empty())
             .collect();
-        format!("{name}{{{}}}", parts.join(","))
+        if parts.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name}{{{}}}", parts.join(","))
+        }
     }
 }
 
@@ -361,11 +365,98 @@ pub fn rules(c: &AlertConfig) -> RuleFile {
     }
 }
 
-/// The rules as YAML, with a header saying what wrote them.
-pub fn to_yaml(f: &RuleFile, header: &str) -> Result<String> {
+/// What each rule catches and why its window is what it is, written as a comment above its
+/// first occurrence (fixed text, never user input).
+fn comment_of(key: &str, c: &AlertConfig) -> Option<String> {
+    let scrape = promql_duration(c.scrape_interval);
+    Some(match key {
+        "fleetsim:backend_running" => format!(
+            "Per backend (instance), engines added up. Evaluated every {scrape}, the scrape interval: \
+             no rule can see faster than the samples."
+        ),
+        "fleetsim:backend_slots" => "Each pool's instances (from vllm:cache_config_info, which every vLLM \
+             exports) valued at the pool's slots (max_num_seqs, which no vLLM series carries)."
+            .into(),
+        "fleetsim:backend_free_slots" => "Free slots: below the slot limit with nothing waiting (a backend \
+             that queues with spare slots is blocked on KV or the token budget)."
+            .into(),
+        "fleetsim:fleet_stranded_slots" => "min(total waiting, total free): its integral over time is \
+             fleetsim's stranded_slot_s."
+            .into(),
+        "fleetsim:backend_requests_window" => format!(
+            "Requests finished per backend over {} (a counter difference, exact at the samples).",
+            promql_duration(c.skew_window)
+        ),
+        SPLIT => format!(
+            "The split: a free slot somewhere while requests wait elsewhere (fleetsim's \
+             idle_while_queued). Held {}: a router's view refreshes every engine-stats \
+             interval, and a pick made on a stale view is corrected within a few refreshes; \
+             six of them (at least a minute) is past any transient.",
+            promql_duration(c.split_for)
+        ),
+        SKEW => format!(
+            "Request-share skew in a pool of equal backends (3 or more): one finishes more \
+             than {} times its fair share. Window {}: enough requests that a share is not \
+             noise (at least {} per backend on average, else no verdict); held as long again \
+             so a burst of one session does not page.",
+            c.skew_factor,
+            promql_duration(c.skew_window),
+            c.skew_min_requests_per_backend
+        ),
+        ZERO => format!(
+            "All-zero engine stats on a backend that serves: no sample of running or waiting \
+             above 0 for {}, while the requests it finished spent on average {} or more \
+             requests' worth of time on it (Little's law on the latency sum). Window: 8 scrapes \
+             and at least 2 minutes, so a busy engine cannot slip between samples.",
+            promql_duration(c.zero_window),
+            c.zero_min_inflight
+        ),
+        STALE => format!(
+            "A scrape gone stale: the backend exported vllm:num_requests_running within the \
+             hour and has no current sample. Held {} (3 scrapes) so one lost scrape does not fire.",
+            promql_duration(c.stale_for)
+        ),
+        _ => return None,
+    })
+}
+
+/// The rules as YAML, with a header saying what wrote them and a comment above each kind
+/// of rule.
+pub fn to_yaml(f: &RuleFile, c: &AlertConfig, header: &str) -> Result<String> {
     let body = serde_yaml_ng::to_string(f)?;
-    let head: String = header.lines().map(|l| format!("# {l}\n")).collect();
-    Ok(format!("{head}{body}"))
+    let mut out: String = header.lines().map(|l| format!("# {l}\n")).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for line in body.lines() {
+        let t = line.trim_start();
+        let key = t.strip_prefix("- record: ").or_else(|| t.strip_prefix("- alert: "));
+        if let Some(text) = key
+            .filter(|k| seen.insert(k.to_string()))
+            .and_then(|k| comment_of(k, c))
+        {
+            let indent = &line[..line.len() - t.len()];
+            for l in wrap(&text, 88) {
+                out.push_str(&format!("{indent}# {l}\n"));
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Words into lines of at most `width` characters.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = vec![];
+    for w in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(l) if l.len() + 1 + w.len() <= width => {
+                l.push(' ');
+                l.push_str(w);
+            }
+            _ => lines.push(w.to_string()),
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -400,7 +491,8 @@ mod tests {
     fn yaml_quotes_user_text_and_names_every_alert() {
         let c = cfg();
         c.validate().unwrap();
-        let y = to_yaml(&rules(&c), "written by a test").unwrap();
+        let y = to_yaml(&rules(&c), &c, "written by a test").unwrap();
+        assert!(y.contains("  # The split: a free slot"), "{y}");
         assert!(y.starts_with("# written by a test\n"));
         let back: serde_yaml_ng::Value = serde_yaml_ng::from_str(&y).unwrap();
         let rules = back["groups"][0]["rules"].as_sequence().unwrap();

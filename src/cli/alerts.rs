@@ -147,7 +147,7 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
         ),
         None => "Written by `sim alerts`: fleetsim's rules on vLLM's series.".to_string(),
     };
-    let yaml = to_yaml(&file, &header)?;
+    let yaml = to_yaml(&file, &c, &header)?;
     match &a.output {
         Some(p) => crate::atomic::write_file(p, yaml.as_bytes()).with_context(|| format!("writing {}", p.display()))?,
         None => {
