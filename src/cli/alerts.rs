@@ -48,6 +48,14 @@ pub(super) struct AlertsArgs {
     test_out: Option<PathBuf>,
 }
 
+/// Writes `text` to `p`, creating its folder.
+fn write(p: &Path, text: &str) -> Result<()> {
+    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    crate::atomic::write_file(p, text.as_bytes()).with_context(|| format!("writing {}", p.display()))
+}
+
 fn secs(flag: &str, s: f64) -> Result<SimDuration> {
     if !(s.is_finite() && s >= 0.001 && s <= 1e7) {
         bail!("{flag} {s}: expected seconds between 0.001 and 1e7");
@@ -149,7 +157,7 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
     };
     let yaml = to_yaml(&file, &c, &header)?;
     match &a.output {
-        Some(p) => crate::atomic::write_file(p, yaml.as_bytes()).with_context(|| format!("writing {}", p.display()))?,
+        Some(p) => write(p, &yaml)?,
         None => {
             super::out::out!("{yaml}")?;
             return Ok(ExitCode::SUCCESS);
@@ -170,7 +178,7 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
         let exp = expected(&s, &c);
         let rules_path = relative_to(a.output.as_ref().expect("checked"), test);
         let t = promtool_test(&s, &c, &file, &exp, &rules_path)?;
-        crate::atomic::write_file(test, t.as_bytes()).with_context(|| format!("writing {}", test.display()))?;
+        write(test, &t)?;
         outln!("wrote {} (promtool test rules {})", test.display(), test.display())?;
         outln!(
             "{name}: idle_while_queued_s {}, run {} s, sampled every {}",
