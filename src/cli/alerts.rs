@@ -57,7 +57,7 @@ fn write(p: &Path, text: &str) -> Result<()> {
 }
 
 fn secs(flag: &str, s: f64) -> Result<SimDuration> {
-    if !(s.is_finite() && s >= 0.001 && s <= 1e7) {
+    if !(0.001..=1e7).contains(&s) {
         bail!("{flag} {s}: expected seconds between 0.001 and 1e7");
     }
     Ok(SimDuration((s * 1000.0).round() as u64 * 1_000_000))

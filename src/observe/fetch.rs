@@ -64,7 +64,7 @@ pub fn scrape(urls: &[String], duration: Duration, step: Duration) -> Result<Obs
     }
     let names = wanted();
     let start = Instant::now();
-    let mut series: Vec<(BTreeMap<String, String>, Vec<(f64, f64)>)> = Vec::new();
+    let mut series: Vec<super::LabeledSeries> = Vec::new();
     for u in urls {
         for n in &names {
             let labels = BTreeMap::from([
@@ -153,7 +153,12 @@ mod tests {
     fn scrapes_engines_on_loopback() {
         let body = "vllm:num_requests_running{engine=\"0\"} 2\nvllm:num_requests_waiting{engine=\"0\"} 1\n";
         let url = serve(body, 200, 3);
-        let o = scrape(&[url.clone()], Duration::from_millis(100), Duration::from_millis(50)).unwrap();
+        let o = scrape(
+            std::slice::from_ref(&url),
+            Duration::from_millis(100),
+            Duration::from_millis(50),
+        )
+        .unwrap();
         assert_eq!(o.times.len(), 3);
         assert_eq!(o.backends[0].instance, instance_of(&url));
         assert_eq!(o.backends[0].running, vec![Some(2.0); 3]);

@@ -38,6 +38,9 @@ pub fn query(selector: &str) -> String {
     }
 }
 
+/// A series: its labels and `(time, value)` points.
+pub type LabeledSeries = (BTreeMap<String, String>, Vec<(f64, f64)>);
+
 /// One backend's samples on the common grid.
 #[derive(Clone, Debug, Default)]
 pub struct Backend {
@@ -64,7 +67,7 @@ pub struct Observed {
 
 /// Collects `(labels, [(t, v)])` series into per-instance rows on the union of their
 /// instants, adding up series of one instance and name (engines, finish reasons).
-pub fn collect(source: String, series: Vec<(BTreeMap<String, String>, Vec<(f64, f64)>)>) -> Result<Observed> {
+pub fn collect(source: String, series: Vec<LabeledSeries>) -> Result<Observed> {
     let key = |t: f64| (t * 1000.0).round() as i64;
     let mut grid: BTreeMap<i64, f64> = BTreeMap::new();
     let names = wanted();
@@ -441,7 +444,7 @@ pub fn render(r: &Report) -> String {
 
 /// The per-backend plot's data: `(name, slots, [(t_s from the first sample, running,
 /// waiting)])`.
-pub fn plot_data(o: &Observed, r: &Report) -> Vec<(String, u32, Vec<(f64, u32, u32)>)> {
+pub fn plot_data(o: &Observed, r: &Report) -> Vec<crate::plot::series::Panel> {
     let t0 = o.times.first().copied().unwrap_or(0.0);
     o.backends
         .iter()
