@@ -183,8 +183,8 @@ pub fn scenario_keys() -> String {
     let mut s = String::from(
         "# Scenario keys\n\n\
          Every key a scenario file accepts, with its type, default and meaning. Generated from the\n\
-         scenario types' doc comments (`src/scenario/schema.rs`, `src/scenario/backends.rs`) by\n\
-         `sim reference --out docs/reference`; do not edit by hand. `[]` marks an array of tables\n\
+         scenario types' doc comments (`crates/fleetsim-io/src/scenario/schema.rs` and\n\
+         `backends.rs` beside it) by `sim reference --out docs/reference`; do not edit by hand. `[]` marks an array of tables\n\
          (`[[workload.groups]]`). The options of each `router.policy` kind are in\n\
          [policies.md](policies.md); the `[sweep]` and `[expect]` tables belong to `sim sweep` and\n\
          `sim check`. Editors can validate a scenario against\n\

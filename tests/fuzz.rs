@@ -4,7 +4,7 @@
 //! (or 1 where the command's contract says "a check failed": `check`, `compare`) or 2 with
 //! exactly one line on stderr, never a panic, an abort, a signal or a hang.
 //!
-//! The seed corpus holds the reproducers of issue 17, each with its exact expected outcome.
+//! The seed corpus holds the reproducers of past crashes, each with its exact expected outcome.
 //! `FLEETSIM_FUZZ_SCALE=10 cargo test --release --test fuzz -- --nocapture` fuzzes ten times
 //! longer; the counts per kind are printed with `--nocapture`.
 
@@ -449,7 +449,7 @@ fn kinds(dir: &Path) -> Vec<Kind> {
     ]
 }
 
-/// The reproducers of issue 17, each with its exact expected exit code and a piece of its
+/// The reproducers of past crashes, each with its exact expected exit code and a piece of its
 /// one-line message.
 fn reproducers(dir: &Path) -> Vec<(Vec<String>, i32, &'static str)> {
     let tiny = write(dir, "tiny.toml", format!("{TINY}{EXPECT}").as_bytes());

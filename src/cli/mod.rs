@@ -1,4 +1,24 @@
-//! Command-line interface (`sim run`, `sim sweep`, `sim merge`, `sim bench`).
+//! Command-line interface: parse and dispatch, one file per subcommand.
+//!
+//! * `sim run`: one scenario, its summary and result files (`run.rs`);
+//! * `sim sweep`: a grid of variants x seeds in parallel (`sweep.rs`);
+//! * `sim merge`: the shards of a sweep into one sweep's files (`merge.rs`);
+//! * `sim check`: `[expect]` bounds, `--determinism`, `--invariants`, JUnit (`check.rs`);
+//! * `sim compare`: two runs, goldens or sweeps, metric by metric (`compare.rs`);
+//! * `sim explain`: a run's stranded capacity and its counterfactuals (`explain.rs`);
+//! * `sim policies`: the policy catalogue (`policies.rs`);
+//! * `sim bench`: simulator speed on a scenario (`bench.rs`);
+//! * `sim trace inspect | convert | bench`: request traces (`trace.rs`);
+//! * `sim tune`: a routing configuration for a fleet and its traffic (`crate::tune::cli`);
+//! * `sim profiles`: the model/GPU/TP profiles (`profiles.rs`);
+//! * `sim import`: a scenario from router flags, Helm values and `vllm serve` flags
+//!   (`crate::import`);
+//! * `sim reference`: the reference pages generated from the code (`reference.rs`);
+//! * `sim schema`: the scenario file's JSON Schema (`reference.rs`);
+//! * `sim alerts`: Prometheus rules on vLLM's series and their promtool proof on a run
+//!   (`alerts.rs`, logic in `crate::alerts`);
+//! * `sim observe`: the stranding figures on a real fleet's series (`observe.rs`, logic in
+//!   `crate::observe`).
 //!
 //! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
 //! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path

@@ -45,6 +45,8 @@ pub(super) struct ObserveArgs {
     /// Also write observe.json and the per-backend plot (timeseries.svg/png) here.
     #[arg(long)]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    plot: crate::plot::PlotArgs,
     /// Print the PromQL query used (to save a query_range answer for --file) and exit.
     #[arg(long)]
     print_query: bool,
@@ -98,7 +100,7 @@ pub(super) fn cmd_observe(a: ObserveArgs) -> Result<ExitCode> {
             r.to_s - r.from_s,
             plot_data(&o, &r),
         );
-        crate::plot::save(&fig, &dir.join("timeseries"))?;
+        crate::plot::save(&fig, &dir.join("timeseries"), a.plot.dpi)?;
         if !a.json {
             outln!(
                 "wrote {}/{{observe.json, timeseries.svg, timeseries.png}}",

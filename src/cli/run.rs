@@ -66,7 +66,6 @@ pub(super) struct RunArgs {
 }
 
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
-    a.plot.apply();
     if !(a.metrics_step.is_finite() && a.metrics_step >= 0.001 && a.metrics_step <= 86_400.0) {
         anyhow::bail!(
             "--metrics-step {}: expected seconds between 0.001 and 86400",
@@ -127,7 +126,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let stage = crate::atomic::Staging::new(&dir)?;
         let mut written = write_all(stage.path(), &res, &effective, &perf, &hints)?;
         let fig = BackendSeries::new(&res.summary, &res.series);
-        written.extend(save(&fig, &stage.path().join("timeseries"))?);
+        written.extend(save(&fig, &stage.path().join("timeseries"), a.plot.dpi)?);
         if a.timeline {
             let p = stage.path().join("timeline.json");
             crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;

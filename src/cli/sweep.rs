@@ -96,7 +96,6 @@ pub(super) struct SweepPerf {
 }
 
 pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
-    a.plot.apply();
     let mut sets = a.scenario.sets.clone();
     if let Some(seed) = a.scenario.seed {
         sets.push(("seed".into(), seed.to_string()));
@@ -241,7 +240,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
             write_shard(&p, &result)?;
             vec![p]
         }
-        None => crate::sweep::write_outputs(&dir, &result, !a.no_plots)?,
+        None => crate::sweep::write_outputs(&dir, &result, a.plot.dpi(a.no_plots))?,
     };
     let perf_name = match a.shard {
         Some((k, n)) => format!("sweep-perf-shard-{k}-of-{n}.json"),

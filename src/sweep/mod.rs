@@ -81,12 +81,12 @@ pub fn meta(src: &Source, scenario_name: &str, sets: &[(String, String)], plan: 
     }
 }
 
-/// Writes the tables and (unless `plots` is false) the plots of a sweep.
-pub fn write_outputs(dir: &Path, file: &SweepFile, plots: bool) -> Result<Vec<PathBuf>> {
+/// Writes the tables and (when `png_dpi` is given) the plots of a sweep.
+pub fn write_outputs(dir: &Path, file: &SweepFile, png_dpi: Option<u32>) -> Result<Vec<PathBuf>> {
     let mut written = write_tables(dir, file)?;
-    if plots {
+    if let Some(dpi) = png_dpi {
         let agg = aggregate(&file.rows);
-        written.extend(plot::write_sweep_plots(dir, &file.meta, &agg)?);
+        written.extend(plot::write_sweep_plots(dir, &file.meta, &agg, dpi)?);
     }
     Ok(written)
 }

@@ -693,7 +693,7 @@ pub fn file_part(metric: &str) -> String {
 }
 
 /// Writes every configured plot for a sweep; returns the paths written.
-pub fn write_sweep_plots(dir: &Path, meta: &Meta, agg: &Aggregate) -> Result<Vec<PathBuf>> {
+pub fn write_sweep_plots(dir: &Path, meta: &Meta, agg: &Aggregate, dpi: u32) -> Result<Vec<PathBuf>> {
     let plan = &meta.plan;
     let idx = |name: &str| plan.axes.iter().position(|a| a.name == name);
     // Defaults: the axis with the most values across, the one with the next most (heatmap
@@ -723,12 +723,12 @@ pub fn write_sweep_plots(dir: &Path, meta: &Meta, agg: &Aggregate) -> Result<Vec
         if let Some((x, y)) = heat_axes
             && let Some(h) = Heatmap::new(meta, agg, metric, x, y)
         {
-            out.extend(save(&h, &dir.join(format!("heatmap_{part}")))?);
+            out.extend(save(&h, &dir.join(format!("heatmap_{part}")), dpi)?);
         }
         if let Some((x, s)) = line_axes
             && let Some(l) = Lines::new(meta, agg, metric, x, s)
         {
-            out.extend(save(&l, &dir.join(format!("line_{part}")))?);
+            out.extend(save(&l, &dir.join(format!("line_{part}")), dpi)?);
         }
     }
     Ok(out)

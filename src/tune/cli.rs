@@ -89,7 +89,6 @@ pub struct TuneArgs {
 
 /// Runs `sim tune`.
 pub fn cmd_tune(a: TuneArgs) -> Result<ExitCode> {
-    a.plot.apply();
     match tune(a) {
         Err(e) if e.downcast_ref::<InvariantBroken>().is_some() => {
             eprintln!("error: {e:#}");
@@ -177,7 +176,7 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
         Outcome::Done { executed, wall } => (executed, wall),
     };
     let rep = report::build(&src, &base.sim.name, &cands, &dropped, &search, &pareto);
-    let written = super::write(&dir, &rep, !a.no_plots)?;
+    let written = super::write(&dir, &rep, a.plot.dpi(a.no_plots))?;
     if !a.quiet {
         fleetsim_io::out!("{}", report::render(&rep, a.top))?;
         let names: Vec<String> = written

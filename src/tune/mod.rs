@@ -225,8 +225,9 @@ pub fn drive(
     Ok(Outcome::Done { executed, wall })
 }
 
-/// Writes tune.md, tune.json, tune.csv, winner.toml and the Pareto plot into `dir`.
-pub fn write(dir: &Path, r: &report::Report, plots: bool) -> Result<Vec<PathBuf>> {
+/// Writes tune.md, tune.json, tune.csv, winner.toml and (when `png_dpi` is given) the
+/// Pareto plot into `dir`.
+pub fn write(dir: &Path, r: &report::Report, png_dpi: Option<u32>) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
     let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
@@ -244,9 +245,9 @@ pub fn write(dir: &Path, r: &report::Report, plots: bool) -> Result<Vec<PathBuf>
     put("tune.json", js)?;
     put("tune.csv", report::csv(r)?)?;
     put("winner.toml", r.snippet.clone().into_bytes())?;
-    if plots {
+    if let Some(dpi) = png_dpi {
         let fig = pareto::ParetoPlot::new(r);
-        written.extend(crate::plot::save(&fig, &dir.join("pareto"))?);
+        written.extend(crate::plot::save(&fig, &dir.join("pareto"), dpi)?);
     }
     Ok(written)
 }

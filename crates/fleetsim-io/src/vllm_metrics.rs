@@ -234,7 +234,9 @@ mod tests {
         for m in EXPORTED {
             assert!(m.name.starts_with("vllm:"), "{}", m.name);
             assert!(
-                m.name[5..].chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                m.name[5..]
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
                 "{}",
                 m.name
             );

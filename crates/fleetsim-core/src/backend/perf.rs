@@ -1,9 +1,10 @@
 //! Step-time model: `step = beta0 + beta1 * prefill_tokens + beta2 * decode_tokens` (µs).
 //!
 //! The shipped default is BLIS's "blackbox" fit for Llama-3.1-8B-Instruct on one H100
-//! (vLLM 0.8.4, the pre-#553 fit in inference-sim `defaults.yaml`): 5752.7 µs,
-//! 17.25 µs per uncached prefill token, 6.00 µs per decode token. See
-//! `../shared/reference/policies.md` §7.1; that row agrees with a roofline estimate.
+//! (vLLM 0.8.4, the pre-#553 fit in `defaults.yaml` of inference-sim/inference-sim @
+//! `644fd8b6`, the parent of PR #553; `profiles::BLIS_PRE_553`): 5752.7 µs,
+//! 17.25 µs per uncached prefill token, 6.00 µs per decode token. That row agrees with a
+//! roofline estimate (`profiles::roofline`).
 
 use crate::time::SimDuration;
 

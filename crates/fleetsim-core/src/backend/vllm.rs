@@ -1,7 +1,9 @@
 //! One vLLM v1 engine: scheduler, KV cache with prefix caching, gauges.
 //!
-//! Follows `vllm/v1/core/sched/scheduler.py::schedule` (see `../shared/reference/policies.md`
-//! §6.2–6.4):
+//! Follows the V1 engine of vllm-project/vllm (main branch, 2025-2026): `Scheduler.schedule`
+//! in `vllm/v1/core/sched/scheduler.py`, the KV cache of `vllm/v1/core/kv_cache_manager.py`
+//! and `block_pool.py`, and the gauges the output handler of `vllm/v1/engine/async_llm.py`
+//! sets from each step's `SchedulerStats`:
 //!
 //! * No prefill/decode phases: each request has `computed` tokens and catches up with
 //!   `num_tokens` (prompt + generated) in chunks bounded by the step's token budget

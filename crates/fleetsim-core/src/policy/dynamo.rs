@@ -1,5 +1,6 @@
-//! NVIDIA Dynamo KV router (`lib/llm/src/kv_router/`, policies.md §5), defaults
-//! `overlap_score_weight = 1`, `router_temperature = 0`, `use_kv_events = true`:
+//! NVIDIA Dynamo KV router (ai-dynamo/dynamo `lib/llm/src/kv_router/`), defaults of its
+//! `KvRouterConfig::default`: `overlap_score_weight = 1`, `router_temperature = 0`,
+//! `use_kv_events = true`:
 //!
 //! * per worker `cost = overlap_score_weight x prefill_blocks + decode_blocks`, where
 //!   `prefill_blocks = (active prompt tokens + this request's uncached tokens) / block_size`

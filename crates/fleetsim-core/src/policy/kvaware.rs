@@ -1,5 +1,5 @@
-//! production-stack `KvawareRouter` (`routers/routing_logic.py`, policies.md §1.7) and, with
-//! `imbalanced_threshold`, PR #884's `LoadBalancedKvawareRouter` (§1.9).
+//! production-stack `KvawareRouter` (`src/vllm_router/routers/routing_logic.py` @ `a6c01db`)
+//! and, with `imbalanced_threshold`, PR #884's `LoadBalancedKvawareRouter`.
 //!
 //! * Lookup: the LMCache controller's `layout_info` for the prompt's tokens, i.e. which
 //!   instance holds how many leading tokens. Modelled by the engines' KV-event feed (block

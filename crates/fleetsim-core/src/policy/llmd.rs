@@ -1,6 +1,7 @@
 //! llm-d inference scheduler / Gateway API Inference Extension EPP, default profile
 //! (`pkg/epp/config/loader/defaults.go`): `queue-scorer` x2, `kv-cache-utilization-scorer` x2,
-//! `prefix-cache-scorer` x3, `max-score-picker`. Formulas from policies.md §3.2:
+//! `prefix-cache-scorer` x3, `max-score-picker`. Scorer formulas as implemented in
+//! llm-d/llm-d-inference-scheduler @ `520af47`:
 //!
 //! * queue: `(q_max - q) / (q_max - q_min)` over scraped `num_requests_waiting`, 1 for all
 //!   when equal (running requests are ignored);
@@ -18,7 +19,7 @@
 //! value is visible one `router.scrape_duration_s` after its read. A pod with no metrics
 //! (failed scrape) scores as queue 0 and KV usage 0, like a fresh pod.
 //!
-//! The approximate prefix index (`approx-prefix-cache-producer`, §3.4): blocks of
+//! The approximate prefix index (`approx-prefix-cache-producer`): blocks of
 //! `block_size_tokens x 4` characters (auto-tuned from the engines' block size: 64 for 16),
 //! a trailing partial block hashed too but no hash at all for an input shorter than one
 //! block, at most `max_prefix_blocks` (256) blocks per request; `hash -> pods` with a

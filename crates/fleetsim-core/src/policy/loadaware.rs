@@ -1,4 +1,4 @@
-//! production-stack PR #1035 `LoadAwareRouter` (policies.md §1.8): for every endpoint
+//! production-stack PR #1035 `LoadAwareRouter` (vllm-project/production-stack): for every endpoint
 //! `score = min(matched, P) / max(P, 1) - beta * (load - mean) / max(1, mean)`, where
 //! `matched` is the LMCache-reported cached prefix (here the KV-event feed, see `kvaware`),
 //! `P` the prompt tokens and `load` the router-local in-flight count (`in_prefill +

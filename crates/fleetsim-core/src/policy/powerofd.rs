@@ -3,7 +3,8 @@
 //! `<=`). With `d = 2` and `load = "sglang_monitor"` this is SGLang's classic
 //! `power_of_two`: its LoadMonitor polls `GET /get_load` every
 //! `worker_load_check_interval` (10 s), which vLLM workers do not serve, so every load reads
-//! -1, every pair ties, and the policy is uniform random (policies.md §2.3).
+//! -1, every pair ties, and the policy is uniform random (sgl-project/sglang
+//! `sgl-router/src/policies/power_of_two.rs`, `sgl-router/src/core/worker_manager.rs`).
 
 use super::leastrequest::local_loads;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};

@@ -358,7 +358,9 @@ pub struct GroupFile {
     pub sends_session_key: bool,
     /// Per-session context cap in tokens.
     pub max_context_tokens: Option<i64>,
-    /// `chat` or `completions` (default: see [`fleetsim_core::workload::RequestApi`]).
+    /// `chat` (the default: `/v1/chat/completions` with `messages`, as agents send) or
+    /// `completions` (one `prompt` string). Routers that read the prompt treat the two
+    /// differently.
     pub request_api: Option<String>,
 }
 

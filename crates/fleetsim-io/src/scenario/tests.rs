@@ -150,7 +150,7 @@ fn impossible_values_are_rejected() {
     assert!(e.message.contains("(value from --set)"), "{e}");
     let e = load_err(MINIMAL, &[("workload.groups[0].output_tokens", "-5")]);
     assert!(e.message.contains("output_tokens must be at least 1, got -5"), "{e}");
-    // Issue 17: values that were clamped or rounded are refused, naming the key.
+    // Values that used to be clamped or rounded are refused, naming the key.
     let e = load_err(MINIMAL, &[("workload.groups[0].output_tokens", "0")]);
     assert_eq!(e.path, "workload.groups[0].output_tokens");
     for t in ["0", "0.5", "{ dist = \"constant\", value = 0 }"] {

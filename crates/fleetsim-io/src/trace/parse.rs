@@ -949,7 +949,7 @@ mod tests {
 
     #[test]
     fn mooncake_non_ascii_and_bom_do_not_panic() {
-        // Issue 17: slicing the error message at a byte inside `ü` panicked.
+        // Regression: slicing the error message at a byte inside `ü` panicked.
         let text = "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [0]}\nü\n";
         let e = parse(text, Format::Mooncake).unwrap_err();
         assert_eq!(e.line, Some(2), "{e}");
