@@ -10,7 +10,9 @@ use super::out::{out, outln};
 use super::shared::{ScenarioArgs, default_out, file_names};
 use crate::export::write_json;
 use crate::scenario::Source;
-use crate::sweep::exec::{ExecOptions, PartialSink, execute, failure_error, owned_runs, shard_path, validate_points};
+use crate::sweep::exec::{
+    ExecOptions, PartialSink, Points, execute, failure_error, owned_runs, shard_path, validate_points,
+};
 use crate::sweep::spec::{CliAxes, plan};
 use crate::sweep::table::{self, SweepFile};
 
@@ -124,7 +126,8 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
             anyhow::anyhow!("{file}: {m}")
         }
     })?;
-    validate_points(&src, &plan)?;
+    let points = Points::new(&plan, Default::default());
+    validate_points(&src, &plan, &points)?;
     if a.list {
         let mut out = String::new();
         let mut head = vec!["point".to_string()];
@@ -195,6 +198,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     let (result, wall) = match execute(
         &src,
         &meta,
+        &points,
         ExecOptions {
             jobs,
             shard: a.shard,

@@ -583,13 +583,6 @@ fn kv_fallback_share(columns: &[String], stats: &[Stat]) -> Option<f64> {
     )
 }
 
-/// Pretty JSON plus a newline.
-pub fn write_json_to<T: Serialize>(out: &mut Vec<u8>, v: &T) -> Result<()> {
-    serde_json::to_writer_pretty(&mut *out, v)?;
-    out.push(b'\n');
-    Ok(())
-}
-
 /// Reads a sweep or shard file.
 pub fn read(path: &Path) -> Result<SweepFile> {
     let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;

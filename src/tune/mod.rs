@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 
 use crate::scenario::Source;
-use crate::sweep::exec::{ExecOptions, RunFailure, execute, shard_path};
+use crate::sweep::exec::{ExecOptions, Points, RunFailure, execute, shard_path};
 use crate::sweep::spec::{Axis, Level, Plan, PlotFile};
 use crate::sweep::table::{self, SweepFile};
+use crate::trace::TraceCache;
 use halving::Search;
 use space::Candidate;
 
@@ -124,6 +125,8 @@ pub fn drive(
 ) -> Result<Outcome> {
     let metrics: Vec<String> = search.objective.terms.iter().map(|t| t.metric.clone()).collect();
     let (mut executed, mut wall) = (0u64, Duration::ZERO);
+    // Every round replays the same traces: read them once.
+    let traces = std::sync::Arc::new(TraceCache::new());
     while let Some((which, seeds)) = search.next() {
         let r = search.rounds.len();
         let plan = round_plan(cands, &which, &seeds, &metrics);
@@ -165,6 +168,7 @@ pub fn drive(
                 let (f, _) = execute(
                     src,
                     &meta,
+                    &Points::new(&meta.plan, traces.clone()),
                     ExecOptions {
                         jobs: opts.jobs,
                         shard: opts.shard,

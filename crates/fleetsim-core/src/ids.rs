@@ -43,3 +43,12 @@ id_type!(
     /// A client session (a multi-turn conversation or agent loop).
     SessionId
 );
+id_type!(
+    /// A router replica (`router.replicas`), in the order the front balancer counts them.
+    ReplicaId
+);
+id_type!(
+    /// A position in a router replica's scrape pass (the pass reads its endpoints in
+    /// order, one slot after another).
+    ScrapeSlot
+);

@@ -228,11 +228,6 @@ impl VllmEngine {
         !self.stepping
     }
 
-    /// True while a step is executing.
-    pub fn is_stepping(&self) -> bool {
-        self.stepping
-    }
-
     /// Live number of running requests (the scheduler's running list).
     pub fn running(&self) -> u32 {
         self.running.len() as u32

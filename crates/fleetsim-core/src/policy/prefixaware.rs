@@ -137,19 +137,20 @@ impl PrefixAware {
     }
 }
 
+/// Seed of the prefix-key hash chain (`prefix_key`, `take_extended`).
+const PREFIX_KEY_SEED: u64 = 0x5EC0_4D70_0000_0000;
+
 /// Key of a prompt's first `n` chunks (the count included, so prefixes of different
 /// lengths never collide).
 fn prefix_key(chunks: &[u64], n: usize) -> u64 {
-    let h = chunks[..n]
-        .iter()
-        .fold(mix(0x5EC0_4D70_0000_0000, 0), |h, &c| mix(h, c));
+    let h = chunks[..n].iter().fold(mix(PREFIX_KEY_SEED, 0), |h, &c| mix(h, c));
     mix(h, n as u64)
 }
 
 /// The first (shortest) prefix of `chunks`, shorter than the whole, for which `take` returns
 /// something: a remembered earlier prompt, consumed by `take`.
 fn take_extended<V>(chunks: &[u64], mut take: impl FnMut(u64) -> Option<V>) -> Option<V> {
-    let mut h = mix(0x5EC0_4D70_0000_0000, 0);
+    let mut h = mix(PREFIX_KEY_SEED, 0);
     // Incremental `prefix_key` for every n < len: the count is mixed in per length.
     for n in 1..chunks.len() {
         h = mix(h, chunks[n - 1]);

@@ -22,9 +22,9 @@ use request_stats::{RequestStatsEntry, RequestStatsMonitor};
 
 use crate::backend::kv::KvEvent;
 use crate::content::{Content, block_hashes, char_chunk_hashes};
-use crate::ids::{BackendId, RequestId};
+use crate::ids::{BackendId, ReplicaId, RequestId};
 use crate::policy::{Decision, EndpointInfo, PolicyConfig, RequestInfo, RouterView, RoutingPolicy, build};
-use crate::rng::SimRng;
+use crate::rng::{SimRng, stream};
 use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
 
@@ -98,9 +98,11 @@ pub struct Router {
 }
 
 impl Router {
-    /// A router over a fleet of backends (by index), of which discovery lists those with
-    /// `listed[i]` in index order, drawing policy randomness from `rng`.
-    pub fn new(cfg: RouterConfig, fleet: Vec<EndpointInfo>, listed: &[bool], rng: SimRng) -> Router {
+    /// Router replica `replica` over a fleet of backends (by index), of which discovery
+    /// lists those with `listed[i]` in index order. Its random streams derive from the
+    /// master `seed`, one per purpose (`router.policy`, `router.scrape_jitter`, instance
+    /// `replica`), so no stream can stand in for another.
+    pub fn new(cfg: RouterConfig, fleet: Vec<EndpointInfo>, listed: &[bool], seed: u64, replica: ReplicaId) -> Router {
         let n = fleet.len();
         for (i, e) in fleet.iter().enumerate() {
             assert_eq!(e.backend.index(), i, "the fleet must be given in backend order");
@@ -118,9 +120,9 @@ impl Router {
             kv: policy.needs_kv_events().then(|| KvFeed::new(n, cfg.kv_event_lag)),
             blocks: Vec::new(),
             last_view_age: None,
-            jitter_rng: rng.clone(),
+            jitter_rng: stream(seed, "router.scrape_jitter", u64::from(replica.0)),
             policy,
-            rng,
+            rng: stream(seed, "router.policy", u64::from(replica.0)),
             engine_view: Vec::with_capacity(n),
             request_view: Vec::with_capacity(n),
             chunks: Vec::new(),
@@ -308,13 +310,6 @@ impl Router {
         }
         let d = self.jitter_rng.random_range(0..=2 * j) as i128 - j as i128;
         SimDuration((sleep.0 as i128 + d).max(0) as u64)
-    }
-
-    /// Uses `rng` for scrape-interval jitter (its own named stream, so jitter never shifts
-    /// the policy's draws).
-    pub fn with_jitter_rng(mut self, rng: SimRng) -> Router {
-        self.jitter_rng = rng;
-        self
     }
 
     /// A router restart at `now`: the policy's state (tries, trees, counters, background

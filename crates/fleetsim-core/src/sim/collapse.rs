@@ -11,7 +11,6 @@
 //! The counter only moves at real pushes, so the keys of real events keep their order.
 
 use super::{Event, Simulation};
-use crate::backend::Backend;
 use crate::ids::BackendId;
 use crate::time::{SimDuration, SimTime};
 
@@ -37,26 +36,26 @@ impl Simulation<'_> {
             return false;
         };
         let i = b.index();
-        debug_assert!(self.collapsed[i].is_none());
+        debug_assert!(self.nodes[i].collapsed.is_none());
         // Two collapsed backends whose steps fall on one grid would need their whole
         // histories to order their steps at each shared instant: such a backend steps one
         // event at a time instead.
         let t1 = now.0 + d.0;
         let aligned = self.collapsing.iter().any(|&o| {
-            let o = self.collapsed[o as usize].as_ref().expect("listed collapse");
+            let o = self.nodes[o.index()].collapsed.as_ref().expect("listed collapse");
             o.d == d && t1.abs_diff(o.t_next.0) % d.0 == 0
         });
         if aligned {
             return false;
         }
-        self.collapsed[i] = Some(Collapse {
+        self.nodes[i].collapsed = Some(Collapse {
             t_next: SimTime(t1),
             key_next: 2 * self.queue.counter(),
             d,
             left: h,
             unrun: 0,
         });
-        self.collapsing.push(i as u32);
+        self.collapsing.push(b);
         self.virtual_next = self.virtual_next.min(SimTime(t1));
         // Provisional key: after every real event at that time, until resolved.
         self.queue.push_lane_keyed(i, SimTime(t_end), u64::MAX, u64::MAX, ev);
@@ -75,8 +74,8 @@ impl Simulation<'_> {
         let mut logged: Vec<(SimTime, u64, u64, u32)> = Vec::new();
         let mut k = 0;
         while k < self.collapsing.len() {
-            let i = self.collapsing[k] as usize;
-            let c = self.collapsed[i].as_mut().expect("listed collapse");
+            let i = self.collapsing[k].index();
+            let c = self.nodes[i].collapsed.as_mut().expect("listed collapse");
             let mut passed = false;
             if c.left > 0 && c.t_next < t {
                 // Steps at `t_next`, `t_next + d`, ... before `t` (mostly one: a division
@@ -124,7 +123,12 @@ impl Simulation<'_> {
             // same gap between real events: the earlier first).
             logged.sort_unstable();
             for (t, _, _, b) in logged {
-                self.event_log.push(super::EventRecord { t, kind: 2, a: b, b: 0 });
+                self.event_log.push(super::EventRecord {
+                    t,
+                    kind: super::EventKind::StepDone,
+                    a: b,
+                    b: 0,
+                });
             }
         }
     }
@@ -132,32 +136,23 @@ impl Simulation<'_> {
     /// Runs the engine work of backend `b`'s passed virtual steps.
     pub(super) fn catch_up(&mut self, b: BackendId) {
         let i = b.index();
-        let Some(c) = self.collapsed[i].as_mut() else {
+        let Some(c) = self.nodes[i].collapsed.as_mut() else {
             return;
         };
         let n = std::mem::take(&mut c.unrun);
         let (d, first) = (c.d, c.t_next.0 - u64::from(n) * c.d.0);
-        if self.history[i].0 == 0 {
+        if self.nodes[i].history.0 == 0 {
             // No gauge history to record step by step: the steps run as one batch.
-            let Backend::Vllm(e) = &mut self.backends[i] else {
-                unreachable!("collapses are vLLM-only")
-            };
-            e.advance_stretch(n, first);
+            self.engines.vllm(b).advance_stretch(n, first);
         } else {
             for j in 0..u64::from(n) {
                 let t = SimTime(first + j * d.0);
-                let Backend::Vllm(e) = &mut self.backends[i] else {
-                    unreachable!("collapses are vLLM-only")
-                };
                 self.step_events.clear();
-                e.finish_step(t, &mut self.step_events);
+                self.engines.vllm(b).finish_step(t, &mut self.step_events);
                 debug_assert!(self.step_events.first_tokens.is_empty() && self.step_events.finished.is_empty());
                 self.note_gauges(t, b);
-                let Backend::Vllm(e) = &mut self.backends[i] else {
-                    unreachable!("collapses are vLLM-only")
-                };
                 self.step_events.clear();
-                let d2 = e.start_step(&mut self.step_events);
+                let d2 = self.engines.vllm(b).start_step(&mut self.step_events);
                 assert_eq!(d2, Some(d), "a collapsed step was not a certain stretch step");
             }
         }
@@ -168,7 +163,7 @@ impl Simulation<'_> {
     /// Before backend `b`'s lane step is handled: its passed steps run and the collapse
     /// is over.
     pub(super) fn end_collapse(&mut self, b: BackendId) {
-        if self.collapsed[b.index()].is_some() {
+        if self.nodes[b.index()].collapsed.is_some() {
             self.catch_up(b);
             self.drop_collapse(b);
         }
@@ -177,23 +172,19 @@ impl Simulation<'_> {
     /// Something changes backend `b` (an arrival): its passed steps run, and its next
     /// virtual step becomes its lane's real step.
     pub(super) fn uncollapse(&mut self, b: BackendId) {
-        if self.collapsed[b.index()].is_none() {
+        if self.nodes[b.index()].collapsed.is_none() {
             return;
         }
         self.catch_up(b);
-        let c = self.collapsed[b.index()].as_ref().expect("checked");
+        let c = self.nodes[b.index()].collapsed.as_ref().expect("checked");
         let (t, key, tie) = (c.t_next, c.key_next, c.t_next.0 - c.d.0);
         self.queue.set_lane_key(b.index(), t, key, tie);
         self.drop_collapse(b);
     }
 
     fn drop_collapse(&mut self, b: BackendId) {
-        self.collapsed[b.index()] = None;
-        let k = self
-            .collapsing
-            .iter()
-            .position(|&x| x as usize == b.index())
-            .expect("listed collapse");
+        self.nodes[b.index()].collapsed = None;
+        let k = self.collapsing.iter().position(|&x| x == b).expect("listed collapse");
         self.collapsing.swap_remove(k);
     }
 }

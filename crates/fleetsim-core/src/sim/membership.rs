@@ -2,7 +2,7 @@
 //! departing engine held, and fresh engine incarnations.
 
 use super::{Event, Simulation, engine_counters, fresh_backend};
-use crate::backend::Backend;
+use crate::backend::Engine;
 use crate::fleet::{FleetEventKind, Membership};
 use crate::ids::{BackendId, RequestId};
 use crate::time::SimTime;
@@ -13,24 +13,24 @@ impl Simulation<'_> {
         let i = b.index();
         match kind {
             FleetEventKind::Join => {
-                match self.membership[i] {
+                match self.nodes[i].membership {
                     // Listed again with the engine (and cache) it still runs.
                     Membership::Draining => {}
                     // A new pod: a fresh engine.
                     Membership::Absent => self.replace_engine(now, b),
                     Membership::Active => return,
                 }
-                self.membership[i] = Membership::Active;
+                self.nodes[i].membership = Membership::Active;
                 for r in &mut self.routers {
                     r.add_endpoint(b);
                 }
                 self.fleet.set_in_service(now, b, true);
             }
             FleetEventKind::Drain => {
-                if self.membership[i] != Membership::Active {
+                if self.nodes[i].membership != Membership::Active {
                     return;
                 }
-                self.membership[i] = Membership::Draining;
+                self.nodes[i].membership = Membership::Draining;
                 for r in &mut self.routers {
                     r.remove_endpoint(b);
                 }
@@ -38,11 +38,11 @@ impl Simulation<'_> {
                 self.maybe_drained(now, b);
             }
             FleetEventKind::Leave | FleetEventKind::Restart { .. } => {
-                if self.membership[i] == Membership::Absent {
+                if self.nodes[i].membership == Membership::Absent {
                     // A drain already took it out.
                     return;
                 }
-                self.membership[i] = Membership::Absent;
+                self.nodes[i].membership = Membership::Absent;
                 for r in &mut self.routers {
                     r.remove_endpoint(b);
                     r.forget_kv(now, b);
@@ -50,11 +50,11 @@ impl Simulation<'_> {
                 self.fleet.set_in_service(now, b, false);
                 // Requests it holds fail; the client hears of it one response latency later.
                 let resp = self.cfg.response_latency;
-                for k in 0..self.requests.len() {
-                    let r = &mut self.requests[k];
+                for k in 0..self.log.requests.len() {
+                    let r = &mut self.log.requests[k];
                     if r.backend == b && r.t_engine.is_some() && r.t_finish_engine.is_none() && r.t_failed.is_none() {
                         r.t_failed = Some(now);
-                        self.outstanding[i] -= 1;
+                        self.nodes[i].outstanding -= 1;
                         self.schedule(
                             now,
                             resp,
@@ -80,22 +80,25 @@ impl Simulation<'_> {
     /// summary; events of the old incarnation become stale).
     pub(super) fn replace_engine(&mut self, now: SimTime, b: BackendId) {
         let i = b.index();
-        let old = std::mem::replace(&mut self.backends[i], fresh_backend(&self.cfg.models[i], self.coalesce));
-        let c = engine_counters(&old);
-        if let Backend::Vllm(e) = &old {
-            self.retired_coalesced += e.coalesced_steps();
+        let mut fresh = fresh_backend(&self.cfg.models[i], self.coalesce);
+        if self.routers[0].wants_kv_events()
+            && let Engine::Vllm(e) = &mut fresh
+        {
+            e.enable_kv_events();
         }
-        let r = &mut self.retired[i];
+        let old = self.engines.replace(b, fresh);
+        let old = old.as_ref();
+        let c = engine_counters(old);
+        let node = &mut self.nodes[i];
+        if let Engine::Vllm(e) = old {
+            node.retired_coalesced += e.coalesced_steps();
+        }
+        let r = &mut node.retired;
         r.steps += c.steps;
         r.preemptions += c.preemptions;
         r.query_tokens += c.query_tokens;
         r.hit_tokens += c.hit_tokens;
-        if self.routers[0].wants_kv_events()
-            && let Backend::Vllm(e) = &mut self.backends[i]
-        {
-            e.enable_kv_events();
-        }
-        self.incarnation[i] += 1;
+        node.incarnation += 1;
         self.note_gauges(now, b);
         self.observe(now, b);
     }
@@ -103,8 +106,8 @@ impl Simulation<'_> {
     /// A draining backend that holds nothing more is gone.
     pub(super) fn maybe_drained(&mut self, now: SimTime, b: BackendId) {
         let i = b.index();
-        if self.membership[i] == Membership::Draining && self.outstanding[i] == 0 {
-            self.membership[i] = Membership::Absent;
+        if self.nodes[i].membership == Membership::Draining && self.nodes[i].outstanding == 0 {
+            self.nodes[i].membership = Membership::Absent;
             for r in &mut self.routers {
                 r.forget_kv(now, b);
             }

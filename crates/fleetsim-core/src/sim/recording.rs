@@ -2,6 +2,7 @@
 
 use super::{RunResult, Simulation, engine_counters};
 use crate::fleet::Membership;
+use crate::ids::BackendId;
 use crate::metrics::{EngineCounters, SummaryInputs, summarize};
 use crate::time::SimTime;
 
@@ -10,12 +11,16 @@ impl Simulation<'_> {
         if now < self.queue.now() {
             return Err("time went backwards".into());
         }
-        for (i, b) in self.backends.iter().enumerate() {
-            b.check().map_err(|e| format!("backend {i}: {e}"))?;
+        for i in 0..self.nodes.len() {
+            self.engines
+                .get(BackendId::from_index(i))
+                .check()
+                .map_err(|e| format!("backend {i}: {e}"))?;
         }
-        let arrived = self.requests.len();
-        let failed = self.requests.iter().filter(|r| r.t_failed.is_some()).count();
+        let arrived = self.log.requests.len();
+        let failed = self.log.requests.iter().filter(|r| r.t_failed.is_some()).count();
         let in_flight = self
+            .log
             .requests
             .iter()
             .filter(|r| r.t_done.is_none() && r.t_failed.is_none())
@@ -26,7 +31,8 @@ impl Simulation<'_> {
                 self.finished
             ));
         }
-        for (i, m) in self.membership.iter().enumerate() {
+        for (i, node) in self.nodes.iter().enumerate() {
+            let m = &node.membership;
             let listed = self
                 .routers
                 .iter()
@@ -38,25 +44,28 @@ impl Simulation<'_> {
                 // Nothing may still be at the engine of a backend that left: what remains
                 // outstanding is on the wire, dispatched before it left (refused on arrival).
                 let on_wire = self
+                    .log
                     .requests
                     .iter()
                     .filter(|r| r.backend.index() == i && r.t_failed.is_none() && r.t_engine.is_none())
                     .count() as u32;
-                if self.outstanding[i] != on_wire {
+                if node.outstanding != on_wire {
                     return Err(format!(
                         "backend {i} left but {} requests are outstanding on it ({on_wire} on the wire)",
-                        self.outstanding[i]
+                        node.outstanding
                     ));
                 }
             }
         }
-        let outstanding: u32 = self.outstanding.iter().sum();
-        let at_engine: u32 = self
-            .backends
-            .iter()
-            .map(|b| b.running() + b.waiting() + b.pending())
+        let outstanding: u32 = self.nodes.iter().map(|n| n.outstanding).sum();
+        let at_engine: u32 = (0..self.nodes.len())
+            .map(|i| {
+                let b = self.engines.get(BackendId::from_index(i));
+                b.running() + b.waiting() + b.pending()
+            })
             .sum();
         let in_transit = self
+            .log
             .requests
             .iter()
             .filter(|r| r.t_engine.is_none() && r.t_failed.is_none())
@@ -71,7 +80,7 @@ impl Simulation<'_> {
 
     pub(super) fn finish(mut self, end: SimTime) -> RunResult {
         self.fleet.finish(end);
-        let n = self.backends.len();
+        let n = self.nodes.len();
         let mut first_turns = vec![0u64; n];
         let mut last_turns = vec![0u64; n];
         let mut latched = 0;
@@ -87,11 +96,12 @@ impl Simulation<'_> {
             }
         }
         let engines = self
-            .backends
+            .nodes
             .iter()
-            .zip(&self.retired)
-            .map(|(b, r)| {
-                let c = engine_counters(b);
+            .enumerate()
+            .map(|(i, node)| {
+                let r = &node.retired;
+                let c = engine_counters(self.engines.get(BackendId::from_index(i)));
                 EngineCounters {
                     steps: c.steps + r.steps,
                     preemptions: c.preemptions + r.preemptions,
@@ -116,31 +126,29 @@ impl Simulation<'_> {
             latched_sessions: latched,
             first_turns,
             last_turns,
-            regrets: &self.regrets,
-            view_ages_ns: &self.view_ages,
+            regrets: &self.log.regrets,
+            view_ages_ns: &self.log.view_ages,
             itl_ns: &itl_ns,
             rejected: self.rejected,
             abandoned: self.abandoned,
         };
-        let mut summary = summarize(inputs, &self.fleet, &self.requests, &self.branches);
-        summary.replay = crate::metrics::fidelity::summarize(self.workload, &self.requests);
+        let mut summary = summarize(inputs, &self.fleet, &self.log.requests, &self.log.branches);
+        summary.replay = crate::metrics::fidelity::summarize(self.workload, &self.log.requests);
         RunResult {
             summary,
             series: self.fleet.take_series(),
             episodes: self.fleet.take_episodes(),
-            requests: self.requests,
+            requests: self.log.requests,
             decisions: self.decisions,
             session_keys: self.workload.sessions.iter().map(|s| s.key.clone()).collect(),
             event_log: self.event_log,
             collapsed_steps: self.collapsed_steps,
-            coalesced_steps: self.retired_coalesced
+            coalesced_steps: self.nodes.iter().map(|n| n.retired_coalesced).sum::<u64>()
                 + self
-                    .backends
+                    .engines
+                    .vllm_engines()
                     .iter()
-                    .map(|b| match b {
-                        crate::backend::Backend::Vllm(e) => e.coalesced_steps(),
-                        crate::backend::Backend::Queueing(_) => 0,
-                    })
+                    .map(|e| e.coalesced_steps())
                     .sum::<u64>(),
         }
     }

@@ -3,9 +3,9 @@
 //! the engine, completion, failures, retries, and the router's request stats.
 
 use super::{Event, STATS_COMPLETE, STATS_RECORDED, STATS_RESPONSE, Simulation};
-use crate::backend::Backend;
+use crate::backend::Engine;
 use crate::fleet::Membership;
-use crate::ids::{BackendId, RequestId, SessionId};
+use crate::ids::{BackendId, ReplicaId, RequestId, SessionId};
 use crate::metrics::{DecisionRow, RequestRec};
 use crate::router::Router;
 use crate::router::engine_stats::EngineStatsEntry;
@@ -39,11 +39,10 @@ impl Simulation<'_> {
     /// The fewest requests outstanding on any backend discovery lists (the best pick in
     /// truth), or `None` when nothing is listed.
     pub(super) fn least_outstanding(&self) -> Option<u32> {
-        self.outstanding
+        self.nodes
             .iter()
-            .zip(&self.membership)
-            .filter(|(_, m)| **m == Membership::Active)
-            .map(|(o, _)| *o)
+            .filter(|n| n.membership == Membership::Active)
+            .map(|n| n.outstanding)
             .min()
     }
 
@@ -59,11 +58,11 @@ impl Simulation<'_> {
             return;
         }
         let content = self.workload.content(s, turn as usize);
-        let rid = RequestId::from_index(self.requests.len());
+        let rid = RequestId::from_index(self.log.requests.len());
         if self.cfg.router.fresh_signals {
-            let backends = &self.backends;
+            let engines = &self.engines;
             self.routers[replica].set_fresh_engine_stats(now, |b| {
-                let g = backends[b.index()].gauges();
+                let g = engines.get(b).gauges();
                 EngineStatsEntry {
                     running: g.running,
                     waiting: g.waiting,
@@ -74,16 +73,16 @@ impl Simulation<'_> {
             });
         }
         let audit = self.opts.record_decisions.then_some(&mut self.decisions.scratch);
-        self.replica_of.push(replica as u16);
+        self.log.replica_of.push(ReplicaId::from_index(replica));
         let (b, d) = self.routers[replica].route(now, rid, key, &content, audit);
         let min = self.least_outstanding().expect("a listed endpoint was picked");
-        self.regrets.push(self.outstanding[b.index()] - min);
+        self.log.regrets.push(self.nodes[b.index()].outstanding - min);
         if let Some(age) = self.routers[replica].last_view_age() {
-            self.view_ages.push(age.0);
+            self.log.view_ages.push(age.0);
         }
         if self.opts.record_decisions {
             self.decisions.commit_view();
-            self.decisions.truth.extend_from_slice(&self.outstanding);
+            self.decisions.truth.extend(self.nodes.iter().map(|n| n.outstanding));
             self.decisions.rows.push(DecisionRow {
                 t: now,
                 request: rid,
@@ -94,18 +93,18 @@ impl Simulation<'_> {
                 match_chars: d.match_chars,
             });
         }
-        self.branches.push(d.branch);
+        self.log.branches.push(d.branch);
         let st = &mut self.sessions[s.index()];
         st.last_backend = Some(b);
         if turn == 0 {
             st.first_backend = Some(b);
-            st.first_turn_suboptimal = self.outstanding[b.index()] > min;
+            st.first_turn_suboptimal = self.nodes[b.index()].outstanding > min;
             st.stayed = true;
         } else if st.first_backend != Some(b) {
             st.stayed = false;
         }
-        self.outstanding[b.index()] += 1;
-        self.requests.push(RequestRec {
+        self.nodes[b.index()].outstanding += 1;
+        self.log.requests.push(RequestRec {
             session: s,
             turn,
             backend: b,
@@ -126,40 +125,40 @@ impl Simulation<'_> {
         let lag = self.routers[replica].request_stats_lag();
         if lag.0 == 0 {
             self.routers[replica].on_new_request(b, now);
-            self.stats_state.push(STATS_RECORDED);
+            self.log.stats_state.push(STATS_RECORDED);
         } else {
-            self.stats_state.push(0);
+            self.log.stats_state.push(0);
             self.schedule(now, lag, Event::RecordDispatch { request: rid });
         }
         self.schedule(now, self.cfg.dispatch_latency, Event::BackendArrival { request: rid });
     }
 
     pub(super) fn on_backend_arrival(&mut self, now: SimTime, rid: RequestId) {
-        let r = &mut self.requests[rid.index()];
+        let r = &mut self.log.requests[rid.index()];
         let b = r.backend;
-        if self.membership[b.index()] == Membership::Absent {
+        if self.nodes[b.index()].membership == Membership::Absent {
             // The backend left while the request was on its way: connection refused.
             r.t_failed = Some(now);
-            self.outstanding[b.index()] -= 1;
+            self.nodes[b.index()].outstanding -= 1;
             self.schedule(now, self.cfg.response_latency, Event::Fail { request: rid });
             return;
         }
         r.t_engine = Some(now);
         self.uncollapse(b);
-        let r = &mut self.requests[rid.index()];
+        let r = &mut self.log.requests[rid.index()];
         let plan = &self.workload.sessions[r.session.index()];
         let turn = r.turn as usize;
-        match &mut self.backends[b.index()] {
-            Backend::Vllm(e) => {
+        match self.engines.get_mut(b) {
+            Engine::Vllm(e) => {
                 if e.enqueue(rid, self.workload.content(r.session, turn)) {
                     self.start_step(now, b);
                 }
             }
-            Backend::Queueing(q) => {
+            Engine::Queueing(q) => {
                 let service = plan.turns[turn].service;
                 if let Some(d) = q.arrive(rid, service) {
-                    self.requests[rid.index()].t_admit = Some(now);
-                    let incarnation = self.incarnation[b.index()];
+                    self.log.requests[rid.index()].t_admit = Some(now);
+                    let incarnation = self.nodes[b.index()].incarnation;
                     self.schedule(
                         now,
                         d,
@@ -180,7 +179,7 @@ impl Simulation<'_> {
     /// client retries the turn or gives up.
     pub(super) fn on_fail(&mut self, now: SimTime, rid: RequestId) {
         self.router_of(rid).on_finished(rid);
-        let r = &self.requests[rid.index()];
+        let r = &self.log.requests[rid.index()];
         let (b, s, turn) = (r.backend, r.session, r.turn);
         let what = if r.t_first_chunk.is_none() {
             STATS_RESPONSE | STATS_COMPLETE
@@ -206,7 +205,7 @@ impl Simulation<'_> {
             *a
         };
         if a <= self.cfg.client.max_retries {
-            let u: f64 = rand::RngExt::random(&mut self.retry_rng);
+            let u: f64 = rand::RngExt::random(&mut self.streams.retry);
             let d = self.cfg.client.retry_delay(a, u);
             self.schedule(now, d, Event::Resend { session: s, turn });
         } else {
@@ -231,7 +230,7 @@ impl Simulation<'_> {
     /// Applies a response-side request-stats update, or, if the dispatch itself has not
     /// reached the stats yet (`request_stats_lag_s`), defers it so updates stay in order.
     pub(super) fn router_stats_event(&mut self, rid: RequestId, b: BackendId, what: u8) {
-        let st = &mut self.stats_state[rid.index()];
+        let st = &mut self.log.stats_state[rid.index()];
         if *st & STATS_RECORDED == 0 {
             *st |= what;
         } else {
@@ -241,7 +240,7 @@ impl Simulation<'_> {
 
     /// The replica that routed `rid`.
     pub(super) fn router_of(&mut self, rid: RequestId) -> &mut Router {
-        &mut self.routers[self.replica_of[rid.index()] as usize]
+        &mut self.routers[self.log.replica_of[rid.index()].index()]
     }
 
     /// Applies the response-side updates named by `flags`, first chunk before completion.
@@ -256,14 +255,14 @@ impl Simulation<'_> {
 
     pub(super) fn on_complete(&mut self, now: SimTime, rid: RequestId) {
         self.router_of(rid).on_finished(rid);
-        let r = &mut self.requests[rid.index()];
+        let r = &mut self.log.requests[rid.index()];
         r.t_done = Some(now);
         let (b, s) = (r.backend, r.session);
         self.router_stats_event(rid, b, STATS_COMPLETE);
         self.finished += 1;
         self.attempts[s.index()] = 0;
         if self.workload.sessions[s.index()].open_loop {
-            let turn = self.requests[rid.index()].turn;
+            let turn = self.log.requests[rid.index()].turn;
             if !self.open_attempts.is_empty() {
                 self.open_attempts.remove(&(s.0, turn));
             }

@@ -3,33 +3,40 @@
 //! the KV-event feed.
 
 use super::{Event, Simulation};
-use crate::backend::Gauges;
+use crate::backend::{Engine, Gauges};
 use crate::faults::ScrapeOutcome;
 use crate::fleet::Membership;
-use crate::ids::BackendId;
+use crate::ids::{BackendId, ReplicaId, ScrapeSlot};
 use crate::router::engine_stats::{EngineStatsEntry, ScrapeNext};
 use crate::time::{SimDuration, SimTime};
 
 impl Simulation<'_> {
-    /// Replica `replica` reads the `pos`-th backend of its scrape pass: the gauges as of
+    /// Replica `replica` reads the backend in `slot` of its scrape pass: the gauges as of
     /// `gauge_lag` (and any extra-lag fault) ago, or a failure.
-    pub(super) fn on_scrape_read(&mut self, now: SimTime, replica: u16, pos: u32) {
-        let Some(b) = self.routers[replica as usize].scrape_target(pos as usize) else {
+    pub(super) fn on_scrape_read(&mut self, now: SimTime, replica: ReplicaId, slot: ScrapeSlot) {
+        let Some(b) = self.routers[replica.index()].scrape_target(slot.index()) else {
             // Nothing listed: the pass is over at once.
-            let sleep = self.routers[replica as usize].scrape_pass_end();
-            self.schedule(now, sleep, Event::ScrapeRead { replica, pos: 0 });
+            let sleep = self.routers[replica.index()].scrape_pass_end();
+            self.schedule(
+                now,
+                sleep,
+                Event::ScrapeRead {
+                    replica,
+                    slot: ScrapeSlot(0),
+                },
+            );
             return;
         };
         self.catch_up(b);
         let lag = self.cfg.gauge_lag.0.saturating_add(self.faults.extra_lag(b, now).0);
         let g = if lag > 0 {
-            self.gauges[b.index()].at(SimTime(now.0.saturating_sub(lag)))
+            self.nodes[b.index()].gauges.at(SimTime(now.0.saturating_sub(lag)))
         } else {
-            self.backends[b.index()].gauges()
+            self.engines.get(b).gauges()
         };
         let g = match self.faults.scrape(b, now, g) {
             // A backend that left refuses the connection.
-            _ if self.membership[b.index()] == Membership::Absent => None,
+            _ if self.nodes[b.index()].membership == Membership::Absent => None,
             ScrapeOutcome::Fail => None,
             ScrapeOutcome::Values(g) => Some(g),
         };
@@ -40,39 +47,53 @@ impl Simulation<'_> {
             kv_total_blocks: g.kv_total_blocks,
             read_at: now,
         });
-        let (next, mut after) = self.routers[replica as usize].scrape_read(pos as usize, entry);
+        let (next, mut after) = self.routers[replica.index()].scrape_read(slot.index(), entry);
         if self.faults.hangs(b, now) {
             // Upstream's `requests.get(..., timeout=scrape_interval)`: the pass waits.
             after = after.max(self.cfg.router.engine_stats_interval);
         }
         let ev = match next {
-            ScrapeNext::Read(p) => Event::ScrapeRead { replica, pos: p as u32 },
+            ScrapeNext::Read(p) => Event::ScrapeRead {
+                replica,
+                slot: ScrapeSlot::from_index(p),
+            },
             ScrapeNext::PassEnd => Event::ScrapePassEnd { replica },
         };
         self.schedule(now, after, ev);
     }
 
     /// A scrape pass is over: the replica sleeps until the next one.
-    pub(super) fn on_scrape_pass_end(&mut self, now: SimTime, replica: u16) {
-        let sleep = self.routers[replica as usize].scrape_pass_end();
-        self.schedule(now, sleep, Event::ScrapeRead { replica, pos: 0 });
+    pub(super) fn on_scrape_pass_end(&mut self, now: SimTime, replica: ReplicaId) {
+        let sleep = self.routers[replica.index()].scrape_pass_end();
+        self.schedule(
+            now,
+            sleep,
+            Event::ScrapeRead {
+                replica,
+                slot: ScrapeSlot(0),
+            },
+        );
     }
 
     /// Records backend `b`'s published gauges for lagged scrapes (only when a lag applies).
     pub(super) fn note_gauges(&mut self, now: SimTime, b: BackendId) {
-        if self.history[b.index()].0 > 0 {
-            let g = self.backends[b.index()].gauges();
-            self.gauges[b.index()].push(now, g, self.history[b.index()]);
+        let node = &mut self.nodes[b.index()];
+        if node.history.0 > 0 {
+            let g = self.engines.get(b).gauges();
+            node.gauges.push(now, g, node.history);
         }
     }
 
     /// The fleet tracker and the KV-event feed see backend `b`'s state after a change.
     pub(super) fn observe(&mut self, now: SimTime, b: BackendId) {
-        let be = &mut self.backends[b.index()];
+        let be = self.engines.get(b);
         self.fleet.set(now, b, be.running(), be.waiting(), be.kv_used_blocks());
         if self.routers[0].wants_kv_events() {
             let mut ev = Vec::new();
-            be.drain_kv_events(&mut ev);
+            // Only vLLM engines have a KV cache to report on.
+            if let Engine::Vllm(e) = self.engines.get_mut(b) {
+                e.drain_kv_events(&mut ev);
+            }
             if !ev.is_empty() {
                 // Every replica subscribes to the same feed.
                 let last = self.routers.len() - 1;

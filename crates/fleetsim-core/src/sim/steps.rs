@@ -2,15 +2,12 @@
 //! model's service completions.
 
 use super::{Event, Simulation};
-use crate::backend::Backend;
 use crate::ids::{BackendId, RequestId};
 use crate::time::{SimDuration, SimTime};
 
 impl Simulation<'_> {
     pub(super) fn start_step(&mut self, now: SimTime, b: BackendId) {
-        let Backend::Vllm(e) = &mut self.backends[b.index()] else {
-            unreachable!("steps are vLLM-only")
-        };
+        let e = self.engines.vllm(b);
         self.step_events.clear();
         if let Some(d) = e.start_step(&mut self.step_events) {
             let factor = if self.faults.is_empty() {
@@ -24,11 +21,11 @@ impl Simulation<'_> {
                 SimDuration((d.0 as f64 * factor).round() as u64)
             };
             for &(rid, cached) in &self.step_events.admitted {
-                let r = &mut self.requests[rid.index()];
+                let r = &mut self.log.requests[rid.index()];
                 r.t_admit = Some(now);
                 r.cached_tokens = cached;
             }
-            let incarnation = self.incarnation[b.index()];
+            let incarnation = self.nodes[b.index()].incarnation;
             let ev = Event::StepDone {
                 backend: b,
                 incarnation,
@@ -49,9 +46,7 @@ impl Simulation<'_> {
 
     pub(super) fn on_step_done(&mut self, now: SimTime, b: BackendId) {
         self.end_collapse(b);
-        let Backend::Vllm(e) = &mut self.backends[b.index()] else {
-            unreachable!("steps are vLLM-only")
-        };
+        let e = self.engines.vllm(b);
         // The step's lists are read in place (by index, as `schedule` borrows all of
         // `self`): a coalesced step leaves them empty, and moving the struct out and back
         // cost more than the rest of its handling.
@@ -64,15 +59,15 @@ impl Simulation<'_> {
         let resp = self.cfg.response_latency;
         for i in 0..self.step_events.first_tokens.len() {
             let rid = self.step_events.first_tokens[i];
-            self.requests[rid.index()].t_first_token = Some(now);
+            self.log.requests[rid.index()].t_first_token = Some(now);
             self.schedule(now, resp, Event::FirstChunk { request: rid });
         }
         for i in 0..self.step_events.finished.len() {
             let f = self.step_events.finished[i];
-            let r = &mut self.requests[f.id.index()];
+            let r = &mut self.log.requests[f.id.index()];
             r.t_finish_engine = Some(now);
             r.preemptions = f.preemptions;
-            self.outstanding[r.backend.index()] -= 1;
+            self.nodes[r.backend.index()].outstanding -= 1;
             self.schedule(now, resp, Event::Complete { request: f.id });
         }
         self.note_gauges(now, b);
@@ -83,18 +78,16 @@ impl Simulation<'_> {
 
     pub(super) fn on_service_done(&mut self, now: SimTime, b: BackendId, rid: RequestId) {
         let resp = self.cfg.response_latency;
-        let r = &mut self.requests[rid.index()];
+        let r = &mut self.log.requests[rid.index()];
         r.t_first_token = Some(now);
         r.t_finish_engine = Some(now);
-        self.outstanding[b.index()] -= 1;
+        self.nodes[b.index()].outstanding -= 1;
         self.schedule(now, resp, Event::FirstChunk { request: rid });
         self.schedule(now, resp, Event::Complete { request: rid });
-        let Backend::Queueing(q) = &mut self.backends[b.index()] else {
-            unreachable!("service is queueing-only")
-        };
+        let q = self.engines.queueing(b);
         if let Some((next, d)) = q.complete() {
-            self.requests[next.index()].t_admit = Some(now);
-            let incarnation = self.incarnation[b.index()];
+            self.log.requests[next.index()].t_admit = Some(now);
+            let incarnation = self.nodes[b.index()].incarnation;
             self.schedule(
                 now,
                 d,

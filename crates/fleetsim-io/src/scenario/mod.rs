@@ -111,8 +111,14 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// Generates the workload for the scenario's seed.
+    /// Generates the workload for the scenario's seed, reading its trace files afresh.
     pub fn workload(&self) -> Result<Workload, FieldError> {
+        self.workload_with(&crate::trace::TraceCache::new())
+    }
+
+    /// [`Scenario::workload`] with the trace files taken from (or read into) `traces`, so
+    /// the runs of a sweep parse each file once.
+    pub fn workload_with(&self, traces: &crate::trace::TraceCache) -> Result<Workload, FieldError> {
         let mut w = generate(&self.groups, self.sim.seed, self.context_limit_tokens)
             .map_err(|e| FieldError::new(format!("workload.groups[{}]", e.group), e.message))?;
         if self.traces.is_empty() {
@@ -120,7 +126,7 @@ impl Scenario {
         }
         for (i, t) in self.traces.iter().enumerate() {
             let group = (self.groups.len() + i) as u32;
-            crate::trace::replay::append(&mut w, t, group, self.sim.seed, self.context_limit_tokens)
+            crate::trace::replay::append(&mut w, t, group, self.sim.seed, self.context_limit_tokens, traces)
                 .map_err(|m| FieldError::new(format!("workload.traces[{i}].file"), m))?;
         }
         w.sort_open_order();

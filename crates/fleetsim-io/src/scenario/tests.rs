@@ -148,6 +148,15 @@ fn impossible_values_are_rejected() {
     let e = load_err(MINIMAL, &[("router.engine_stats_interval_s", "-1")]);
     assert_eq!(e.path, "router.engine_stats_interval_s");
     assert!(e.message.contains("(value from --set)"), "{e}");
+    // A zero interval is refused by its own key, so a scrape period is never zero.
+    for (v, want) in [
+        ("0", "must be a finite number of seconds > 0, got 0"),
+        ("1e-10", "below the simulator's 1 ns resolution"),
+    ] {
+        let e = load_err(MINIMAL, &[("router.engine_stats_interval_s", v)]);
+        assert_eq!(e.path, "router.engine_stats_interval_s", "{v}: {e}");
+        assert!(e.message.contains(want), "{v}: {e}");
+    }
     let e = load_err(MINIMAL, &[("workload.groups[0].output_tokens", "-5")]);
     assert!(e.message.contains("output_tokens must be at least 1, got -5"), "{e}");
     // Values that used to be clamped or rounded are refused, naming the key.
@@ -386,4 +395,29 @@ fn every_kind_is_documented_in_order_and_its_defaults_parse() {
         let b = load_str(&with(&required), "t.toml", "t", &[]).unwrap_or_else(|e| panic!("{}: {e}", d.kind));
         assert_eq!(a.0.sim.router.policy, b.0.sim.router.policy, "{}", d.kind);
     }
+}
+
+#[test]
+fn shared_traces_place_sessions_per_seed_on_the_runs_own_copy() {
+    // Offsets placed by a seeded Poisson arrival: the shared parse must not carry one
+    // seed's placement into the next.
+    let dir = tempfile::tempdir().unwrap();
+    let tr = dir.path().join("off.csv");
+    std::fs::write(&tr, "s,o,in,out\na,0,10,5\na,1,20,5\nb,0,10,5\nc,0,10,5\n").unwrap();
+    let text = format!(
+        "[backends]\ncount = 2\n[router.policy]\nkind = \"roundrobin\"\n[[workload.traces]]\nfile = \"{}\"\nformat = \"sessions\"\ncolumns = {{ session = \"s\", offset_s = \"o\", input_tokens = \"in\", output_tokens = \"out\" }}\nsession_arrival = {{ kind = \"poisson\", rate_per_s = 1 }}\n",
+        tr.display()
+    );
+    let (mut sc, _) = load_ok(&text, &[]);
+    let traces = crate::trace::TraceCache::new();
+    let mut seen = Vec::new();
+    for seed in [1, 2, 1] {
+        sc.sim.seed = seed;
+        let shared = format!("{:?}", sc.workload_with(&traces).unwrap().sessions);
+        assert_eq!(shared, format!("{:?}", sc.workload().unwrap().sessions), "seed {seed}");
+        seen.push(shared);
+    }
+    assert_eq!(traces.reads(), 1);
+    assert_ne!(seen[0], seen[1], "seeds place sessions differently");
+    assert_eq!(seen[0], seen[2]);
 }

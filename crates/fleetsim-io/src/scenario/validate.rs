@@ -85,12 +85,6 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         fresh_signals: r.fresh_signals,
         policy,
     };
-    if router.engine_stats_interval.0 + router.scrape_duration.0 * u64::from(n) == 0 {
-        return Err(FieldError::new(
-            "router.engine_stats_interval_s",
-            "a scrape period of zero would never advance",
-        ));
-    }
     let limits = &f.limits;
     let max_sim_time = match limits.max_sim_time_s {
         Some(v) => Some(SimTime(secs(v, "limits.max_sim_time_s", false)?.0)),

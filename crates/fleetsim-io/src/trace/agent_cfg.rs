@@ -152,24 +152,29 @@ pub fn cli_read_options(columns: Option<&str>, attrs: &[String]) -> Result<Agent
     Ok(o)
 }
 
+/// Whether `trace` is one of offsets whose sessions `session_arrival` places (so
+/// [`place_sessions`] changes it); an error when the trace and the setting disagree.
+pub fn needs_placing(trace: &Trace, a: &AgentConfig) -> Result<bool, String> {
+    let offsets = trace.calls.as_ref().is_some_and(|c| c.offsets);
+    let file = &trace.file;
+    match (&a.session_arrival, offsets) {
+        (None, true) => Err(format!(
+            "{file}: calls are offsets within their session (columns.offset_s); set session_arrival = {{ kind = \"burst\" | \"poisson\" | \"interval\", ... }} to place the sessions"
+        )),
+        (Some(_), false) => Err(format!(
+            "{file}: session_arrival applies only to traces of offsets (columns.offset_s); this trace records its own start times"
+        )),
+        (arrival, _) => Ok(arrival.is_some()),
+    }
+}
+
 /// Places the sessions of a trace of offsets (`offset_s`) at `session_arrival` times
 /// (seeded per trace group), in order of each session's first row.
 pub fn place_sessions(trace: &mut Trace, a: &AgentConfig, group: &str, seed: u64) -> Result<(), String> {
-    let offsets = trace.calls.as_ref().is_some_and(|c| c.offsets);
-    let file = trace.file.clone();
-    let Some(arrival) = &a.session_arrival else {
-        if offsets {
-            return Err(format!(
-                "{file}: calls are offsets within their session (columns.offset_s); set session_arrival = {{ kind = \"burst\" | \"poisson\" | \"interval\", ... }} to place the sessions"
-            ));
-        }
+    let (true, Some(arrival)) = (needs_placing(trace, a)?, &a.session_arrival) else {
         return Ok(());
     };
-    if !offsets {
-        return Err(format!(
-            "{file}: session_arrival applies only to traces of offsets (columns.offset_s); this trace records its own start times"
-        ));
-    }
+    let file = trace.file.clone();
     let n = trace.session_names.len();
     let mut rng = stream(seed, &format!("trace/{group}/session_arrival"), 0);
     let starts = arrival_times(arrival, n, &mut rng);

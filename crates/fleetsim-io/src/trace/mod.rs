@@ -4,6 +4,7 @@
 //!
 //! * [`parse`]: streaming readers, format detection, errors with file, line and column;
 //! * [`sessions`]: session ids, inference from prefix blocks, synthesis;
+//! * [`cache`]: parsed traces shared by the runs of a sweep or tune;
 //! * [`replay`]: window, scale, repeat and limits into [`fleetsim_core::workload::SessionPlan`]s;
 //! * [`inspect`]: statistics (`sim trace inspect`);
 //! * [`convert`]: any format to the native CSV (`sim trace convert`).
@@ -15,6 +16,7 @@
 
 pub mod agent_cfg;
 pub mod agent_inspect;
+pub mod cache;
 pub mod calls;
 pub mod convert;
 pub mod dynamo;
@@ -29,5 +31,6 @@ pub mod replay;
 pub mod session_log;
 pub mod sessions;
 
+pub use cache::TraceCache;
 pub use parse::{Format, ReadOptions, Trace, TraceError, read};
 pub use replay::{Mode, Scale, SessionMode, TraceGroupConfig};

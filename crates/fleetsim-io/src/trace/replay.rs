@@ -198,26 +198,34 @@ fn ns(s: f64) -> u64 {
     fleetsim_core::time::secs_to_ns(s)
 }
 
-/// Parses `g.file` and appends its sessions to `w` (`group` is the index recorded in each
-/// [`SessionPlan`]). Errors are messages for the key `workload.traces[i]`.
+/// Parses `g.file` (or takes it from `traces`, which read it before) and appends its
+/// sessions to `w` (`group` is the index recorded in each [`SessionPlan`]). Errors are
+/// messages for the key `workload.traces[i]`.
 pub fn append(
     w: &mut Workload,
     g: &TraceGroupConfig,
     group: u32,
     seed: u64,
     context_limit_tokens: Option<u32>,
+    traces: &super::cache::TraceCache,
 ) -> Result<(), String> {
-    let mut trace = super::calls::read(
-        &g.file,
-        ReadOptions {
-            format: g.format,
-            skip_bad_rows: g.skip_bad_rows,
-        },
-        &g.agent.read,
-    )
-    .map_err(|e| e.to_string())?;
-    super::agent_cfg::place_sessions(&mut trace, &g.agent, &g.name, seed)?;
-    append_trace(w, g, &trace, group, seed, context_limit_tokens)
+    let shared = traces
+        .read(
+            &g.file,
+            ReadOptions {
+                format: g.format,
+                skip_bad_rows: g.skip_bad_rows,
+            },
+            &g.agent.read,
+        )
+        .map_err(|e| e.to_string())?;
+    // Placing sessions moves rows by seeded times: on this run's own copy.
+    if super::agent_cfg::needs_placing(&shared, &g.agent)? {
+        let mut trace = Trace::clone(&shared);
+        super::agent_cfg::place_sessions(&mut trace, &g.agent, &g.name, seed)?;
+        return append_trace(w, g, &trace, group, seed, context_limit_tokens);
+    }
+    append_trace(w, g, &shared, group, seed, context_limit_tokens)
 }
 
 /// [`append`] on an already parsed trace.
