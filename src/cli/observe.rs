@@ -97,7 +97,10 @@ pub(super) fn cmd_observe(a: ObserveArgs) -> Result<ExitCode> {
         crate::export::write_json(&p, &r).with_context(|| format!("writing {}", p.display()))?;
         let fig = crate::plot::series::BackendSeries::observed(
             // The source without its query, which would run into the legend.
-            format!("{}: running and waiting requests per backend", o.source.split(" (").next().unwrap_or("")),
+            format!(
+                "{}: running and waiting requests per backend",
+                o.source.split(" (").next().unwrap_or("")
+            ),
             r.to_s - r.from_s,
             plot_data(&o, &r),
         );
