@@ -13,7 +13,9 @@
 //! * [`profiles`]: the shipped step-time and KV profiles;
 //! * [`preflight`]: the memory estimate before anything large is allocated;
 //! * [`atomic`]: whole-or-absent files and run folders, manifests and their checks;
-//! * [`output`]: terminal tables and the print helpers that survive a closed pipe.
+//! * [`output`]: terminal tables and the print helpers that survive a closed pipe;
+//! * [`vllm_metrics`]: vLLM's Prometheus metric names, types, labels and buckets, for
+//!   everything that writes or reads engine series.
 
 pub mod atomic;
 pub mod output;
@@ -21,3 +23,4 @@ pub mod preflight;
 pub mod profiles;
 pub mod scenario;
 pub mod trace;
+pub mod vllm_metrics;
