@@ -1,7 +1,6 @@
 //! Signal lags: a burst decided inside one refresh window sees one view.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const BURST: &str = r#"
 [backends]

@@ -2,8 +2,8 @@
 //! `scrape_hang`, the scrape phase, `sim check` descending into scenarios/seed/, and
 //! `counts.md`.
 
-mod common;
-use common::{final_placement, inline, run_full, shipped, sim, write};
+use crate::common;
+use crate::common::{final_placement, inline, run_full, shipped, sim, write};
 use predicates::prelude::*;
 
 /// The pure setup with the burst mid-window: the stale strict argmin with first-URL ties

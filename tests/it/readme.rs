@@ -14,7 +14,7 @@
 //! * a block labelled ```` ```sh no-run ```` (a batch script for another machine) is not run;
 //!   nor is any other label (```` ```text ```` for a synopsis or an excerpt too slow to rerun).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

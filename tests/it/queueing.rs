@@ -5,8 +5,7 @@
 //! asymptotic variance of the mean waiting time (autocorrelation included; e.g. Daley's
 //! formula for M/M/1), at fixed seeds, so these tests cannot flake.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn mmc(customers: u32, rate: f64, slots: u32, service: &str, seed: u64) -> fleetsim::metrics::Summary {
     let text = format!(

@@ -2,15 +2,15 @@
 //! requests when, what fails, what is retried or abandoned, and bad event tables are input
 //! errors naming the key.
 
-mod common;
+use crate::common;
 
-use common::{run_with, shipped};
+use crate::common::{run_with, shipped};
 use fleetsim::sim::{RunOptions, RunResult};
 use fleetsim::time::SimTime;
 
 /// burst8-fixed (2 backends, 9 sessions, 200 turns) with overrides, every output recorded.
 /// (Invariants under fleet events are checked event by event on small fleets in
-/// `tests/invariants.rs`; here the engines are full size.)
+/// `tests/it/invariants.rs`; here the engines are full size.)
 fn run(sets: &[(&str, &str)]) -> RunResult {
     let (s, w) = shipped("burst8-fixed.toml", sets);
     run_with(&s, &w, RunOptions::default())

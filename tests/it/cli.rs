@@ -1,7 +1,6 @@
 //! `sim` as users call it: exit codes, one-line errors, files written.
 
-mod common;
-use common::{sim, write};
+use crate::common::{sim, write};
 use predicates::prelude::*;
 
 /// Runs `sim ARGS` and asserts a clean input error: exit code 2, `needle` on stderr, no panic.

@@ -4,7 +4,7 @@
 //! is well-formed (it is not fetched: CI has no network). A `[text][ref]` whose reference is
 //! not defined is a broken link too.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -286,7 +286,7 @@ fn listed_missing_files_are_still_missing() {
     for p in NOT_YET_WRITTEN {
         assert!(
             !root().join(p).exists(),
-            "{p} exists now: remove it from NOT_YET_WRITTEN in tests/links.rs so its links and anchors are checked"
+            "{p} exists now: remove it from NOT_YET_WRITTEN in tests/it/links.rs so its links and anchors are checked"
         );
     }
 }

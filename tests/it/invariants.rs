@@ -3,12 +3,17 @@
 //! slots, no event in the past) and every planned request finishes, or, with backends
 //! joining, leaving, draining and restarting, finishes or is abandoned by its client.
 
-mod common;
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 
+/// The seeds of past failures, saved beside this file, are replayed by its property tests.
+#[test]
+fn saved_failure_seeds_are_replayed() {
+    assert_saved_seeds_are_read(file!());
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+    #![proptest_config(proptest_config(48))]
 
     #[test]
     fn invariants_hold_at_every_event(

@@ -1,8 +1,7 @@
 //! The motivating case (production-stack #1073): the QPS fallback latches a burst of agent
 //! sessions onto one backend; the least-in-flight fallback (PR #1089) does not.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn qps_fallback_latches_all_agents_onto_one_backend() {

@@ -5,8 +5,8 @@
 //! exactly one line on stderr, never a panic, an abort, a signal or a hang.
 //!
 //! The seed corpus holds the reproducers of past crashes, each with its exact expected outcome.
-//! `FLEETSIM_FUZZ_SCALE=10 cargo test --release --test fuzz -- --nocapture` fuzzes ten times
-//! longer; the counts per kind are printed with `--nocapture`.
+//! `FLEETSIM_FUZZ_SCALE=10 cargo test --release --test it fuzz:: -- --nocapture` fuzzes
+//! ten times longer; the counts per kind are printed with `--nocapture`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

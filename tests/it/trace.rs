@@ -1,8 +1,7 @@
 //! Trace replay end to end: open- vs closed-loop timing on a hand-made trace, retries, and
 //! `sim trace` / `sim run` as users call them.
 
-mod common;
-use common::{sim, write};
+use crate::common::{sim, write};
 use fleetsim::sim::{RunOptions, run};
 use fleetsim::time::SimTime;
 use predicates::prelude::*;

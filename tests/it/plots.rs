@@ -1,11 +1,9 @@
 //! Plot options from the command line: `--dpi` redraws PNGs at a resolution (and records
 //! it), leaves SVGs and the default PNGs alone, and refuses nonsense in one line.
 
-mod common;
-
 use std::path::Path;
 
-use common::sim;
+use crate::common::sim;
 use predicates::prelude::*;
 
 fn run_into(dir: &Path, extra: &[&str]) {

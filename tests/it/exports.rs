@@ -1,12 +1,10 @@
 //! Export shapes: the Chrome-trace timeline, the long decisions table, sweep records, unit-
 //! last metric names with TPOT, `sim policies --json` and `sim compare` on sweep folders.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::sim;
+use crate::common::sim;
 use predicates::prelude::*;
 
 fn run_into(dir: &Path, extra: &[&str]) {

@@ -1,9 +1,7 @@
 //! Whole-or-absent results through the CLI: `run.json`, refusal of mixed folders by
 //! `sim explain` and `sim compare`, and single files replaced whole.
 
-mod common;
-
-use common::{sim, write};
+use crate::common::{sim, write};
 use predicates::prelude::*;
 
 fn one_line_exit_2(out: &std::process::Output, needle: &str) {

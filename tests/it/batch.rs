@@ -2,11 +2,9 @@
 //! `sim merge` and `--resume`; per-shard perf files; progress lines when stderr is a file;
 //! an honest summary when `--resume` has nothing left to run.
 
-mod common;
-
 use std::path::Path;
 
-use common::sim;
+use crate::common::sim;
 use predicates::prelude::*;
 
 fn sweep(out: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {

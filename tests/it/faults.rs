@@ -1,9 +1,9 @@
 //! Signal faults and slowdowns: each reproduces its production failure, and bad fault
 //! tables are input errors.
 
-mod common;
+use crate::common;
 
-use common::{run_with, shipped};
+use crate::common::{run_with, shipped};
 use fleetsim::metrics::Summary;
 use fleetsim::sim::RunOptions;
 

@@ -1,11 +1,9 @@
 //! The committed reference (`docs/reference/`) is what the code generates, and it covers
 //! every policy `sim policies` lists and every key of the scenario schema.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::sim;
+use crate::common::sim;
 use fleetsim::reference::{POLICIES, REGENERATE, SCENARIO_KEYS, files, key_rows};
 
 fn committed(name: &str) -> String {

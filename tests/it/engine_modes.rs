@@ -3,8 +3,7 @@
 //! wall-clock `perf.json`) and process the same events in the same order, on every shipped
 //! scenario and on random small fleets with backends joining, leaving and restarting.
 
-mod common;
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 
 use std::path::{Path, PathBuf};
@@ -161,8 +160,14 @@ fn a_mismatch_is_detected() {
     assert_ne!(a, b);
 }
 
+/// The seeds of past failures, saved beside this file, are replayed by its property tests.
+#[test]
+fn saved_failure_seeds_are_replayed() {
+    assert_saved_seeds_are_read(file!());
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
+    #![proptest_config(proptest_config(40))]
 
     #[test]
     fn random_fleets_are_identical_both_ways(
@@ -435,7 +440,7 @@ fn stretches_crossed_by_every_reader_are_identical_both_ways() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
+    #![proptest_config(proptest_config(40))]
 
     #[test]
     fn random_decode_heavy_fleets_are_identical_both_ways(case in decode_case()) {

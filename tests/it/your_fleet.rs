@@ -1,7 +1,6 @@
 //! Describing one's own fleet: backend groups, profiles, `sim profiles`, `sim import`.
 
-mod common;
-use common::{inline, run_full, run_with, shipped, sim, write};
+use crate::common::{inline, run_full, run_with, shipped, sim, write};
 use fleetsim::sim::{BackendModel, RunOptions};
 use predicates::prelude::*;
 

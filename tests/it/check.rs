@@ -1,7 +1,6 @@
 //! `sim check` and `sim compare` as a CI uses them: exit codes, tables, JUnit, goldens.
 
-mod common;
-use common::sim;
+use crate::common::sim;
 use predicates::prelude::*;
 
 #[test]

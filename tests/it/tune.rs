@@ -1,8 +1,7 @@
 //! `sim tune`: known answers, determinism across threads and shards, resumption, and the
 //! command line's errors.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::Path;
 

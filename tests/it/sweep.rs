@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-mod common;
-use common::sim;
+use crate::common::sim;
 use predicates::prelude::*;
 
 /// A small burst8 grid: 2 fallbacks x 2 intervals x 3 seeds = 12 runs.

@@ -2,9 +2,9 @@
 //! agents sharing a 2000-token system prompt, opened in a burst, next to a chatty user),
 //! over several seeds so no outcome is a coin flip.
 
-mod common;
+use crate::common;
 
-use common::{run_with, shipped};
+use crate::common::{run_with, shipped};
 use fleetsim::sim::RunOptions;
 
 /// Summary of burst8 under `policy` (an inline TOML table) for `seed`.
@@ -15,7 +15,7 @@ fn burst8(policy: &str, seed: u64) -> fleetsim::metrics::Summary {
 }
 
 /// burst8 with both groups sent as `/v1/completions`: the only API whose `prompt` the
-/// kvaware family tokenizes (chat requests take its fallback; tests/atlas.rs covers that).
+/// kvaware family tokenizes (chat requests take its fallback; tests/it/atlas.rs covers that).
 fn burst8_completions(policy: &str, seed: u64) -> fleetsim::metrics::Summary {
     let seed = seed.to_string();
     let api = "\"completions\"";

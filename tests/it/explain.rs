@@ -1,9 +1,7 @@
 //! `sim explain`: each shipped failure scenario is explained with the right backend, branch
 //! and cause, and the narrative says so in words.
 
-mod common;
-
-use common::{run_full, shipped};
+use crate::common::{run_full, shipped};
 use fleetsim::explain::{Cause, EpisodeStory, ExplainOptions, Explanation, explain, render};
 
 fn explained(name: &str, sets: &[(&str, &str)]) -> Explanation {

@@ -1,8 +1,7 @@
 //! Agent-session traces end to end: happens-before pacing on hand-computed arrivals, the
 //! round trip of a run's own requests, and bad input from the new readers.
 
-mod common;
-use common::{sim, write};
+use crate::common::{sim, write};
 use fleetsim::sim::{RunOptions, run};
 use fleetsim::time::SimTime;
 use predicates::prelude::*;

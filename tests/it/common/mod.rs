@@ -1,9 +1,9 @@
-//! Helpers shared by the integration tests.
-#![allow(dead_code)]
+//! Helpers shared by the integration tests' modules.
 
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
+use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
 
 use fleetsim::scenario::{Scenario, load, load_str};
 use fleetsim::sim::{RunOptions, RunResult, run};
@@ -38,6 +38,38 @@ pub fn run_with(s: &Scenario, w: &Workload, opts: RunOptions) -> RunResult {
 /// Runs with all outputs recorded.
 pub fn run_full(s: &Scenario, w: &Workload) -> RunResult {
     run_with(s, w, RunOptions::default())
+}
+
+/// The property tests' configuration: `cases` cases; the seeds of past failures are read
+/// from (and a new failure's seed is saved to) `NAME.proptest-regressions` beside the
+/// test's file `NAME.rs`. (proptest's default would look for
+/// `tests/proptest-regressions/NAME.txt` instead, since this binary has a `main.rs`.)
+pub fn proptest_config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    }
+}
+
+/// Asserts that the property tests of `source` (the `file!()` of a test module) replay every
+/// seed saved beside it: proptest, configured by [`proptest_config`], reads as many seeds as
+/// the file holds `cc` lines.
+pub fn assert_saved_seeds_are_read(source: &'static str) {
+    let saved = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(source)
+        .with_extension("proptest-regressions");
+    let text = std::fs::read_to_string(&saved).unwrap_or_else(|e| panic!("{}: {e}", saved.display()));
+    let lines = text.lines().filter(|l| l.starts_with("cc ")).count();
+    let persistence = proptest_config(1).failure_persistence.expect("a failure persistence");
+    let read = persistence.load_persisted_failures2(Some(source)).len();
+    assert!(lines > 0, "{} holds no seeds", saved.display());
+    assert_eq!(
+        read,
+        lines,
+        "proptest read {read} of the {lines} seeds in {}",
+        saved.display()
+    );
 }
 
 /// Per backend, how many sessions of `group` (key prefix) had their latest turn there.
@@ -80,7 +112,7 @@ pub const POLICIES: [&str; 5] = [
     "kind = \"leastinflight\"",
 ];
 /// README.md, then every Markdown file under docs/ in path order, repository-relative: the
-/// documents that tests/links.rs and tests/readme.rs read.
+/// documents that the `links` and `readme` tests read.
 pub fn documents(root: &Path) -> Vec<PathBuf> {
     fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(root.join(rel))
