@@ -16,8 +16,9 @@
 //!    simulation. It depends on no CLI, plotting, YAML, JUnit or schema crate; its own
 //!    top-level doc gives its inner layers.
 //! 2. **Io** (`fleetsim-io`, re-exported as [`scenario`], [`trace`], [`profiles`],
-//!    [`preflight`], [`atomic`], [`output`]): scenarios and traces in, validated configs
-//!    out, whole-or-absent files. It depends on the core only.
+//!    [`preflight`], [`atomic`], [`output`], [`quote`]): scenarios and traces in, validated
+//!    configs out, whole-or-absent files, user text in messages escaped. It depends on the
+//!    core only.
 //! 3. **Application** (this crate): [`cli`] (parse and dispatch only, one file per
 //!    subcommand), [`sweep`], [`tune`], [`check`], [`import`], [`explain`], [`export`],
 //!    [`report`], [`plot`], [`hints`], [`reference`](mod@reference), [`alerts`] (Prometheus
@@ -41,7 +42,7 @@ pub use fleetsim_core::{
     backend, content, decision, dist, engine, faults, fleet, ids, metrics, policy, rng, router, sim, time, view,
     workload,
 };
-pub use fleetsim_io::{atomic, output, preflight, profiles, scenario, trace, vllm_metrics};
+pub use fleetsim_io::{atomic, output, preflight, profiles, quote, scenario, trace, vllm_metrics};
 
 pub mod alerts;
 pub mod check;

@@ -165,7 +165,9 @@ pub fn main() -> ExitCode {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {e:#}");
+            // One line whatever the message holds (user text is quoted with crate::quote at
+            // its source; this is the net under it).
+            eprintln!("error: {}", crate::quote::one_line(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

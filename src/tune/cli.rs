@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use clap::Args;
 
 use super::halving::{Search, Settings};
@@ -108,7 +108,12 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let (base, _, _) = src.build()?;
     let (space, strict) = match &a.space {
         Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = crate::atomic::read_text(p, crate::scenario::MAX_SCENARIO_BYTES, "the space file").map_err(
+                |(at, m)| match at {
+                    Some((l, c)) => anyhow!("{}:{l}:{c}: {m}", p.display()),
+                    None => anyhow!("{}: {m}", p.display()),
+                },
+            )?;
             (
                 space::parse(&text, &p.display().to_string()).map_err(|m| anyhow!(m))?,
                 true,
@@ -130,7 +135,9 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let objective = Objective::parse(&a.objective).map_err(|m| anyhow!(m))?;
     let bounds = constraints(&a.constraints).map_err(|m| anyhow!(m))?;
     let pareto = pareto_metrics(&a.pareto).map_err(|m| anyhow!(m))?;
-    let budget = a.budget.unwrap_or(DEFAULT_RUNS_PER_CANDIDATE * cands.len() as u64);
+    let budget = a
+        .budget
+        .unwrap_or(DEFAULT_RUNS_PER_CANDIDATE.saturating_mul(cands.len() as u64));
     let base_seed = src
         .table
         .get("seed")

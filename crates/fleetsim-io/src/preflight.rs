@@ -1,7 +1,9 @@
 //! Resource pre-flight: before the workload or the fleet is allocated, estimate the memory a
 //! run needs from what drives it (sessions x turns, backends x KV blocks, trace rows x
-//! repeat) and refuse beyond `limits.max_memory_gib` with one line naming the key and the
-//! estimate, instead of an allocation abort (SIGABRT, no message) minutes later.
+//! repeat, the decision audit of every request over every backend, and the writing of the
+//! result files) and refuse beyond `limits.max_memory_gib` with one line naming the key and
+//! the estimate, instead of an allocation abort (SIGABRT, no message) minutes later, or an
+//! "out of memory" after the whole simulation.
 //!
 //! The estimates are upper-bound style costs per unit measured on this code (a request's
 //! plan, its record and its share of the decision audit; a KV block's ring slot and index
@@ -16,6 +18,13 @@ pub const BYTES_PER_REQUEST: u64 = 640;
 pub const BYTES_PER_SESSION: u64 = 256;
 /// Bytes per KV block: the 16-byte ring slot plus its hash-index entry.
 pub const BYTES_PER_KV_BLOCK: u64 = 48;
+/// Bytes per request per backend: the decision audit `sim run` keeps for `decisions.csv`,
+/// `decisions_long.csv` and the hints (a 16-byte view entry and a 4-byte true count).
+pub const BYTES_PER_VIEW: u64 = 20;
+/// Bytes the writing phase holds besides the run: rows formatted ahead of the files
+/// (the application's `export::WINDOW_BYTES`), the plot's bitmap, and buffers. Files are hashed as
+/// they are written, never read back whole.
+pub const WRITE_BYTES: u64 = 96 << 20;
 /// Share of the machine's memory a run may use by default.
 pub const DEFAULT_SHARE: f64 = 0.5;
 /// Default when the machine's memory cannot be read.
@@ -98,6 +107,11 @@ pub fn requests_bytes(requests: u64) -> u64 {
     requests.saturating_mul(BYTES_PER_REQUEST + BYTES_PER_SESSION / 4)
 }
 
+/// Bytes of the decision audit of `requests` requests over `backends` backends.
+pub fn audit_bytes(requests: u64, backends: u64) -> u64 {
+    requests.saturating_mul(backends).saturating_mul(BYTES_PER_VIEW)
+}
+
 /// `12.3 GiB`, `512 MiB`.
 pub fn human(bytes: u64) -> String {
     let b = bytes as f64;
@@ -136,6 +150,8 @@ mod tests {
 
     #[test]
     fn estimates_saturate_instead_of_overflowing() {
+        assert_eq!(audit_bytes(u64::MAX, 3), u64::MAX);
+        assert_eq!(audit_bytes(1000, 4), 80_000);
         assert_eq!(kv_bytes(u64::MAX, 2), u64::MAX);
         assert_eq!(sessions_bytes(u64::MAX, 1e30), u64::MAX);
         assert_eq!(kv_bytes(4096, 1 << 29), 4096 * (1 << 29) * BYTES_PER_KV_BLOCK);

@@ -173,7 +173,10 @@ pub struct NoParams {}
 /// An integer count `>= min` that fits a `u32`.
 pub fn count(v: i64, key: &str, min: i64) -> Result<u32, ParamError> {
     if v < min || v > i64::from(u32::MAX) {
-        return Err(ParamError::new(key, format!("must be an integer >= {min}, got {v}")));
+        return Err(ParamError::new(
+            key,
+            format!("must be an integer >= {min} and <= {}, got {v}", u32::MAX),
+        ));
     }
     Ok(v as u32)
 }

@@ -91,17 +91,20 @@ pub fn kv_blocks(k: &KvInputs) -> Result<u32, String> {
     if !(k.gpu_memory_gib.is_finite() && k.gpu_memory_gib > 0.0 && k.gpu_memory_gib <= 4096.0) {
         return Err(format!("gpu_memory_gib must be in (0, 4096], got {}", k.gpu_memory_gib));
     }
-    if !(k.activation_memory_gib.is_finite() && k.activation_memory_gib >= 0.0) {
+    // At most the GPU's memory: beyond ~1.7e10 GiB the byte count saturated and the sum
+    // below wrapped to a small number, giving the full cache.
+    if !(k.activation_memory_gib.is_finite() && (0.0..=k.gpu_memory_gib).contains(&k.activation_memory_gib)) {
         return Err(format!(
-            "activation_memory_gib must be >= 0, got {}",
-            k.activation_memory_gib
+            "activation_memory_gib must be in [0, {}] GiB (the GPU's memory), got {}",
+            k.gpu_memory_gib, k.activation_memory_gib
         ));
     }
     let requested = (k.gpu_memory_gib * GIB * k.gpu_memory_utilization) as u64;
     let weights = k.weight_bytes / u64::from(k.tp.max(1));
     let activation = (k.activation_memory_gib * GIB) as u64;
-    let non_kv = weights + activation;
-    let block = k.block_bytes();
+    // Saturating: an overflow is "nothing fits", never a wrap.
+    let non_kv = weights.saturating_add(activation);
+    let block = k.block_bytes().max(1);
     if requested <= non_kv || (requested - non_kv) / block == 0 {
         return Err(format!(
             "no KV cache fits: {:.2} GiB x {} = {:.2} GiB per GPU, but weights take {:.2} GiB per GPU (TP {}) and activations {:.2} GiB, and one block needs {:.2} MiB",
@@ -185,5 +188,29 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    #[test]
+    fn activation_memory_beyond_the_gpu_is_refused_not_wrapped() {
+        // 1.8e10 GiB saturates to 2^64 bytes and, unchecked, wraps the sum to near zero,
+        // so the full KV cache came back.
+        let k = inputs("llama-3.1-8b/h100/tp1");
+        for a in [1.8e10, 81.0, f64::INFINITY, -1.0] {
+            let e = kv_blocks(&KvInputs {
+                activation_memory_gib: a,
+                ..k
+            })
+            .unwrap_err();
+            assert!(
+                e.starts_with("activation_memory_gib must be in [0, 80] GiB"),
+                "{a}: {e}"
+            );
+        }
+        let e = kv_blocks(&KvInputs {
+            activation_memory_gib: 80.0,
+            ..k
+        })
+        .unwrap_err();
+        assert!(e.starts_with("no KV cache fits"), "{e}");
     }
 }

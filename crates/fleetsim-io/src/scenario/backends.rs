@@ -402,7 +402,10 @@ fn engine(g: &GroupFile, profile: Option<&Profile>, at: &dyn Fn(&str) -> String)
                 other => {
                     return Err(FieldError::new(
                         at("kv_cache_dtype"),
-                        format!("unknown KV cache dtype `{other}`; expected auto, fp8, fp8_e4m3 or fp8_e5m2"),
+                        format!(
+                            "unknown KV cache dtype {}; expected auto, fp8, fp8_e4m3 or fp8_e5m2",
+                            crate::quote::quote(other)
+                        ),
                     ));
                 }
             };
@@ -417,9 +420,11 @@ fn engine(g: &GroupFile, profile: Option<&Profile>, at: &dyn Fn(&str) -> String)
                 k.gpu_memory_gib = m;
             }
             profiles::kv_blocks(&k).map_err(|m| {
+                // The input the message is about, else the first memory key given.
                 let key = memory_keys
                     .iter()
-                    .find(|(_, set)| *set)
+                    .find(|(k, set)| *set && m.starts_with(k))
+                    .or_else(|| memory_keys.iter().find(|(_, set)| *set))
                     .map(|(k, _)| *k)
                     .unwrap_or("profile");
                 FieldError::new(at(key), format!("{m} ({})", p.id))

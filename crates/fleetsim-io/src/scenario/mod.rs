@@ -60,14 +60,16 @@ pub struct ScenarioError {
 
 impl std::fmt::Display for ScenarioError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.file)?;
+        // File names, key paths and messages carry user text: one line whatever it holds.
+        use crate::quote::escape;
+        write!(f, "{}", escape(&self.file))?;
         if let Some((l, c)) = self.location {
             write!(f, ":{l}:{c}")?;
         }
         if !self.path.is_empty() {
-            write!(f, ": {}", self.path)?;
+            write!(f, ": {}", escape(&self.path))?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", escape(&self.message))
     }
 }
 

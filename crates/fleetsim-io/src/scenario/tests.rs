@@ -197,6 +197,25 @@ fn impossible_values_are_rejected() {
 }
 
 #[test]
+fn memory_preflight_counts_the_decision_audit_and_the_writing() {
+    // 200,000 requests over 2,000 backends: 8 GB of decision audit (20 B per request per
+    // backend) and the writing phase, where the requests alone take 0.2 GB.
+    let sets = [
+        ("backends.count", "2000"),
+        ("backends.kv_blocks", "100"),
+        ("workload.groups[0].sessions", "200000"),
+        ("limits.max_memory_gib", "4"),
+    ];
+    let e = load_err(MINIMAL, &sets);
+    assert_eq!(e.path, "workload.groups[0].sessions", "{e}");
+    assert!(e.message.contains("decision audit over 2000 backends"), "{e}");
+    // The writing phase alone (96 MiB) does not fit 64 MiB.
+    let e = load_err(MINIMAL, &[("limits.max_memory_gib", "0.0625")]);
+    assert_eq!(e.path, "workload.groups[0].sessions", "{e}");
+    assert!(load_str(MINIMAL, "t.toml", "t", &[("limits.max_memory_gib".into(), "0.5".into())]).is_ok());
+}
+
+#[test]
 fn kv_smaller_than_one_request() {
     // 4 blocks x 16 = 64 tokens; the first turn needs 100 + 10.
     let e = load_err(MINIMAL, &[("backends.kv_blocks", "4")]);

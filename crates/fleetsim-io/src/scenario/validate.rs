@@ -174,10 +174,12 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
     }
     let budget = crate::preflight::Budget::new(limits.max_memory_gib)
         .map_err(|m| FieldError::new("limits.max_memory_gib", m))?;
+    let fixed = preflight(&sim, &groups, &budget)?;
     for t in &mut traces {
-        t.max_memory_bytes = budget.bytes;
+        // What the fleet, the groups and the writing take is not the traces' to use.
+        t.max_memory_bytes = budget.bytes.saturating_sub(fixed);
+        t.audit_bytes_per_request = crate::preflight::audit_bytes(1, sim.models.len() as u64);
     }
-    preflight(&sim, &groups, &budget)?;
     Ok(Scenario {
         sim,
         groups,
@@ -189,9 +191,13 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
 }
 
 /// Refuses a fleet or workload whose estimated memory exceeds the budget, naming the key that
-/// drives it (see [`crate::preflight`]).
-pub(super) fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate::preflight::Budget) -> Res<()> {
-    use crate::preflight::{kv_bytes, sessions_bytes};
+/// drives it (see [`crate::preflight`]): the KV pools alone, then everything together (the
+/// pools, every group's requests with their decision audit over every backend, and the
+/// writing of the result files). Returns the estimate.
+pub(super) fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate::preflight::Budget) -> Res<u64> {
+    use crate::preflight::{WRITE_BYTES, audit_bytes, kv_bytes, sessions_bytes};
+    let backends = sim.models.len() as u64;
+    let mut kv_total = 0u64;
     let kv_blocks: Vec<u64> = sim
         .models
         .iter()
@@ -214,22 +220,26 @@ pub(super) fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate:
                 format!("{} backends x backends.kv_blocks = {}", kv_blocks.len(), kv_blocks[0]),
             )
         };
-        budget
-            .check(kv_bytes(1, total), &what)
-            .map_err(|m| FieldError::new(key, m))?;
+        kv_total = kv_bytes(1, total);
+        budget.check(kv_total, &what).map_err(|m| FieldError::new(key, m))?;
     }
     let need: Vec<u64> = groups
         .iter()
-        .map(|g| sessions_bytes(u64::from(g.sessions), g.turns.mean()))
+        .map(|g| {
+            let requests = (f64::from(g.sessions) * g.turns.mean().max(1.0)).min(u64::MAX as f64) as u64;
+            sessions_bytes(u64::from(g.sessions), g.turns.mean()).saturating_add(audit_bytes(requests, backends))
+        })
         .collect();
-    let total = need.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    let total = need
+        .iter()
+        .fold(kv_total.saturating_add(WRITE_BYTES), |a, b| a.saturating_add(*b));
     if let Some((i, _)) = need.iter().enumerate().max_by_key(|(_, b)| **b) {
         let g = &groups[i];
         let what = format!(
-            "{} sessions x mean turns {} in group `{}`",
+            "{} sessions x mean turns {} in group {} (with the decision audit over {backends} backends, the KV pools and the writing of the result files)",
             g.sessions,
             g.turns.mean(),
-            g.name
+            crate::quote::quote(&g.name)
         );
         // Name the factor that drives the estimate.
         let key = if g.turns.mean() > f64::from(g.sessions) {
@@ -241,5 +251,5 @@ pub(super) fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate:
             .check(total, &what)
             .map_err(|m| FieldError::new(format!("workload.groups[{i}].{key}"), m))?;
     }
-    Ok(())
+    Ok(total.max(kv_total.saturating_add(WRITE_BYTES)))
 }

@@ -2,14 +2,16 @@
 //! TTFT, think time and model; the tool time between calls; and the reader options and line
 //! reader the agent-trace readers (`dynamo`, `otel`, `sessions`) share.
 //!
-//! Every line is read through [`Lines`]: a byte order mark on the first line is dropped,
-//! a line longer than [`MAX_LINE_BYTES`] is one malformed row (not an allocation of
-//! gigabytes), invalid UTF-8 is a malformed row, and a corrupt or truncated gzip stream is
-//! an error naming the last line read.
+//! Every line is read through the shared [`Lines`] of every trace reader: a byte order
+//! mark on the first line is dropped, a line longer than [`MAX_LINE_BYTES`] stops the read
+//! with one error naming the line (never an allocation of gigabytes, never an endless loop
+//! discarding the rest of an endless line), invalid UTF-8 is a malformed row, and a
+//! corrupt or truncated gzip stream is an error naming the line being read.
 
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::path::Path;
 
+use super::lines::Lines;
 use super::parse::{Builder, Format, ReadOptions, Trace, TraceError, open_detected, read_from};
 use super::session_log::ColumnMap;
 
@@ -33,6 +35,8 @@ pub struct Calls {
     pub model: Vec<u32>,
     /// Model names.
     pub models: Vec<String>,
+    /// Index of each name in [`Calls::models`] (a trace may name a model per call).
+    pub model_ids: rustc_hash::FxHashMap<String, u32>,
     /// Durations of recorded tool calls (Dynamo `tool_end`/`tool_error`, OTel `execute_tool`).
     pub tool_ns: Vec<u64>,
     /// Tokens per block hash, when the trace says (Dynamo: `replay.trace_block_size`).
@@ -89,13 +93,13 @@ impl Calls {
         let Some(m) = m.filter(|m| !m.is_empty()) else {
             return u32::MAX;
         };
-        match self.models.iter().position(|x| x == m) {
-            Some(i) => i as u32,
-            None => {
-                self.models.push(m.to_string());
-                self.models.len() as u32 - 1
-            }
+        if let Some(&i) = self.model_ids.get(m) {
+            return i;
         }
+        let i = self.models.len() as u32;
+        self.models.push(m.to_string());
+        self.model_ids.insert(m.to_string(), i);
+        i
     }
 
     /// Model name of row `r`.
@@ -176,12 +180,18 @@ pub(super) fn push_call(
     output: u64,
     session: u32,
     turn: u32,
-    blocks: impl IntoIterator<Item = u64>,
+    blocks: &[u64],
     timing: Timing<'_>,
 ) -> Result<(), TraceError> {
     let before = b.trace.rows.len();
     b.push(line, t_ns, input, output, session, turn, blocks)?;
     if b.trace.rows.len() > before {
+        // end, TTFT, think (8 bytes each) and the model index (4), plus a new model's name.
+        let new_name = timing
+            .model
+            .filter(|m| !m.is_empty() && !calls.model_ids.contains_key(*m))
+            .map_or(0, |m| 2 * (m.len() as u64 + 32));
+        b.charge(line, 28 + new_name)?;
         calls.end_ns.push(timing.end_ns);
         calls.ttft_ns.push(timing.ttft_ns);
         calls.think_ns.push(timing.think_ns);
@@ -224,76 +234,6 @@ pub fn s_ns(s: f64) -> Option<u64> {
     (ms_ns(s * 1e3)).filter(|_| s.is_finite())
 }
 
-/// A line of a line-oriented trace.
-pub enum Line<'a> {
-    /// The text (without its line break).
-    Text(&'a str),
-    /// The line is malformed (too long, not UTF-8); the message says why.
-    Bad(String),
-}
-
-/// Reads lines with a length cap, counting them (1-based), dropping a BOM on line 1.
-pub struct Lines<R> {
-    r: R,
-    buf: Vec<u8>,
-    /// Number of the line last returned.
-    pub line: u64,
-    cap: usize,
-}
-
-impl<R: BufRead> Lines<R> {
-    /// Lines of `r`, each at most `cap` bytes.
-    pub fn new(r: R, cap: usize) -> Self {
-        Lines {
-            r,
-            buf: Vec::new(),
-            line: 0,
-            cap,
-        }
-    }
-
-    /// The next line and its number, or `None` at the end; `Err` is an I/O error of the
-    /// stream.
-    pub fn next_line(&mut self) -> std::io::Result<Option<(u64, Line<'_>)>> {
-        self.buf.clear();
-        let got = (&mut self.r)
-            .take(self.cap as u64 + 1)
-            .read_until(b'\n', &mut self.buf)?;
-        if got == 0 {
-            return Ok(None);
-        }
-        self.line += 1;
-        if self.buf.len() > self.cap && self.buf.last() != Some(&b'\n') {
-            // Drop the rest of the over-long line.
-            let mut skipped = self.buf.len();
-            loop {
-                self.buf.clear();
-                let n = (&mut self.r).take(1 << 20).read_until(b'\n', &mut self.buf)?;
-                skipped += n;
-                if n == 0 || self.buf.last() == Some(&b'\n') {
-                    break;
-                }
-            }
-            return Ok(Some((
-                self.line,
-                Line::Bad(format!("the line is longer than {} bytes ({skipped} bytes)", self.cap)),
-            )));
-        }
-        while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
-            self.buf.pop();
-        }
-        let mut bytes = &self.buf[..];
-        if self.line == 1 && bytes.starts_with(&[0xef, 0xbb, 0xbf]) {
-            bytes = &bytes[3..];
-        }
-        let l = match std::str::from_utf8(bytes) {
-            Ok(s) => Line::Text(s),
-            Err(e) => Line::Bad(format!("not UTF-8 text: {e}")),
-        };
-        Ok(Some((self.line, l)))
-    }
-}
-
 /// Runs `row` on every non-empty line of `r`; malformed lines and rows go through
 /// [`Builder::bad`] (an error, or counted with `skip_bad_rows`).
 pub(super) fn for_each_line(
@@ -301,20 +241,12 @@ pub(super) fn for_each_line(
     b: &mut Builder,
     mut row: impl FnMut(&str, u64, &mut Builder) -> Result<(), TraceError>,
 ) -> Result<(), TraceError> {
-    let mut lines = Lines::new(std::io::BufReader::with_capacity(1 << 16, r), MAX_LINE_BYTES);
-    loop {
-        let done = lines.line;
-        let (line_no, l) = match lines.next_line() {
-            Ok(None) => break,
-            Ok(Some(x)) => x,
-            Err(e) => return Err(stream_err(&b.trace.file, done + 1, false, &e)),
-        };
+    let file = b.trace.file.clone();
+    let mut lines = Lines::with_cap(r, &file, MAX_LINE_BYTES);
+    while let Some((line_no, l)) = lines.next_line()? {
         match l {
-            Line::Bad(m) => {
-                let e = b.err(line_no, None, m);
-                b.bad(e)?;
-            }
-            Line::Text(t) => {
+            Err(e) => b.bad(e)?,
+            Ok(t) => {
                 if t.trim().is_empty() {
                     continue;
                 }
@@ -325,6 +257,29 @@ pub(super) fn for_each_line(
         }
     }
     Ok(())
+}
+
+/// A JSON object read into `T`. serde's derived structs also accept an array of their
+/// fields in order (`"tool": [1]` would be read as `duration_ms = 1`, a JSON array as a
+/// whole event); no trace writes one, so every record and nested record of the JSON
+/// readers is read through this, and anything but an object is an error naming its key.
+#[derive(Debug)]
+pub(super) struct Obj<T>(pub T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Obj<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for V<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData)).map(Obj)
+    }
 }
 
 /// A serde error with its key path as the column.
@@ -364,20 +319,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lines_cap_bom_and_utf8() {
-        let text = b"\xef\xbb\xbfone\r\n\ntoo long line here\nok\n\xff\xfe\n";
-        let mut l = Lines::new(&text[..], 10);
-        let mut got = Vec::new();
-        while let Some((n, x)) = l.next_line().unwrap() {
-            got.push(match x {
-                Line::Text(t) => format!("{n}:{t}"),
-                Line::Bad(m) => format!("{n}:bad {}", &m[..12]),
-            });
+    fn an_endless_line_stops_every_agent_reader_at_the_cap() {
+        // An over-long line discarded chunk by chunk never ends when the line is endless
+        // (`/dev/zero`); the shared reader stops at the cap.
+        for f in [Format::Dynamo, Format::Otel] {
+            let e = read_any(std::io::repeat(b'{'), "z", f, true, &AgentReadOptions::default()).unwrap_err();
+            assert!(e.to_string().starts_with("z: line 1 is longer than 64 MiB"), "{e}");
         }
-        assert_eq!(
-            got,
-            vec!["1:one", "2:", "3:bad the line is ", "4:ok", "5:bad not UTF-8 te"]
-        );
+        let cols = AgentReadOptions {
+            columns: Some(
+                crate::trace::session_log::ColumnMap::from_toml(
+                    &toml::from_str::<toml::Table>("c = { input_tokens = \"i\", output_tokens = \"o\", turn = \"t\" }")
+                        .unwrap()["c"],
+                )
+                .unwrap(),
+            ),
+            ..AgentReadOptions::default()
+        };
+        let e = read_any(std::io::repeat(b'{'), "z", Format::Sessions, true, &cols).unwrap_err();
+        assert!(e.to_string().contains("line 1 is longer than 64 MiB"), "{e}");
+        let e = read_any(std::io::repeat(b'x'), "z", Format::Sessions, true, &cols).unwrap_err();
+        assert!(e.to_string().contains("line 1 is longer than 64 MiB"), "{e}");
     }
 
     #[test]

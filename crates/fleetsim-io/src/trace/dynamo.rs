@@ -14,13 +14,17 @@ use std::io::Read;
 
 use serde::Deserialize;
 
-use super::calls::{Calls, NONE, Timing, for_each_line, ms_ns, parse_json, push_call};
+use super::calls::{Calls, NONE, Obj, Timing, for_each_line, ms_ns, parse_json, push_call};
 use super::parse::{Builder, NO_SESSION, TraceError};
+
+/// Largest `replay.trace_block_size` read (tokens per block hash): vLLM's KV blocks are
+/// 1 to a few hundred tokens; a block beyond this cannot be a prompt's unit.
+pub const MAX_TRACE_BLOCK_SIZE: u32 = 1 << 20;
 
 #[derive(Deserialize)]
 struct EventLine<'a> {
     #[serde(borrow)]
-    event: Event<'a>,
+    event: Obj<Event<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -30,11 +34,11 @@ struct Event<'a> {
     #[serde(borrow)]
     event_type: Cow<'a, str>,
     #[serde(default, borrow)]
-    agent_context: Option<Context<'a>>,
+    agent_context: Option<Obj<Context<'a>>>,
     #[serde(default, borrow)]
-    request: Option<Request<'a>>,
+    request: Option<Obj<Request<'a>>>,
     #[serde(default)]
-    tool: Option<Tool>,
+    tool: Option<Obj<Tool>>,
 }
 
 #[derive(Deserialize)]
@@ -55,7 +59,7 @@ struct Request<'a> {
     #[serde(default, borrow)]
     model: Option<Cow<'a, str>>,
     #[serde(default)]
-    replay: Option<Replay>,
+    replay: Option<Obj<Replay>>,
 }
 
 #[derive(Deserialize)]
@@ -76,59 +80,111 @@ struct Tool {
 pub(super) fn read(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
     let mut calls = Calls::default();
     for_each_line(r, b, |text, line, b| {
-        let ev: EventLine = parse_json(b, line, text)?;
-        let ev = ev.event;
+        let ev: Obj<EventLine> = parse_json(b, line, text)?;
+        let ev = ev.0.event.0;
         if !ev.schema.starts_with("dynamo.request.trace.") {
             return Err(b.err(
                 line,
                 Some("event.schema"),
-                format!("expected `dynamo.request.trace.v1`, got `{}`", ev.schema),
+                format!(
+                    "expected `dynamo.request.trace.v1`, got {}",
+                    crate::quote::quote(&ev.schema)
+                ),
             ));
         }
         match ev.event_type.as_ref() {
             "request_end" => {
-                let Some(req) = ev.request else {
+                let Some(Obj(req)) = ev.request else {
                     return Err(b.err(line, Some("event.request"), "a request_end event needs `request`"));
                 };
                 let start = ms_ns(req.request_received_ms).ok_or_else(|| {
                     b.err(
                         line,
                         Some("event.request.request_received_ms"),
-                        format!("expected unix milliseconds >= 0, got {}", req.request_received_ms),
+                        format!(
+                            "expected unix milliseconds in [0, 1.8e13], got {}",
+                            req.request_received_ms
+                        ),
                     )
                 })?;
                 let dur = |v: Option<f64>, key: &str| -> Result<u64, TraceError> {
                     match v {
                         None => Ok(NONE),
-                        Some(ms) => ms_ns(ms)
-                            .ok_or_else(|| b.err(line, Some(key), format!("expected milliseconds >= 0, got {ms}"))),
+                        Some(ms) => ms_ns(ms).ok_or_else(|| {
+                            b.err(
+                                line,
+                                Some(key),
+                                format!("expected milliseconds in [0, 1.8e13], got {ms}"),
+                            )
+                        }),
                     }
                 };
                 let total = dur(req.total_time_ms, "event.request.total_time_ms")?;
                 let ttft = dur(req.ttft_ms, "event.request.ttft_ms")?;
+                // The end is the start plus the total: checked, never wrapped around 2^64.
+                let end_ns = match total {
+                    NONE => NONE,
+                    t => start.checked_add(t).filter(|&e| e != NONE).ok_or_else(|| {
+                        b.err(
+                            line,
+                            Some("event.request.total_time_ms"),
+                            format!(
+                                "request_received_ms {} + total_time_ms {} ends after the year 2554 (2^64 ns)",
+                                req.request_received_ms,
+                                req.total_time_ms.unwrap_or(0.0)
+                            ),
+                        )
+                    })?,
+                };
                 let mut hashes: &[u64] = &[];
-                if let Some(rp) = &req.replay {
-                    if let Some(bs) = rp.trace_block_size {
-                        if bs == 0 || calls.block_tokens.is_some_and(|x| x != bs) {
-                            return Err(b.err(
-                                line,
-                                Some("event.request.replay.trace_block_size"),
-                                format!(
-                                    "{bs} differs from the trace's earlier {} (one block size per trace)",
-                                    calls.block_tokens.unwrap_or(0)
-                                ),
-                            ));
+                if let Some(Obj(rp)) = &req.replay {
+                    let bs = match rp.trace_block_size {
+                        Some(bs) => {
+                            if !(1..=MAX_TRACE_BLOCK_SIZE).contains(&bs) {
+                                return Err(b.err(
+                                    line,
+                                    Some("event.request.replay.trace_block_size"),
+                                    format!("expected 1 to {MAX_TRACE_BLOCK_SIZE} tokens per block, got {bs}"),
+                                ));
+                            }
+                            if calls.block_tokens.is_some_and(|x| x != bs) {
+                                return Err(b.err(
+                                    line,
+                                    Some("event.request.replay.trace_block_size"),
+                                    format!(
+                                        "{bs} differs from the trace's earlier {} (one block size per trace)",
+                                        calls.block_tokens.unwrap_or(0)
+                                    ),
+                                ));
+                            }
+                            calls.block_tokens = Some(bs);
+                            bs
                         }
-                        calls.block_tokens = Some(bs);
+                        None => calls
+                            .block_tokens
+                            .unwrap_or(super::parse::Format::Dynamo.default_block_tokens()),
+                    };
+                    // One hash per whole or partial block of the prompt, no more.
+                    let most = req.input_tokens.div_ceil(u64::from(bs));
+                    if rp.input_sequence_hashes.len() as u64 > most {
+                        return Err(b.err(
+                            line,
+                            Some("event.request.replay.input_sequence_hashes"),
+                            format!(
+                                "{} block hashes for a prompt of {} tokens in blocks of {bs}: at most {most}",
+                                rp.input_sequence_hashes.len(),
+                                req.input_tokens
+                            ),
+                        ));
                     }
                     hashes = &rp.input_sequence_hashes;
                 }
-                let session = match ev.agent_context.as_ref().and_then(|c| c.session_id.as_deref()) {
+                let session = match ev.agent_context.as_ref().and_then(|c| c.0.session_id.as_deref()) {
                     Some(s) => b.session(s),
                     None => NO_SESSION,
                 };
                 let timing = Timing {
-                    end_ns: if total == NONE { NONE } else { start + total },
+                    end_ns,
                     ttft_ns: ttft,
                     think_ns: NONE,
                     model: req.model.as_deref(),
@@ -142,19 +198,20 @@ pub(super) fn read(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
                     req.output_tokens,
                     session,
                     u32::MAX,
-                    hashes.iter().copied(),
+                    hashes,
                     timing,
                 )
             }
             "tool_end" | "tool_error" => {
-                if let Some(d) = ev.tool.and_then(|t| t.duration_ms) {
+                if let Some(d) = ev.tool.and_then(|t| t.0.duration_ms) {
                     let ns = ms_ns(d).ok_or_else(|| {
                         b.err(
                             line,
                             Some("event.tool.duration_ms"),
-                            format!("expected milliseconds >= 0, got {d}"),
+                            format!("expected milliseconds in [0, 1.8e13], got {d}"),
                         )
                     })?;
+                    b.charge(line, 8)?;
                     calls.tool_ns.push(ns);
                 }
                 calls.other_records += 1;
@@ -231,6 +288,34 @@ mod tests {
         let neg = ev("a", 1, 5, -3.0, &[]);
         let e = read_from(neg.as_bytes(), "d", Format::Dynamo, false).unwrap_err();
         assert_eq!(e.column.as_deref(), Some("event.request.total_time_ms"));
+        // The end is checked, never wrapped; a tool record is an object; block
+        // sizes and hash counts are bounded by the prompt.
+        let wrap = ev("a", 1, 5, 1.0, &[])
+            .replace("\"request_received_ms\":1", "\"request_received_ms\":17000000000000")
+            .replace("\"total_time_ms\":1", "\"total_time_ms\":17000000000000");
+        let e = read_from(wrap.as_bytes(), "d", Format::Dynamo, false).unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("event.request.total_time_ms"), "{e}");
+        assert!(e.message.contains("2^64"), "{e}");
+        let tool = r#"{"event":{"schema":"dynamo.request.trace.v1","event_type":"tool_end","tool":[1]}}"#;
+        let e = read_from(tool.as_bytes(), "d", Format::Dynamo, false).unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("event.tool"), "{e}");
+        assert!(e.message.contains("expected a JSON object"), "{e}");
+        let e = read_from(b"[{\"schema\": 1}]\n".as_slice(), "d", Format::Dynamo, false).unwrap_err();
+        assert!(e.message.contains("expected a JSON object"), "{e}");
+        let big = ev("a", 1, 4736, 1.0, &[7; 297]);
+        let e = read_from(big.as_bytes(), "d", Format::Dynamo, false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "d:1: column `event.request.replay.input_sequence_hashes`: 297 block hashes for a prompt of 4736 tokens in blocks of 16: at most 296"
+        );
+        assert!(read_from(ev("a", 1, 4736, 1.0, &[7; 296]).as_bytes(), "d", Format::Dynamo, false).is_ok());
+        let huge = ev("a", 1, 4736, 1.0, &[7]).replace("\"trace_block_size\":16", "\"trace_block_size\":4294967295");
+        let e = read_from(huge.as_bytes(), "d", Format::Dynamo, false).unwrap_err();
+        assert!(
+            e.message
+                .contains("expected 1 to 1048576 tokens per block, got 4294967295"),
+            "{e}"
+        );
         // skip_bad_rows counts instead.
         let t = read_from(text.as_bytes(), "d", Format::Dynamo, true).unwrap();
         assert_eq!((t.rows.len(), t.skipped), (1, 1));

@@ -18,9 +18,12 @@ use anyhow::{Context, Result, bail};
 /// Converts `dir`; writes the calls to `out` and the scenario to `out` with `.toml`.
 /// Returns the calls written and the scenario's path.
 pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
+    // The folder must hold one whole run (a truncated requests.csv would convert to a
+    // shorter replay; an edited or missing manifest is not a run).
+    crate::atomic::verify(dir)?;
     let scen_path = dir.join("scenario.toml");
-    let text = std::fs::read_to_string(&scen_path)
-        .with_context(|| format!("{}: not a results folder written by `sim run`", scen_path.display()))?;
+    let text = crate::atomic::read_text(&scen_path, crate::scenario::MAX_SCENARIO_BYTES, "the scenario")
+        .map_err(|(_, m)| anyhow::anyhow!("{}: {m}", scen_path.display()))?;
     let mut table: toml::Table = toml::from_str(&text).with_context(|| format!("parsing {}", scen_path.display()))?;
     // Group name -> (prompt name, tokens).
     let mut prompts: BTreeMap<String, (String, i64)> = BTreeMap::new();
@@ -53,11 +56,14 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
         prompts.insert(name, (prompt, tokens));
     }
     let req_path = dir.join("requests.csv");
+    let req_file = std::fs::File::open(&req_path).with_context(|| format!("{}: cannot read", req_path.display()))?;
     let mut rdr = csv::ReaderBuilder::new()
         .flexible(false)
-        .from_path(&req_path)
-        .with_context(|| format!("{}: cannot read", req_path.display()))?;
-    let header = rdr.headers()?.clone();
+        .from_reader(super::lines::Capped::new(req_file));
+    let header = rdr
+        .headers()
+        .with_context(|| format!("{}: cannot read the header", req_path.display()))?
+        .clone();
     let col = |n: &str| {
         header
             .iter()
@@ -72,42 +78,29 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
         col("prompt_tokens")?,
         col("output_tokens")?,
     );
-    let f = std::fs::File::create(out).with_context(|| format!("cannot write {}", out.display()))?;
-    let mut w = csv::Writer::from_writer(std::io::BufWriter::new(f));
-    w.write_record([
-        "session",
-        "turn",
-        "start_s",
-        "end_s",
-        "input_tokens",
-        "output_tokens",
-        "model",
-    ])?;
-    let mut n = 0;
-    let mut shared: BTreeMap<String, i64> = BTreeMap::new();
-    for rec in rdr.records() {
-        let rec = rec.with_context(|| format!("{}: malformed row", req_path.display()))?;
-        if rec[cd].is_empty() {
-            continue;
-        }
-        let session = &rec[cs];
-        let group = session.rsplit_once('-').map_or(session, |(g, _)| g);
-        let model = match prompts.get(group) {
-            Some((p, t)) if *t > 0 => {
-                shared.insert(p.clone(), *t);
-                p.as_str()
-            }
-            _ => "",
-        };
-        w.write_record([session, &rec[ct], &rec[cr], &rec[cd], &rec[cp], &rec[co], model])?;
-        n += 1;
-    }
-    w.flush()?;
     let file_name = out
         .file_name()
         .and_then(|s| s.to_str())
         .context("--out names no file")?
         .to_string();
+    let mut n = 0;
+    let mut shared: BTreeMap<String, i64> = BTreeMap::new();
+    // Whole or absent: written to a temporary sibling and renamed.
+    crate::atomic::write_with(out, |tmp| {
+        let f = std::fs::File::create(tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        let mut w = csv::Writer::from_writer(std::io::BufWriter::new(f));
+        copy_rows(
+            &mut rdr,
+            &mut w,
+            &req_path,
+            &prompts,
+            [cs, ct, cr, cd, cp, co],
+            &mut n,
+            &mut shared,
+        )?;
+        w.flush()?;
+        Ok(())
+    })?;
     let name = table
         .get("name")
         .and_then(toml::Value::as_str)
@@ -145,9 +138,51 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
     let scen = out.with_extension("toml");
     let body = format!(
         "# Replays the requests of {} closed-loop (sim trace convert --from-run).\n{}",
-        dir.display(),
+        crate::quote::path(dir),
         toml::to_string(&table)?
     );
-    std::fs::write(&scen, body).with_context(|| format!("cannot write {}", scen.display()))?;
+    crate::atomic::write_file(&scen, body.as_bytes()).with_context(|| format!("cannot write {}", scen.display()))?;
     Ok((n, scen))
+}
+
+/// Copies the completed requests of `rdr` as sessions rows (`c`: the columns session,
+/// turn, t_router_s, t_done_s, prompt_tokens, output_tokens).
+#[allow(clippy::too_many_arguments)]
+fn copy_rows<R: std::io::Read, W: std::io::Write>(
+    rdr: &mut csv::Reader<R>,
+    w: &mut csv::Writer<W>,
+    req_path: &Path,
+    prompts: &BTreeMap<String, (String, i64)>,
+    c: [usize; 6],
+    n: &mut usize,
+    shared: &mut BTreeMap<String, i64>,
+) -> Result<()> {
+    let [cs, ct, cr, cd, cp, co] = c;
+    w.write_record([
+        "session",
+        "turn",
+        "start_s",
+        "end_s",
+        "input_tokens",
+        "output_tokens",
+        "model",
+    ])?;
+    for rec in rdr.records() {
+        let rec = rec.with_context(|| format!("{}: malformed row", req_path.display()))?;
+        if rec[cd].is_empty() {
+            continue;
+        }
+        let session = &rec[cs];
+        let group = session.rsplit_once('-').map_or(session, |(g, _)| g);
+        let model = match prompts.get(group) {
+            Some((p, t)) if *t > 0 => {
+                shared.insert(p.clone(), *t);
+                p.as_str()
+            }
+            _ => "",
+        };
+        w.write_record([session, &rec[ct], &rec[cr], &rec[cd], &rec[cp], &rec[co], model])?;
+        *n += 1;
+    }
+    Ok(())
 }

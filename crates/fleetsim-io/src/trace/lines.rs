@@ -2,9 +2,11 @@
 //! UTF-8 byte-order mark removed ([`Capped`]), a line reader on top of it ([`Lines`]), and
 //! the strict CSV header and row-width checks ([`check_header`], [`check_width`]).
 //!
-//! A reader built on these never buffers an unbounded line (an endless input without a
-//! newline is an error at the cap, not an allocation abort), never sees a BOM, and never
-//! reads a row shifted under the wrong column.
+//! Every reader, of every format, reads its lines through these (the CSV readers through
+//! [`Capped`] under the `csv` crate, the JSON-lines readers through [`Lines`]): none buffers
+//! an unbounded line (an endless input without a newline is one error at the cap, naming
+//! the line, never an allocation abort or an endless loop), none sees a BOM, and none reads
+//! a row shifted under the wrong column.
 
 use std::io::{self, BufRead, BufReader, Read};
 
@@ -93,7 +95,11 @@ impl<R: Read> Read for Capped<R> {
                 if self.run > self.cap {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
-                        format!("line {} is longer than {} MiB", self.line, self.cap >> 20),
+                        format!(
+                            "line {} is longer than {} MiB, the longest line a trace of this format may hold",
+                            self.line,
+                            self.cap >> 20
+                        ),
                     ));
                 }
             }
@@ -127,16 +133,22 @@ impl<R: Read> Lines<R> {
         }
     }
 
+    /// Number of the line last returned (0 before the first).
+    pub fn line(&self) -> u64 {
+        self.n
+    }
+
     /// The next line (without its end of line) and its number, or `None` at the end. A line
     /// that is not UTF-8 is an inner error (a bad row, which `skip_bad_rows` may skip); a
     /// read error or a line beyond the cap is an outer one (the read cannot go on).
     #[allow(clippy::type_complexity)]
     pub fn next_line(&mut self) -> Result<Option<(u64, Result<&str, TraceError>)>, TraceError> {
         self.buf.clear();
+        let next = self.n + 1;
         let got = self
             .r
             .read_until(b'\n', &mut self.buf)
-            .map_err(|e| io_error(&self.file, e))?;
+            .map_err(|e| read_error(&self.file, next, e))?;
         if got == 0 {
             return Ok(None);
         }
@@ -162,10 +174,20 @@ pub fn io_error(file: &str, e: io::Error) -> TraceError {
         line: None,
         column: None,
         message: if is_line_cap(&e) {
-            format!("{e} (a trace line may hold at most {} MiB)", MAX_LINE_BYTES >> 20)
+            e.to_string()
         } else {
             format!("cannot read the trace: {e}")
         },
+    }
+}
+
+/// An error of the stream while reading line `line`: the line cap (naming the line), else
+/// a corrupt or truncated gzip member or an I/O error (see [`super::calls::stream_err`]).
+pub fn read_error(file: &str, line: u64, e: io::Error) -> TraceError {
+    if is_line_cap(&e) {
+        io_error(file, e)
+    } else {
+        super::calls::stream_err(file, line, false, &e)
     }
 }
 

@@ -15,7 +15,7 @@ use std::io::Read;
 
 use serde::Deserialize;
 
-use super::calls::{Calls, DEFAULT_SESSION_ATTRIBUTES, NONE, Timing, for_each_line, parse_json, push_call};
+use super::calls::{Calls, DEFAULT_SESSION_ATTRIBUTES, NONE, Obj, Timing, for_each_line, parse_json, push_call};
 use super::parse::{Builder, TraceError};
 
 /// Reader options.
@@ -46,28 +46,29 @@ impl OtelOptions {
 
 #[derive(Deserialize)]
 struct Export {
-    #[serde(rename = "resourceSpans", default)]
-    resource_spans: Vec<ResourceSpans>,
+    /// Required: a JSON line without it is not an OTLP export (read as 0 spans before).
+    #[serde(rename = "resourceSpans")]
+    resource_spans: Vec<Obj<ResourceSpans>>,
 }
 
 #[derive(Deserialize)]
 struct ResourceSpans {
     #[serde(default)]
-    resource: Option<Resource>,
+    resource: Option<Obj<Resource>>,
     #[serde(rename = "scopeSpans", default)]
-    scope_spans: Vec<ScopeSpans>,
+    scope_spans: Vec<Obj<ScopeSpans>>,
 }
 
 #[derive(Deserialize)]
 struct Resource {
     #[serde(default)]
-    attributes: Vec<KeyValue>,
+    attributes: Vec<Obj<KeyValue>>,
 }
 
 #[derive(Deserialize)]
 struct ScopeSpans {
     #[serde(default)]
-    spans: Vec<Span>,
+    spans: Vec<Obj<Span>>,
 }
 
 #[derive(Deserialize)]
@@ -79,14 +80,14 @@ struct Span {
     #[serde(rename = "endTimeUnixNano")]
     end: Num,
     #[serde(default)]
-    attributes: Vec<KeyValue>,
+    attributes: Vec<Obj<KeyValue>>,
 }
 
 #[derive(Deserialize)]
 struct KeyValue {
     key: String,
     #[serde(default)]
-    value: AnyValue,
+    value: Option<Obj<AnyValue>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -121,7 +122,7 @@ impl Num {
         match self {
             Num::U(v) => v.to_string(),
             Num::F(f) => f.to_string(),
-            Num::S(s) => format!("\"{s}\""),
+            Num::S(s) => format!("\"{}\"", crate::quote::escape(s)),
         }
     }
 }
@@ -145,8 +146,17 @@ impl AnyValue {
     }
 }
 
-fn attr<'a>(list: &'a [KeyValue], key: &str) -> Option<&'a AnyValue> {
-    list.iter().find(|kv| kv.key == key).map(|kv| &kv.value)
+/// No value (an attribute without `value`).
+const NO_VALUE: AnyValue = AnyValue {
+    string: None,
+    int: None,
+    double: None,
+};
+
+fn attr<'a>(list: &'a [Obj<KeyValue>], key: &str) -> Option<&'a AnyValue> {
+    list.iter()
+        .find(|kv| kv.0.key == key)
+        .map(|kv| kv.0.value.as_ref().map_or(&NO_VALUE, |v| &v.0))
 }
 
 /// Operations that are an LLM inference call.
@@ -156,11 +166,13 @@ const INFERENCE: [&str; 3] = ["chat", "text_completion", "generate_content"];
 pub(super) fn read(r: impl Read, b: &mut Builder, opts: &OtelOptions) -> Result<(), TraceError> {
     let mut calls = Calls::default();
     for_each_line(r, b, |text, line, b| {
-        let ex: Export = parse_json(b, line, text)?;
-        for (ri, rs) in ex.resource_spans.iter().enumerate() {
-            let res_attrs: &[KeyValue] = rs.resource.as_ref().map_or(&[], |r| &r.attributes);
+        let ex: Obj<Export> = parse_json(b, line, text)?;
+        for (ri, rs) in ex.0.resource_spans.iter().enumerate() {
+            let rs = &rs.0;
+            let res_attrs: &[Obj<KeyValue>] = rs.resource.as_ref().map_or(&[], |r| &r.0.attributes);
             for (si, ss) in rs.scope_spans.iter().enumerate() {
-                for (k, sp) in ss.spans.iter().enumerate() {
+                for (k, sp) in ss.0.spans.iter().enumerate() {
+                    let sp = &sp.0;
                     let at = format!("resourceSpans[{ri}].scopeSpans[{si}].spans[{k}]");
                     let op = attr(&sp.attributes, "gen_ai.operation.name").and_then(AnyValue::as_str);
                     let res = span(b, &mut calls, opts, line, &at, sp, res_attrs, op.as_deref());
@@ -184,7 +196,7 @@ fn span(
     line: u64,
     at: &str,
     sp: &Span,
-    res_attrs: &[KeyValue],
+    res_attrs: &[Obj<KeyValue>],
     op: Option<&str>,
 ) -> Result<(), TraceError> {
     let time = |n: &Num, key: &str| {
@@ -208,6 +220,7 @@ fn span(
     match op {
         Some(o) if INFERENCE.contains(&o) => {}
         Some("execute_tool") => {
+            b.charge(line, 8)?;
             calls.tool_ns.push(end - start);
             calls.other_records += 1;
             return Ok(());
@@ -251,18 +264,7 @@ fn span(
         think_ns: NONE,
         model: model.as_deref(),
     };
-    push_call(
-        b,
-        calls,
-        line,
-        start,
-        input,
-        output,
-        session,
-        u32::MAX,
-        std::iter::empty(),
-        timing,
-    )
+    push_call(b, calls, line, start, input, output, session, u32::MAX, &[], timing)
 }
 
 #[cfg(test)]
@@ -347,5 +349,27 @@ mod tests {
                 .starts_with("o:1: column `resourceSpans[0].scopeSpans[0].spans[0]"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn json_that_is_not_an_otlp_export_is_refused() {
+        // `--format otel` on other JSON must not read as 0 spans and exit 0.
+        let e = read_from(
+            b"{\"timestamp\": 0, \"input_length\": 5}\n".as_slice(),
+            "o",
+            Format::Otel,
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "o:1: malformed JSON: missing field `resourceSpans`");
+        // Records written as arrays are not read positionally.
+        let e = read_from(
+            b"{\"resourceSpans\": [[null, []]]}\n".as_slice(),
+            "o",
+            Format::Otel,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("expected a JSON object"), "{e}");
     }
 }

@@ -162,11 +162,11 @@ impl Trace {
 
 /// A malformed row or unreadable file.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{file}{}: {message}", match (line, column) {
-    (Some(l), Some(c)) => format!(":{l}: column `{c}`"),
+#[error("{}{}: {}", crate::quote::escape(file), match (line, column) {
+    (Some(l), Some(c)) => format!(":{l}: column {}", crate::quote::quote(c)),
     (Some(l), None) => format!(":{l}"),
     _ => String::new(),
-})]
+}, crate::quote::escape(message))]
 pub struct TraceError {
     /// File.
     pub file: String,
@@ -201,6 +201,22 @@ pub(super) struct Builder {
     /// Memory the parsed trace may take (the default of `limits.max_memory_gib`): an
     /// endless stream of valid rows is refused instead of growing until an abort.
     budget_bytes: u64,
+    /// Bytes held outside the arenas: interned session names (twice: list and map) and
+    /// what the agent readers keep per call and per tool event ([`Builder::charge`]).
+    extra_bytes: u64,
+}
+
+/// Bytes per dense-map entry (a `(u64, u32)` slot padded to 16 bytes, its control byte, and
+/// the 1/8 of slack hashbrown keeps free), generously.
+const MAP_ENTRY_BYTES: u64 = 20;
+
+/// The capacity a `Vec` of capacity `cap` has once it holds `need` elements.
+fn grown(cap: usize, need: usize) -> u64 {
+    if need <= cap {
+        cap as u64
+    } else {
+        need.max(cap.saturating_mul(2)) as u64
+    }
 }
 
 impl Builder {
@@ -216,6 +232,7 @@ impl Builder {
             sessions: FxHashMap::default(),
             skip,
             budget_bytes: crate::preflight::Budget::new(None).map_or(u64::MAX, |b| b.bytes),
+            extra_bytes: 0,
         }
     }
 
@@ -248,6 +265,7 @@ impl Builder {
             return id;
         }
         let id = self.trace.session_names.len() as u32;
+        self.extra_bytes = self.extra_bytes.saturating_add(2 * (name.len() as u64 + 32));
         self.trace.session_names.push(name.to_string());
         self.sessions.insert(name.to_string(), id);
         id
@@ -284,6 +302,57 @@ impl Builder {
         id
     }
 
+    /// Bytes the parsed trace takes once a row with `new_blocks` block ids is added: every
+    /// arena at the capacity it grows to (a `Vec` doubles), the dense map as if every id
+    /// were new, and [`Builder::extra_bytes`].
+    fn bytes_with(&self, new_blocks: usize) -> u64 {
+        let t = &self.trace;
+        let rows = grown(t.rows.capacity(), t.rows.len() + 1) * std::mem::size_of::<TraceRow>() as u64;
+        let arena = grown(t.blocks.capacity(), t.blocks.len() + new_blocks) * 4;
+        let raw = grown(t.raw_blocks.capacity(), t.raw_blocks.len() + new_blocks) * 8;
+        let map = if self.dense.is_empty() && new_blocks == 0 {
+            0
+        } else {
+            grown(self.dense.capacity(), self.dense.len() + new_blocks) * MAP_ENTRY_BYTES
+        };
+        let direct = self.direct.capacity() as u64 * 4;
+        rows.saturating_add(arena)
+            .saturating_add(raw)
+            .saturating_add(map)
+            .saturating_add(direct)
+            .saturating_add(self.extra_bytes)
+    }
+
+    /// The error of a trace beyond the memory budget, at `line`.
+    fn over_budget(&self, line: u64, bytes: u64) -> TraceError {
+        self.err(
+            line,
+            None,
+            format!(
+                "the trace would take {} of memory with this row ({} rows and {} block ids read so far), above the default limits.max_memory_gib ({}: half this machine's memory); cut the file",
+                crate::preflight::human(bytes),
+                self.trace.rows.len(),
+                self.trace.blocks.len(),
+                crate::preflight::human(self.budget_bytes),
+            ),
+        )
+    }
+
+    /// Counts `bytes` more held by a reader (per call or per tool event), refusing beyond
+    /// the budget before the reader allocates them.
+    pub(super) fn charge(&mut self, line: u64, bytes: u64) -> Result<(), TraceError> {
+        self.extra_bytes = self.extra_bytes.saturating_add(bytes);
+        let need = self.bytes_with(0);
+        if need > self.budget_bytes {
+            return Err(self.over_budget(line, need));
+        }
+        Ok(())
+    }
+
+    /// Adds one request. Checked before anything is allocated: its tokens, its block ids
+    /// (at most one per prompt token; a reader that knows its block size checks the exact
+    /// bound first) and the memory the trace takes with it (every row, against the
+    /// budget, with the capacities the arenas grow to).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push(
         &mut self,
@@ -293,13 +362,19 @@ impl Builder {
         output: u64,
         session: u32,
         turn: u32,
-        blocks: impl IntoIterator<Item = u64>,
+        blocks: &[u64],
     ) -> Result<(), TraceError> {
-        let (in_col, out_col) = match self.trace.format {
-            Some(Format::Mooncake) => ("input_length", "output_length"),
-            Some(Format::Azure) => ("ContextTokens", "GeneratedTokens"),
-            Some(Format::BurstGpt) => ("Request tokens", "Response tokens"),
-            _ => ("input_tokens", "output_tokens"),
+        let (in_col, out_col, blocks_col) = match self.trace.format {
+            Some(Format::Mooncake) => ("input_length", "output_length", "hash_ids"),
+            Some(Format::Azure) => ("ContextTokens", "GeneratedTokens", "block_ids"),
+            Some(Format::BurstGpt) => ("Request tokens", "Response tokens", "block_ids"),
+            Some(Format::Dynamo) => (
+                "event.request.input_tokens",
+                "event.request.output_tokens",
+                "event.request.replay.input_sequence_hashes",
+            ),
+            Some(Format::Sessions) => ("input_tokens", "output_tokens", "block_hashes"),
+            _ => ("input_tokens", "output_tokens", "block_ids"),
         };
         if input == 0 {
             return self.bad(self.err(line, Some(in_col), "a request needs at least 1 prompt token, got 0"));
@@ -312,6 +387,24 @@ impl Builder {
                 format!("{input} + {output} tokens is above the 2^32 - 1 a request may hold"),
             ));
         }
+        if blocks.len() as u64 > input {
+            return self.bad(self.err(
+                line,
+                Some(blocks_col),
+                format!(
+                    "{} block ids for a prompt of {input} tokens: a block holds at least one token",
+                    blocks.len()
+                ),
+            ));
+        }
+        if self.trace.blocks.len() + blocks.len() > u32::MAX as usize || self.trace.rows.len() >= u32::MAX as usize - 1
+        {
+            return Err(self.err(line, None, "the trace is too large (more than 2^32 rows or block ids)"));
+        }
+        let need = self.bytes_with(blocks.len());
+        if need > self.budget_bytes {
+            return Err(self.over_budget(line, need));
+        }
         let output = if output == 0 {
             self.trace.zero_output_rows += 1;
             1
@@ -319,31 +412,11 @@ impl Builder {
             output
         };
         let off = self.trace.blocks.len();
-        for b in blocks {
+        for &b in blocks {
             let d = self.block(b);
             self.trace.blocks.push(d);
         }
         let len = self.trace.blocks.len() - off;
-        if self.trace.rows.len() % 65_536 == 0 {
-            let bytes = self.trace.rows.len() * std::mem::size_of::<TraceRow>()
-                + self.trace.blocks.len() * 4
-                + self.trace.raw_blocks.len() * 12
-                + self.direct.len() * 4;
-            if bytes as u64 > self.budget_bytes {
-                return Err(self.err(
-                    line,
-                    None,
-                    format!(
-                        "the trace already takes {} of memory at {} rows, above the default limits.max_memory_gib (half this machine's memory); cut the file",
-                        crate::preflight::human(bytes as u64),
-                        self.trace.rows.len()
-                    ),
-                ));
-            }
-        }
-        if self.trace.blocks.len() > u32::MAX as usize || self.trace.rows.len() >= u32::MAX as usize - 1 {
-            return Err(self.err(line, None, "the trace is too large (more than 2^32 rows or block ids)"));
-        }
         self.trace.rows.push(TraceRow {
             t_ns,
             input: input as u32,
@@ -467,8 +540,10 @@ struct MooncakeRow {
     hash_ids: Vec<u64>,
 }
 
+/// Milliseconds to ns: the range every reader shares ([`super::calls::ms_ns`]; 1e15 ms,
+/// the bound before, was clamped to 2^64 ns without a word).
 fn ms_to_ns(ms: f64) -> Option<u64> {
-    (0.0..=1e15).contains(&ms).then(|| (ms * 1e6).round() as u64)
+    super::calls::ms_ns(ms)
 }
 
 fn secs_to_ns(s: f64) -> Option<u64> {
@@ -489,8 +564,9 @@ fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
         if l.is_empty() {
             continue;
         }
-        let row: MooncakeRow = match serde_json::from_str(l) {
-            Ok(row) => row,
+        // An object, never an array read field by field in order.
+        let row: MooncakeRow = match serde_json::from_str::<super::calls::Obj<MooncakeRow>>(l) {
+            Ok(row) => row.0,
             Err(e) => {
                 let msg = e.to_string();
                 // serde_json names the missing or mistyped field in its message.
@@ -507,7 +583,7 @@ fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
             let err = b.err(
                 n,
                 Some("timestamp"),
-                format!("must be milliseconds >= 0, got {}", row.timestamp),
+                format!("must be milliseconds in [0, 1.8e13], got {}", row.timestamp),
             );
             b.bad(err)?;
             continue;
@@ -519,7 +595,7 @@ fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
             row.output_length,
             NO_SESSION,
             u32::MAX,
-            row.hash_ids,
+            &row.hash_ids,
         )?;
     }
     Ok(())
@@ -699,7 +775,7 @@ fn read_native(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
             }
         }
         let sid = b.session(s);
-        b.push(line, t, i, o, sid, tn, ids.iter().copied())
+        b.push(line, t, i, o, sid, tn, &ids)
     })
 }
 
@@ -739,7 +815,7 @@ fn read_azure(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
         })?;
         let i = int(rec, ctx, "ContextTokens", b, line)?;
         let o = int(rec, gen_, "GeneratedTokens", b, line)?;
-        b.push(line, t, i, o, NO_SESSION, u32::MAX, std::iter::empty())
+        b.push(line, t, i, o, NO_SESSION, u32::MAX, &[])
     })
 }
 
@@ -753,7 +829,7 @@ fn read_burstgpt(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
         let t = float_secs(rec, ts, "Timestamp", b, line)?;
         let i = int(rec, req, "Request tokens", b, line)?;
         let o = int(rec, resp, "Response tokens", b, line)?;
-        b.push(line, t, i, o, NO_SESSION, u32::MAX, std::iter::empty())
+        b.push(line, t, i, o, NO_SESSION, u32::MAX, &[])
     })
 }
 
@@ -969,6 +1045,56 @@ mod tests {
         }
         let e = read_from(&b"{\"timestamp\": 0, \xff}\n"[..], "t", Format::Mooncake, false).unwrap_err();
         assert_eq!(e.to_string(), "t:1: not UTF-8 (byte 18)");
+    }
+
+    #[test]
+    fn memory_budget_is_checked_on_every_row_before_the_arenas_grow() {
+        // Checked every 65,536 rows, rows of millions of block ids would allocate gigabytes
+        // first: every row is checked with the capacity the arenas grow to, before they grow.
+        let mut b = Builder::new("t", Format::Native, false);
+        b.budget_bytes = 8 << 20;
+        let ids: Vec<u64> = (0..100_000).collect();
+        let mut kept = 0;
+        let mut err = None;
+        for i in 0..100 {
+            match b.push(i + 2, 0, 200_000, 1, NO_SESSION, u32::MAX, &ids) {
+                Ok(()) => kept += 1,
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = err.expect("refused within 100 rows");
+        assert!((1..10).contains(&kept), "{kept}");
+        assert!(
+            e.message.contains("would take") && e.message.contains("cut the file"),
+            "{e}"
+        );
+        assert!(b.bytes_with(0) <= 8 << 20);
+        // More block ids than prompt tokens: a bad row naming the column.
+        let e = parse(
+            "arrival_s,input_tokens,output_tokens,block_ids\n0,2,1,1 2 3\n",
+            Format::Native,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "t:2: column `block_ids`: 3 block ids for a prompt of 2 tokens: a block holds at least one token"
+        );
+    }
+
+    #[test]
+    fn mooncake_rows_are_objects_and_times_stay_in_range() {
+        let e = parse("[0, 10, 5, [0]]\n", Format::Mooncake).unwrap_err();
+        assert!(e.message.contains("expected a JSON object"), "{e}");
+        // 1e15 ms was accepted and clamped to 2^64 ns.
+        let e = parse(
+            "{\"timestamp\": 1e15, \"input_length\": 10, \"output_length\": 5}\n",
+            Format::Mooncake,
+        )
+        .unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("timestamp"), "{e}");
     }
 
     #[test]

@@ -254,6 +254,16 @@ impl Field<'_> {
             Field::Json(v) => v.to_string(),
         }
     }
+
+    /// A name (session id, model): text, or a JSON string or number; `None` for a JSON
+    /// array, object or boolean, which no log writes as a name.
+    fn name(&self) -> Option<String> {
+        match self {
+            Field::Json(serde_json::Value::Number(n)) => Some(n.to_string()),
+            Field::Json(serde_json::Value::String(_)) | Field::Text(_) => Some(self.text()),
+            Field::Json(_) => None,
+        }
+    }
 }
 
 /// One record's fields by mapping key.
@@ -376,10 +386,11 @@ fn read_csv(
             }
             Err(e) => {
                 let line = e.position().map_or(0, csv::Position::line);
-                if let csv::ErrorKind::Io(io) = e.kind() {
-                    return Err(super::calls::stream_err(&file, line.max(1), false, io));
+                let msg = format!("malformed CSV: {e}");
+                if let csv::ErrorKind::Io(io) = e.into_kind() {
+                    return Err(super::lines::read_error(&file, line.max(1), io));
                 }
-                let err = b.err(line, None, format!("malformed CSV: {e}"));
+                let err = b.err(line, None, msg);
                 b.bad(err)?;
             }
         }
@@ -409,7 +420,7 @@ fn row(
             b.err(
                 line,
                 Some(&colname(k)),
-                format!("expected a whole number >= 0, got `{}`", f.text()),
+                format!("expected a whole number >= 0, got {}", crate::quote::quote(&f.text())),
             )
         })
     };
@@ -418,7 +429,10 @@ fn row(
             b.err(
                 line,
                 Some(&colname(k)),
-                format!("expected a time >= 0, got `{}`", f.text()),
+                format!(
+                    "expected a time in [0, 1.8e10] s, got {}",
+                    crate::quote::quote(&f.text())
+                ),
             )
         })
     };
@@ -443,7 +457,14 @@ fn row(
                 Some(f) => {
                     let v = secs(k, f, 1.0)?;
                     let e = if kind == EndKind::Latency {
-                        start.saturating_add(v)
+                        // Checked: an end past 2^64 ns is an error, never a clamped value.
+                        start.checked_add(v).filter(|&e| e != NONE).ok_or_else(|| {
+                            b.err(
+                                line,
+                                Some(&colname(k)),
+                                "the start plus the latency ends after the year 2554 (2^64 ns)",
+                            )
+                        })?
                     } else {
                         v
                     };
@@ -463,7 +484,20 @@ fn row(
         Some(f) => secs("ttft_s", f, 1.0)?,
         None => NONE,
     };
-    let session_name = opt("session").map(|f| f.text());
+    let name = |k: &str| -> Result<Option<String>, TraceError> {
+        match opt(k) {
+            None => Ok(None),
+            Some(f) => f.name().map(Some).ok_or_else(|| {
+                b.err(
+                    line,
+                    Some(&colname(k)),
+                    format!("expected a string or a number, got {}", crate::quote::escape(&f.text())),
+                )
+            }),
+        }
+    };
+    let session_name = name("session")?;
+    let model = name("model")?;
     let session = match &session_name {
         Some(s) => b.session(s),
         None => NO_SESSION,
@@ -474,7 +508,10 @@ fn row(
                 b.err(
                     line,
                     Some(&colname("turn")),
-                    format!("expected a whole number, got `{}`", f.text()),
+                    format!(
+                        "expected a whole number below 2^32 - 1, got {}",
+                        crate::quote::quote(&f.text())
+                    ),
                 )
             })?;
             v as u32
@@ -487,7 +524,7 @@ fn row(
             b.err(
                 line,
                 Some(&colname("block_hashes")),
-                format!("expected whole numbers, got `{t}`"),
+                format!("expected whole numbers, got {}", crate::quote::quote(t)),
             )
         };
         match f {
@@ -503,25 +540,13 @@ fn row(
             }
         }
     }
-    let model = opt("model").map(|f| f.text());
     let timing = Timing {
         end_ns: end,
         ttft_ns: ttft,
         think_ns: think,
         model: model.as_deref(),
     };
-    push_call(
-        b,
-        calls,
-        line,
-        start,
-        input,
-        output,
-        session,
-        turn,
-        hashes.iter().copied(),
-        timing,
-    )
+    push_call(b, calls, line, start, input, output, session, turn, hashes, timing)
 }
 
 #[cfg(test)]
@@ -576,6 +601,27 @@ mod tests {
         let k = t.calls.as_ref().unwrap();
         assert!(k.offsets);
         assert_eq!(k.think_ns, vec![NONE, 1_250_000_000]);
+    }
+
+    #[test]
+    fn names_are_text_and_ends_are_checked() {
+        // A JSON array is no session id (its JSON text was read as one), and a latency
+        // that ends past 2^64 ns was clamped.
+        let c = cols(
+            r#"session = "s", start_s = "t", latency_s = "l", input_tokens = "i", output_tokens = "o", model = "m""#,
+        );
+        let e = parse("{\"s\": [1, 2], \"t\": 0, \"i\": 5, \"o\": 5}\n", &c, false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "s.csv:1: column `s`: expected a string or a number, got [1,2]"
+        );
+        let e = parse("{\"s\": 7, \"t\": 0, \"i\": 5, \"o\": 5, \"m\": {}}\n", &c, false).unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("m"), "{e}");
+        let t = parse("{\"s\": 7, \"t\": 0, \"i\": 5, \"o\": 5, \"m\": \"x\"}\n", &c, false).unwrap();
+        assert_eq!(t.session_names, ["7"]);
+        let e = parse("s,t,l,i,o,m\na,1.7e10,1.7e10,5,5,x\n", &c, false).unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("l"), "{e}");
+        assert!(e.message.contains("2^64"), "{e}");
     }
 
     #[test]
