@@ -212,7 +212,15 @@ fn memory_preflight_counts_the_decision_audit_and_the_writing() {
     // The writing phase alone (96 MiB) does not fit 64 MiB.
     let e = load_err(MINIMAL, &[("limits.max_memory_gib", "0.0625")]);
     assert_eq!(e.path, "workload.groups[0].sessions", "{e}");
-    assert!(load_str(MINIMAL, "t.toml", "t", &[("limits.max_memory_gib".into(), "0.5".into())]).is_ok());
+    assert!(
+        load_str(
+            MINIMAL,
+            "t.toml",
+            "t",
+            &[("limits.max_memory_gib".into(), "0.5".into())]
+        )
+        .is_ok()
+    );
 }
 
 #[test]
