@@ -38,7 +38,7 @@ fn whole_seconds(flag: &str, s: f64, notes: &mut Vec<String>) -> String {
 /// The production-stack command line for `r`, or `None` if its policy is not one of
 /// production-stack's routers (SGLang, llm-d, AIBrix and Dynamo policies have their own
 /// configuration, which this tool does not write). Each policy declares its own flags
-/// ([`crate::policy::registry::PolicyKind::production_stack`]); the routing logic is its
+/// ([`crate::policy::kind::PolicyKind::production_stack`]); the routing logic is its
 /// kind name, and the scrape and window flags follow what it reads.
 pub fn production_stack(r: &RouterConfig) -> Option<Flags> {
     let own = r.policy.production_stack()?;

@@ -22,9 +22,9 @@ use rand::seq::SliceRandom;
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::{Tie, argmin, local_loads};
 use super::params::{ParamError, count, finite_non_negative, index_size, secs};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 use crate::time::{SimDuration, SimTime};

@@ -80,9 +80,9 @@ use std::collections::{BTreeMap, VecDeque};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::local_loads;
 use super::params::{ParamError, count, non_negative, secs, tie_first, tie_suffix_first, unit};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;

@@ -36,9 +36,9 @@
 //! list order; equal access times in the eviction heap pop by tenant, then node (upstream:
 //! unspecified).
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::{Tie, argmin, local_loads};
 use super::params::{ParamError, count, finite_non_negative, non_negative, tie_first, tie_suffix_first, unit};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::sgltree::SglTree;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;

@@ -1,9 +1,10 @@
 //! What `sim policies` prints: every policy with its parameters, upstream defaults, the
 //! signals it reads and how fresh they are, and where its semantics come from. Each entry is
-//! declared with its policy ([`super::registry::PolicyKind::DOC`]); this module renders
+//! declared with its policy ([`super::kind::PolicyKind::DOC`]); this module renders
 //! the registry.
 
-use super::registry::{Doc, ParamDoc, REGISTRY};
+use super::kind::{Doc, ParamDoc};
+use super::registry::REGISTRY;
 
 /// One policy as `sim policies --json` lists it.
 #[derive(serde::Serialize)]

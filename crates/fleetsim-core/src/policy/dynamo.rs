@@ -17,8 +17,8 @@
 
 use rand::RngExt;
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::params::{ParamError, weight};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::ids::RequestId;

@@ -25,9 +25,9 @@
 //!   "TODO (Yuhan): Handle chat completions"), so a chat request looks up zero tokens,
 //!   LMCache reports no holder and the request takes the upstream fallback (L386-399).
 
+use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::leastrequest::{Tie, argmin};
 use super::params::{ParamError, count, tie_first, tie_suffix_first};
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::session::Session;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::content::RequestApi;

@@ -12,10 +12,10 @@
 //!
 //! Also usable standalone as the `leastinflight` policy.
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::Tie;
 use super::params::{LEAST_INFLIGHT_TIES, ParamError, count, tie, tie_suffix};
 use super::qps::qps_routing;
-use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;

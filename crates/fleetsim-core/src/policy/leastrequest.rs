@@ -6,30 +6,13 @@
 //! minima) and, with `tie = "first"`, of SGLang's shortest-queue branch (`min_by_key` over
 //! `worker.load()`, first in worker-list order).
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::params::{ParamError, tie};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
 
-/// How ties between equally loaded endpoints break.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tie {
-    /// Uniformly at random (AIBrix).
-    Random,
-    /// First in discovery order (SGLang `min_by_key`).
-    First,
-}
-
-impl Tie {
-    /// Name as written in scenarios.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tie::Random => "random",
-            Tie::First => "first",
-        }
-    }
-}
+pub use super::params::Tie;
 
 /// Router-local in-flight per endpoint (0 for one never used), from the router's request
 /// stats: fresh unless the scenario sets `router.request_stats_lag_s`, which then delays

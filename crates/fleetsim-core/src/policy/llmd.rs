@@ -35,8 +35,8 @@ use lru::LruCache;
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::params::{ParamError, count, index_size, weight};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;

@@ -12,10 +12,10 @@
 //! since the lookup tokenizes only `prompt` (see `kvaware`). With two engines a full hit
 //! is cancelled once its engine is `1 / (2 beta)` above the mean.
 
+use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::kvaware::{matched_tokens, upstream_fallback};
 use super::leastrequest::{Tie, local_loads};
 use super::params::{ParamError, tie_first, tie_suffix_first, weight};
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::session::Session;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;

@@ -6,7 +6,7 @@
 //! Adding a policy: one file here (with its `pub mod` line below), and one line in
 //! [`registry::REGISTRY`]. The file holds
 //! the policy (a [`RoutingPolicy`]) and its registry entry: a marker type implementing
-//! [`registry::PolicyKind`], which declares the kind name, the parameter struct (serde,
+//! [`kind::PolicyKind`], which declares the kind name, the parameter struct (serde,
 //! `deny_unknown_fields`, upstream defaults) and its validation, the default scrape
 //! interval, the builder, the one-line description and the catalogue entry that
 //! `sim policies` prints. Scenario parsing, `sim policies`, `sim tune` and the reference
@@ -23,6 +23,7 @@ pub mod catalogue;
 pub mod dynamo;
 pub mod hashring;
 pub mod hashtrie;
+pub mod kind;
 pub mod kvaware;
 pub mod leastinflight;
 pub mod leastrequest;
@@ -46,7 +47,8 @@ use crate::view::EngineStatsEntry;
 use crate::view::KvFeed;
 use crate::view::RequestStatsEntry;
 
-pub use registry::{PolicyConfig, REGISTRY, policy_kinds};
+pub use kind::PolicyConfig;
+pub use registry::{REGISTRY, policy_kinds};
 
 /// An endpoint as service discovery lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,8 +11,26 @@ use std::fmt;
 
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 
-use super::leastrequest::Tie;
 use crate::time::{SimDuration, secs_to_ns};
+
+/// How ties between equally loaded endpoints break.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tie {
+    /// Uniformly at random (AIBrix).
+    Random,
+    /// First in discovery order (SGLang `min_by_key`).
+    First,
+}
+
+impl Tie {
+    /// Name as written in scenarios.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tie::Random => "random",
+            Tie::First => "first",
+        }
+    }
+}
 
 /// One value of a policy table.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,9 +6,9 @@
 //! -1, every pair ties, and the policy is uniform random (sgl-project/sglang
 //! `sgl-router/src/policies/power_of_two.rs`, `sgl-router/src/core/worker_manager.rs`).
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::local_loads;
 use super::params::{ParamError, count};
-use super::registry::{Doc, Fleet, PolicyKind, param};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 use rand::seq::index::sample;

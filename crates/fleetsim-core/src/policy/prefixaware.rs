@@ -34,12 +34,12 @@
 //! where its first turn was placed, without session keys (same keying as `second_turn`).
 
 use super::hashtrie::HashTrie;
+use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::leastinflight::{pick_in_band, scraped_loads};
 use super::leastrequest::{Tie, local_loads};
 use super::load_since_scrape::SentSinceScrape;
 use super::params::{LEAST_INFLIGHT_TIES, ParamError, count, tie, tie_suffix};
 use super::qps::qps_routing;
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::{Branch, Decision, Fallback, RequestInfo, RouterView, RoutingPolicy};
 use crate::content::mix;
 use crate::dist::uniform_index;

@@ -2,8 +2,8 @@
 //! baseline every load-aware policy should beat; it needs no signal, so it cannot be misled
 //! by a stale one.
 
+use super::kind::{Doc, Fleet, PolicyKind};
 use super::params::{NoParams, ParamError};
-use super::registry::{Doc, Fleet, PolicyKind};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use super::kind::{Doc, Fleet, PolicyKind, StackFlags};
 use super::params::{NoParams, ParamError};
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags};
 use super::{Branch, Decision, EndpointInfo, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 

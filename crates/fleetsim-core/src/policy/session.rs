@@ -3,9 +3,9 @@
 //! request); requests without a key go to `_qps_routing`. Load is never consulted.
 
 use super::hashring::HashRing;
+use super::kind::{Doc, Fleet, PolicyKind, StackFlags};
 use super::params::{NoParams, ParamError};
 use super::qps::qps_routing;
-use super::registry::{Doc, Fleet, PolicyKind, StackFlags};
 use super::{Branch, Decision, EndpointInfo, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 

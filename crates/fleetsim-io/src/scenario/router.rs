@@ -3,8 +3,9 @@
 //! only converts the TOML table and puts the entry's errors under `router.policy`.
 
 use super::{FieldError, Res, tag, without};
+use fleetsim_core::policy::kind::Fleet;
 use fleetsim_core::policy::params::ParamValue;
-use fleetsim_core::policy::registry::{Fleet, find};
+use fleetsim_core::policy::registry::find;
 use fleetsim_core::policy::{PolicyConfig, policy_kinds};
 
 pub(super) fn policy(t: Option<&toml::Table>, fleet: Fleet) -> Res<PolicyConfig> {

@@ -7,7 +7,7 @@ use super::schema::ScenarioFile;
 use super::traces::trace_group;
 use super::workload::{arrival, service_time};
 use super::{FieldError, Res, Scenario, backends, count, counts, dist, secs};
-use fleetsim_core::policy::registry::Fleet;
+use fleetsim_core::policy::kind::Fleet;
 use fleetsim_core::router::RouterConfig;
 use fleetsim_core::sim::{BackendModel, FrontBalancer, SimConfig};
 use fleetsim_core::time::SimTime;
