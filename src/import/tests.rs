@@ -245,7 +245,9 @@ fn imbalanced_threshold_is_written_as_given_or_refused() {
     };
     let threshold = |t: &str| {
         let policy = load(&lb(t).unwrap()).sim.router.policy;
-        match policy.get::<crate::policy::kvaware::LoadBalancedKind>() {
+        // `inf` (upstream's default) is plain `kvaware`.
+        let c = policy.get::<crate::policy::kvaware::LoadBalancedKind>();
+        match c.or_else(|| policy.get::<crate::policy::kvaware::Kind>()) {
             Some(c) => c.imbalanced_threshold,
             None => panic!("{policy:?}"),
         }

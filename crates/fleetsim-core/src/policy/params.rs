@@ -371,7 +371,7 @@ mod tests {
     fn validators_name_the_key() {
         assert_eq!(
             count(-1, "d", 1).unwrap_err().message,
-            "must be an integer >= 1, got -1"
+            "must be an integer >= 1 and <= 4294967295, got -1"
         );
         assert_eq!(secs(0.0, "s", false).unwrap_err().key, "s");
         assert!(secs(0.0, "s", true).is_ok());
