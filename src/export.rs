@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+pub mod openmetrics;
 pub mod timeline;
 
 use crate::sim::RunResult;

@@ -21,7 +21,9 @@
 //!    core only.
 //! 3. **Application** (this crate): [`cli`] (parse and dispatch only, one file per
 //!    subcommand), [`sweep`], [`tune`], [`check`], [`import`], [`explain`], [`export`],
-//!    [`report`], [`plot`], [`hints`], [`reference`](mod@reference). It builds scenarios
+//!    [`report`], [`plot`], [`hints`], [`reference`](mod@reference), [`alerts`] (Prometheus
+//!    rules and their proof on runs) and [`observe`] (the same figures on a real fleet's
+//!    series; the only HTTP client). It builds scenarios
 //!    through io, calls [`sim::run`], and renders finished results; it never reaches into
 //!    a running simulation. Plotting, YAML, JUnit and the CLI parser live here only.
 //!
@@ -40,14 +42,16 @@ pub use fleetsim_core::{
     backend, content, decision, dist, engine, faults, fleet, ids, metrics, policy, rng, router, sim, time, view,
     workload,
 };
-pub use fleetsim_io::{atomic, output, preflight, profiles, quote, scenario, trace};
+pub use fleetsim_io::{atomic, output, preflight, profiles, quote, scenario, trace, vllm_metrics};
 
+pub mod alerts;
 pub mod check;
 pub mod cli;
 pub mod explain;
 pub mod export;
 pub mod hints;
 pub mod import;
+pub mod observe;
 pub mod plot;
 pub mod reference;
 pub mod report;

@@ -5,7 +5,7 @@
 //! Owns: the rendering of `docs/reference/`. Sees: the raw scenario schema
 //! ([`crate::scenario::ScenarioFile`]) and the policy catalogue's JSON; never a run.
 //! Invariant: the output is a pure function of the code (no clock, no paths, no hash-map
-//! order), so `tests/reference.rs` can compare the committed files byte for byte.
+//! order), so `tests/it/reference.rs` can compare the committed files byte for byte.
 
 use schemars::schema_for;
 use serde_json::Value;

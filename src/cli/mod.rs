@@ -14,7 +14,11 @@
 //! * `sim import`: a scenario from router flags, Helm values and `vllm serve` flags
 //!   (`crate::import`);
 //! * `sim reference`: the reference pages generated from the code (`reference.rs`);
-//! * `sim schema`: the scenario file's JSON Schema (`reference.rs`).
+//! * `sim schema`: the scenario file's JSON Schema (`reference.rs`);
+//! * `sim alerts`: Prometheus rules on vLLM's series and their promtool proof on a run
+//!   (`alerts.rs`, logic in `crate::alerts`);
+//! * `sim observe`: the stranding figures on a real fleet's series (`observe.rs`, logic in
+//!   `crate::observe`).
 //!
 //! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
 //! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
@@ -22,11 +26,13 @@
 
 pub mod out;
 
+mod alerts;
 mod bench;
 mod check;
 mod compare;
 mod explain;
 mod merge;
+mod observe;
 mod policies;
 mod profiles;
 mod reference;
@@ -127,6 +133,20 @@ enum Command {
     ///
     /// Example: sim reference --out docs/reference
     Reference(reference::ReferenceArgs),
+    /// Write Prometheus recording and alerting rules that detect, from vLLM's series alone,
+    /// the failures fleetsim models (a free slot while another backend queues, request-share
+    /// skew, all-zero engine stats, a stale scrape); with --test-out, a promtool unit test
+    /// proving them on the scenario's run (docs/alerts-and-observe.md).
+    ///
+    /// Example: sim alerts scenarios/burst8.toml -o rules.yml --test-out rules.test.yml
+    Alerts(Box<alerts::AlertsArgs>),
+    /// Report `sim run`'s stranding figures (idle_while_queued_s, stranded_slot_s, the worst
+    /// moment, request shares, the plot) on a real fleet's vLLM series: from a Prometheus
+    /// server, a saved query_range answer, or the engines' /metrics.
+    ///
+    /// Example: sim observe --prometheus http://127.0.0.1:9090 --from 1700000000
+    ///          --to 1700003600 --step 15 --slots 8
+    Observe(Box<observe::ObserveArgs>),
     /// Print the scenario file's JSON Schema (editors can validate scenarios against it).
     ///
     /// Example: sim schema > scenario.schema.json
@@ -198,6 +218,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Profiles(a) => profiles::cli(&a),
         Command::Import(a) => crate::import::run(*a),
         Command::Reference(a) => reference::cmd_reference(a),
+        Command::Alerts(a) => alerts::cmd_alerts(*a),
+        Command::Observe(a) => observe::cmd_observe(*a),
         Command::Schema => reference::cmd_schema(),
     }
 }

@@ -44,6 +44,17 @@ pub(super) struct RunArgs {
     /// backend in Chrome trace event format (open in https://ui.perfetto.dev).
     #[arg(long)]
     pub(super) timeline: bool,
+    /// Also write metrics.om: the run's per-backend series as vLLM exports them, sampled
+    /// every --metrics-step, as OpenMetrics text with timestamps (load it into Prometheus
+    /// with `promtool tsdb create-blocks-from openmetrics`).
+    #[arg(long)]
+    pub(super) openmetrics: bool,
+    /// Sampling interval of metrics.om, seconds (a scrape interval).
+    #[arg(long, default_value_t = 1.0, requires = "openmetrics")]
+    pub(super) metrics_step: f64,
+    /// Unix time, seconds, of simulated time zero in metrics.om.
+    #[arg(long, default_value_t = 0, requires = "openmetrics")]
+    pub(super) metrics_epoch: u64,
     #[command(flatten)]
     pub(super) explain_opts: ExplainFlags,
     /// Event-loop implementation: fast, or the per-iteration reference it is tested
@@ -55,6 +66,15 @@ pub(super) struct RunArgs {
 }
 
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    if !(a.metrics_step.is_finite() && a.metrics_step >= 0.001 && a.metrics_step <= 86_400.0) {
+        anyhow::bail!(
+            "--metrics-step {}: expected seconds between 0.001 and 86400",
+            a.metrics_step
+        );
+    }
+    if a.openmetrics && a.no_files {
+        anyhow::bail!("--openmetrics writes a file: drop --no-files");
+    }
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
     check_tool_tables(&a.scenario)?;
     if !a.quiet {
@@ -110,6 +130,14 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         if a.timeline {
             let p = stage.path().join("timeline.json");
             crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;
+            written.push(p);
+        }
+        if a.openmetrics {
+            let p = stage.path().join("metrics.om");
+            let step_ns = (a.metrics_step * 1000.0).round() as u64 * 1_000_000;
+            let s = crate::export::openmetrics::sample(&res, &scenario.sim, step_ns);
+            let text = crate::export::openmetrics::openmetrics(&s, a.metrics_epoch);
+            crate::atomic::write_file(&p, text.as_bytes()).with_context(|| format!("writing {}", p.display()))?;
             written.push(p);
         }
         if a.explain {

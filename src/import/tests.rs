@@ -243,11 +243,14 @@ fn imbalanced_threshold_is_written_as_given_or_refused() {
             None,
         ))
     };
-    let threshold = |t: &str| match load(&lb(t).unwrap()).sim.router.policy {
-        crate::policy::PolicyConfig::KvAware {
-            imbalanced_threshold, ..
-        } => imbalanced_threshold,
-        other => panic!("{other:?}"),
+    let threshold = |t: &str| {
+        let policy = load(&lb(t).unwrap()).sim.router.policy;
+        // `inf` (upstream's default) is plain `kvaware`.
+        let c = policy.get::<crate::policy::kvaware::LoadBalancedKind>();
+        match c.or_else(|| policy.get::<crate::policy::kvaware::Kind>()) {
+            Some(c) => c.imbalanced_threshold,
+            None => panic!("{policy:?}"),
+        }
     };
     assert_eq!(threshold("0"), Some(0.0));
     assert_eq!(threshold("2.5"), Some(2.5));

@@ -3,7 +3,7 @@
 //! space (`scenarios/tune/default-space.toml`, compiled in), plus the scenario's own
 //! configuration, which is always candidate 0.
 
-use crate::policy::catalogue::CATALOGUE;
+use crate::policy::registry::find;
 use crate::scenario::Source;
 
 /// The default space, compiled in so `sim tune` needs no file at run time.
@@ -113,13 +113,17 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Candidate>, String> {
             .get("kind")
             .and_then(toml::Value::as_str)
             .ok_or_else(|| src.message(&at, "needs `kind = \"...\"` (see `sim policies`)"))?;
-        let doc = CATALOGUE.iter().find(|d| d.kind == kind).ok_or_else(|| {
-            let kinds: Vec<&str> = CATALOGUE.iter().map(|d| d.kind).collect();
-            src.message(
-                &format!("{at}.kind"),
-                &format!("unknown policy `{kind}`; expected one of {}", kinds.join(", ")),
-            )
-        })?;
+        let doc = find(kind)
+            .ok_or_else(|| {
+                src.message(
+                    &format!("{at}.kind"),
+                    &format!(
+                        "unknown policy `{kind}`; expected one of {}",
+                        crate::policy::policy_kinds()
+                    ),
+                )
+            })?
+            .doc();
         // Dimensions in order: policy parameters, then router keys (each sorted by name).
         let mut dims: Vec<(bool, String, Vec<toml::Value>)> = Vec::new();
         for (k, v) in t {
@@ -355,8 +359,8 @@ kind = "random"
     #[test]
     fn default_space_covers_every_catalogue_policy() {
         let space = default_space();
-        for d in CATALOGUE {
-            assert!(space.iter().any(|c| c.kind() == d.kind), "{} is missing", d.kind);
+        for e in crate::policy::REGISTRY {
+            assert!(space.iter().any(|c| c.kind() == e.kind()), "{} is missing", e.kind());
         }
     }
 

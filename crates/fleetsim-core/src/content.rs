@@ -16,7 +16,7 @@
 //!   (hashed at character granularity) when it does not. The last chunk may be partial,
 //!   exactly like upstream's last slice. A chat-completions request's string is its
 //!   messages' contents joined with `"\n"` (`routing_logic.py` @ `a6c01db0` L477-495):
-//!   with [`Content::chat`] set, one separator character follows every message but the
+//!   with [`Content::message_ends`] set, one separator character follows every message but the
 //!   last, so lengths and chunk boundaries shift as upstream's do.
 //!
 //! Owns: the abstract token content and its hashes. May not see: backends or policies'
@@ -37,6 +37,45 @@ pub struct Segment {
     pub len: u32,
 }
 
+/// The OpenAI API a group's requests use, as the router sees the body.
+/// Parsed from its scenario name; the default is `chat`: agents (and production-stack's
+/// own examples) call `/v1/chat/completions` (see docs/burst8-atlas.md).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum RequestApi {
+    /// `/v1/chat/completions` with `messages`: production-stack's `kvaware` and
+    /// `loadaware` tokenize only `prompt` and fall back; `PrefixAwareRouter` joins the
+    /// messages' contents with `"\n"`.
+    #[default]
+    Chat,
+    /// `/v1/completions` with one `prompt` string (the conversation as the client
+    /// templated it; no separators modelled).
+    Completions,
+}
+
+impl RequestApi {
+    /// Name as written in scenarios.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestApi::Chat => "chat",
+            RequestApi::Completions => "completions",
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RequestApi {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        [RequestApi::Chat, RequestApi::Completions]
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown request API `{s}`; expected `chat` (`messages`) or `completions` (`prompt`)"
+                ))
+            })
+    }
+}
+
 /// A request's full token sequence: `prompt_tokens` of prompt followed by `output_tokens`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Content {
@@ -46,10 +85,12 @@ pub struct Content {
     pub prompt_tokens: u32,
     /// Output length in tokens.
     pub output_tokens: u32,
-    /// A chat-completions request: the token positions where its messages end (sorted;
-    /// those at or beyond the prompt's end are ignored). `None`: a completions request,
-    /// one `prompt` string.
-    pub chat: Option<Arc<[u32]>>,
+    /// The API the request uses.
+    pub api: RequestApi,
+    /// A chat-completions request's token positions where its messages end (sorted; those
+    /// at or beyond the prompt's end are ignored); `None` for a completions request, one
+    /// `prompt` string.
+    pub message_ends: Option<Arc<[u32]>>,
     /// The session's block-hash memo, shared by its turns (see [`ChainMemo`]); it only
     /// saves work, never changes a hash, and takes no part in equality.
     pub memo: MemoLink,
@@ -173,7 +214,8 @@ impl Content {
             segments,
             prompt_tokens,
             output_tokens,
-            chat: None,
+            api: RequestApi::Completions,
+            message_ends: None,
             memo: MemoLink::default(),
         };
         c.assert_consistent();
@@ -182,7 +224,8 @@ impl Content {
 
     /// The same content sent as a chat completion whose messages end at `message_ends`.
     pub fn with_chat(mut self, message_ends: Arc<[u32]>) -> Content {
-        self.chat = Some(message_ends);
+        self.api = RequestApi::Chat;
+        self.message_ends = Some(message_ends);
         self
     }
 
@@ -194,7 +237,7 @@ impl Content {
 
     /// Message boundaries inside the prompt (each followed by one separator character).
     pub fn separators(&self) -> &[u32] {
-        match &self.chat {
+        match &self.message_ends {
             Some(ends) => &ends[..ends.partition_point(|&e| e < self.prompt_tokens)],
             None => &[],
         }
@@ -249,7 +292,8 @@ impl Content {
             segments,
             prompt_tokens,
             output_tokens,
-            chat: None,
+            api: RequestApi::Completions,
+            message_ends: None,
             memo: MemoLink::default(),
         };
         c.assert_consistent();
@@ -705,9 +749,11 @@ mod tests {
                 segments,
                 prompt_tokens: total - out_tokens,
                 output_tokens: out_tokens,
-                chat: chat.then(|| Arc::from(ends)),
+                api: RequestApi::Completions,
+                message_ends: None,
                 memo: MemoLink::default(),
             };
+            let c = if chat { c.with_chat(Arc::from(ends)) } else { c };
             for join in [false, true] {
                 let mut got = Vec::new();
                 char_chunk_hashes(&c, cpt, chunk, join, &mut got);

@@ -15,6 +15,8 @@
 //! * [`atomic`]: whole-or-absent files and run folders, manifests and their checks;
 //! * [`output`]: terminal tables and the print helpers that survive a closed pipe;
 //! * [`quote`]: user text in messages, control characters escaped (every message one line).
+//! * [`vllm_metrics`]: vLLM's Prometheus metric names, types, labels and buckets, for
+//!   everything that writes or reads engine series.
 
 pub mod atomic;
 pub mod output;
@@ -23,3 +25,4 @@ pub mod profiles;
 pub mod quote;
 pub mod scenario;
 pub mod trace;
+pub mod vllm_metrics;

@@ -22,7 +22,9 @@ use rand::seq::SliceRandom;
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::{Tie, argmin, local_loads};
+use super::params::{ParamError, count, finite_non_negative, index_size, secs};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 use crate::time::{SimDuration, SimTime};
@@ -163,6 +165,73 @@ impl RoutingPolicy for AibrixPrefixCache {
             branch,
             match_chars: pct[pos] * req.prompt_chars / 100,
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy (unset keys: [`AibrixParams::default`]).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    block_chars: Option<i64>,
+    max_blocks: Option<i64>,
+    block_ttl_s: Option<f64>,
+    imbalance_abs_count: Option<i64>,
+    std_dev_factor: Option<f64>,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "aibrix_prefix_cache";
+    const DOC: Doc = Doc {
+        source: "AIBrix gateway prefix-cache (pkg/plugins/gateway/algorithms/prefix_cache.go) with the load gates of PR #933 / #1906",
+        signals: "gateway in-flight requests (router-local, fresh) and a router-local LRU index of 4-byte prompt blocks",
+        params: &[
+            param(
+                "block_chars",
+                "4",
+                "AIBRIX_PREFIX_CACHE_BLOCK_SIZE (character tokenizer)",
+            ),
+            param("max_blocks", "200000", "blocks in the index LRU"),
+            param("block_ttl_s", "1200", "entries idle longer than this are evicted"),
+            param(
+                "imbalance_abs_count",
+                "8",
+                "max - min in-flight above this: only the least-loaded pods are candidates",
+            ),
+            param(
+                "std_dev_factor",
+                "1",
+                "a matched pod must run <= mean + factor x stddev",
+            ),
+        ],
+    };
+    type Params = Params;
+    type Config = AibrixParams;
+    fn validate(f: Params, _: &Fleet) -> Result<AibrixParams, ParamError> {
+        let d = AibrixParams::default();
+        let k = finite_non_negative(f.std_dev_factor.unwrap_or(d.std_dev_factor), "std_dev_factor")?;
+        Ok(AibrixParams {
+            block_chars: count(f.block_chars.unwrap_or(i64::from(d.block_chars)), "block_chars", 1)?,
+            max_blocks: index_size(f.max_blocks.unwrap_or(i64::from(d.max_blocks)), "max_blocks")?,
+            block_ttl: secs(f.block_ttl_s.unwrap_or(d.block_ttl.as_secs_f64()), "block_ttl_s", false)?,
+            imbalance_abs_count: u64::from(count(
+                f.imbalance_abs_count.unwrap_or(d.imbalance_abs_count as i64),
+                "imbalance_abs_count",
+                0,
+            )?),
+            std_dev_factor: k,
+        })
+    }
+    fn describe(p: &AibrixParams) -> String {
+        format!(
+            "imbalance_abs_count = {}, std_dev_factor = {}",
+            p.imbalance_abs_count, p.std_dev_factor
+        )
+    }
+    fn build(p: &AibrixParams) -> Box<dyn RoutingPolicy> {
+        Box::new(AibrixPrefixCache::new(*p))
     }
 }
 

@@ -80,7 +80,9 @@ use std::collections::{BTreeMap, VecDeque};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::local_loads;
+use super::params::{ParamError, count, non_negative, secs, tie_first, tie_suffix_first, unit};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
@@ -650,6 +652,157 @@ impl RoutingPolicy for AibrixPreble {
             branch,
             match_chars: matched_chars,
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy (unset keys: [`AibrixPrebleParams::default`], the tree
+/// unit one token).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    imbalance_abs_count: Option<i64>,
+    match_ratio_threshold: Option<f64>,
+    target_gpu: Option<String>,
+    decoding_length_tokens: Option<i64>,
+    time_per_token_s: Option<f64>,
+    histogram_window_s: Option<f64>,
+    eviction_loop_interval_s: Option<f64>,
+    node_ttl_s: Option<f64>,
+    tree_chunk_chars: Option<i64>,
+    tie: Option<String>,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "aibrix_preble";
+    const DOC: Doc = Doc {
+        source: "AIBrix gateway prefix-cache-preble (pkg/plugins/gateway/algorithms/prefix_cache_preble.go, \
+                 pkg/utils/prefixcacheindexer/tree.go) with the load gate of PR #2382",
+        signals: "gateway in-flight requests (router-local, fresh) for the gate; a router-local radix tree of prompt \
+                  tokens (5-min idle TTL) and the history of routed requests in a 3-min window (histogram load and \
+                  Preble cost); no engine metric, output lengths never known (a constant stands in)",
+        params: &[
+            param(
+                "imbalance_abs_count",
+                "8",
+                "max - min in-flight above this: only the least-loaded pods are candidates (PR #2382)",
+            ),
+            param(
+                "match_ratio_threshold",
+                "0.5",
+                "matched / prompt tokens above this: least histogram load on the longest matching node",
+            ),
+            param(
+                "target_gpu",
+                "\"V100\"",
+                "prefill cost model: \"V100\" or \"A6000\" (Mistral-7B fits)",
+            ),
+            param(
+                "decoding_length_tokens",
+                "45",
+                "assumed output tokens per node in the decode cost",
+            ),
+            param(
+                "time_per_token_s",
+                "0.15",
+                "decode cost per token (upstream's unmeasured default)",
+            ),
+            param("histogram_window_s", "180", "routing history window"),
+            param(
+                "eviction_loop_interval_s",
+                "1",
+                "period of the eviction / window loop, from router start",
+            ),
+            param(
+                "node_ttl_s",
+                "300",
+                "tree nodes idle longer than this are evicted with their subtree",
+            ),
+            param(
+                "tree_chunk_chars",
+                "(auto)",
+                "characters per tree unit; default router.chars_per_token (one token)",
+            ),
+        ],
+    };
+    type Params = Params;
+    type Config = AibrixPrebleParams;
+    fn validate(f: Params, fleet: &Fleet) -> Result<AibrixPrebleParams, ParamError> {
+        let d = AibrixPrebleParams::default();
+        let target_gpu = match f.target_gpu.as_deref() {
+            None => d.target_gpu,
+            Some(v) => [TargetGpu::V100, TargetGpu::A6000]
+                .into_iter()
+                .find(|g| g.as_str() == v)
+                .ok_or_else(|| {
+                    ParamError::new(
+                        "target_gpu",
+                        format!(
+                            "unknown target GPU `{v}`; expected `V100` (upstream default) or `A6000` \
+                             (upstream silently uses V100 for any other value)"
+                        ),
+                    )
+                })?,
+        };
+        let tpt = f.time_per_token_s.unwrap_or(d.time_per_token_s);
+        if !tpt.is_finite() || tpt < 0.0 {
+            return Err(ParamError::new(
+                "time_per_token_s",
+                format!("must be a finite number of seconds >= 0, got {tpt}"),
+            ));
+        }
+        Ok(AibrixPrebleParams {
+            imbalance_abs_count: non_negative(
+                f.imbalance_abs_count.unwrap_or(d.imbalance_abs_count as i64),
+                "imbalance_abs_count",
+                "requests",
+            )?,
+            match_ratio_threshold: unit(
+                f.match_ratio_threshold.unwrap_or(d.match_ratio_threshold),
+                "match_ratio_threshold",
+            )?,
+            target_gpu,
+            decoding_length_tokens: count(
+                f.decoding_length_tokens.unwrap_or(i64::from(d.decoding_length_tokens)),
+                "decoding_length_tokens",
+                0,
+            )?,
+            time_per_token_s: tpt,
+            histogram_window: secs(
+                f.histogram_window_s.unwrap_or(d.histogram_window.as_secs_f64()),
+                "histogram_window_s",
+                false,
+            )?,
+            eviction_loop_interval: secs(
+                f.eviction_loop_interval_s
+                    .unwrap_or(d.eviction_loop_interval.as_secs_f64()),
+                "eviction_loop_interval_s",
+                false,
+            )?,
+            node_ttl: secs(f.node_ttl_s.unwrap_or(d.node_ttl.as_secs_f64()), "node_ttl_s", false)?,
+            // One token per unit by default, like upstream's tokenised tree.
+            tree_chunk_chars: count(
+                f.tree_chunk_chars.unwrap_or(i64::from(fleet.chars_per_token)),
+                "tree_chunk_chars",
+                1,
+            )?,
+            tie: tie_first(f.tie.as_deref(), "tie", "upstream's strict `<` in list order")?,
+        })
+    }
+    fn describe(p: &AibrixPrebleParams) -> String {
+        format!(
+            "imbalance_abs_count = {}, match_ratio_threshold = {}, target_gpu = {}, histogram_window_s = {}{}",
+            p.imbalance_abs_count,
+            p.match_ratio_threshold,
+            p.target_gpu.as_str(),
+            p.histogram_window.as_secs_f64(),
+            tie_suffix_first(p.tie)
+        )
+    }
+    fn build(p: &AibrixPrebleParams) -> Box<dyn RoutingPolicy> {
+        Box::new(AibrixPreble::new(*p))
     }
 }
 

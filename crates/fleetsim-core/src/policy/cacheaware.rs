@@ -36,7 +36,9 @@
 //! list order; equal access times in the eviction heap pop by tenant, then node (upstream:
 //! unspecified).
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::{Tie, argmin, local_loads};
+use super::params::{ParamError, count, finite_non_negative, non_negative, tie_first, tie_suffix_first, unit};
 use super::sgltree::SglTree;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
@@ -180,6 +182,103 @@ impl RoutingPolicy for CacheAware {
             branch,
             match_chars: matched as u64 * chunk,
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy (unset keys: [`CacheAwareParams::default`]).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    cache_threshold: Option<f64>,
+    balance_abs_threshold: Option<i64>,
+    balance_rel_threshold: Option<f64>,
+    tree_chunk_chars: Option<i64>,
+    eviction_interval_secs: Option<i64>,
+    max_tree_size: Option<i64>,
+    tie: Option<String>,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "sglang_cache_aware";
+    const DOC: Doc = Doc {
+        source: "SGLang classic sgl-router cache_aware (src/policies/cache_aware.rs, tree.rs; PR #2114), RouterArgs defaults",
+        signals: "router-local in-flight (fresh) and a router-local approximate radix tree of request text, LRU-evicted \
+                  per tenant by a background pass every eviction_interval_secs from router start",
+        params: &[
+            param(
+                "cache_threshold",
+                "0.3",
+                "match rate above which the request follows the tree",
+            ),
+            param("balance_abs_threshold", "64", "imbalanced iff max - min > this ..."),
+            param(
+                "balance_rel_threshold",
+                "1.5",
+                "... and max > min x this: then shortest queue",
+            ),
+            param("tree_chunk_chars", "16", "tree granularity (upstream: 1 character)"),
+            param(
+                "eviction_interval_secs",
+                "120",
+                "seconds between eviction passes, from router start (0: never evict)",
+            ),
+            param(
+                "max_tree_size",
+                "67108864",
+                "characters per worker a pass keeps (least recently used leaves go first)",
+            ),
+        ],
+    };
+    type Params = Params;
+    type Config = CacheAwareParams;
+    fn validate(f: Params, _: &Fleet) -> Result<CacheAwareParams, ParamError> {
+        let d = CacheAwareParams::default();
+        Ok(CacheAwareParams {
+            cache_threshold: unit(f.cache_threshold.unwrap_or(d.cache_threshold), "cache_threshold")?,
+            balance_abs_threshold: u64::from(count(
+                f.balance_abs_threshold.unwrap_or(d.balance_abs_threshold as i64),
+                "balance_abs_threshold",
+                0,
+            )?),
+            balance_rel_threshold: finite_non_negative(
+                f.balance_rel_threshold.unwrap_or(d.balance_rel_threshold),
+                "balance_rel_threshold",
+            )?,
+            // At least 4: finer trees cost memory and time per stored character.
+            tree_chunk_chars: count(
+                f.tree_chunk_chars.unwrap_or(i64::from(d.tree_chunk_chars)),
+                "tree_chunk_chars",
+                4,
+            )?,
+            eviction_interval_secs: non_negative(
+                f.eviction_interval_secs.unwrap_or(d.eviction_interval_secs as i64),
+                "eviction_interval_secs",
+                "seconds (0 = no eviction)",
+            )?,
+            max_tree_size: non_negative(
+                f.max_tree_size.unwrap_or(d.max_tree_size as i64),
+                "max_tree_size",
+                "characters",
+            )?,
+            tie: tie_first(f.tie.as_deref(), "tie", "upstream `min_by_key`")?,
+        })
+    }
+    fn describe(p: &CacheAwareParams) -> String {
+        format!(
+            "cache_threshold = {}, balance_abs_threshold = {}, balance_rel_threshold = {}, eviction_interval_secs = {}, max_tree_size = {}{}",
+            p.cache_threshold,
+            p.balance_abs_threshold,
+            p.balance_rel_threshold,
+            p.eviction_interval_secs,
+            p.max_tree_size,
+            tie_suffix_first(p.tie)
+        )
+    }
+    fn build(p: &CacheAwareParams) -> Box<dyn RoutingPolicy> {
+        Box::new(CacheAware::new(*p))
     }
 }
 

@@ -17,6 +17,8 @@
 
 use rand::RngExt;
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::params::{ParamError, weight};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::ids::RequestId;
@@ -163,6 +165,59 @@ impl RoutingPolicy for Dynamo {
         if let Some(a) = self.active.remove(&request.0) {
             self.blocks[a.backend] -= a.blocks;
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy (unset keys: [`DynamoParams::default`]).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    overlap_score_weight: Option<f64>,
+    router_temperature: Option<f64>,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "dynamo";
+    const DOC: Doc = Doc {
+        source: "NVIDIA Dynamo KV router (lib/llm/src/kv_router), KvRouterConfig defaults",
+        signals: "overlap from engine KV events (router.kv_event_lag_s, 10 ms); router-tracked active prompt tokens and \
+                  KV blocks (fresh, per replica)",
+        params: &[
+            param(
+                "overlap_score_weight",
+                "1.0",
+                "cost = weight x prefill blocks + decode blocks",
+            ),
+            param(
+                "router_temperature",
+                "0.0",
+                "0: argmin (ties: smaller tree, then random); > 0: softmax sampling",
+            ),
+        ],
+    };
+    type Params = Params;
+    type Config = DynamoParams;
+    fn validate(f: Params, _: &Fleet) -> Result<DynamoParams, ParamError> {
+        let d = DynamoParams::default();
+        Ok(DynamoParams {
+            overlap_score_weight: weight(
+                f.overlap_score_weight.unwrap_or(d.overlap_score_weight),
+                "overlap_score_weight",
+            )?,
+            temperature: weight(f.router_temperature.unwrap_or(d.temperature), "router_temperature")?,
+        })
+    }
+    fn describe(p: &DynamoParams) -> String {
+        format!(
+            "overlap_score_weight = {}, router_temperature = {}",
+            p.overlap_score_weight, p.temperature
+        )
+    }
+    fn build(p: &DynamoParams) -> Box<dyn RoutingPolicy> {
+        Box::new(Dynamo::new(*p))
     }
 }
 

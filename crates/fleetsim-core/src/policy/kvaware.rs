@@ -25,16 +25,19 @@
 //!   "TODO (Yuhan): Handle chat completions"), so a chat request looks up zero tokens,
 //!   LMCache reports no holder and the request takes the upstream fallback (L386-399).
 
+use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::leastrequest::{Tie, argmin};
+use super::params::{ParamError, count, tie_first, tie_suffix_first};
 use super::session::Session;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
+use crate::content::RequestApi;
 use crate::rng::SimRng;
 
 /// Cached leading tokens per endpoint according to the KV feed (all 0 for a
 /// chat-completions request: upstream looks up the empty `prompt` field).
 pub fn matched_tokens(req: &RequestInfo, view: &RouterView) -> Vec<u64> {
     let kv = view.kv.expect("KV-event-fed policy without a feed");
-    if req.chat {
+    if req.api == RequestApi::Chat {
         return vec![0; view.endpoints.len()];
     }
     view.endpoints
@@ -122,6 +125,155 @@ impl RoutingPolicy for KvAware {
     }
 }
 
+/// production-stack's `--kv-aware-threshold` default, tokens.
+const DEFAULT_THRESHOLD_TOKENS: i64 = 2000;
+
+/// The validated configuration of both kinds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// `--kv-aware-threshold`, tokens.
+    pub threshold_tokens: u64,
+    /// PR #884 `--imbalanced-threshold`, a float >= 0 (None = +inf: plain kvaware).
+    pub imbalanced_threshold: Option<f64>,
+    /// Ties of PR #884's imbalanced argmin (upstream: first).
+    pub tie: Tie,
+}
+
+impl Config {
+    fn build(&self) -> Box<dyn RoutingPolicy> {
+        Box::new(KvAware::new(self.threshold_tokens, self.imbalanced_threshold).with_tie(self.tie))
+    }
+
+    fn flags(&self) -> StackFlags {
+        let mut f = StackFlags {
+            args: vec!["--kv-aware-threshold".into(), self.threshold_tokens.to_string()],
+            reads_request_stats: true,
+            ..StackFlags::default()
+        };
+        if let Some(t) = self.imbalanced_threshold {
+            f.reads_engine_stats = true;
+            f.args.extend(["--imbalanced-threshold".into(), t.to_string()]);
+            f.notes.push(format!(
+                "{} and --imbalanced-threshold are production-stack PR #884",
+                LoadBalancedKind::KIND
+            ));
+        }
+        f
+    }
+}
+
+fn threshold(v: Option<i64>) -> Result<u64, ParamError> {
+    Ok(u64::from(count(
+        v.unwrap_or(DEFAULT_THRESHOLD_TOKENS),
+        "kv_aware_threshold",
+        0,
+    )?))
+}
+
+/// production-stack `kvaware`'s registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of production-stack `kvaware`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    kv_aware_threshold: Option<i64>,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "kvaware";
+    const DOC: Doc = Doc {
+        source: "production-stack KvawareRouter (LMCache controller lookup)",
+        signals: "cached prefix per engine from KV events (router.kv_event_lag_s, 10 ms) standing in for the LMCache \
+                  controller; no load at all; fallback: session ring, else _qps_routing",
+        params: &[param(
+            "kv_aware_threshold",
+            "2000",
+            "route to the holder unless more than this many prompt tokens are uncached",
+        )],
+    };
+    type Params = Params;
+    type Config = Config;
+    fn validate(f: Params, _: &Fleet) -> Result<Config, ParamError> {
+        Ok(Config {
+            threshold_tokens: threshold(f.kv_aware_threshold)?,
+            imbalanced_threshold: None,
+            tie: Tie::First,
+        })
+    }
+    fn describe(c: &Config) -> String {
+        format!("kv_aware_threshold = {}", c.threshold_tokens)
+    }
+    fn build(c: &Config) -> Box<dyn RoutingPolicy> {
+        c.build()
+    }
+    fn production_stack(c: &Config) -> Option<StackFlags> {
+        Some(c.flags())
+    }
+}
+
+/// PR #884's load-balanced variant's registry entry ([`super::registry`]).
+pub struct LoadBalancedKind;
+
+/// `[router.policy]` of PR #884's load-balanced variant.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadBalancedParams {
+    kv_aware_threshold: Option<i64>,
+    imbalanced_threshold: f64,
+    tie: Option<String>,
+}
+
+impl PolicyKind for LoadBalancedKind {
+    const KIND: &'static str = "load_balanced_kvaware";
+    const DOC: Doc = Doc {
+        source: "production-stack PR #884 LoadBalancedKvawareRouter",
+        signals: "as kvaware, plus scraped running + waiting (router.engine_stats_interval_s, 30 s; missing = 0)",
+        params: &[
+            param("kv_aware_threshold", "2000", "as kvaware"),
+            param(
+                "imbalanced_threshold",
+                "(required)",
+                "float >= 0; max - min scraped load >= this: argmin, first in list order (upstream default +inf = kvaware)",
+            ),
+        ],
+    };
+    type Params = LoadBalancedParams;
+    type Config = Config;
+    fn validate(f: LoadBalancedParams, _: &Fleet) -> Result<Config, ParamError> {
+        // PR #884's `--imbalanced-threshold`: a float >= 0 (`inf`, upstream's default, is
+        // plain kvaware).
+        let t = f.imbalanced_threshold;
+        let t = if t >= 0.0 {
+            t
+        } else {
+            return Err(ParamError::new(
+                "imbalanced_threshold",
+                format!("must be a number >= 0 (inf = plain {}), got {t}", Kind::KIND),
+            ));
+        };
+        Ok(Config {
+            threshold_tokens: threshold(f.kv_aware_threshold)?,
+            imbalanced_threshold: Some(t),
+            tie: tie_first(f.tie.as_deref(), "tie", "Python `min()`, PR #884")?,
+        })
+    }
+    fn describe(c: &Config) -> String {
+        format!(
+            "kv_aware_threshold = {}, imbalanced_threshold = {}{}",
+            c.threshold_tokens,
+            c.imbalanced_threshold.unwrap_or(f64::INFINITY),
+            tie_suffix_first(c.tie)
+        )
+    }
+    fn build(c: &Config) -> Box<dyn RoutingPolicy> {
+        c.build()
+    }
+    fn production_stack(c: &Config) -> Option<StackFlags> {
+        Some(c.flags())
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -153,7 +305,7 @@ pub(crate) mod tests {
             prompt_chunks: &[],
             chunk_chars: 128,
             prompt_chars: hashes.len() as u64 * 64,
-            chat: false,
+            api: RequestApi::Completions,
         }
     }
 
@@ -244,7 +396,7 @@ pub(crate) mod tests {
         let mut p = KvAware::new(2000, None);
         let mut r = kv_req(&hashes, Some("s"));
         assert_eq!(p.route(&r, &f.view(), &mut rng).branch, Branch::KvHit);
-        r.chat = true;
+        r.api = RequestApi::Chat;
         assert_eq!(p.route(&r, &f.view(), &mut rng).branch, Branch::KvFallbackSession);
     }
 }

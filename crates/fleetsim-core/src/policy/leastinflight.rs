@@ -12,7 +12,9 @@
 //!
 //! Also usable standalone as the `leastinflight` policy.
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::Tie;
+use super::params::{LEAST_INFLIGHT_TIES, ParamError, count, tie, tie_suffix};
 use super::qps::qps_routing;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
@@ -78,6 +80,71 @@ impl RoutingPolicy for LeastInflight {
                 match_chars: 0,
             },
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    #[serde(default = "default_band")]
+    band: i64,
+    #[serde(default = "default_tie")]
+    tie: String,
+}
+
+/// PR #1089's band.
+pub(super) fn default_band() -> i64 {
+    1
+}
+
+/// PR #1089's tie rule.
+pub(super) fn default_tie() -> String {
+    "random".into()
+}
+
+/// The validated configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// Tie band.
+    pub band: u32,
+    /// Tie rule within the band.
+    pub tie: Tie,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "leastinflight";
+    const DOC: Doc = Doc {
+        source: "PR #1089's least-in-flight rule on every request",
+        signals: "scraped running + waiting (router.engine_stats_interval_s, 30 s); missing stats -> _qps_routing",
+        params: &[
+            param("band", "1", "candidates: loads <= min + band"),
+            param(
+                "tie",
+                "\"random\"",
+                "\"random\" among candidates (PR #1089) or \"first\" in discovery order (band 0: strict argmin)",
+            ),
+        ],
+    };
+    type Params = Params;
+    type Config = Config;
+    fn validate(p: Params, _: &Fleet) -> Result<Config, ParamError> {
+        Ok(Config {
+            band: count(p.band, "band", 0)?,
+            tie: tie(&p.tie, "tie", LEAST_INFLIGHT_TIES)?,
+        })
+    }
+    fn describe(c: &Config) -> String {
+        format!("band = {}{}", c.band, tie_suffix(c.tie))
+    }
+    fn build(c: &Config) -> Box<dyn RoutingPolicy> {
+        Box::new(LeastInflight {
+            band: c.band,
+            tie: c.tie,
+        })
     }
 }
 

@@ -6,28 +6,13 @@
 //! minima) and, with `tie = "first"`, of SGLang's shortest-queue branch (`min_by_key` over
 //! `worker.load()`, first in worker-list order).
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::params::{ParamError, tie};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
 
-/// How ties between equally loaded endpoints break.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tie {
-    /// Uniformly at random (AIBrix).
-    Random,
-    /// First in discovery order (SGLang `min_by_key`).
-    First,
-}
-
-impl Tie {
-    /// Name as written in scenarios.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tie::Random => "random",
-            Tie::First => "first",
-        }
-    }
-}
+pub use super::params::Tie;
 
 /// Router-local in-flight per endpoint (0 for one never used), from the router's request
 /// stats: fresh unless the scenario sets `router.request_stats_lag_s`, which then delays
@@ -62,6 +47,41 @@ impl RoutingPolicy for LeastRequest {
             branch: Branch::LeastRequest,
             match_chars: 0,
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    #[serde(default = "super::leastinflight::default_tie")]
+    tie: String,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "least_request";
+    const DOC: Doc = Doc {
+        source: "AIBrix least-request (gateway realtime_num_requests_running); SGLang shortest queue with tie = first",
+        signals: "router-local in-flight requests (zero staleness, this router's traffic only)",
+        params: &[param(
+            "tie",
+            "\"random\"",
+            "\"random\" (AIBrix) or \"first\" in discovery order (SGLang min_by_key)",
+        )],
+    };
+    type Params = Params;
+    type Config = Tie;
+    fn validate(p: Params, _: &Fleet) -> Result<Tie, ParamError> {
+        tie(&p.tie, "tie", "`random` (AIBrix) or `first` (SGLang)")
+    }
+    fn describe(t: &Tie) -> String {
+        format!("tie = {}", t.as_str())
+    }
+    fn build(t: &Tie) -> Box<dyn RoutingPolicy> {
+        Box::new(LeastRequest { tie: *t })
     }
 }
 

@@ -35,6 +35,8 @@ use lru::LruCache;
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::params::{ParamError, count, index_size, weight};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
@@ -226,6 +228,113 @@ impl RoutingPolicy for Llmd {
             branch: Branch::LlmdScore,
             match_chars: match_chars.min(req.prompt_chars),
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy (unset keys: [`LlmdParams::default`], or auto-tuned
+/// from the fleet).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    queue_weight: Option<f64>,
+    kv_cache_utilization_weight: Option<f64>,
+    prefix_cache_weight: Option<f64>,
+    load_aware_weight: Option<f64>,
+    load_aware_threshold: Option<i64>,
+    active_request_weight: Option<f64>,
+    block_size_tokens: Option<i64>,
+    max_prefix_blocks: Option<i64>,
+    lru_capacity_per_pod: Option<i64>,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "llmd";
+    const DOC: Doc = Doc {
+        source: "llm-d / Gateway API Inference Extension EPP default profile (pkg/epp/config/loader/defaults.go)",
+        signals: "scraped waiting and kv_cache_usage_perc every 50 ms (--refresh-metrics-interval, the default \
+                  router.engine_stats_interval_s for this policy); router-local approximate prefix index",
+        params: &[
+            param("queue_weight", "2", "queue-scorer weight"),
+            param("kv_cache_utilization_weight", "2", "kv-cache-utilization-scorer weight"),
+            param("prefix_cache_weight", "3", "prefix-cache-scorer weight"),
+            param(
+                "load_aware_weight",
+                "0",
+                "load-aware-scorer weight (scraped waiting; not in the default profile)",
+            ),
+            param("load_aware_threshold", "128", "load-aware-scorer queue threshold"),
+            param(
+                "active_request_weight",
+                "0",
+                "active-request-scorer weight (router-local in-flight)",
+            ),
+            param(
+                "block_size_tokens",
+                "16",
+                "index block = block_size_tokens x 4 characters",
+            ),
+            param("max_prefix_blocks", "256", "maxPrefixBlocksToMatch"),
+            param(
+                "lru_capacity_per_pod",
+                "(auto)",
+                "index entries per pod; default: backends.kv_blocks (upstream's auto-tune; 31,250 without it)",
+            ),
+        ],
+    };
+    // llm-d `--refresh-metrics-interval`.
+    const ENGINE_STATS_INTERVAL_S: f64 = 0.05;
+    const POLLS_ENDPOINTS_CONCURRENTLY: bool = true;
+    type Params = Params;
+    type Config = LlmdParams;
+    fn validate(f: Params, fleet: &Fleet) -> Result<LlmdParams, ParamError> {
+        let d = LlmdParams::default();
+        // Auto-tuned from the pods like upstream: the engines' block size and GPU blocks.
+        let block_tokens = count(
+            f.block_size_tokens.unwrap_or(i64::from(fleet.block_size_tokens)),
+            "block_size_tokens",
+            1,
+        )?;
+        Ok(LlmdParams {
+            queue_weight: weight(f.queue_weight.unwrap_or(d.queue_weight), "queue_weight")?,
+            kv_weight: weight(
+                f.kv_cache_utilization_weight.unwrap_or(d.kv_weight),
+                "kv_cache_utilization_weight",
+            )?,
+            prefix_weight: weight(f.prefix_cache_weight.unwrap_or(d.prefix_weight), "prefix_cache_weight")?,
+            load_aware_weight: weight(f.load_aware_weight.unwrap_or(d.load_aware_weight), "load_aware_weight")?,
+            load_aware_threshold: count(
+                f.load_aware_threshold.unwrap_or(i64::from(d.load_aware_threshold)),
+                "load_aware_threshold",
+                1,
+            )?,
+            active_request_weight: weight(
+                f.active_request_weight.unwrap_or(d.active_request_weight),
+                "active_request_weight",
+            )?,
+            // `blockSizeTokens x 4` characters per block, as upstream.
+            block_chars: block_tokens.saturating_mul(4),
+            max_prefix_blocks: count(
+                f.max_prefix_blocks.unwrap_or(i64::from(d.max_prefix_blocks)),
+                "max_prefix_blocks",
+                1,
+            )?,
+            lru_capacity_per_pod: index_size(
+                f.lru_capacity_per_pod.unwrap_or(i64::from(fleet.kv_blocks)),
+                "lru_capacity_per_pod",
+            )?,
+        })
+    }
+    fn describe(p: &LlmdParams) -> String {
+        format!(
+            "queue x{}, kv-cache-utilization x{}, prefix-cache x{}",
+            p.queue_weight, p.kv_weight, p.prefix_weight
+        )
+    }
+    fn build(p: &LlmdParams) -> Box<dyn RoutingPolicy> {
+        Box::new(Llmd::new(*p))
     }
 }
 

@@ -12,8 +12,10 @@
 //! since the lookup tokenizes only `prompt` (see `kvaware`). With two engines a full hit
 //! is cancelled once its engine is `1 / (2 beta)` above the mean.
 
+use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::kvaware::{matched_tokens, upstream_fallback};
 use super::leastrequest::{Tie, local_loads};
+use super::params::{ParamError, tie_first, tie_suffix_first, weight};
 use super::session::Session;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
@@ -76,6 +78,65 @@ impl RoutingPolicy for LoadAware {
             branch: Branch::LoadAwareScore,
             match_chars: m[best] * req.prompt_chars / u64::from(req.prompt_tokens.max(1)),
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    beta: Option<f64>,
+    tie: Option<String>,
+}
+
+/// The validated configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// `beta` (upstream `LOADAWARE_BETA`, default 1.0).
+    pub beta: f64,
+    /// Ties of the argmax (upstream: the smallest URL, `first`).
+    pub tie: Tie,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "loadaware";
+    const DOC: Doc = Doc {
+        source: "production-stack PR #1035 LoadAwareRouter",
+        signals: "cached prefix from KV events (10 ms) and router-local in-flight (fresh)",
+        params: &[param(
+            "beta",
+            "1.0",
+            "score = hit fraction - beta x (load - mean) / max(1, mean)",
+        )],
+    };
+    type Params = Params;
+    type Config = Config;
+    fn validate(f: Params, _: &Fleet) -> Result<Config, ParamError> {
+        Ok(Config {
+            beta: weight(f.beta.unwrap_or(1.0), "beta")?,
+            tie: tie_first(f.tie.as_deref(), "tie", "the smallest URL, PR #1035")?,
+        })
+    }
+    fn describe(c: &Config) -> String {
+        format!("beta = {}{}", c.beta, tie_suffix_first(c.tie))
+    }
+    fn build(c: &Config) -> Box<dyn RoutingPolicy> {
+        Box::new(LoadAware::new(c.beta).with_tie(c.tie))
+    }
+    fn production_stack(c: &Config) -> Option<StackFlags> {
+        Some(StackFlags {
+            notes: vec![format!(
+                "{} is production-stack PR #1035; beta = {} is set with the environment variable LOADAWARE_BETA={}",
+                Self::KIND,
+                c.beta,
+                c.beta
+            )],
+            reads_request_stats: true,
+            ..StackFlags::default()
+        })
     }
 }
 

@@ -3,7 +3,14 @@
 //! and router-local request stats) plus the request, and answers with a [`Decision`]. It
 //! can never read live backend state.
 //!
-//! Adding a policy: one file here, one variant in [`PolicyConfig`], one arm in [`build`].
+//! Adding a policy: one file here (with its `pub mod` line below), and one line in
+//! [`registry::REGISTRY`]. The file holds
+//! the policy (a [`RoutingPolicy`]) and its registry entry: a marker type implementing
+//! [`kind::PolicyKind`], which declares the kind name, the parameter struct (serde,
+//! `deny_unknown_fields`, upstream defaults) and its validation, the default scrape
+//! interval, the builder, the one-line description and the catalogue entry that
+//! `sim policies` prints. Scenario parsing, `sim policies`, `sim tune` and the reference
+//! pages read the registry; nothing else names the kind.
 //!
 //! Owns: routing logic and each policy's own state (rings, tries, counters). May not see:
 //! backends, the simulation or metrics; only a `RouterView`. Invariant: a decision is a
@@ -16,16 +23,19 @@ pub mod catalogue;
 pub mod dynamo;
 pub mod hashring;
 pub mod hashtrie;
+pub mod kind;
 pub mod kvaware;
 pub mod leastinflight;
 pub mod leastrequest;
 pub mod llmd;
 pub mod load_since_scrape;
 pub mod loadaware;
+pub mod params;
 pub mod powerofd;
 pub mod prefixaware;
 pub mod qps;
 pub mod random;
+pub mod registry;
 pub mod roundrobin;
 pub mod session;
 pub mod sgltree;
@@ -36,6 +46,9 @@ use crate::time::SimTime;
 use crate::view::EngineStatsEntry;
 use crate::view::KvFeed;
 use crate::view::RequestStatsEntry;
+
+pub use kind::PolicyConfig;
+pub use registry::{REGISTRY, policy_kinds};
 
 /// An endpoint as service discovery lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,9 +93,9 @@ pub struct RequestInfo<'a> {
     pub chunk_chars: u32,
     /// Characters in the prompt.
     pub prompt_chars: u64,
-    /// The request is a chat completion (`messages`), not a completion (`prompt`): routers
-    /// that tokenize only `prompt` (production-stack `kvaware`, `loadaware`) see nothing.
-    pub chat: bool,
+    /// The API the request uses: routers that tokenize only a completion's `prompt`
+    /// (production-stack `kvaware`, `loadaware`) see nothing of a chat request.
+    pub api: crate::content::RequestApi,
 }
 
 pub use crate::decision::Branch;
@@ -149,6 +162,14 @@ pub enum Fallback {
 }
 
 impl Fallback {
+    /// Every fallback, in the order messages list them.
+    pub const ALL: [Fallback; 4] = [
+        Fallback::Qps,
+        Fallback::LeastInflight,
+        Fallback::LocalInflight,
+        Fallback::ScrapedPlusSent,
+    ];
+
     /// Name as written in scenarios.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -157,250 +178,6 @@ impl Fallback {
             Fallback::LocalInflight => "local_inflight",
             Fallback::ScrapedPlusSent => "scraped_plus_sent",
         }
-    }
-}
-
-/// A validated policy configuration.
-#[derive(Clone, Debug, PartialEq)]
-pub enum PolicyConfig {
-    /// production-stack `RoundRobinRouter`.
-    RoundRobin,
-    /// production-stack `SessionRouter` (consistent hash ring on the session key).
-    Session,
-    /// production-stack `PrefixAwareRouter`.
-    PrefixAware {
-        /// `--prefix-min-match-length`, in characters (upstream default 0: threshold off).
-        prefix_min_match_length: u64,
-        /// Below-threshold fallback.
-        fallback: Fallback,
-        /// Least-in-flight tie band (+1 in PR #1089); unused with `fallback = "qps"`.
-        band: u32,
-        /// Tie rule within the band (random in PR #1089); unused with `fallback = "qps"`.
-        tie: leastrequest::Tie,
-        /// Endpoints sampled by a load-based fallback (0: all; 2: power-of-two).
-        sample: u32,
-        /// When a fallback pick enters the trie (at once upstream).
-        insert: prefixaware::Insertion,
-        /// A below-threshold request extending a whole earlier below-threshold prompt goes
-        /// where that prompt went (not upstream; off by default).
-        follow: bool,
-    },
-    /// Least-in-flight from scraped engine stats on every request (the fix, standalone).
-    LeastInflight {
-        /// Tie band.
-        band: u32,
-        /// Tie rule within the band.
-        tie: leastrequest::Tie,
-    },
-    /// Uniform random.
-    Random,
-    /// Fewest router-local in-flight requests.
-    LeastRequest {
-        /// Tie rule.
-        tie: leastrequest::Tie,
-    },
-    /// Best of `d` sampled.
-    PowerOfD {
-        /// Sample size.
-        d: u32,
-        /// Load signal.
-        load: powerofd::LoadSource,
-    },
-    /// SGLang `cache_aware`.
-    SglangCacheAware(cacheaware::CacheAwareParams),
-    /// llm-d EPP default profile.
-    Llmd(llmd::LlmdParams),
-    /// AIBrix `prefix-cache` with its load gates.
-    AibrixPrefixCache(aibrix::AibrixParams),
-    /// AIBrix `prefix-cache-preble` with the PR #2382 load gate.
-    AibrixPreble(aibrix_preble::AibrixPrebleParams),
-    /// production-stack `kvaware` (and PR #884's `load_balanced_kvaware` with a threshold).
-    KvAware {
-        /// `--kv-aware-threshold`, tokens.
-        threshold_tokens: u64,
-        /// PR #884 `--imbalanced-threshold`, a float >= 0 (None = +inf).
-        imbalanced_threshold: Option<f64>,
-        /// Ties of PR #884's imbalanced argmin (upstream: first).
-        tie: leastrequest::Tie,
-    },
-    /// production-stack PR #1035 `loadaware`.
-    LoadAware {
-        /// `beta`.
-        beta: f64,
-        /// Ties of the argmax (upstream: the smallest URL, `first`).
-        tie: leastrequest::Tie,
-    },
-    /// NVIDIA Dynamo KV router.
-    Dynamo(dynamo::DynamoParams),
-}
-
-/// Valid `router.policy.kind` values.
-pub const POLICY_KINDS: &str = "roundrobin, session, prefixaware, leastinflight, random, least_request, power_of_d, sglang_cache_aware, llmd, aibrix_prefix_cache, aibrix_preble, kvaware, load_balanced_kvaware, loadaware, dynamo";
-
-impl PolicyConfig {
-    /// A one-line description for reports.
-    pub fn describe(&self) -> String {
-        match self {
-            PolicyConfig::RoundRobin => "roundrobin".into(),
-            PolicyConfig::Session => "session".into(),
-            PolicyConfig::PrefixAware {
-                prefix_min_match_length,
-                fallback,
-                band,
-                tie,
-                sample,
-                insert,
-                follow,
-            } => {
-                let sample = match sample {
-                    0 => String::new(),
-                    d => format!(", sample = {d}"),
-                };
-                let insert = match insert {
-                    prefixaware::Insertion::AtPick => "",
-                    prefixaware::Insertion::SecondTurn => ", insert = second_turn",
-                };
-                let insert = if *follow {
-                    format!("{insert}, follow = true")
-                } else {
-                    insert.to_string()
-                };
-                match fallback {
-                    Fallback::Qps => format!(
-                        "prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = qps{insert})"
-                    ),
-                    _ => format!(
-                        "prefixaware (prefix_min_match_length = {prefix_min_match_length}, fallback = {}, band = {band}{}{sample}{insert})",
-                        fallback.as_str(),
-                        tie_suffix(*tie)
-                    ),
-                }
-            }
-            PolicyConfig::LeastInflight { band, tie } => format!("leastinflight (band = {band}{})", tie_suffix(*tie)),
-            PolicyConfig::Random => "random".into(),
-            PolicyConfig::LeastRequest { tie } => format!("least_request (tie = {})", tie.as_str()),
-            PolicyConfig::PowerOfD { d, load } => format!("power_of_d (d = {d}, load = {})", load.as_str()),
-            PolicyConfig::SglangCacheAware(p) => format!(
-                "sglang_cache_aware (cache_threshold = {}, balance_abs_threshold = {}, balance_rel_threshold = {}, eviction_interval_secs = {}, max_tree_size = {}{})",
-                p.cache_threshold,
-                p.balance_abs_threshold,
-                p.balance_rel_threshold,
-                p.eviction_interval_secs,
-                p.max_tree_size,
-                tie_suffix_first(p.tie)
-            ),
-            PolicyConfig::Llmd(p) => format!(
-                "llmd (queue x{}, kv-cache-utilization x{}, prefix-cache x{})",
-                p.queue_weight, p.kv_weight, p.prefix_weight
-            ),
-            PolicyConfig::AibrixPrefixCache(p) => format!(
-                "aibrix_prefix_cache (imbalance_abs_count = {}, std_dev_factor = {})",
-                p.imbalance_abs_count, p.std_dev_factor
-            ),
-            PolicyConfig::AibrixPreble(p) => format!(
-                "aibrix_preble (imbalance_abs_count = {}, match_ratio_threshold = {}, target_gpu = {}, histogram_window_s = {}{})",
-                p.imbalance_abs_count,
-                p.match_ratio_threshold,
-                p.target_gpu.as_str(),
-                p.histogram_window.as_secs_f64(),
-                tie_suffix_first(p.tie)
-            ),
-            PolicyConfig::KvAware {
-                threshold_tokens,
-                imbalanced_threshold: None,
-                ..
-            } => format!("kvaware (kv_aware_threshold = {threshold_tokens})"),
-            PolicyConfig::KvAware {
-                threshold_tokens,
-                imbalanced_threshold: Some(t),
-                tie,
-            } => format!(
-                "load_balanced_kvaware (kv_aware_threshold = {threshold_tokens}, imbalanced_threshold = {t}{})",
-                tie_suffix_first(*tie)
-            ),
-            PolicyConfig::LoadAware { beta, tie } => format!("loadaware (beta = {beta}{})", tie_suffix_first(*tie)),
-            PolicyConfig::Dynamo(p) => format!(
-                "dynamo (overlap_score_weight = {}, router_temperature = {})",
-                p.overlap_score_weight, p.temperature
-            ),
-        }
-    }
-
-    /// True if the real router polls every endpoint concurrently on a ticker (llm-d's
-    /// datalayer) rather than in sequential passes (production-stack's scraper).
-    pub fn polls_endpoints_concurrently(&self) -> bool {
-        matches!(self, PolicyConfig::Llmd(_))
-    }
-
-    /// The engine-stats refresh interval the real router uses by default, when the
-    /// scenario does not set `router.engine_stats_interval_s`.
-    pub fn default_engine_stats_interval_s(&self) -> f64 {
-        match self {
-            // llm-d `--refresh-metrics-interval`.
-            PolicyConfig::Llmd(_) => 0.05,
-            // production-stack `--engine-stats-interval`.
-            _ => 30.0,
-        }
-    }
-}
-
-/// `, tie = first` when the tie rule is not the default (random), so existing reports keep
-/// their wording.
-fn tie_suffix(tie: leastrequest::Tie) -> &'static str {
-    match tie {
-        leastrequest::Tie::Random => "",
-        leastrequest::Tie::First => ", tie = first",
-    }
-}
-
-/// `, tie = random` when a policy whose upstream breaks ties to the first endpoint is run
-/// with random ties (a what-if), so reports of the upstream rule keep their wording.
-fn tie_suffix_first(tie: leastrequest::Tie) -> &'static str {
-    match tie {
-        leastrequest::Tie::First => "",
-        leastrequest::Tie::Random => ", tie = random",
-    }
-}
-
-/// Instantiates a policy.
-pub fn build(cfg: &PolicyConfig) -> Box<dyn RoutingPolicy> {
-    match *cfg {
-        PolicyConfig::RoundRobin => Box::new(roundrobin::RoundRobin::default()),
-        PolicyConfig::Session => Box::new(session::Session::default()),
-        PolicyConfig::PrefixAware {
-            prefix_min_match_length,
-            fallback,
-            band,
-            tie,
-            sample,
-            insert,
-            follow,
-        } => Box::new(prefixaware::PrefixAware::with_options(
-            prefix_min_match_length,
-            fallback,
-            prefixaware::FallbackOptions {
-                band,
-                tie,
-                sample,
-                insert,
-                follow,
-            },
-        )),
-        PolicyConfig::LeastInflight { band, tie } => Box::new(leastinflight::LeastInflight { band, tie }),
-        PolicyConfig::Random => Box::new(random::Random),
-        PolicyConfig::LeastRequest { tie } => Box::new(leastrequest::LeastRequest { tie }),
-        PolicyConfig::PowerOfD { d, load } => Box::new(powerofd::PowerOfD { d, load }),
-        PolicyConfig::SglangCacheAware(p) => Box::new(cacheaware::CacheAware::new(p)),
-        PolicyConfig::Llmd(p) => Box::new(llmd::Llmd::new(p)),
-        PolicyConfig::AibrixPrefixCache(p) => Box::new(aibrix::AibrixPrefixCache::new(p)),
-        PolicyConfig::AibrixPreble(p) => Box::new(aibrix_preble::AibrixPreble::new(p)),
-        PolicyConfig::KvAware {
-            threshold_tokens,
-            imbalanced_threshold,
-            tie,
-        } => Box::new(kvaware::KvAware::new(threshold_tokens, imbalanced_threshold).with_tie(tie)),
-        PolicyConfig::LoadAware { beta, tie } => Box::new(loadaware::LoadAware::new(beta).with_tie(tie)),
-        PolicyConfig::Dynamo(p) => Box::new(dynamo::Dynamo::new(p)),
     }
 }
 
@@ -511,7 +288,7 @@ pub(crate) mod testkit {
             prompt_chunks: chunks,
             chunk_chars: 128,
             prompt_chars: chunks.len() as u64 * 128,
-            chat: false,
+            api: crate::content::RequestApi::Completions,
         }
     }
 
@@ -526,7 +303,7 @@ pub(crate) mod testkit {
             prompt_chunks: chunks,
             chunk_chars,
             prompt_chars,
-            chat: false,
+            api: crate::content::RequestApi::Completions,
         }
     }
 }

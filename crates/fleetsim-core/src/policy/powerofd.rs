@@ -6,7 +6,9 @@
 //! -1, every pair ties, and the policy is uniform random (sgl-project/sglang
 //! `sgl-router/src/policies/power_of_two.rs`, `sgl-router/src/core/worker_manager.rs`).
 
+use super::kind::{Doc, Fleet, PolicyKind, param};
 use super::leastrequest::local_loads;
+use super::params::{ParamError, count};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 use rand::seq::index::sample;
@@ -70,6 +72,75 @@ impl RoutingPolicy for PowerOfD {
             branch: Branch::PowerOfD,
             match_chars: 0,
         }
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    #[serde(default = "default_d")]
+    d: i64,
+    #[serde(default = "default_load")]
+    load: String,
+}
+
+fn default_d() -> i64 {
+    2
+}
+
+fn default_load() -> String {
+    "local".into()
+}
+
+/// The validated configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// Sample size.
+    pub d: u32,
+    /// Load signal.
+    pub load: LoadSource,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "power_of_d";
+    const DOC: Doc = Doc {
+        source: "SGLang power_of_two / AIBrix power-of-two generalised to d samples (tie -> first sampled)",
+        signals: "load = \"local\" (router in-flight, fresh), \"scraped\" (running + waiting, \
+                  router.engine_stats_interval_s), or \"sglang_monitor\" (GET /get_load every 10 s, which vLLM \
+                  does not serve: -1 everywhere, so uniform random)",
+        params: &[
+            param("d", "2", "endpoints sampled per decision"),
+            param("load", "\"local\"", "\"local\", \"scraped\" or \"sglang_monitor\""),
+        ],
+    };
+    type Params = Params;
+    type Config = Config;
+    fn validate(p: Params, _: &Fleet) -> Result<Config, ParamError> {
+        let load = match p.load.as_str() {
+            "local" => LoadSource::Local,
+            "scraped" => LoadSource::Scraped,
+            "sglang_monitor" => LoadSource::SglangMonitor,
+            other => {
+                return Err(ParamError::new(
+                    "load",
+                    format!("unknown load `{other}`; expected `local`, `scraped` or `sglang_monitor`"),
+                ));
+            }
+        };
+        Ok(Config {
+            d: count(p.d, "d", 1)?,
+            load,
+        })
+    }
+    fn describe(c: &Config) -> String {
+        format!("d = {}, load = {}", c.d, c.load.as_str())
+    }
+    fn build(c: &Config) -> Box<dyn RoutingPolicy> {
+        Box::new(PowerOfD { d: c.d, load: c.load })
     }
 }
 

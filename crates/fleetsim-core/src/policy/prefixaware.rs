@@ -34,9 +34,11 @@
 //! where its first turn was placed, without session keys (same keying as `second_turn`).
 
 use super::hashtrie::HashTrie;
+use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::leastinflight::{pick_in_band, scraped_loads};
 use super::leastrequest::{Tie, local_loads};
 use super::load_since_scrape::SentSinceScrape;
+use super::params::{LEAST_INFLIGHT_TIES, ParamError, count, tie, tie_suffix};
 use super::qps::qps_routing;
 use super::{Branch, Decision, Fallback, RequestInfo, RouterView, RoutingPolicy};
 use crate::content::mix;
@@ -291,6 +293,228 @@ impl RoutingPolicy for PrefixAware {
         }
         self.available = available;
         d
+    }
+}
+
+/// This policy's registry entry ([`super::registry`]).
+pub struct Kind;
+
+/// `[router.policy]` of this policy (defaults: upstream main, and PR #1089's band and tie).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    #[serde(default)]
+    prefix_min_match_length: i64,
+    #[serde(default = "default_fallback")]
+    fallback: String,
+    #[serde(default = "super::leastinflight::default_band")]
+    band: i64,
+    #[serde(default = "super::leastinflight::default_tie")]
+    tie: String,
+    /// Power-of-d sampling for a load-based fallback (0: argmin over all endpoints).
+    #[serde(default)]
+    sample: i64,
+    /// When a below-threshold pick enters the trie: `at_pick` (upstream) or `second_turn`.
+    insert: Option<String>,
+    /// Below the threshold, a request that extends the whole of an earlier below-threshold
+    /// prompt goes to the endpoint that prompt went to, instead of a new fallback pick: a
+    /// session continues where it started, without session keys (not upstream; a candidate
+    /// fix of production-stack #1073; needs `insert = "at_pick"`).
+    #[serde(default)]
+    follow: bool,
+}
+
+fn default_fallback() -> String {
+    Fallback::Qps.as_str().into()
+}
+
+/// The validated configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// `--prefix-min-match-length`, in characters (upstream default 0: threshold off).
+    pub prefix_min_match_length: u64,
+    /// Below-threshold fallback.
+    pub fallback: Fallback,
+    /// Least-in-flight tie band (+1 in PR #1089); unused with `fallback = "qps"`.
+    pub band: u32,
+    /// Tie rule within the band (random in PR #1089); unused with `fallback = "qps"`.
+    pub tie: Tie,
+    /// Endpoints sampled by a load-based fallback (0: all; 2: power-of-two).
+    pub sample: u32,
+    /// When a fallback pick enters the trie (at once upstream).
+    pub insert: Insertion,
+    /// A below-threshold request extending a whole earlier below-threshold prompt goes
+    /// where that prompt went (not upstream; off by default).
+    pub follow: bool,
+}
+
+impl PolicyKind for Kind {
+    const KIND: &'static str = "prefixaware";
+    const DOC: Doc = Doc {
+        source: "production-stack PrefixAwareRouter + HashTrie (PR #990); fallback leastinflight = PR #1089",
+        signals: "router-local trie of 128-char chunks (zero staleness); below the threshold: _qps_routing \
+                  (request stats, window 60 s) or scraped engine stats (router.engine_stats_interval_s, 30 s)",
+        params: &[
+            param(
+                "prefix_min_match_length",
+                "0",
+                "characters of trie match needed to follow the trie",
+            ),
+            param(
+                "fallback",
+                "\"qps\"",
+                "below the threshold: \"qps\" (upstream), \"leastinflight\" (PR #1089, scraped), \
+                 \"local_inflight\" (router's own in-flight, fresh) or \"scraped_plus_sent\" (scrape + own dispatches since)",
+            ),
+            param("band", "1", "load-based fallbacks: candidates are loads <= min + band"),
+            param(
+                "tie",
+                "\"random\"",
+                "load-based fallbacks: \"random\" among candidates (PR #1089) or \"first\" in discovery order",
+            ),
+            param(
+                "sample",
+                "0",
+                "load-based fallbacks: endpoints drawn per pick (0: all; 2: power-of-two; not upstream)",
+            ),
+            param(
+                "insert",
+                "\"at_pick\"",
+                "when a fallback pick enters the trie: \"at_pick\" (PR #990) or \"second_turn\" (not upstream)",
+            ),
+            param(
+                "follow",
+                "false",
+                "true: a below-threshold continuation of a below-threshold prompt goes where it went (not upstream)",
+            ),
+        ],
+    };
+    type Params = Params;
+    type Config = Config;
+    fn validate(p: Params, _: &Fleet) -> Result<Config, ParamError> {
+        let Some(fallback) = Fallback::ALL.into_iter().find(|f| f.as_str() == p.fallback) else {
+            return Err(ParamError::new(
+                "fallback",
+                format!(
+                    "unknown fallback `{}`; expected `qps` (upstream), `leastinflight` (PR #1089), `local_inflight` or `scraped_plus_sent`",
+                    p.fallback
+                ),
+            ));
+        };
+        if p.prefix_min_match_length < 0 {
+            return Err(ParamError::new(
+                "prefix_min_match_length",
+                format!("must be >= 0 characters, got {}", p.prefix_min_match_length),
+            ));
+        }
+        let insert = match p.insert.as_deref() {
+            None => Insertion::AtPick,
+            Some(v) => [Insertion::AtPick, Insertion::SecondTurn]
+                .into_iter()
+                .find(|i| i.as_str() == v)
+                .ok_or_else(|| {
+                    ParamError::new(
+                        "insert",
+                        format!("unknown insertion `{v}`; expected `at_pick` (PR #990, upstream) or `second_turn`"),
+                    )
+                })?,
+        };
+        if p.follow && insert != Insertion::AtPick {
+            return Err(ParamError::new(
+                "follow",
+                "`follow = true` and `insert = \"second_turn\"` both decide the second turn; choose one",
+            ));
+        }
+        Ok(Config {
+            prefix_min_match_length: p.prefix_min_match_length as u64,
+            fallback,
+            band: count(p.band, "band", 0)?,
+            tie: tie(&p.tie, "tie", LEAST_INFLIGHT_TIES)?,
+            sample: count(p.sample, "sample", 0)?,
+            insert,
+            follow: p.follow,
+        })
+    }
+    fn describe(c: &Config) -> String {
+        let sample = match c.sample {
+            0 => String::new(),
+            d => format!(", sample = {d}"),
+        };
+        let insert = match c.insert {
+            Insertion::AtPick => "",
+            Insertion::SecondTurn => ", insert = second_turn",
+        };
+        let insert = if c.follow {
+            format!("{insert}, follow = true")
+        } else {
+            insert.to_string()
+        };
+        let min = c.prefix_min_match_length;
+        match c.fallback {
+            Fallback::Qps => format!("prefix_min_match_length = {min}, fallback = qps{insert}"),
+            f => format!(
+                "prefix_min_match_length = {min}, fallback = {}, band = {}{}{sample}{insert}",
+                f.as_str(),
+                c.band,
+                tie_suffix(c.tie)
+            ),
+        }
+    }
+    fn build(c: &Config) -> Box<dyn RoutingPolicy> {
+        Box::new(PrefixAware::with_options(
+            c.prefix_min_match_length,
+            c.fallback,
+            FallbackOptions {
+                band: c.band,
+                tie: c.tie,
+                sample: c.sample,
+                insert: c.insert,
+                follow: c.follow,
+            },
+        ))
+    }
+    fn production_stack(c: &Config) -> Option<StackFlags> {
+        let mut f = StackFlags {
+            reads_request_stats: true,
+            ..StackFlags::default()
+        };
+        if c.sample > 0 || c.insert != Insertion::AtPick || c.follow {
+            f.notes.push(format!(
+                "sample = {}, insert = {}, follow = {}: fleetsim candidate fixes of the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
+                c.sample,
+                c.insert.as_str(),
+                c.follow
+            ));
+        }
+        f.args.extend([
+            "--prefix-min-match-length".into(),
+            c.prefix_min_match_length.to_string(),
+        ]);
+        match c.fallback {
+            Fallback::Qps => {}
+            Fallback::LeastInflight => {
+                f.reads_engine_stats = true;
+                f.notes.push(
+                    "the least-in-flight fallback is production-stack PR #1089 (no flag: it replaces the QPS fallback)"
+                        .into(),
+                );
+                if c.band != 1 || c.tie != Tie::Random {
+                    f.notes.push(format!(
+                        "band = {}, tie = {}: PR #1089 picks at random within +1 of the minimum; this needs a patch",
+                        c.band,
+                        c.tie.as_str()
+                    ));
+                }
+            }
+            Fallback::LocalInflight | Fallback::ScrapedPlusSent => {
+                f.reads_engine_stats = c.fallback == Fallback::ScrapedPlusSent;
+                f.notes.push(format!(
+                    "fallback = {}: a fleetsim candidate fix for the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
+                    c.fallback.as_str()
+                ));
+            }
+        }
+        Some(f)
     }
 }
 

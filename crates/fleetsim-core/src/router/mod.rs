@@ -23,7 +23,7 @@ use request_stats::{RequestStatsEntry, RequestStatsMonitor};
 use crate::backend::kv::KvEvent;
 use crate::content::{Content, block_hashes, char_chunk_hashes};
 use crate::ids::{BackendId, ReplicaId, RequestId};
-use crate::policy::{Decision, EndpointInfo, PolicyConfig, RequestInfo, RouterView, RoutingPolicy, build};
+use crate::policy::{Decision, EndpointInfo, PolicyConfig, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::{SimRng, stream};
 use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
@@ -109,7 +109,7 @@ impl Router {
         }
         assert_eq!(listed.len(), n);
         let endpoints = fleet.iter().filter(|e| listed[e.backend.index()]).cloned().collect();
-        let policy = build(&cfg.policy);
+        let policy = cfg.policy.build();
         Router {
             scraper: if cfg.policy.polls_endpoints_concurrently() {
                 EngineStatsScraper::parallel(n, cfg.engine_stats_interval, cfg.scrape_duration)
@@ -259,7 +259,7 @@ impl Router {
             prompt_chunks: &self.chunks,
             chunk_chars: chunk_chars.unwrap_or(CHUNK_CHARS),
             prompt_chars: content.prompt_chars(self.cfg.chars_per_token, join),
-            chat: content.chat.is_some(),
+            api: content.api,
         };
         let d = self.policy.route(&req, &view, &mut self.rng);
         assert!(d.pos < self.endpoints.len(), "policy returned an endpoint out of range");
@@ -318,7 +318,7 @@ impl Router {
     /// next pass repopulates the stats).
     pub fn restart(&mut self, now: SimTime) {
         let n = self.fleet.len();
-        self.policy = build(&self.cfg.policy);
+        self.policy = self.cfg.policy.build();
         self.policy.on_router_start(now);
         self.req_stats = RequestStatsMonitor::new(n, self.cfg.request_stats_window);
         self.scraper.clear_published();

@@ -156,7 +156,7 @@ impl RunOptions {
 }
 
 /// Which event-loop implementation runs a scenario. Both give byte-identical outputs (the
-/// differential test `tests/engine_modes.rs` holds them to it); the reference mode is
+/// differential test `tests/it/engine_modes.rs` holds them to it); the reference mode is
 /// the plain per-iteration loop the faster one is checked against.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum EngineMode {

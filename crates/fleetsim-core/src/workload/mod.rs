@@ -24,6 +24,7 @@ pub mod pacing;
 
 use std::sync::Arc;
 
+pub use crate::content::RequestApi;
 use crate::content::{ChainMemo, Content, source_id};
 use crate::dist::Dist;
 use crate::ids::SessionId;
@@ -54,28 +55,6 @@ pub enum Arrival {
         /// Gap between sessions.
         every: SimDuration,
     },
-}
-
-/// The OpenAI API a group's requests use, as the router sees the body.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum RequestApi {
-    /// `/v1/chat/completions` with `messages`: production-stack's `kvaware` and
-    /// `loadaware` tokenize only `prompt` and fall back; `PrefixAwareRouter` joins the
-    /// messages' contents with `"\n"`.
-    Chat,
-    /// `/v1/completions` with one `prompt` string (the conversation as the client
-    /// templated it; no separators modelled).
-    Completions,
-}
-
-impl RequestApi {
-    /// Name as written in scenarios.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RequestApi::Chat => "chat",
-            RequestApi::Completions => "completions",
-        }
-    }
 }
 
 /// A validated session group.
@@ -153,10 +132,10 @@ pub struct SessionPlan {
     /// Replayed session-shaped traces: happens-before pacing, per-call content, recorded
     /// latencies (see [`pacing`]).
     pub replay: Option<Box<pacing::ReplayPlan>>,
-    /// Chat sessions (`/v1/chat/completions`): each turn's content carries where its
+    /// The API the session's requests use: a chat turn's content carries where its
     /// messages end (built per content from `turns` by `chat_message_ends`, so a million
-    /// planned sessions do not each hold the list); false: completions requests.
-    pub chat: bool,
+    /// planned sessions do not each hold the list).
+    pub api: RequestApi,
 }
 
 /// [`SessionPlan::trace_first`] of a session whose content is not block-based.
@@ -194,15 +173,14 @@ impl SessionPlan {
             _ => self.source,
         };
         let c = Content::session_turn(self.shared, source, turn.session_prompt_tokens, turn.output_tokens);
-        if self.chat {
-            c.with_chat(chat_message_ends(self.shared.map_or(0, |(_, len)| len), &self.turns))
-        } else {
-            c
+        match self.api {
+            RequestApi::Chat => c.with_chat(chat_message_ends(self.shared.map_or(0, |(_, len)| len), &self.turns)),
+            RequestApi::Completions => c,
         }
     }
 }
 
-/// Message ends of a chat session (see [`SessionPlan::chat`]): the system prompt, then
+/// Message ends of a chat session (see [`SessionPlan::api`]): the system prompt, then
 /// per turn the user message (the turn's prompt end) and the assistant reply (+ output).
 fn chat_message_ends(shared_tokens: u32, turns: &[TurnPlan]) -> Arc<[u32]> {
     let mut ends = Vec::with_capacity(1 + 2 * turns.len());
@@ -405,7 +383,7 @@ pub fn generate(
                 open_loop: false,
                 trace_first: NO_TRACE,
                 replay: None,
-                chat: g.request_api == RequestApi::Chat,
+                api: g.request_api,
             });
         }
     }

@@ -46,16 +46,6 @@ pub(super) fn default_cpt() -> i64 {
     4
 }
 
-pub(super) fn default_tie() -> String {
-    "random".into()
-}
-pub(super) fn default_fallback() -> String {
-    "qps".into()
-}
-pub(super) fn default_band() -> i64 {
-    1
-}
-
 pub(super) fn one() -> toml::Value {
     toml::Value::Integer(1)
 }

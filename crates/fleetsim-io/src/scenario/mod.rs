@@ -6,8 +6,8 @@
 //!   tool tables (`[sweep]`, `[expect]`) aside, locate errors at their line (`locate.rs`);
 //! * `schema.rs`: the raw file as serde structs (`deny_unknown_fields`), with the defaults
 //!   of its keys in `defaults.rs`;
-//! * validation per section: `backends.rs` (the fleet), `router.rs` and `policy_tables.rs`
-//!   (`[router.policy]`), `workload.rs` (arrivals), `traces.rs` (replayed traces), `events.rs`
+//! * validation per section: `backends.rs` (the fleet), `router.rs` (`[router.policy]`,
+//!   through the core's policy registry), `workload.rs` (arrivals), `traces.rs` (replayed traces), `events.rs`
 //!   (router and fleet events, client retries, faults), composed by `validate.rs`, with the
 //!   value helpers in `values.rs` and `counts.rs`.
 //!
@@ -24,7 +24,6 @@ mod defaults;
 mod events;
 mod locate;
 mod overrides;
-mod policy_tables;
 mod router;
 mod schema;
 mod source;

@@ -1,83 +1,49 @@
-//! `[router.policy]`: the policy table's `kind` dispatch and the production-stack policies'
-//! options (the other kinds are in [`super::policy_tables`]).
+//! `[router.policy]`: the table's `kind` picks a registry entry
+//! ([`fleetsim_core::policy::REGISTRY`]), which parses and validates the rest; this module
+//! only converts the TOML table and puts the entry's errors under `router.policy`.
 
-use super::schema::{LeastInflightFile, NoParams, PrefixAwareFile};
-use super::{FieldError, Res, count, from_value, policy_tables, tag, without};
-use fleetsim_core::policy::{Fallback, POLICY_KINDS, PolicyConfig};
+use super::{FieldError, Res, tag, without};
+use fleetsim_core::policy::kind::Fleet;
+use fleetsim_core::policy::params::ParamValue;
+use fleetsim_core::policy::registry::find;
+use fleetsim_core::policy::{PolicyConfig, policy_kinds};
 
-/// The tie rules of the least-in-flight choices, for messages.
-pub(super) const TIES: &str = "`random` (PR #1089) or `first` (Python `min()`: first in discovery order)";
-
-pub(super) fn policy(t: Option<&toml::Table>, fleet: policy_tables::Fleet) -> Res<PolicyConfig> {
+pub(super) fn policy(t: Option<&toml::Table>, fleet: Fleet) -> Res<PolicyConfig> {
     let path = "router.policy";
     let Some(t) = t else {
         return Err(FieldError::new(
             path,
-            format!("missing [router.policy] table with `kind` (one of {POLICY_KINDS})"),
+            format!("missing [router.policy] table with `kind` (one of {})", policy_kinds()),
         ));
     };
-    let kind = tag(t, "kind", path, POLICY_KINDS)?;
-    let rest = without(t, "kind");
-    match kind {
-        "roundrobin" => {
-            from_value::<NoParams>(&rest, path)?;
-            Ok(PolicyConfig::RoundRobin)
-        }
-        "session" => {
-            from_value::<NoParams>(&rest, path)?;
-            Ok(PolicyConfig::Session)
-        }
-        "prefixaware" => {
-            let p: PrefixAwareFile = from_value(&rest, path)?;
-            let fallback = match p.fallback.as_str() {
-                "qps" => Fallback::Qps,
-                "leastinflight" => Fallback::LeastInflight,
-                "local_inflight" => Fallback::LocalInflight,
-                "scraped_plus_sent" => Fallback::ScrapedPlusSent,
-                other => {
-                    return Err(FieldError::new(
-                        format!("{path}.fallback"),
-                        format!(
-                            "unknown fallback `{other}`; expected `qps` (upstream), `leastinflight` (PR #1089), `local_inflight` or `scraped_plus_sent`"
-                        ),
-                    ));
-                }
-            };
-            if p.prefix_min_match_length < 0 {
-                return Err(FieldError::new(
-                    format!("{path}.prefix_min_match_length"),
-                    format!("must be >= 0 characters, got {}", p.prefix_min_match_length),
-                ));
-            }
-            let insert = policy_tables::insertion(p.insert.as_deref(), &format!("{path}.insert"))?;
-            if p.follow && insert != fleetsim_core::policy::prefixaware::Insertion::AtPick {
-                return Err(FieldError::new(
-                    format!("{path}.follow"),
-                    "`follow = true` and `insert = \"second_turn\"` both decide the second turn; choose one",
-                ));
-            }
-            Ok(PolicyConfig::PrefixAware {
-                prefix_min_match_length: p.prefix_min_match_length as u64,
-                fallback,
-                band: count(p.band, &format!("{path}.band"), 0)?,
-                tie: policy_tables::tie(&p.tie, &format!("{path}.tie"), TIES)?,
-                sample: count(p.sample, &format!("{path}.sample"), 0)?,
-                insert,
-                follow: p.follow,
-            })
-        }
-        "leastinflight" => {
-            let p: LeastInflightFile = from_value(&rest, path)?;
-            Ok(PolicyConfig::LeastInflight {
-                band: count(p.band, &format!("{path}.band"), 0)?,
-                tie: policy_tables::tie(&p.tie, &format!("{path}.tie"), TIES)?,
-            })
-        }
-        other => policy_tables::parse(other, &rest, path, fleet).unwrap_or_else(|| {
-            Err(FieldError::new(
-                format!("{path}.kind"),
-                format!("unknown policy `{other}`; expected one of {POLICY_KINDS}"),
-            ))
-        }),
+    let kind = tag(t, "kind", path, &policy_kinds())?;
+    let Some(entry) = find(kind) else {
+        return Err(FieldError::new(
+            format!("{path}.kind"),
+            format!("unknown policy `{kind}`; expected one of {}", policy_kinds()),
+        ));
+    };
+    entry.parse(param_value(&without(t, "kind")), &fleet).map_err(|e| {
+        let at = if e.key.is_empty() {
+            path.to_string()
+        } else if e.key.starts_with('[') {
+            format!("{path}{}", e.key)
+        } else {
+            format!("{path}.{}", e.key)
+        };
+        FieldError::new(at, e.message)
+    })
+}
+
+/// A TOML value as the core's policy parameters take it (datetimes as their text).
+fn param_value(v: &toml::Value) -> ParamValue {
+    match v {
+        toml::Value::Boolean(b) => ParamValue::Bool(*b),
+        toml::Value::Integer(i) => ParamValue::Int(*i),
+        toml::Value::Float(f) => ParamValue::Float(*f),
+        toml::Value::String(s) => ParamValue::Str(s.clone()),
+        toml::Value::Datetime(d) => ParamValue::Str(d.to_string()),
+        toml::Value::Array(a) => ParamValue::Array(a.iter().map(param_value).collect()),
+        toml::Value::Table(t) => ParamValue::Table(t.iter().map(|(k, v)| (k.clone(), param_value(v))).collect()),
     }
 }

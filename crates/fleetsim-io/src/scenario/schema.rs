@@ -6,9 +6,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::defaults::{
-    default_band, default_cpt, default_dispatch, default_fallback, default_front, default_kv_lag, default_max_events,
-    default_replicas, default_response, default_retries, default_retry_initial, default_retry_max, default_scrape,
-    default_seed, default_tie, default_window, one, yes, zero,
+    default_cpt, default_dispatch, default_front, default_kv_lag, default_max_events, default_replicas,
+    default_response, default_retries, default_retry_initial, default_retry_max, default_scrape, default_seed,
+    default_window, one, yes, zero,
 };
 
 /// The scenario file as written.
@@ -180,46 +180,6 @@ pub struct RouterFile {
     pub policy: Option<toml::Table>,
 }
 
-/// `[router.policy]` for `kind = "prefixaware"`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(super) struct PrefixAwareFile {
-    #[serde(default)]
-    pub(super) prefix_min_match_length: i64,
-    #[serde(default = "default_fallback")]
-    pub(super) fallback: String,
-    #[serde(default = "default_band")]
-    pub(super) band: i64,
-    #[serde(default = "default_tie")]
-    pub(super) tie: String,
-    /// Power-of-d sampling for a load-based fallback (0: argmin over all endpoints).
-    #[serde(default)]
-    pub(super) sample: i64,
-    /// When a below-threshold pick enters the trie: `at_pick` (upstream) or `second_turn`.
-    pub(super) insert: Option<String>,
-    /// Below the threshold, a request that extends the whole of an earlier below-threshold
-    /// prompt goes to the endpoint that prompt went to, instead of a new fallback pick: a
-    /// session continues where it started, without session keys (not upstream; a candidate
-    /// fix of production-stack #1073; needs `insert = "at_pick"`).
-    #[serde(default)]
-    pub(super) follow: bool,
-}
-
-/// `[router.policy]` for `kind = "leastinflight"`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(super) struct LeastInflightFile {
-    #[serde(default = "default_band")]
-    pub(super) band: i64,
-    #[serde(default = "default_tie")]
-    pub(super) tie: String,
-}
-
-/// `[router.policy]` for policies without parameters.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(super) struct NoParams {}
-
 /// `[workload]`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -361,7 +321,8 @@ pub struct GroupFile {
     /// `chat` (the default: `/v1/chat/completions` with `messages`, as agents send) or
     /// `completions` (one `prompt` string). Routers that read the prompt treat the two
     /// differently.
-    pub request_api: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub request_api: Option<fleetsim_core::workload::RequestApi>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

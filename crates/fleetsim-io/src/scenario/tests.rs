@@ -1,7 +1,7 @@
 //! Scenario loading: defaults, overrides, and one-line errors naming file, line and key.
 
 use super::*;
-use fleetsim_core::policy::{Fallback, PolicyConfig};
+use fleetsim_core::policy::{Fallback, PolicyConfig, aibrix_preble, cacheaware, prefixaware};
 use fleetsim_core::sim::BackendModel;
 use fleetsim_core::time::NS_PER_S;
 
@@ -55,7 +55,7 @@ fn upstream_defaults() {
     assert_eq!(r.request_stats_lag.0, 0);
     assert_eq!(
         r.policy,
-        PolicyConfig::PrefixAware {
+        PolicyConfig::new::<prefixaware::Kind>(prefixaware::Config {
             prefix_min_match_length: 0,
             fallback: Fallback::Qps,
             band: 1,
@@ -63,7 +63,7 @@ fn upstream_defaults() {
             sample: 0,
             insert: fleetsim_core::policy::prefixaware::Insertion::AtPick,
             follow: false,
-        },
+        }),
         "prefix_min_match_length defaults to 0 upstream; QPS is upstream's fallback"
     );
     let BackendModel::Vllm(v) = &s.sim.models[0] else {
@@ -96,7 +96,7 @@ fn overrides_apply_before_validation() {
     );
     assert_eq!(
         s.sim.router.policy,
-        PolicyConfig::PrefixAware {
+        PolicyConfig::new::<prefixaware::Kind>(prefixaware::Config {
             prefix_min_match_length: 0,
             fallback: Fallback::LeastInflight,
             band: 0,
@@ -104,7 +104,7 @@ fn overrides_apply_before_validation() {
             sample: 0,
             insert: fleetsim_core::policy::prefixaware::Insertion::AtPick,
             follow: false,
-        }
+        })
     );
     assert_eq!(s.sim.router.engine_stats_interval.0, 10 * NS_PER_S);
     assert_eq!(s.groups[0].sessions, 5);
@@ -315,7 +315,7 @@ fn aibrix_preble_and_sglang_eviction_tables() {
     let (s, _) = load_ok(MINIMAL, &[("router.policy", "{ kind = \"aibrix_preble\" }")]);
     assert_eq!(
         s.sim.router.policy,
-        PolicyConfig::AibrixPreble(AibrixPrebleParams::default())
+        PolicyConfig::new::<aibrix_preble::Kind>(AibrixPrebleParams::default())
     );
     let (s, _) = load_ok(
         MINIMAL,
@@ -327,9 +327,7 @@ fn aibrix_preble_and_sglang_eviction_tables() {
             ("router.chars_per_token", "3"),
         ],
     );
-    let PolicyConfig::AibrixPreble(p) = s.sim.router.policy else {
-        panic!("{:?}", s.sim.router.policy)
-    };
+    let p = *s.sim.router.policy.get::<aibrix_preble::Kind>().unwrap();
     assert_eq!(
         (p.target_gpu, p.histogram_window.0, p.tree_chunk_chars),
         (TargetGpu::A6000, 60 * NS_PER_S, 3)
@@ -360,7 +358,7 @@ fn aibrix_preble_and_sglang_eviction_tables() {
     let (s, _) = load_ok(MINIMAL, &[("router.policy", "{ kind = \"sglang_cache_aware\" }")]);
     assert_eq!(
         s.sim.router.policy,
-        PolicyConfig::SglangCacheAware(CacheAwareParams::default())
+        PolicyConfig::new::<cacheaware::Kind>(CacheAwareParams::default())
     );
     let (s, _) = load_ok(
         MINIMAL,
@@ -369,9 +367,7 @@ fn aibrix_preble_and_sglang_eviction_tables() {
             "{ kind = \"sglang_cache_aware\", eviction_interval_secs = 0, max_tree_size = 4096 }",
         )],
     );
-    let PolicyConfig::SglangCacheAware(p) = s.sim.router.policy else {
-        panic!()
-    };
+    let p = *s.sim.router.policy.get::<cacheaware::Kind>().unwrap();
     assert_eq!((p.eviction_interval_secs, p.max_tree_size), (0, 4096));
     let e = load_err(
         MINIMAL,
@@ -385,13 +381,14 @@ fn aibrix_preble_and_sglang_eviction_tables() {
 
 #[test]
 fn every_kind_is_documented_in_order_and_its_defaults_parse() {
-    let kinds: Vec<&str> = fleetsim_core::policy::POLICY_KINDS.split(", ").collect();
-    let documented: Vec<&str> = fleetsim_core::policy::catalogue::CATALOGUE
-        .iter()
-        .map(|d| d.kind)
+    let kinds: Vec<String> = fleetsim_core::policy::policy_kinds()
+        .split(", ")
+        .map(String::from)
         .collect();
+    let catalogue = fleetsim_core::policy::catalogue::catalogue();
+    let documented: Vec<&str> = catalogue.iter().map(|d| d.kind).collect();
     assert_eq!(kinds, documented);
-    for d in fleetsim_core::policy::catalogue::CATALOGUE {
+    for d in &catalogue {
         // Writing every documented default explicitly gives the same policy as omitting it.
         // Required parameters (no upstream default) get a value in both versions.
         let required: String = d

@@ -6,7 +6,8 @@ use super::router::policy;
 use super::schema::ScenarioFile;
 use super::traces::trace_group;
 use super::workload::{arrival, service_time};
-use super::{FieldError, Res, Scenario, backends, count, counts, dist, policy_tables, secs};
+use super::{FieldError, Res, Scenario, backends, count, counts, dist, secs};
+use fleetsim_core::policy::kind::Fleet;
 use fleetsim_core::router::RouterConfig;
 use fleetsim_core::sim::{BackendModel, FrontBalancer, SimConfig};
 use fleetsim_core::time::SimTime;
@@ -24,7 +25,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
     let fleet_b = backends::validate(&f.backends)?;
     let n = fleet_b.names.len() as u32;
     let r = &f.router;
-    let fleet = policy_tables::Fleet {
+    let fleet = Fleet {
         block_size_tokens: fleet_b.block_size_tokens,
         kv_blocks: fleet_b.kv_blocks,
         // Validated below; clamped here so a bad value is reported under its own key.
@@ -154,7 +155,7 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
                 Some(v) => Some(count(v, &format!("{p}.max_context_tokens"), 2)?),
                 None => None,
             },
-            request_api: policy_tables::request_api(g.request_api.as_deref(), &format!("{p}.request_api"))?,
+            request_api: g.request_api.unwrap_or_default(),
         });
     }
     let mut traces = Vec::new();

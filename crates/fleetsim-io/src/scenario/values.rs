@@ -5,7 +5,8 @@ use serde::de::DeserializeOwned;
 
 use super::{FieldError, Res};
 use fleetsim_core::dist::{Dist, DistTable};
-use fleetsim_core::time::{SimDuration, secs_to_ns};
+use fleetsim_core::policy::params;
+use fleetsim_core::time::SimDuration;
 
 pub(super) fn from_value<T: DeserializeOwned>(v: &toml::Value, path: &str) -> Res<T> {
     serde_path_to_error::deserialize(v.clone()).map_err(|e| {
@@ -19,38 +20,14 @@ pub(super) fn from_value<T: DeserializeOwned>(v: &toml::Value, path: &str) -> Re
     })
 }
 
+/// Seconds to nanoseconds (the same rule as the policies' durations).
 pub(super) fn secs(v: f64, path: &str, allow_zero: bool) -> Res<SimDuration> {
-    if !v.is_finite() || v < 0.0 || (!allow_zero && v == 0.0) {
-        let want = if allow_zero { ">= 0" } else { "> 0" };
-        return Err(FieldError::new(
-            path,
-            format!("must be a finite number of seconds {want}, got {v}"),
-        ));
-    }
-    if v > 1e9 {
-        return Err(FieldError::new(
-            path,
-            format!("{v} s is beyond the simulator's range (1e9 s)"),
-        ));
-    }
-    let ns = secs_to_ns(v);
-    if !allow_zero && ns == 0 {
-        return Err(FieldError::new(
-            path,
-            format!("{v} s is below the simulator's 1 ns resolution"),
-        ));
-    }
-    Ok(SimDuration(ns))
+    params::secs(v, path, allow_zero).map_err(|e| FieldError::new(e.key, e.message))
 }
 
+/// An integer count `>= min` (the same rule as the policies' counts).
 pub(super) fn count(v: i64, path: &str, min: i64) -> Res<u32> {
-    if v < min || v > i64::from(u32::MAX) {
-        return Err(FieldError::new(
-            path,
-            format!("must be an integer >= {min} and <= {}, got {v}", u32::MAX),
-        ));
-    }
-    Ok(v as u32)
+    params::count(v, path, min).map_err(|e| FieldError::new(e.key, e.message))
 }
 
 pub(super) fn dist(v: &toml::Value, path: &str) -> Res<Dist> {

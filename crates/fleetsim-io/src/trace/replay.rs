@@ -492,7 +492,7 @@ pub fn append_trace(
                 open_loop: g.mode == Mode::Open || paced,
                 trace_first,
                 replay,
-                chat: false,
+                api: fleetsim_core::workload::RequestApi::Completions,
             });
             n_sessions += 1;
             debug_assert!(index < u32::MAX as usize);

@@ -11,7 +11,7 @@
 //! the inter-token-gap runs) are deferred, and [`VllmEngine::settle`] applies them before
 //! the first step that is not a pure decode. Nothing outside the engine reads those
 //! counters, so every caller sees exactly what per-step stepping shows; the differential
-//! test `tests/engine_modes.rs` holds the fast engine mode to the reference mode's bytes.
+//! test `tests/it/engine_modes.rs` holds the fast engine mode to the reference mode's bytes.
 //!
 //! A stretch step is taken only when, at its start:
 //! * every running request decodes (one token to compute, at least one sampled), and all of
