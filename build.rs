@@ -13,6 +13,7 @@ fn git(args: &[&str]) -> Option<String> {
 
 fn main() {
     println!("cargo:rerun-if-changed=src");
+    println!("cargo:rerun-if-changed=crates");
     println!("cargo:rerun-if-changed=Cargo.toml");
     println!("cargo:rerun-if-changed=Cargo.lock");
     println!("cargo:rerun-if-changed=build.rs");
@@ -37,6 +38,7 @@ fn main() {
             "--untracked-files=no",
             "--",
             "src",
+            "crates",
             "Cargo.toml",
             "Cargo.lock",
             "build.rs",

@@ -7,7 +7,8 @@
 //! seed. `perf.json` holds wall-clock figures and is the only file that varies run to run.
 //!
 //! May not see: the event loop, backends or the router. Invariant: files are whole or absent
-//! (written through `atomic`) and byte-identical for the same run.
+//! (written through `atomic`, hashed as they are written) and byte-identical for the same
+//! run.
 
 use std::fs;
 use std::io::Write;
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+pub mod openmetrics;
 pub mod timeline;
 
 use crate::sim::RunResult;
@@ -25,29 +27,38 @@ fn t(x: SimTime) -> String {
     format!("{}", ns_to_secs(x.0))
 }
 
-/// Appends rows `0..n` (each by `row`, which ends its record) to `out`: blocks
-/// of rows are formatted on all threads into memory and appended in order, so the bytes are
-/// exactly those of a sequential write (a csv writer keeps no state across records).
+/// Most bytes of CSV rows formatted ahead of a result file at once; counted by the
+/// memory pre-flight (`crate::preflight::WRITE_BYTES`).
+pub const WINDOW_BYTES: usize = 32 << 20;
+
+/// Appends rows `0..n` (each by `row`, which ends its record, about `row_bytes` long) to
+/// `out`: blocks of rows are formatted on all threads into memory and appended in order,
+/// so the bytes are exactly those of a sequential write (a csv writer keeps no state
+/// across records). The window formatted ahead holds about [`WINDOW_BYTES`] whatever the
+/// row width (a wide `decisions.csv` row of a thousand backends is ~60 KB).
 fn write_rows(
     out: &mut impl Write,
     n: usize,
+    row_bytes: usize,
     row: impl Fn(&mut csv::Writer<Vec<u8>>, &mut Fields, usize) -> csv::Result<()> + Sync,
 ) -> Result<()> {
     use rayon::prelude::*;
-    const BLOCK: usize = 4096;
-    // A bounded window of blocks at a time keeps the memory formatted ahead small.
-    let window = BLOCK * 4 * rayon::current_num_threads().max(1);
+    let threads = rayon::current_num_threads().max(1);
+    // 4,096 rows a block, 4 blocks a thread, unless the rows are wide.
+    let fit = (WINDOW_BYTES / row_bytes.max(1) / (4 * threads)).max(1);
+    let block = fit.min(4096);
+    let window = block * 4 * threads;
     let mut start = 0;
     while start < n {
         let end = (start + window).min(n);
         let blocks: Vec<Result<Vec<u8>>> = (start..end)
-            .step_by(BLOCK)
+            .step_by(block)
             .collect::<Vec<_>>()
             .into_par_iter()
             .map(|a| {
                 let mut bw = csv::Writer::from_writer(Vec::new());
                 let mut f = Fields::default();
-                for i in a..(a + BLOCK).min(end) {
+                for i in a..(a + block).min(end) {
                     row(&mut bw, &mut f, i)?;
                 }
                 bw.into_inner().map_err(|e| anyhow::anyhow!("{}", e.error()))
@@ -126,7 +137,9 @@ pub fn write_all(
     file("timeseries.csv", &|p| write_series(p, res))?;
     file("decisions.csv", &|p| write_decisions(p, res))?;
     file("decisions_long.csv", &|p| write_decisions_long(p, res))?;
-    file("scenario.toml", &|p| Ok(fs::write(p, scenario_toml)?))?;
+    file("scenario.toml", &|p| {
+        crate::atomic::write_file(p, scenario_toml.as_bytes())
+    })?;
     file("hints.json", &|p| write_json(p, &hints))?;
     file("perf.json", &|p| write_json(p, perf))?;
     Ok(written)
@@ -141,7 +154,7 @@ pub fn write_json<T: Serialize>(p: &Path, v: &T) -> Result<()> {
 }
 
 fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
-    let mut out = std::io::BufWriter::new(fs::File::create(p)?);
+    let mut out = crate::atomic::Hashed::create(p)?;
     let mut w = csv::Writer::from_writer(&mut out);
     w.write_record([
         "request_id",
@@ -167,7 +180,7 @@ fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
     ])?;
     w.flush()?;
     drop(w);
-    write_rows(&mut out, res.requests.len(), |w, f, i| {
+    write_rows(&mut out, res.requests.len(), 256, |w, f, i| {
         let r = &res.requests[i];
         f.num(w, format_args!("{i}"))?;
         w.write_field(&res.session_keys[r.session.index()])?;
@@ -195,12 +208,13 @@ fn write_requests(p: &Path, res: &RunResult) -> Result<()> {
         f.diff(w, Some(r.t_router), r.t_done)?;
         w.write_record(None::<&[u8]>)
     })?;
-    out.flush()?;
+    out.finish()?;
     Ok(())
 }
 
 fn write_series(p: &Path, res: &RunResult) -> Result<()> {
-    let mut w = csv::Writer::from_path(p)?;
+    let mut out = crate::atomic::Hashed::create(p)?;
+    let mut w = csv::Writer::from_writer(&mut out);
     // Group and profile columns only for fleets described with them (a single `[backends]`
     // table keeps its original columns).
     let labelled = res
@@ -228,12 +242,14 @@ fn write_series(p: &Path, res: &RunResult) -> Result<()> {
         w.write_record(&row)?;
     }
     w.flush()?;
+    drop(w);
+    out.finish()?;
     Ok(())
 }
 
 fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
     let log = &res.decisions;
-    let mut out = std::io::BufWriter::new(fs::File::create(p)?);
+    let mut out = crate::atomic::Hashed::create(p)?;
     let mut w = csv::Writer::from_writer(&mut out);
     let mut header: Vec<String> = [
         "t_s",
@@ -263,7 +279,7 @@ fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
     // One field at a time through a reused buffer: the file has ~100 fields per decision.
     w.flush()?;
     drop(w);
-    write_rows(&mut out, log.rows.len(), |w, f, k| {
+    write_rows(&mut out, log.rows.len(), 128 + 64 * log.n_backends, |w, f, k| {
         let d = &log.rows[k];
         let (view, truth) = log.detail(k);
         f.num(w, format_args!("{}", ns_to_secs(d.t.0)))?;
@@ -278,7 +294,7 @@ fn write_decisions(p: &Path, res: &RunResult) -> Result<()> {
         }
         w.write_record(None::<&[u8]>)
     })?;
-    out.flush()?;
+    out.finish()?;
     Ok(())
 }
 
@@ -317,7 +333,7 @@ fn write_view<W: Write>(
 fn write_decisions_long(p: &Path, res: &RunResult) -> Result<()> {
     let log = &res.decisions;
     let n = log.n_backends;
-    let mut out = std::io::BufWriter::new(fs::File::create(p)?);
+    let mut out = crate::atomic::Hashed::create(p)?;
     let mut w = csv::Writer::from_writer(&mut out);
     w.write_record([
         "t_s",
@@ -334,7 +350,7 @@ fn write_decisions_long(p: &Path, res: &RunResult) -> Result<()> {
     ])?;
     w.flush()?;
     drop(w);
-    write_rows(&mut out, log.rows.len() * n, |w, f, k| {
+    write_rows(&mut out, log.rows.len() * n, 128, |w, f, k| {
         let (row, b) = (k / n, k % n);
         let d = &log.rows[row];
         let (view, truth) = log.detail(row);
@@ -347,6 +363,6 @@ fn write_decisions_long(p: &Path, res: &RunResult) -> Result<()> {
         write_view(w, f, &v, *tr, d.t)?;
         w.write_record(None::<&[u8]>)
     })?;
-    out.flush()?;
+    out.finish()?;
     Ok(())
 }

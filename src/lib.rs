@@ -5,35 +5,32 @@
 //! look like capacity problems (for example production-stack's `PrefixAwareRouter`
 //! latching new sessions onto a busy backend through its QPS fallback).
 //!
-//! ## Architecture: layers and allowed imports
+//! ## Architecture: three crates, one direction
 //!
-//! Data flows down this list; a module may import from its own layer and the layers below
-//! it, never from a layer above:
+//! The workspace is three crates, and Cargo enforces the walls between them: a crate can
+//! only name what it depends on.
 //!
-//! 1. **Front end**: [`cli`] (parse and dispatch only, one file per subcommand), [`check`],
-//!    [`sweep`], [`tune`], [`import`], [`reference`](mod@reference). They build scenarios and call
-//!    [`sim::run`]; they never reach into a running simulation.
-//! 2. **Input**: [`scenario`] (TOML in, validated config out, errors with key paths and
-//!    lines), [`workload`], [`trace`], [`profiles`], [`dist`], [`faults`], [`fleet`].
-//!    They produce the config types defined beside the code that consumes them
-//!    (`sim::SimConfig`, `router::RouterConfig`, `policy::PolicyConfig`): the one upward
-//!    import allowed.
-//! 3. **Simulation**: [`sim`], the one `match` over events that mutates several components
-//!    per event, on the [`engine`] `(time, seq)` queue.
-//! 4. **Components**, which never import each other sideways except as named here:
-//!    [`backend`] (vLLM v1 engine model; never sees the router), [`router`] (discovery,
-//!    scraper, request stats; holds the policy and hands it a view), [`policy`] (sees only
-//!    a [`policy::RouterView`], built from the router's stats types), [`metrics`] (ground
-//!    truth; never sees router or policy).
-//! 5. **Shared vocabulary** (imports nothing above [`time`]): [`decision`] (the branch a
-//!    policy took) and [`view`] (what the router knew of a backend, with its read time),
-//!    so router, policies and metrics share them without importing each other;
-//!    [`content`], [`ids`], [`rng`], [`time`].
-//! 6. **Output**: [`export`], [`report`], [`plot`], [`explain`], [`hints`], [`atomic`]:
-//!    they see a finished [`sim::RunResult`] (or sweep tables), never simulation internals.
+//! 1. **Core** (`fleetsim-core`, re-exported here as [`sim`], [`engine`], [`backend`],
+//!    [`router`], [`policy`], [`metrics`], [`workload`], [`view`], [`decision`],
+//!    [`content`], [`dist`], [`faults`], [`fleet`], [`ids`], [`rng`], [`time`]): the
+//!    simulation. It depends on no CLI, plotting, YAML, JUnit or schema crate; its own
+//!    top-level doc gives its inner layers.
+//! 2. **Io** (`fleetsim-io`, re-exported as [`scenario`], [`trace`], [`profiles`],
+//!    [`preflight`], [`atomic`], [`output`], [`quote`]): scenarios and traces in, validated
+//!    configs out, whole-or-absent files, user text in messages escaped. It depends on the
+//!    core only.
+//! 3. **Application** (this crate): [`cli`] (parse and dispatch only, one file per
+//!    subcommand), [`sweep`], [`tune`], [`check`], [`import`], [`explain`], [`export`],
+//!    [`report`], [`plot`], [`hints`], [`reference`](mod@reference), [`alerts`] (Prometheus
+//!    rules and their proof on runs) and [`observe`] (the same figures on a real fleet's
+//!    series; the only HTTP client). It builds scenarios
+//!    through io, calls [`sim::run`], and renders finished results; it never reaches into
+//!    a running simulation. Plotting, YAML, JUnit and the CLI parser live here only.
 //!
-//! [`preflight`] sits beside input (memory estimate before allocation).
-
+//! Inside the application, [`cli`] sits on top; [`sweep`], [`tune`], [`check`] and
+//! [`import`] drive runs; [`explain`], [`export`], [`report`], [`plot`] and [`hints`] see a
+//! finished [`sim::RunResult`] (or sweep tables), never simulation internals.
+//!
 //! ## Determinism contract
 //!
 //! Same scenario and seed give byte-identical output files (except `perf.json`, which holds
@@ -41,36 +38,22 @@
 //! they were scheduled, every random draw comes from a named stream derived from the master
 //! seed, and no hash map is ever iterated into anything observable.
 
-pub mod atomic;
-pub mod backend;
+pub use fleetsim_core::{
+    backend, content, decision, dist, engine, faults, fleet, ids, metrics, policy, rng, router, sim, time, view,
+    workload,
+};
+pub use fleetsim_io::{atomic, output, preflight, profiles, quote, scenario, trace, vllm_metrics};
+
+pub mod alerts;
 pub mod check;
 pub mod cli;
-pub mod content;
-pub mod decision;
-pub mod dist;
-pub mod engine;
 pub mod explain;
 pub mod export;
-pub mod faults;
-pub mod fleet;
 pub mod hints;
-pub mod ids;
 pub mod import;
-pub mod metrics;
+pub mod observe;
 pub mod plot;
-pub mod policy;
-pub mod preflight;
-pub mod profiles;
 pub mod reference;
 pub mod report;
-pub mod rng;
-pub mod router;
-pub mod scenario;
-pub mod sim;
 pub mod sweep;
-pub mod term_table;
-pub mod time;
-pub mod trace;
 pub mod tune;
-pub mod view;
-pub mod workload;

@@ -5,7 +5,7 @@
 //! Owns: the rendering of `docs/reference/`. Sees: the raw scenario schema
 //! ([`crate::scenario::ScenarioFile`]) and the policy catalogue's JSON; never a run.
 //! Invariant: the output is a pure function of the code (no clock, no paths, no hash-map
-//! order), so `tests/reference.rs` can compare the committed files byte for byte.
+//! order), so `tests/it/reference.rs` can compare the committed files byte for byte.
 
 use schemars::schema_for;
 use serde_json::Value;
@@ -183,8 +183,8 @@ pub fn scenario_keys() -> String {
     let mut s = String::from(
         "# Scenario keys\n\n\
          Every key a scenario file accepts, with its type, default and meaning. Generated from the\n\
-         scenario types' doc comments (`src/scenario/schema.rs`, `src/scenario/backends.rs`) by\n\
-         `sim reference --out docs/reference`; do not edit by hand. `[]` marks an array of tables\n\
+         scenario types' doc comments (`crates/fleetsim-io/src/scenario/schema.rs` and\n\
+         `backends.rs` beside it) by `sim reference --out docs/reference`; do not edit by hand. `[]` marks an array of tables\n\
          (`[[workload.groups]]`). The options of each `router.policy` kind are in\n\
          [policies.md](policies.md); the `[sweep]` and `[expect]` tables belong to `sim sweep` and\n\
          `sim check`. Editors can validate a scenario against\n\

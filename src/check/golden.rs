@@ -225,7 +225,7 @@ pub fn render(deltas: &[Delta], label_a: &str, label_b: &str, all: bool) -> Stri
         ));
         return out;
     }
-    out.push_str(&crate::term_table::render(
+    out.push_str(&crate::output::render(
         &["metric", "A", "B", "B - A", "rel", ""],
         rows,
         &[],

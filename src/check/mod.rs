@@ -201,7 +201,7 @@ pub fn event_log_hash(log: &[EventRecord]) -> String {
     let mut h = Sha256::new();
     for e in log {
         h.update(e.t.0.to_le_bytes());
-        h.update([e.kind]);
+        h.update([e.kind.code()]);
         h.update(e.a.to_le_bytes());
         h.update(e.b.to_le_bytes());
     }
@@ -270,7 +270,10 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
     let start = std::time::Instant::now();
     let mut src = Source::read(path)?;
     src.apply(sets, "--set")?;
-    let (scenario, _, _) = src.build()?;
+    // The seeds replay the same traces: each file is read once.
+    let traces = crate::trace::TraceCache::new();
+    let scenario = src.scenario()?;
+    scenario.workload_with(&traces).map_err(|e| src.error(e))?;
     let exp = expectations(&src, scenario.sim.seed)?;
     let file = path.display().to_string();
     let mut outcomes = Vec::new();
@@ -284,7 +287,9 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
                 .map(|&seed| {
                     let mut sc = scenario.clone();
                     sc.sim.seed = seed;
-                    let wl = sc.workload().map_err(|e| (seed, src.error(e).to_string(), false))?;
+                    let wl = sc
+                        .workload_with(&traces)
+                        .map_err(|e| (seed, src.error(e).to_string(), false))?;
                     let ropts = RunOptions {
                         check_invariants: opts.invariants,
                         ..RunOptions::summary_only()
@@ -357,7 +362,7 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
         }
     } else if opts.invariants {
         let wl = scenario
-            .workload()
+            .workload_with(&traces)
             .map_err(|e| anyhow::anyhow!("{file}: {}", e.message))?;
         let ropts = RunOptions {
             check_invariants: true,
@@ -432,7 +437,7 @@ pub fn render(reports: &[ScenarioReport]) -> String {
             ]);
         }
     }
-    let mut out = crate::term_table::render(&["scenario", "check", "value", "result", ""], rows, &[]);
+    let mut out = crate::output::render(&["scenario", "check", "value", "result", ""], rows, &[]);
     let all: Vec<&Outcome> = reports.iter().flat_map(|r| &r.outcomes).collect();
     let failed = all.iter().filter(|o| !o.pass).count();
     out.push_str(&format!(
@@ -447,9 +452,10 @@ pub fn render(reports: &[ScenarioReport]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::EventKind;
     use crate::time::SimTime;
 
-    fn rec(t: u64, kind: u8) -> EventRecord {
+    fn rec(t: u64, kind: EventKind) -> EventRecord {
         EventRecord {
             t: SimTime(t),
             kind,
@@ -460,10 +466,11 @@ mod tests {
 
     #[test]
     fn divergence_is_the_first_differing_event() {
-        let a = vec![rec(1, 0), rec(2, 2), rec(3, 5)];
+        use EventKind::{Complete, ServiceDone, StepDone, TurnArrival};
+        let a = vec![rec(1, TurnArrival), rec(2, StepDone), rec(3, Complete)];
         let mut b = a.clone();
         assert_eq!(first_divergence(&a, &b), None);
-        b[1] = rec(2, 3);
+        b[1] = rec(2, ServiceDone);
         let (i, x, y) = first_divergence(&a, &b).unwrap();
         assert_eq!(
             (i, x.unwrap().kind_name(), y.unwrap().kind_name()),

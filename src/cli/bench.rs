@@ -22,8 +22,8 @@ pub(super) struct BenchArgs {
     #[arg(long)]
     pub(super) json: Option<PathBuf>,
     /// Event-loop implementation to time (docs/engine.md).
-    #[arg(long, value_enum, default_value_t = crate::sim::EngineMode::Fast)]
-    pub(super) engine: crate::sim::EngineMode,
+    #[arg(long, value_enum, default_value_t = super::shared::EngineArg::Fast)]
+    pub(super) engine: super::shared::EngineArg,
 }
 
 #[derive(serde::Serialize)]
@@ -57,7 +57,7 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     let mut walls = Vec::new();
     let mut last = None;
     for _ in 0..a.runs {
-        let (res, wall) = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine)
+        let (res, wall) = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into())
             .with_context(|| format!("{}", a.scenario.scenario.display()))?;
         walls.push(wall.as_secs_f64());
         last = Some((res.summary, res.coalesced_steps, res.collapsed_steps));
@@ -81,8 +81,8 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         collapsed_iterations: collapsed,
         iterations_per_s: s.backends.iter().map(|b| b.steps).sum::<u64>() as f64 / median,
         engine: match a.engine {
-            crate::sim::EngineMode::Fast => "fast",
-            crate::sim::EngineMode::Reference => "reference",
+            super::shared::EngineArg::Fast => "fast",
+            super::shared::EngineArg::Reference => "reference",
         },
         wall_s: walls,
     };

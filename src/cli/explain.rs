@@ -12,6 +12,7 @@ use super::shared::file_names;
 use crate::export::write_json;
 use crate::scenario::{Scenario, Source};
 use crate::sim::run;
+use crate::time::SimDuration;
 use crate::workload::Workload;
 
 #[derive(Args, Debug, Clone)]
@@ -60,17 +61,22 @@ pub(super) fn explanation(
         f.merge_gap_s.is_finite() && f.merge_gap_s >= 0.0,
         "--merge-gap-s must be a finite number of seconds >= 0"
     );
-    let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
-    let stale_after_s = f.stale_after_s.unwrap_or(interval_s);
-    anyhow::ensure!(
-        stale_after_s.is_finite() && stale_after_s >= 0.0,
-        "--stale-after-s must be a finite number of seconds >= 0"
-    );
+    let interval = scenario.sim.router.engine_stats_interval;
+    let stale_after = match f.stale_after_s {
+        None => interval,
+        Some(v) => {
+            anyhow::ensure!(
+                v.is_finite() && (0.0..=1e9).contains(&v),
+                "--stale-after-s must be a finite number of seconds in [0, 1e9]"
+            );
+            SimDuration::from_secs_f64(v)
+        }
+    };
     let opts = ExplainOptions {
         merge_gap_s: f.merge_gap_s,
         max_episodes: f.episodes,
-        stale_after_s,
-        ..ExplainOptions::for_interval(interval_s)
+        stale_after,
+        ..ExplainOptions::for_interval(interval)
     };
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
     let mut x = explain(res, &scenario.sim, &names, &opts);
@@ -136,7 +142,7 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
         outln!("{}", serde_json::to_string_pretty(&x)?)?;
     } else {
         out!("{}", crate::explain::render(&x))?;
-        for l in res.summary.replay.iter().flat_map(crate::trace::fidelity::render) {
+        for l in res.summary.replay.iter().flat_map(crate::metrics::fidelity::render) {
             outln!("{l}")?;
         }
         outln!("\nwrote {}/{{{}}}", a.dir.display(), file_names(&written))?;

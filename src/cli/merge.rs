@@ -30,7 +30,6 @@ pub(super) struct MergeArgs {
 }
 
 pub(super) fn cmd_merge(a: MergeArgs) -> Result<ExitCode> {
-    a.plot.apply();
     let mut files = Vec::new();
     for p in &a.files {
         files.push((p.clone(), table::read(p)?));
@@ -48,7 +47,7 @@ pub(super) fn cmd_merge(a: MergeArgs) -> Result<ExitCode> {
                 .with_context(|| format!("{}: not inside a shards/ folder; give --out", a.files[0].display()))?
         }
     };
-    let written = crate::sweep::write_outputs(&dir, &merged, !a.no_plots)?;
+    let written = crate::sweep::write_outputs(&dir, &merged, a.plot.dpi(a.no_plots))?;
     if !a.quiet {
         out!("{}", String::from_utf8_lossy(&md_table(&merged)?))?;
         outln!("wrote {}/{{{}}}", dir.display(), file_names(&written))?;

@@ -1,4 +1,24 @@
-//! Command-line interface (`sim run`, `sim sweep`, `sim merge`, `sim bench`).
+//! Command-line interface: parse and dispatch, one file per subcommand.
+//!
+//! * `sim run`: one scenario, its summary and result files (`run.rs`);
+//! * `sim sweep`: a grid of variants x seeds in parallel (`sweep.rs`);
+//! * `sim merge`: the shards of a sweep into one sweep's files (`merge.rs`);
+//! * `sim check`: `[expect]` bounds, `--determinism`, `--invariants`, JUnit (`check.rs`);
+//! * `sim compare`: two runs, goldens or sweeps, metric by metric (`compare.rs`);
+//! * `sim explain`: a run's stranded capacity and its counterfactuals (`explain.rs`);
+//! * `sim policies`: the policy catalogue (`policies.rs`);
+//! * `sim bench`: simulator speed on a scenario (`bench.rs`);
+//! * `sim trace inspect | convert | bench`: request traces (`trace.rs`);
+//! * `sim tune`: a routing configuration for a fleet and its traffic (`crate::tune::cli`);
+//! * `sim profiles`: the model/GPU/TP profiles (`profiles.rs`);
+//! * `sim import`: a scenario from router flags, Helm values and `vllm serve` flags
+//!   (`crate::import`);
+//! * `sim reference`: the reference pages generated from the code (`reference.rs`);
+//! * `sim schema`: the scenario file's JSON Schema (`reference.rs`);
+//! * `sim alerts`: Prometheus rules on vLLM's series and their promtool proof on a run
+//!   (`alerts.rs`, logic in `crate::alerts`);
+//! * `sim observe`: the stranding figures on a real fleet's series (`observe.rs`, logic in
+//!   `crate::observe`).
 //!
 //! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
 //! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
@@ -6,12 +26,15 @@
 
 pub mod out;
 
+mod alerts;
 mod bench;
 mod check;
 mod compare;
 mod explain;
 mod merge;
+mod observe;
 mod policies;
+mod profiles;
 mod reference;
 mod run;
 mod shared;
@@ -98,7 +121,7 @@ enum Command {
     /// coefficients, KV capacity derived as vLLM does, and each one's source and commit.
     ///
     /// Example: sim profiles --json
-    Profiles(crate::profiles::ProfilesArgs),
+    Profiles(profiles::ProfilesArgs),
     /// Write a commented scenario from a deployment's production-stack router flags, Helm
     /// values and `vllm serve` flags; each value's comment names the flag or key it came from.
     ///
@@ -110,6 +133,20 @@ enum Command {
     ///
     /// Example: sim reference --out docs/reference
     Reference(reference::ReferenceArgs),
+    /// Write Prometheus recording and alerting rules that detect, from vLLM's series alone,
+    /// the failures fleetsim models (a free slot while another backend queues, request-share
+    /// skew, all-zero engine stats, a stale scrape); with --test-out, a promtool unit test
+    /// proving them on the scenario's run (docs/alerts-and-observe.md).
+    ///
+    /// Example: sim alerts scenarios/burst8.toml -o rules.yml --test-out rules.test.yml
+    Alerts(Box<alerts::AlertsArgs>),
+    /// Report `sim run`'s stranding figures (idle_while_queued_s, stranded_slot_s, the worst
+    /// moment, request shares, the plot) on a real fleet's vLLM series: from a Prometheus
+    /// server, a saved query_range answer, or the engines' /metrics.
+    ///
+    /// Example: sim observe --prometheus http://127.0.0.1:9090 --from 1700000000
+    ///          --to 1700003600 --step 15 --slots 8
+    Observe(Box<observe::ObserveArgs>),
     /// Print the scenario file's JSON Schema (editors can validate scenarios against it).
     ///
     /// Example: sim schema > scenario.schema.json
@@ -128,7 +165,9 @@ pub fn main() -> ExitCode {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {e:#}");
+            // One line whatever the message holds (user text is quoted with crate::quote at
+            // its source; this is the net under it).
+            eprintln!("error: {}", crate::quote::one_line(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }
@@ -176,9 +215,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Bench(a) => bench::cmd_bench(a),
         Command::Trace(t) => trace::cmd_trace(t),
         Command::Tune(a) => crate::tune::cli::cmd_tune(*a),
-        Command::Profiles(a) => crate::profiles::cli(&a),
+        Command::Profiles(a) => profiles::cli(&a),
         Command::Import(a) => crate::import::run(*a),
         Command::Reference(a) => reference::cmd_reference(a),
+        Command::Alerts(a) => alerts::cmd_alerts(*a),
+        Command::Observe(a) => observe::cmd_observe(*a),
         Command::Schema => reference::cmd_schema(),
     }
 }

@@ -44,18 +44,37 @@ pub(super) struct RunArgs {
     /// backend in Chrome trace event format (open in https://ui.perfetto.dev).
     #[arg(long)]
     pub(super) timeline: bool,
+    /// Also write metrics.om: the run's per-backend series as vLLM exports them, sampled
+    /// every --metrics-step, as OpenMetrics text with timestamps (load it into Prometheus
+    /// with `promtool tsdb create-blocks-from openmetrics`).
+    #[arg(long)]
+    pub(super) openmetrics: bool,
+    /// Sampling interval of metrics.om, seconds (a scrape interval).
+    #[arg(long, default_value_t = 1.0, requires = "openmetrics")]
+    pub(super) metrics_step: f64,
+    /// Unix time, seconds, of simulated time zero in metrics.om.
+    #[arg(long, default_value_t = 0, requires = "openmetrics")]
+    pub(super) metrics_epoch: u64,
     #[command(flatten)]
     pub(super) explain_opts: ExplainFlags,
     /// Event-loop implementation: fast, or the per-iteration reference it is tested
     /// against (identical outputs; docs/engine.md).
-    #[arg(long, value_enum, default_value_t = crate::sim::EngineMode::Fast)]
-    pub(super) engine: crate::sim::EngineMode,
+    #[arg(long, value_enum, default_value_t = super::shared::EngineArg::Fast)]
+    pub(super) engine: super::shared::EngineArg,
     #[command(flatten)]
     pub(super) plot: crate::plot::PlotArgs,
 }
 
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
-    a.plot.apply();
+    if !(a.metrics_step.is_finite() && a.metrics_step >= 0.001 && a.metrics_step <= 86_400.0) {
+        anyhow::bail!(
+            "--metrics-step {}: expected seconds between 0.001 and 86400",
+            a.metrics_step
+        );
+    }
+    if a.openmetrics && a.no_files {
+        anyhow::bail!("--openmetrics writes a file: drop --no-files");
+    }
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
     check_tool_tables(&a.scenario)?;
     if !a.quiet {
@@ -72,7 +91,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     };
     let seed = scenario.sim.seed;
     let file = a.scenario.scenario.display().to_string();
-    let (res, wall) = match crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine) {
+    let (res, wall) = match crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into()) {
         Ok(r) => r,
         Err(e @ SimError::Invariant(..)) => {
             eprintln!("error: {file}: {e}\nreproduce with: sim run {file} --seed {seed} --invariants");
@@ -86,7 +105,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let hints = crate::hints::hints(&res.decisions, &names, interval_s);
     if !a.quiet {
         out!("{}", render(&res.summary, Some(&perf)))?;
-        for l in res.summary.replay.iter().flat_map(crate::trace::fidelity::render) {
+        for l in res.summary.replay.iter().flat_map(crate::metrics::fidelity::render) {
             outln!("{l}")?;
         }
         for h in &hints {
@@ -107,10 +126,18 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let stage = crate::atomic::Staging::new(&dir)?;
         let mut written = write_all(stage.path(), &res, &effective, &perf, &hints)?;
         let fig = BackendSeries::new(&res.summary, &res.series);
-        written.extend(save(&fig, &stage.path().join("timeseries"))?);
+        written.extend(save(&fig, &stage.path().join("timeseries"), a.plot.dpi)?);
         if a.timeline {
             let p = stage.path().join("timeline.json");
             crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;
+            written.push(p);
+        }
+        if a.openmetrics {
+            let p = stage.path().join("metrics.om");
+            let step_ns = (a.metrics_step * 1000.0).round() as u64 * 1_000_000;
+            let s = crate::export::openmetrics::sample(&res, &scenario.sim, step_ns);
+            let text = crate::export::openmetrics::openmetrics(&s, a.metrics_epoch);
+            crate::atomic::write_file(&p, text.as_bytes()).with_context(|| format!("writing {}", p.display()))?;
             written.push(p);
         }
         if a.explain {

@@ -63,3 +63,24 @@ pub(super) fn file_names(paths: &[PathBuf]) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+/// `--engine`: which event loop runs the scenario; both write the same bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum EngineArg {
+    /// Engine steps in per-backend lanes beside the event heap, pure-decode stretches
+    /// collapsed, each engine's KV cache kept per run of blocks.
+    #[default]
+    Fast,
+    /// Every event through one binary heap, one event per engine iteration, the KV cache
+    /// kept per block: the plain loop the fast one is checked against.
+    Reference,
+}
+
+impl From<EngineArg> for crate::sim::EngineMode {
+    fn from(a: EngineArg) -> Self {
+        match a {
+            EngineArg::Fast => Self::Fast,
+            EngineArg::Reference => Self::Reference,
+        }
+    }
+}

@@ -10,7 +10,9 @@ use super::out::{out, outln};
 use super::shared::{ScenarioArgs, default_out, file_names};
 use crate::export::write_json;
 use crate::scenario::Source;
-use crate::sweep::exec::{ExecOptions, PartialSink, execute, failure_error, owned_runs, shard_path, validate_points};
+use crate::sweep::exec::{
+    ExecOptions, PartialSink, Points, execute, failure_error, owned_runs, shard_path, validate_points,
+};
 use crate::sweep::spec::{CliAxes, plan};
 use crate::sweep::table::{self, SweepFile};
 
@@ -96,7 +98,6 @@ pub(super) struct SweepPerf {
 }
 
 pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
-    a.plot.apply();
     let mut sets = a.scenario.sets.clone();
     if let Some(seed) = a.scenario.seed {
         sets.push(("seed".into(), seed.to_string()));
@@ -125,7 +126,8 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
             anyhow::anyhow!("{file}: {m}")
         }
     })?;
-    validate_points(&src, &plan)?;
+    let points = Points::new(&plan, Default::default());
+    validate_points(&src, &plan, &points)?;
     if a.list {
         let mut out = String::new();
         let mut head = vec!["point".to_string()];
@@ -187,7 +189,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         };
         match shard {
             Some((k, n)) => write_shard(&shard_path(&partial_dir, k, n), &f),
-            None => table::write_tables(&partial_dir, &f).map(|_| ()),
+            None => crate::sweep::write_tables(&partial_dir, &f).map(|_| ()),
         }
     });
     if !a.quiet && skipped > 0 {
@@ -196,6 +198,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     let (result, wall) = match execute(
         &src,
         &meta,
+        &points,
         ExecOptions {
             jobs,
             shard: a.shard,
@@ -241,7 +244,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
             write_shard(&p, &result)?;
             vec![p]
         }
-        None => crate::sweep::write_outputs(&dir, &result, !a.no_plots)?,
+        None => crate::sweep::write_outputs(&dir, &result, a.plot.dpi(a.no_plots))?,
     };
     let perf_name = match a.shard {
         Some((k, n)) => format!("sweep-perf-shard-{k}-of-{n}.json"),

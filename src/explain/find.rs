@@ -12,7 +12,7 @@ use crate::decision::Branch;
 use crate::ids::BackendId;
 use crate::metrics::{Episode, View, round6};
 use crate::sim::{RunResult, SimConfig};
-use crate::time::{SimTime, ns_to_secs};
+use crate::time::{SimDuration, SimTime, ns_to_secs};
 
 /// The cause family of a branch (before the audit refines load-based picks).
 pub(super) fn family(b: Branch) -> Cause {
@@ -173,7 +173,7 @@ pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &Explai
     // Fleet changes are context for every later episode; a signal fault for the episodes
     // that start within two scrape intervals of its end (what it left in the views).
     let notes = happenings(cfg, names);
-    let lookback = (2.0 * cfg.router.engine_stats_interval.as_secs_f64() * 1e9) as u64;
+    let lookback = cfg.router.engine_stats_interval.0.saturating_mul(2);
     let episodes = eps
         .iter()
         .map(|e| {
@@ -187,7 +187,6 @@ pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &Explai
         })
         .collect();
 
-    let stale_ns = (opts.stale_after_s * 1e9) as u64;
     let (mut with_view, mut stale) = (0u64, 0u64);
     for i in 0..log.rows.len() {
         let (view, _) = log.detail(i);
@@ -195,11 +194,11 @@ pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &Explai
         let age = view
             .iter()
             .filter_map(|v| v.engine)
-            .map(|e| t.0.saturating_sub(e.read_at.0))
+            .map(|e| t.saturating_since(e.read_at))
             .max();
         if let Some(a) = age {
             with_view += 1;
-            if a > stale_ns {
+            if opts.is_stale(a) {
                 stale += 1;
             }
         }
@@ -221,7 +220,7 @@ pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &Explai
         staleness: Staleness {
             decisions_with_engine_view: with_view,
             older_than_threshold: stale,
-            stale_after_s: opts.stale_after_s,
+            stale_after_s: opts.stale_after.as_secs_f64(),
             decisions_with_regret: s.decisions_with_regret,
             latched_sessions: s.latched_sessions,
         },
@@ -392,12 +391,13 @@ fn refine(res: &RunResult, cfg: &SimConfig, i: usize, fam: Cause, opts: &Explain
     let age = view
         .iter()
         .filter_map(|v| v.engine)
-        .map(|e| ns_to_secs(t.0.saturating_sub(e.read_at.0)))
-        .fold(0.0, f64::max);
+        .map(|e| t.saturating_since(e.read_at))
+        .max()
+        .unwrap_or(SimDuration::ZERO);
     let regret = truth[pick].saturating_sub(least_listed(&view, truth));
     // The view said "least loaded" but in truth it was not: either the view was old, or
     // the same view served earlier decisions that had since moved the truth.
-    if regret > 0 || age > opts.stale_after_s {
+    if regret > 0 || opts.is_stale(age) {
         return Cause::StaleView;
     }
     Cause::LoadView
@@ -534,6 +534,15 @@ mod tests {
         assert_eq!(m[0].waiting_ns, vec![0, 28]);
         assert_eq!(m[1].start, SimTime(100));
         assert_eq!(merge(&eps, 1).len(), 3);
+    }
+
+    #[test]
+    fn the_stale_threshold_is_the_interval_to_the_nanosecond() {
+        // 15 839 ns through float seconds and back, truncated, was 15 838 ns: a view
+        // exactly one interval old counted as stale.
+        let opts = ExplainOptions::for_interval(SimDuration(15_839));
+        assert!(!opts.is_stale(SimDuration(15_839)));
+        assert!(opts.is_stale(SimDuration(15_840)));
     }
 
     #[test]

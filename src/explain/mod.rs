@@ -28,7 +28,7 @@ mod render;
 use serde::Serialize;
 
 use crate::metrics::round6;
-use crate::time::{SimTime, ns_to_secs};
+use crate::time::{SimDuration, SimTime, ns_to_secs};
 
 pub use find::explain;
 pub use render::render;
@@ -42,19 +42,25 @@ pub struct ExplainOptions {
     pub min_stranded_slot_s: f64,
     /// Explain at most this many episodes (the worst, shown in time order).
     pub max_episodes: usize,
-    /// A view older than this counts as stale (default: the scrape interval).
-    pub stale_after_s: f64,
+    /// A view older than this counts as stale (default: the scrape interval). Integer
+    /// nanoseconds, as the views' ages are, so the interval is compared exactly.
+    pub stale_after: SimDuration,
 }
 
 impl ExplainOptions {
-    /// Defaults for a run whose engine stats are scraped every `interval_s`.
-    pub fn for_interval(interval_s: f64) -> Self {
+    /// Defaults for a run whose engine stats are scraped every `interval`.
+    pub fn for_interval(interval: SimDuration) -> Self {
         ExplainOptions {
             merge_gap_s: 2.0,
             min_stranded_slot_s: 1.0,
             max_episodes: 3,
-            stale_after_s: interval_s,
+            stale_after: interval,
         }
+    }
+
+    /// True if a view entry of age `age` counts as stale.
+    pub fn is_stale(&self, age: SimDuration) -> bool {
+        age > self.stale_after
     }
 }
 

@@ -75,9 +75,9 @@ fn lanes(res: &RunResult, n_backends: usize) -> (Vec<Option<u32>>, Vec<u32>) {
 
 /// Writes the trace to `p`.
 pub fn write(p: &Path, res: &RunResult) -> Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(p)?);
+    let mut out = crate::atomic::Hashed::create(p)?;
     write_to(&mut out, res)?;
-    out.flush()?;
+    out.finish()?;
     Ok(())
 }
 

@@ -21,6 +21,17 @@ pub struct Flag {
     pub value: Option<String>,
     /// How it was written (`--max-num-seqs 4`), for comments.
     pub written: String,
+    /// Where it was given, the start of its errors: the command line and the flag
+    /// (``--vllm-args: `--max-num-seqs` ``), or the Helm file and key path
+    /// (`values.yaml: servingEngineSpec.modelSpec[0].vllmConfig.maxNumSeqs`).
+    pub at: String,
+}
+
+impl Flag {
+    /// An error about this flag: `AT: message`.
+    pub fn err(&self, message: &str) -> String {
+        format!("{}: {message}", crate::quote::escape(&self.at))
+    }
 }
 
 /// The parse of one command line.
@@ -32,6 +43,8 @@ pub struct Parsed {
     pub positionals: Vec<String>,
     /// Unknown flags kept under `--allow-unknown`.
     pub unknown: Vec<String>,
+    /// Positional words after the first flag (the command's own words come before it).
+    pub stray: Vec<String>,
 }
 
 impl Parsed {
@@ -51,16 +64,24 @@ pub fn parse(
     underscores: bool,
     allow_unknown: bool,
 ) -> Result<Parsed, String> {
-    let words = shlex::split(line).ok_or_else(|| format!("{what}: unbalanced quotes in `{line}`"))?;
+    let words =
+        shlex::split(line).ok_or_else(|| format!("{what}: unbalanced quotes in {}", crate::quote::quote(line)))?;
     let mut out = Parsed::default();
     let mut i = 0;
+    let mut seen_flag = false;
     while i < words.len() {
         let w = &words[i];
         i += 1;
         if !w.starts_with('-') || w == "-" {
+            if seen_flag {
+                out.stray.push(w.clone());
+            }
             out.positionals.push(w.clone());
             continue;
         }
+        seen_flag = true;
+        let flag = crate::quote::quote(w.split_once('=').map_or(w.as_str(), |(k, _)| k));
+        let at = format!("{what}: {flag}");
         let (raw, inline) = match w.split_once('=') {
             Some((k, v)) => (k.to_string(), Some(v.to_string())),
             None => (w.clone(), None),
@@ -73,12 +94,13 @@ pub fn parse(
         match table.iter().find(|(n, _)| *n == name) {
             Some((_, Arity::Switch)) => {
                 if inline.is_some() {
-                    return Err(format!("{what}: `{raw}` takes no value"));
+                    return Err(format!("{at} takes no value"));
                 }
                 out.flags.push(Flag {
                     name,
                     value: None,
                     written: raw,
+                    at,
                 });
             }
             Some((_, Arity::Value)) => {
@@ -88,7 +110,7 @@ pub fn parse(
                         let v = words
                             .get(i)
                             .filter(|v| !v.starts_with("--"))
-                            .ok_or_else(|| format!("{what}: `{raw}` needs a value"))?;
+                            .ok_or_else(|| format!("{at} needs a value"))?;
                         i += 1;
                         v.clone()
                     }
@@ -97,6 +119,7 @@ pub fn parse(
                     written: format!("{raw} {value}"),
                     name,
                     value: Some(value),
+                    at,
                 });
             }
             None if allow_unknown => {
@@ -112,7 +135,7 @@ pub fn parse(
             }
             None => {
                 return Err(format!(
-                    "{what}: unknown flag `{raw}` (pass --allow-unknown to list it as ignored)"
+                    "{what}: unknown flag {flag} (pass --allow-unknown to list it as ignored)"
                 ));
             }
         }
@@ -121,11 +144,11 @@ pub fn parse(
 }
 
 /// A flag's value as a number, or an error naming the flag.
-pub fn number<T: std::str::FromStr>(f: &Flag, what: &str) -> Result<T, String> {
+pub fn number<T: std::str::FromStr>(f: &Flag) -> Result<T, String> {
     let v = f.value.as_deref().unwrap_or("");
     v.trim()
         .parse()
-        .map_err(|_| format!("{what}: `{}` expects a number, got `{v}`", f.name))
+        .map_err(|_| f.err(&format!("expects a number, got {}", crate::quote::quote(v))))
 }
 
 #[cfg(test)]

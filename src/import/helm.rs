@@ -19,7 +19,13 @@ pub const CHART_ENGINE_SCRAPE_INTERVAL_S: i64 = 15;
 /// Reads a values file into `imp` (engines as groups, one per enabled `modelSpec`).
 pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: bool) -> Result<(), String> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
+    let text =
+        crate::atomic::read_text(path, crate::scenario::MAX_SCENARIO_BYTES, "the values file").map_err(|(at, m)| {
+            match at {
+                Some((l, c)) => format!("{file}:{l}:{c}: {m}"),
+                None => format!("{file}: {m}"),
+            }
+        })?;
     let root: Value = serde_yaml_ng::from_str(&text).map_err(|e| match e.location() {
         Some(l) => format!("{file}:{}:{}: {e}", l.line(), l.column()),
         None => format!("{file}: {e}"),
@@ -82,7 +88,7 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
         if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') || name.is_empty() {
             return Err(h.at(
                 &format!("{p}.name"),
-                &format!("`{name}` is not a valid Kubernetes name"),
+                &format!("{} is not a valid Kubernetes name", crate::quote::quote(&name)),
             ));
         }
         imp.groups.push(Group {
@@ -108,7 +114,11 @@ struct Helm<'a> {
 
 impl Helm<'_> {
     fn at(&self, path: &str, msg: &str) -> String {
-        format!("{}: {path}: {msg}", self.file)
+        format!(
+            "{}: {}: {msg}",
+            crate::quote::escape(self.file),
+            crate::quote::escape(path)
+        )
     }
 
     fn string(&self, m: &Value, p: &str, k: &str) -> Result<Option<String>, String> {
@@ -168,7 +178,7 @@ impl Helm<'_> {
 
 fn show(v: &Value) -> String {
     serde_yaml_ng::to_string(v)
-        .map(|s| format!("`{}`", s.trim()))
+        .map(|s| crate::quote::quote(s.trim()))
         .unwrap_or_else(|_| "a value of another type".into())
 }
 
@@ -189,6 +199,7 @@ fn vllm_config(
         flags.push(Flag {
             name: name.to_string(),
             written: format!("{p}.{key}"),
+            at: format!("{}: {p}.{}", h.file, key.split(' ').next().unwrap_or(key)),
             value,
         })
     };
@@ -232,8 +243,7 @@ fn vllm_config(
     }
     let parsed = Parsed {
         flags,
-        positionals: Vec::new(),
-        unknown: Vec::new(),
+        ..Parsed::default()
     };
     vllm_flags(&parsed, e, "--helm")?;
     // extraArgs come after the chart's own flags, so they win.
@@ -264,6 +274,7 @@ fn router_spec(h: &Helm, r: Option<&Value>, imp: &mut Import, gpu: &str, allow_u
     let mut push = |name: &str, value: String, key: String| {
         flags.push(Flag {
             name: name.to_string(),
+            at: format!("{}: {}", h.file, key.split(' ').next().unwrap_or(&key)),
             written: key,
             value: Some(value),
         })
@@ -325,8 +336,7 @@ fn router_spec(h: &Helm, r: Option<&Value>, imp: &mut Import, gpu: &str, allow_u
     }
     let parsed = Parsed {
         flags,
-        positionals: Vec::new(),
-        unknown: Vec::new(),
+        ..Parsed::default()
     };
     // Flags written from values read as `routerSpec.key` in comments: mark them so.
     router_flags(&parsed, imp, "--helm")?;

@@ -14,7 +14,6 @@ mod flags;
 mod helm;
 mod tables;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
@@ -155,7 +154,7 @@ pub fn run(a: ImportArgs) -> Result<std::process::ExitCode> {
     {
         bail!("--gpu: unknown GPU `{}`; expected h100, a100 or l40s", a.gpu);
     }
-    let text = import(&a).map_err(|e| anyhow::anyhow!(e))?;
+    let (text, origins) = import_with_origins(&a).map_err(|e| anyhow::anyhow!(e))?;
     let stem = a
         .out
         .file_stem()
@@ -167,9 +166,10 @@ pub fn run(a: ImportArgs) -> Result<std::process::ExitCode> {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
     }
     // The written scenario must load: check before writing (results are whole or absent).
+    // A value it refuses is named by the flag or key that gave it.
     crate::scenario::load_str(&text, &a.out.display().to_string(), &stem, &[])
-        .map_err(|e| anyhow::anyhow!("the imported scenario does not validate (please report): {e}"))?;
-    std::fs::write(&a.out, &text).map_err(|e| anyhow::anyhow!("{}: {e}", a.out.display()))?;
+        .map_err(|e| anyhow::anyhow!(refused(&e, &origins)))?;
+    crate::atomic::write_file(&a.out, text.as_bytes())?;
     eprintln!(
         "wrote {}; run it with: sim run {} --out out/{stem}",
         a.out.display(),
@@ -180,6 +180,11 @@ pub fn run(a: ImportArgs) -> Result<std::process::ExitCode> {
 
 /// The scenario text for `a` (also used by tests).
 pub fn import(a: &ImportArgs) -> Result<String, String> {
+    import_with_origins(a).map(|(t, _)| t)
+}
+
+/// The scenario text for `a`, and where each key's value came from.
+fn import_with_origins(a: &ImportArgs) -> Result<(String, Origins), String> {
     let mut imp = Import::default();
     let gpu = a.gpu.to_ascii_lowercase();
     if let Some(path) = &a.helm {
@@ -248,6 +253,15 @@ pub fn import(a: &ImportArgs) -> Result<String, String> {
 
 /// Applies production-stack router flags.
 pub(crate) fn router_flags(p: &Parsed, imp: &mut Import, what: &str) -> Result<(), String> {
+    // The router's parser takes no positional argument: a word after the flags is an
+    // error (argparse: "unrecognized arguments"), never silently dropped.
+    if let Some(w) = p.stray.first() {
+        return Err(format!(
+            "{}: unexpected argument {} after the flags (the router takes no positional arguments)",
+            crate::quote::escape(what),
+            crate::quote::quote(w)
+        ));
+    }
     let r = &mut imp.router;
     let from = |f: &Flag| format!("{} ({what})", f.written);
     if let Some(f) = p.get("--routing-logic") {
@@ -255,32 +269,39 @@ pub(crate) fn router_flags(p: &Parsed, imp: &mut Import, what: &str) -> Result<(
         match v.as_str() {
             "roundrobin" | "session" | "prefixaware" | "kvaware" | "loadaware" | "load_balanced_kvaware" => {}
             "disaggregated_prefill" | "disaggregated_prefill_orchestrated" => {
-                return Err(format!(
-                    "{what}: --routing-logic {v} is not modelled (the simulator has no prefill/decode disaggregation)"
-                ));
+                return Err(f.err(&format!(
+                    "{v} is not modelled (the simulator has no prefill/decode disaggregation)"
+                )));
             }
             other => {
-                return Err(format!(
-                    "{what}: --routing-logic `{other}` is not one of roundrobin, session, kvaware, prefixaware, loadaware (PR #1035), load_balanced_kvaware (PR #884)"
-                ));
+                return Err(f.err(&format!(
+                    "{} is not one of roundrobin, session, kvaware, prefixaware, loadaware (PR #1035), load_balanced_kvaware (PR #884)",
+                    crate::quote::quote(other)
+                )));
             }
         }
         r.routing_logic = src(v, from(f));
     }
     if let Some(f) = p.get("--engine-stats-interval") {
-        r.engine_stats_interval_s = src(positive(f, what)?, from(f));
+        r.engine_stats_interval_s = src(positive(f)?, from(f));
     }
     if let Some(f) = p.get("--request-stats-window") {
-        r.request_stats_window_s = src(positive(f, what)?, from(f));
+        r.request_stats_window_s = src(positive(f)?, from(f));
     }
     if let Some(f) = p.get("--prefix-min-match-length") {
-        r.prefix_min_match_length = Some(src(non_negative(f, what)?, from(f)));
+        r.prefix_min_match_length = Some(src(non_negative(f)?, from(f)));
     }
     if let Some(f) = p.get("--kv-aware-threshold") {
-        r.kv_aware_threshold = Some(src(non_negative(f, what)?, from(f)));
+        r.kv_aware_threshold = Some(src(non_negative(f)?, from(f)));
     }
     if let Some(f) = p.get("--imbalanced-threshold") {
-        r.imbalanced_threshold = Some(src(number::<f64>(f, what)?, from(f)));
+        // PR #884: a float; inf (its default) never rebalances. NaN or a negative value has
+        // no meaning the scenario can hold: refused, never rewritten.
+        let t = number::<f64>(f)?;
+        if t.is_nan() || t < 0.0 {
+            return Err(f.err(&format!("must be a number >= 0 (inf: never rebalance), got {t}")));
+        }
+        r.imbalanced_threshold = Some(src(t, from(f)));
     }
     if let Some(f) = p.get("--session-key") {
         r.session_key = Some(src(f.value.clone().unwrap_or_default(), from(f)));
@@ -288,7 +309,7 @@ pub(crate) fn router_flags(p: &Parsed, imp: &mut Import, what: &str) -> Result<(
     if let Some(f) = p.get("--static-backends") {
         let urls = list(f);
         if urls.is_empty() {
-            return Err(format!("{what}: --static-backends is empty"));
+            return Err(f.err("lists no URL"));
         }
         r.static_backends = Some(src(urls, from(f)));
     }
@@ -299,8 +320,11 @@ pub(crate) fn router_flags(p: &Parsed, imp: &mut Import, what: &str) -> Result<(
         && b.v.len() != m.v.len()
     {
         return Err(format!(
-            "{what}: --static-backends lists {} URLs but --static-models lists {} models (the router needs one model per backend)",
+            "{}: {} lists {} URLs but {} lists {} models (the router needs one model per backend)",
+            crate::quote::escape(what),
+            crate::quote::escape(&b.from),
             b.v.len(),
+            crate::quote::escape(&m.from),
             m.v.len()
         ));
     }
@@ -322,7 +346,7 @@ pub(crate) fn vllm_flags(p: &Parsed, e: &mut Engine, what: &str) -> Result<(), S
         )
     });
     if let Some(m) = model {
-        e.model = Some(src(m.clone(), format!("`{m}` ({what})")));
+        e.model = Some(src(m.clone(), format!("{} ({what})", crate::quote::quote(m))));
     }
     if let Some(f) = p.get("--model") {
         e.model = Some(src(f.value.clone().unwrap_or_default(), from(f)));
@@ -336,16 +360,16 @@ pub(crate) fn vllm_flags(p: &Parsed, e: &mut Engine, what: &str) -> Result<(), S
     ];
     for (name, slot) in ints {
         if let Some(f) = p.get(name) {
-            *slot = Some(src(positive(f, what)?, from(f)));
+            *slot = Some(src(positive(f)?, from(f)));
         }
     }
     if let Some(f) = p.get("--num-gpu-blocks-override") {
-        e.kv_blocks = Some(src(positive(f, what)?, from(f)));
+        e.kv_blocks = Some(src(positive(f)?, from(f)));
     }
     if let Some(f) = p.get("--gpu-memory-utilization") {
-        let u: f64 = number(f, what)?;
+        let u: f64 = number(f)?;
         if !(u > 0.0 && u <= 1.0) {
-            return Err(format!("{what}: --gpu-memory-utilization must be in (0, 1], got {u}"));
+            return Err(f.err(&format!("must be in (0, 1], got {u}")));
         }
         e.gpu_memory_utilization = Some(src(u, from(f)));
     }
@@ -364,18 +388,18 @@ pub(crate) fn vllm_flags(p: &Parsed, e: &mut Engine, what: &str) -> Result<(), S
     Ok(())
 }
 
-fn positive(f: &Flag, what: &str) -> Result<i64, String> {
-    let v: i64 = number(f, what)?;
+fn positive(f: &Flag) -> Result<i64, String> {
+    let v: i64 = number(f)?;
     if v < 1 {
-        return Err(format!("{what}: `{}` must be at least 1, got {v}", f.name));
+        return Err(f.err(&format!("must be at least 1, got {v}")));
     }
     Ok(v)
 }
 
-fn non_negative(f: &Flag, what: &str) -> Result<i64, String> {
-    let v: i64 = number(f, what)?;
+fn non_negative(f: &Flag) -> Result<i64, String> {
+    let v: i64 = number(f)?;
     if v < 0 {
-        return Err(format!("{what}: `{}` must be at least 0, got {v}", f.name));
+        return Err(f.err(&format!("must be at least 0, got {v}")));
     }
     Ok(v)
 }
@@ -420,90 +444,214 @@ fn relative_to(target: &Path, dir: &Path) -> String {
     r.to_string_lossy().replace('\\', "/")
 }
 
-/// A TOML string literal.
-fn q(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
+/// One table of the scenario being written: a `toml_edit` table (so every value is
+/// escaped by the TOML library, never pasted into text), the comments waiting for its next
+/// key, and its key path.
+struct Section {
+    t: toml_edit::Table,
+    path: String,
+    pending: String,
 }
 
-/// `key = value  # comment`, aligned.
-fn line(o: &mut String, key: &str, value: String, comment: &str) {
-    let kv = format!("{key} = {value}");
-    let _ = writeln!(o, "{kv:<34} # {comment}");
+/// Where each written key's value came from: the scenario refusing a value names the flag
+/// or Helm key that gave it, not a line of a file that is never written.
+type Origins = Vec<(String, String)>;
+
+/// A comment line: `# text`, with the text's control characters escaped (a newline in a
+/// flag value, a Helm key or a path can never end the comment and start live TOML).
+fn comment(text: &str) -> String {
+    if text.is_empty() {
+        "#\n".to_string()
+    } else {
+        format!("# {}\n", crate::quote::escape(text))
+    }
 }
 
-fn write(imp: &Import, a: &ImportArgs, stem: &str, trace: Option<&str>) -> Result<String, String> {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "# Imported by `sim import` (fleetsim {}) from:",
+impl Section {
+    fn new(path: &str) -> Section {
+        Section {
+            t: toml_edit::Table::new(),
+            path: path.to_string(),
+            pending: String::new(),
+        }
+    }
+
+    /// A comment line before the next key (or the next table).
+    fn note(&mut self, text: &str) {
+        self.pending.push_str(&comment(text));
+    }
+
+    /// `key = value  # from`, aligned, recording where the value came from.
+    fn put(&mut self, o: &mut Origins, key: &str, v: impl Into<toml_edit::Value>, from: &str) {
+        let mut v: toml_edit::Value = v.into();
+        let width = key.len() + 3 + v.to_string().len();
+        let pad = 34usize.saturating_sub(width) + 1;
+        v.decor_mut()
+            .set_suffix(format!("{}# {}", " ".repeat(pad), crate::quote::escape(from)));
+        self.t.insert(key, toml_edit::Item::Value(v));
+        let prefix = std::mem::take(&mut self.pending);
+        if !prefix.is_empty()
+            && let Some(mut k) = self.t.key_mut(key)
+        {
+            k.leaf_decor_mut().set_prefix(prefix);
+        }
+        let path = if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        };
+        o.push((path, from.to_string()));
+    }
+
+    /// The finished table with `before` above its header (a blank line when empty); its own
+    /// comments not followed by a key are handed on to what follows, then a blank line.
+    fn finish(mut self, before: &mut String) -> toml_edit::Table {
+        let prefix = match std::mem::take(before) {
+            b if b.is_empty() => "\n".to_string(),
+            b => b,
+        };
+        self.t.decor_mut().set_prefix(prefix);
+        if !self.pending.is_empty() {
+            *before = format!("{}\n", self.pending);
+        }
+        self.t
+    }
+}
+
+/// An inline table `{ k = v, ... }`.
+fn inline(pairs: &[(&str, toml_edit::Value)]) -> toml_edit::Value {
+    let mut t = toml_edit::InlineTable::new();
+    for (k, v) in pairs {
+        t.insert(*k, v.clone());
+    }
+    toml_edit::Value::InlineTable(t)
+}
+
+/// The scenario text for `imp`, and where each key's value came from.
+fn write(imp: &Import, a: &ImportArgs, stem: &str, trace: Option<&str>) -> Result<(String, Origins), String> {
+    let mut o: Origins = Vec::new();
+    let mut root = Section::new("");
+    root.note(&format!(
+        "Imported by `sim import` (fleetsim {}) from:",
         env!("CARGO_PKG_VERSION")
-    );
+    ));
     if let Some(r) = &a.router_args {
-        let _ = writeln!(o, "#   --router-args {}", q(r));
+        root.note(&format!("  --router-args {}", crate::quote::quote(r)));
     }
     if let Some(h) = &a.helm {
-        let _ = writeln!(o, "#   --helm {}", h.display());
+        root.note(&format!("  --helm {}", crate::quote::path(h)));
     }
     if let Some(v) = &a.vllm_args {
-        let _ = writeln!(o, "#   --vllm-args {}", q(v));
+        root.note(&format!("  --vllm-args {}", crate::quote::quote(v)));
     }
-    let _ = writeln!(
-        o,
-        "# Each value's comment names the flag or key it came from; \"default\" means the flag or\n# key was absent and the upstream default applies."
-    );
+    root.note("Each value's comment names the flag or key it came from; \"default\" means the flag or");
+    root.note("key was absent and the upstream default applies.");
+    root.note("");
     if imp.ignored.is_empty() {
-        let _ = writeln!(o, "#\n# Ignored (no effect on the simulation): none.");
+        root.note("Ignored (no effect on the simulation): none.");
     } else {
-        let _ = writeln!(o, "#\n# Ignored (no effect on the simulation):");
+        root.note("Ignored (no effect on the simulation):");
         for i in &imp.ignored {
-            let _ = writeln!(o, "#   {i}");
+            root.note(&format!("  {i}"));
         }
     }
     for n in &imp.notes {
-        let _ = writeln!(o, "#\n# Note: {n}.");
+        root.note("");
+        root.note(&format!("Note: {n}."));
     }
-    let _ = writeln!(o, "\nname = {}\nseed = 1\n", q(stem));
-    let _ = writeln!(o, "[backends]");
-    let single = imp.groups.len() == 1;
+    root.pending.push('\n');
+    root.put(&mut o, "name", stem, "-o (the file name)");
+    root.put(&mut o, "seed", 1i64, "fleetsim's default seed");
+    // Tables are finished in the order they are displayed, so a comment left at the end
+    // of one table goes above the next one's header.
+    let mut carry = std::mem::take(&mut root.pending);
+    let mut doc = toml_edit::DocumentMut::new();
+    *doc.as_table_mut() = root.t;
     let mut min_context: Option<i64> = None;
-    for (gi, g) in imp.groups.iter().enumerate() {
-        if !single {
-            let _ = writeln!(o, "\n[[backends.groups]]");
-            line(
+    let bt = if let [g] = imp.groups.as_slice() {
+        let mut sec = Section::new("backends");
+        if g.name != "backend" {
+            sec.note(&format!("engines of {}", crate::quote::quote(&g.name)));
+        }
+        group_keys(&mut sec, &mut o, g, &mut min_context)?;
+        sec.finish(&mut carry)
+    } else {
+        let mut bt = toml_edit::Table::new();
+        bt.set_implicit(true);
+        let mut groups = toml_edit::ArrayOfTables::new();
+        for (gi, g) in imp.groups.iter().enumerate() {
+            let mut sec = Section::new(&format!("backends.groups[{gi}]"));
+            sec.put(
                 &mut o,
                 "name",
-                q(&g.name),
+                g.name.as_str(),
                 "servingEngineSpec.modelSpec[].name (--helm)",
             );
-        } else if gi == 0 && g.name != "backend" {
-            let _ = writeln!(o, "# engines of `{}`", g.name);
+            group_keys(&mut sec, &mut o, g, &mut min_context)?;
+            groups.push(sec.finish(&mut carry));
         }
-        line(&mut o, "count", g.count.v.to_string(), &g.count.from);
-        if let Some(u) = &g.urls {
-            let list: Vec<String> = u.v.iter().map(|s| q(s)).collect();
-            line(&mut o, "urls", format!("[{}]", list.join(", ")), &u.from);
-        }
-        group_engine(&mut o, g, &mut min_context)?;
+        bt.insert("groups", toml_edit::Item::ArrayOfTables(groups));
+        bt
+    };
+    doc.insert("backends", toml_edit::Item::Table(bt));
+    let (router_t, policy_t) = router(&mut o, &imp.router, &mut carry)?;
+    let mut rt = router_t;
+    rt.insert("policy", toml_edit::Item::Table(policy_t));
+    doc.insert("router", toml_edit::Item::Table(rt));
+    let wl = workload(&mut o, imp, trace, min_context, &mut carry);
+    doc.insert("workload", toml_edit::Item::Table(wl));
+    let mut text = doc.to_string();
+    text.push_str(&carry);
+    if !text.ends_with('\n') {
+        text.push('\n');
     }
-    router(&mut o, &imp.router);
-    workload(&mut o, imp, trace, min_context);
-    Ok(o)
+    Ok((text, o))
+}
+
+/// A group's keys: its count, URLs and engine.
+fn group_keys(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut Option<i64>) -> Result<(), String> {
+    s.put(o, "count", g.count.v, &g.count.from);
+    if let Some(u) = &g.urls {
+        let list: toml_edit::Array = u.v.iter().map(String::as_str).collect();
+        s.put(o, "urls", list, &u.from);
+    }
+    group_engine(s, o, g, min_context)
+}
+
+/// What a group's KV capacity came from (for a message naming the flags).
+fn kv_origins(g: &Group) -> String {
+    let e = &g.engine;
+    let mut v: Vec<String> = Vec::new();
+    if let Some(m) = &e.model {
+        v.push(format!("model {}", m.from));
+    }
+    v.push(format!("GPU {} ({})", g.gpu.v, g.gpu.from));
+    for f in [&e.tp, &e.block_size].into_iter().flatten() {
+        v.push(f.from.clone());
+    }
+    if let Some(u) = &e.gpu_memory_utilization {
+        v.push(u.from.clone());
+    }
+    if let Some(d) = &e.kv_cache_dtype {
+        v.push(d.from.clone());
+    }
+    v.join(", ")
 }
 
 /// A group's engine keys.
-fn group_engine(o: &mut String, g: &Group, min_context: &mut Option<i64>) -> Result<(), String> {
+fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut Option<i64>) -> Result<(), String> {
     let e = &g.engine;
     let tp = e.tp.as_ref().map_or(1, |t| t.v);
     let tp_from =
         e.tp.as_ref()
             .map_or("default --tensor-parallel-size 1".to_string(), |t| t.from.clone());
     let shape = e.model.as_ref().and_then(|m| crate::profiles::model_for(&m.v));
-    let profile = shape.and_then(|s| crate::profiles::find(&format!("{}/{}/tp{tp}", s.name, g.gpu.v)).ok());
+    let profile = shape.and_then(|sh| crate::profiles::find(&format!("{}/{}/tp{tp}", sh.name, g.gpu.v)).ok());
     match (&profile, &e.model) {
-        (Some(p), Some(m)) => line(
+        (Some(p), Some(m)) => s.put(
             o,
             "profile",
-            q(&p.id),
+            p.id.as_str(),
             &format!(
                 "model {} on {} ({}), TP {tp} ({tp_from}); {}",
                 m.v,
@@ -516,10 +664,10 @@ fn group_engine(o: &mut String, g: &Group, min_context: &mut Option<i64>) -> Res
             let what = m.as_ref().map_or("no model given".to_string(), |m| {
                 format!("no profile for {} on {} TP {tp} ({})", m.v, g.gpu.v, m.from)
             });
-            let _ = writeln!(
-                o,
-                "# {what}: step time and KV capacity are the shipped defaults (Llama-3.1-8B on one H100);\n# set [backends.step_time] and kv_blocks for your model (see `sim profiles`)."
-            );
+            s.note(&format!(
+                "{what}: step time and KV capacity are the shipped defaults (Llama-3.1-8B on one H100);"
+            ));
+            s.note("set [backends.step_time] and kv_blocks for your model (see `sim profiles`).");
         }
     }
     let (d_tokens, d_seqs) = crate::profiles::GPUS
@@ -527,228 +675,240 @@ fn group_engine(o: &mut String, g: &Group, min_context: &mut Option<i64>) -> Res
         .find(|x| x.name == g.gpu.v)
         .map_or((8192, 1024), crate::profiles::Gpu::vllm_batch_defaults);
     match &e.max_num_seqs {
-        Some(v) => line(o, "max_num_seqs", v.v.to_string(), &v.from),
-        None => line(
+        Some(v) => s.put(o, "max_num_seqs", v.v, &v.from),
+        None => s.put(
             o,
             "max_num_seqs",
-            d_seqs.to_string(),
+            i64::from(d_seqs),
             &format!("default --max-num-seqs for {}", g.gpu.v),
         ),
     }
     match &e.max_num_batched_tokens {
-        Some(v) => line(o, "max_num_batched_tokens", v.v.to_string(), &v.from),
-        None => line(
+        Some(v) => s.put(o, "max_num_batched_tokens", v.v, &v.from),
+        None => s.put(
             o,
             "max_num_batched_tokens",
-            d_tokens.to_string(),
+            i64::from(d_tokens),
             &format!("default --max-num-batched-tokens for {}", g.gpu.v),
         ),
     }
     let block = e.block_size.as_ref().map_or(16, |b| b.v);
     match &e.block_size {
-        Some(v) => line(o, "block_size_tokens", v.v.to_string(), &v.from),
-        None => line(o, "block_size_tokens", "16".into(), "default --block-size 16"),
+        Some(v) => s.put(o, "block_size_tokens", v.v, &v.from),
+        None => s.put(o, "block_size_tokens", 16i64, "default --block-size 16"),
     }
     match &e.prefix_caching {
-        Some(v) => line(o, "prefix_caching", v.v.to_string(), &v.from),
-        None => line(
-            o,
-            "prefix_caching",
-            "true".into(),
-            "default (vLLM v1 enables prefix caching)",
-        ),
+        Some(v) => s.put(o, "prefix_caching", v.v, &v.from),
+        None => s.put(o, "prefix_caching", true, "default (vLLM v1 enables prefix caching)"),
     }
     // KV capacity: an explicit block count, else vLLM's derivation from memory.
     let kv = match (&e.kv_blocks, &profile) {
         (Some(k), _) => {
-            line(o, "kv_blocks", k.v.to_string(), &k.from);
+            s.put(o, "kv_blocks", k.v, &k.from);
             Some(k.v)
         }
         (None, Some(p)) => {
             let util = e.gpu_memory_utilization.as_ref().map_or(0.9, |u| u.v);
             match &e.gpu_memory_utilization {
-                Some(u) => line(o, "gpu_memory_utilization", util.to_string(), &u.from),
-                None => line(
-                    o,
-                    "gpu_memory_utilization",
-                    "0.9".into(),
-                    "default --gpu-memory-utilization 0.9",
-                ),
+                Some(u) => s.put(o, "gpu_memory_utilization", util, &u.from),
+                None => s.put(o, "gpu_memory_utilization", 0.9, "default --gpu-memory-utilization 0.9"),
             }
             let dtype_bytes = match e.kv_cache_dtype.as_ref().map(|d| d.v.as_str()) {
                 Some(d) if d.starts_with("fp8") => 1,
                 _ => 2,
             };
             if let Some(d) = &e.kv_cache_dtype {
-                line(o, "kv_cache_dtype", q(&d.v), &d.from);
+                s.put(o, "kv_cache_dtype", d.v.as_str(), &d.from);
             }
-            let inputs = crate::profiles::KvInputs::for_profile(p, util, block as u32, dtype_bytes, 0.0);
-            let blocks = crate::profiles::kv_blocks(&inputs).map_err(|m| format!("{} ({}): {m}", g.name, p.id))?;
-            let _ = writeln!(
-                o,
-                "# kv_blocks derived as vLLM does: {blocks} blocks of {block} tokens ({} tokens) on {:.0} GiB; set\n# activation_memory_gib to the activation peak vLLM logs at start-up to refine it.",
+            let block_u32 =
+                u32::try_from(block).map_err(|_| format!("{}: the block size is too large", kv_origins(g)))?;
+            let inputs = crate::profiles::KvInputs::for_profile(p, util, block_u32, dtype_bytes, 0.0);
+            let blocks =
+                crate::profiles::kv_blocks(&inputs).map_err(|m| format!("{}: {m} ({})", kv_origins(g), p.id))?;
+            s.note(&format!(
+                "kv_blocks derived as vLLM does: {blocks} blocks of {block} tokens ({} tokens) on {:.0} GiB; set",
                 u64::from(blocks) * block as u64,
                 p.gpu.memory_gib
-            );
+            ));
+            s.note("activation_memory_gib to the activation peak vLLM logs at start-up to refine it.");
             Some(i64::from(blocks))
         }
         (None, None) => None,
     };
     if let Some(m) = &e.max_model_len {
-        let cap = kv.unwrap_or(29_205) * block;
+        let cap = kv.unwrap_or(29_205).saturating_mul(block);
         if m.v > cap {
             return Err(format!(
-                "{}: --max-model-len {} does not fit the KV cache ({cap} tokens); vLLM refuses to start with this configuration",
-                g.name, m.v
+                "{}: {} does not fit the KV cache of group {} ({cap} tokens); vLLM refuses to start with this configuration",
+                m.from,
+                m.v,
+                crate::quote::quote(&g.name)
             ));
         }
-        let _ = writeln!(
-            o,
-            "# max_model_len {} ({}): the workload's max_context_tokens",
+        s.note(&format!(
+            "max_model_len {} ({}): the workload's max_context_tokens",
             m.v, m.from
-        );
+        ));
         *min_context = Some(min_context.map_or(m.v, |c| c.min(m.v)));
     }
     Ok(())
 }
 
-fn router(o: &mut String, r: &Router) {
-    let _ = writeln!(o, "\n[router]");
-    line(
+/// `[router]` and `[router.policy]`.
+fn router(o: &mut Origins, r: &Router, carry: &mut String) -> Result<(toml_edit::Table, toml_edit::Table), String> {
+    let mut s = Section::new("router");
+    s.put(
         o,
         "engine_stats_interval_s",
-        r.engine_stats_interval_s.v.to_string(),
+        r.engine_stats_interval_s.v,
         &r.engine_stats_interval_s.from,
     );
-    line(
+    s.put(
         o,
         "request_stats_window_s",
-        r.request_stats_window_s.v.to_string(),
+        r.request_stats_window_s.v,
         &r.request_stats_window_s.from,
     );
     if let Some(n) = &r.replicas {
-        line(o, "replicas", n.v.to_string(), &n.from);
+        s.put(o, "replicas", n.v, &n.from);
     }
-    let _ = writeln!(o, "\n[router.policy]");
+    let router_t = s.finish(carry);
+    let mut s = Section::new("router.policy");
     let mut kind = r.routing_logic.v.as_str();
     let threshold = r.imbalanced_threshold.as_ref().filter(|t| t.v.is_finite());
     if kind == "load_balanced_kvaware" && threshold.is_none() {
         // PR #884's default threshold is +inf: the router never rebalances.
         kind = "kvaware";
-        line(
+        s.put(
             o,
             "kind",
-            q(kind),
+            kind,
             &format!(
                 "{}; default --imbalanced-threshold inf (PR #884) never rebalances, so plain kvaware",
                 r.routing_logic.from
             ),
         );
     } else {
-        line(o, "kind", q(kind), &r.routing_logic.from);
+        s.put(o, "kind", kind, &r.routing_logic.from);
     }
     match kind {
         "prefixaware" => {
             match &r.prefix_min_match_length {
-                Some(p) => line(
+                Some(p) => s.put(o, "prefix_min_match_length", p.v, &format!("{} (characters)", p.from)),
+                None => s.put(
                     o,
                     "prefix_min_match_length",
-                    p.v.to_string(),
-                    &format!("{} (characters)", p.from),
-                ),
-                None => line(
-                    o,
-                    "prefix_min_match_length",
-                    "0".into(),
+                    0i64,
                     "default --prefix-min-match-length 0 (off)",
                 ),
             }
-            line(o, "fallback", q("qps"), "upstream main (_qps_routing)");
+            s.put(o, "fallback", "qps", "upstream main (_qps_routing)");
         }
-        "loadaware" => line(o, "beta", "1.0".into(), "PR #1035 default (env LOADAWARE_BETA unset)"),
+        "loadaware" => s.put(o, "beta", 1.0, "PR #1035 default (env LOADAWARE_BETA unset)"),
         "kvaware" | "load_balanced_kvaware" => {
             match &r.kv_aware_threshold {
-                Some(p) => line(o, "kv_aware_threshold", p.v.to_string(), &p.from),
-                None => line(
-                    o,
-                    "kv_aware_threshold",
-                    "2000".into(),
-                    "default --kv-aware-threshold 2000",
-                ),
+                Some(p) => s.put(o, "kv_aware_threshold", p.v, &p.from),
+                None => s.put(o, "kv_aware_threshold", 2000i64, "default --kv-aware-threshold 2000"),
             }
             if let (true, Some(t)) = (kind == "load_balanced_kvaware", threshold) {
-                // The scenario counts requests in whole numbers; the router compares a
-                // spread of whole requests with `>=`, so ceil keeps the meaning.
-                line(
-                    o,
-                    "imbalanced_threshold",
-                    (t.v.ceil().max(1.0) as i64).to_string(),
-                    &t.from,
-                );
+                // The value as given: the router compares the spread of requests with it.
+                s.put(o, "imbalanced_threshold", t.v, &t.from);
             }
         }
         _ => {}
     }
     if let Some(k) = &r.session_key {
-        let _ = writeln!(
-            o,
-            "# session key header {} ({}): workload groups send it",
-            q(&k.v),
+        s.note(&format!(
+            "session key header {} ({}): workload groups send it",
+            crate::quote::quote(&k.v),
             k.from
-        );
+        ));
     }
+    let policy_t = s.finish(carry);
+    Ok((router_t, policy_t))
 }
 
-fn workload(o: &mut String, imp: &Import, trace: Option<&str>, max_context: Option<i64>) {
-    let n: i64 = imp.groups.iter().map(|g| g.count.v).sum();
+/// `[workload]`: the trace, or a placeholder group.
+fn workload(
+    o: &mut Origins,
+    imp: &Import,
+    trace: Option<&str>,
+    max_context: Option<i64>,
+    carry: &mut String,
+) -> toml_edit::Table {
+    let n: i64 = imp.groups.iter().map(|g| g.count.v).fold(0i64, i64::saturating_add);
+    let mut wl = toml_edit::Table::new();
+    wl.set_implicit(true);
+    let mut list = toml_edit::ArrayOfTables::new();
     match trace {
         Some(t) => {
-            let _ = writeln!(o, "\n[[workload.traces]]");
-            line(o, "file", q(t), "--trace (relative to this file)");
+            let mut s = Section::new("workload.traces[0]");
+            s.put(o, "file", t, "--trace (relative to this file)");
+            list.push(s.finish(carry));
+            wl.insert("traces", toml_edit::Item::ArrayOfTables(list));
         }
         None => {
-            let _ = writeln!(
-                o,
-                "\n# Placeholder workload (no --trace given): replace it with your traffic, e.g.\n# [[workload.traces]] file = \"your-trace.jsonl\" (see docs/your-fleet.md)."
-            );
-            let _ = writeln!(o, "[[workload.groups]]");
-            line(o, "name", q("placeholder"), "placeholder: 8 chat sessions per backend");
-            line(o, "sessions", (8 * n).min(4096).to_string(), "placeholder");
-            line(
+            if carry.is_empty() {
+                carry.push('\n');
+            }
+            carry.push_str(&comment(
+                "Placeholder workload (no --trace given): replace it with your traffic, e.g.",
+            ));
+            carry.push_str(&comment(
+                "[[workload.traces]] file = \"your-trace.jsonl\" (see docs/your-fleet.md).",
+            ));
+            let mut s = Section::new("workload.groups[0]");
+            s.put(o, "name", "placeholder", "placeholder: 8 chat sessions per backend");
+            s.put(o, "sessions", n.saturating_mul(8).min(4096), "placeholder");
+            s.put(
                 o,
                 "arrival",
-                format!("{{ kind = \"poisson\", rate_per_s = {} }}", n.max(1)),
+                inline(&[("kind", "poisson".into()), ("rate_per_s", n.max(1).into())]),
                 "placeholder: one new session per backend per second",
             );
-            line(o, "turns", "4".into(), "placeholder");
-            line(
-                o,
-                "system_prompt_tokens",
-                "500".into(),
-                "placeholder: a shared system prompt",
-            );
-            line(
-                o,
-                "input_tokens",
-                "{ dist = \"uniform\", min = 100, max = 600 }".into(),
-                "placeholder",
-            );
-            line(
-                o,
-                "output_tokens",
-                "{ dist = \"uniform\", min = 100, max = 400 }".into(),
-                "placeholder",
-            );
-            line(
+            s.put(o, "turns", 4i64, "placeholder");
+            s.put(o, "system_prompt_tokens", 500i64, "placeholder: a shared system prompt");
+            let uniform =
+                |min: i64, max: i64| inline(&[("dist", "uniform".into()), ("min", min.into()), ("max", max.into())]);
+            s.put(o, "input_tokens", uniform(100, 600), "placeholder");
+            s.put(o, "output_tokens", uniform(100, 400), "placeholder");
+            s.put(
                 o,
                 "think_time_s",
-                "{ dist = \"exponential\", mean = 5.0 }".into(),
+                inline(&[("dist", "exponential".into()), ("mean", 5.0.into())]),
                 "placeholder",
             );
             if let Some(m) = max_context {
-                line(o, "max_context_tokens", m.to_string(), "--max-model-len");
+                s.put(o, "max_context_tokens", m, "--max-model-len");
             }
+            list.push(s.finish(carry));
+            wl.insert("groups", toml_edit::Item::ArrayOfTables(list));
         }
+    }
+    wl
+}
+
+/// The message of a scenario refusing an imported value: the flag or key it came from.
+fn refused(e: &crate::scenario::ScenarioError, origins: &Origins) -> String {
+    let exact = origins.iter().rev().find(|(p, _)| *p == e.path);
+    let near = || {
+        origins
+            .iter()
+            .rev()
+            .filter(|(p, _)| !p.is_empty() && (e.path.starts_with(p.as_str()) || p.starts_with(e.path.as_str())))
+            .max_by_key(|(p, _)| p.len())
+    };
+    match exact.or_else(near) {
+        Some((path, from)) => format!("{from}: {} (the scenario's {path} refuses it)", e.message),
+        None => format!(
+            "the imported scenario is refused at {}: {} (no flag or key given sets it; please report)",
+            if e.path.is_empty() {
+                "its top level"
+            } else {
+                e.path.as_str()
+            },
+            e.message
+        ),
     }
 }
 

@@ -141,7 +141,7 @@ fn bad_input_is_one_line_naming_the_flag_or_key() {
             .contains("#   --frobnicate 3 (--router-args, unknown)")
     );
     let e = import(&args(None, None, Some("vllm serve m --max-num-seqs many"))).unwrap_err();
-    assert!(e.contains("`--max-num-seqs` expects a number, got `many`"), "{e}");
+    assert_eq!(e, "--vllm-args: `--max-num-seqs`: expects a number, got `many`");
     let e = import(&args(Some("--routing-logic disaggregated_prefill"), None, None)).unwrap_err();
     assert!(e.contains("not modelled"), "{e}");
     // Impossible memory: 70B over 4 GPUs at 30% of 80 GiB leaves nothing for the cache.
@@ -184,4 +184,133 @@ fn trace_paths_are_written_relative_to_the_scenario() {
         relative_to(Path::new("traces"), Path::new("docs/examples")),
         "../../traces"
     );
+}
+
+/// Built by string concatenation, the scenario would let a newline in a flag value, a Helm
+/// key or the `--helm` path turn the rest into live TOML.
+#[test]
+fn user_text_never_becomes_toml() {
+    let inject = "x\nnetwork = { dispatch_latency_s = 5.0 }\n[router]";
+    let check = |text: &str| {
+        let t: toml::Table = toml::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(!t.contains_key("network"), "{text}");
+        assert!(!text.lines().any(|l| l.starts_with("network")), "{text}");
+        load(text);
+    };
+    let text = import(&args(
+        Some(&format!("--routing-logic session --session-key '{inject}'")),
+        None,
+        Some(&format!(
+            "vllm serve m --kv-cache-dtype auto --served-model-name '{inject}'"
+        )),
+    ))
+    .unwrap();
+    check(&text);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(format!("v{inject}.yaml"));
+    std::fs::write(
+        &p,
+        "servingEngineSpec:\n  modelSpec:\n  - name: a\n    vllmConfig:\n      \"k\\nnetwork = { dispatch_latency_s = 5.0 }\": 1\n",
+    )
+    .unwrap();
+    let text = import(&args(None, Some(&p), None)).unwrap();
+    check(&text);
+    assert!(text.contains("k\\nnetwork"), "{text}");
+}
+
+#[test]
+fn a_command_line_written_one_flag_per_line_imports() {
+    let per_line = REPORT_ROUTER.replace(" --", "\n--");
+    let a = import(&args(Some(&per_line), None, Some(REPORT_VLLM))).unwrap();
+    let b = import(&args(Some(REPORT_ROUTER), None, Some(REPORT_VLLM))).unwrap();
+    assert_eq!(load(&a).sim.router, load(&b).sim.router);
+    // Words after the flags are refused (the router takes none), not dropped.
+    let e = import(&args(Some("--routing-logic roundrobin network = 5"), None, None)).unwrap_err();
+    assert_eq!(
+        e,
+        "--router-args: unexpected argument `network` after the flags (the router takes no positional arguments)"
+    );
+}
+
+#[test]
+fn imbalanced_threshold_is_written_as_given_or_refused() {
+    let lb = |t: &str| {
+        import(&args(
+            Some(&format!(
+                "--routing-logic load_balanced_kvaware --imbalanced-threshold {t}"
+            )),
+            None,
+            None,
+        ))
+    };
+    let threshold = |t: &str| {
+        let policy = load(&lb(t).unwrap()).sim.router.policy;
+        // `inf` (upstream's default) is plain `kvaware`.
+        let c = policy.get::<crate::policy::kvaware::LoadBalancedKind>();
+        match c.or_else(|| policy.get::<crate::policy::kvaware::Kind>()) {
+            Some(c) => c.imbalanced_threshold,
+            None => panic!("{policy:?}"),
+        }
+    };
+    assert_eq!(threshold("0"), Some(0.0));
+    assert_eq!(threshold("2.5"), Some(2.5));
+    assert_eq!(threshold("inf"), None);
+    for bad in ["-5", "nan"] {
+        let e = lb(bad).unwrap_err();
+        assert!(
+            e.starts_with("--router-args: `--imbalanced-threshold`: must be a number >= 0"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
+fn errors_name_the_flag_or_the_file_and_key_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("v.yaml");
+    std::fs::write(&p, "routerSpec:\n  routingLogic: bogus\n").unwrap();
+    let e = import(&args(None, Some(&p), None)).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: routerSpec.routingLogic: `bogus` is not one of roundrobin, session, kvaware, prefixaware, loadaware (PR #1035), load_balanced_kvaware (PR #884)",
+            p.display()
+        )
+    );
+    std::fs::write(
+        &p,
+        "servingEngineSpec:\n  modelSpec:\n  - name: a\n    vllmConfig:\n      maxNumSeqs: 0\n",
+    )
+    .unwrap();
+    let e = import(&args(None, Some(&p), None)).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: servingEngineSpec.modelSpec[0].vllmConfig.maxNumSeqs: must be at least 1, got 0",
+            p.display()
+        )
+    );
+    // "No KV cache fits" names the flags its figures came from.
+    let e = import(&args(
+        None,
+        None,
+        Some("vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 4 --gpu-memory-utilization 0.3"),
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("--tensor-parallel-size 4 (--vllm-args)")
+            && e.contains("--gpu-memory-utilization 0.3 (--vllm-args): no KV cache fits"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_value_the_scenario_refuses_names_its_flag() {
+    let a = args(None, None, Some("vllm serve m --max-num-seqs 99999999999"));
+    let (text, origins) = import_with_origins(&a).unwrap();
+    let e = crate::scenario::load_str(&text, "o.toml", "o", &[]).unwrap_err();
+    let m = refused(&e, &origins);
+    assert!(m.starts_with("--max-num-seqs 99999999999 (--vllm-args): "), "{m}");
+    assert!(m.contains("backends.max_num_seqs"), "{m}");
+    assert!(!m.contains("please report"), "{m}");
 }

@@ -10,14 +10,11 @@
 //! Owns: figure layout and rendering. May not see: the simulation; only summaries, series
 //! and sweep tables. Invariant: the same data gives the same bytes (fixed font, no clock).
 
-pub mod pareto;
 pub mod scaled;
 pub mod series;
-pub mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
@@ -64,19 +61,18 @@ pub fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing failed: {e:?}")
 }
 
-/// Writes `<stem>.svg` and `<stem>.png`; returns both paths.
-pub fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>> {
+/// Writes `<stem>.svg` and `<stem>.png` (at `dpi`); returns both paths.
+pub fn save(fig: &impl Figure, stem: &Path, dpi: u32) -> Result<Vec<PathBuf>> {
     register_font();
     let size = fig.size();
     let svg_path = stem.with_extension("svg");
     let mut svg = String::new();
     paint(fig, SVGBackend::with_string(&mut svg, size))?;
-    crate::sweep::table::write_atomic(&svg_path, |b| {
+    crate::atomic::write_atomic(&svg_path, |b| {
         b.extend_from_slice(svg.as_bytes());
         Ok(())
     })?;
     let png_path = stem.with_extension("png");
-    let dpi = png_dpi();
     let k = f64::from(dpi) / f64::from(scaled::BASE_DPI);
     let px = scaled::scaled_size(size, k);
     let mut rgb = vec![0u8; px.0 as usize * px.1 as usize * 3];
@@ -86,7 +82,7 @@ pub fn save(fig: &impl Figure, stem: &Path) -> Result<Vec<PathBuf>> {
     } else {
         paint(fig, scaled::Scaled::new(bitmap, size, k))?;
     }
-    crate::sweep::table::write_atomic(&png_path, |b| encode_png(b, &rgb, px, dpi))?;
+    crate::atomic::write_atomic(&png_path, |b| encode_png(b, &rgb, px, dpi))?;
     Ok(vec![svg_path, png_path])
 }
 
@@ -95,20 +91,6 @@ fn paint<DB: DrawingBackend>(fig: &impl Figure, backend: DB) -> Result<()> {
     root.fill(&WHITE).map_err(pe)?;
     fig.draw(&root)?;
     root.present().map_err(pe)
-}
-
-static PNG_DPI: AtomicU32 = AtomicU32::new(scaled::BASE_DPI);
-
-/// Sets the resolution of every PNG this process writes (`--dpi` of `sim run`, `sim
-/// sweep`, `sim merge`, `sim tune`). A per-invocation output setting that changes no
-/// result, so it is not threaded through every writer. SVGs are unaffected.
-pub fn set_png_dpi(dpi: u32) {
-    PNG_DPI.store(dpi, Ordering::Relaxed);
-}
-
-/// The PNG resolution in force (96 unless `--dpi` said otherwise).
-pub fn png_dpi() -> u32 {
-    PNG_DPI.load(Ordering::Relaxed)
 }
 
 /// The plot options of every command that draws (`sim run`, `sim sweep`, `sim merge`,
@@ -125,9 +107,9 @@ pub struct PlotArgs {
 }
 
 impl PlotArgs {
-    /// Puts these options in force for this process's plots.
-    pub fn apply(&self) {
-        set_png_dpi(self.dpi);
+    /// The PNG resolution to draw at, unless `no_plots` (the command's `--no-plots`).
+    pub fn dpi(&self, no_plots: bool) -> Option<u32> {
+        (!no_plots).then_some(self.dpi)
     }
 }
 

@@ -20,6 +20,10 @@ const BINS: usize = 2000;
 /// One backend's step series: `(t_s, running, waiting)` at each change.
 type Steps = Vec<(f64, u32, u32)>;
 
+/// One panel's data: the backend's name, its slot limit and its `(t_s, running, waiting)`
+/// samples in time order.
+pub type Panel = (String, u32, Vec<(f64, u32, u32)>);
+
 /// Running/waiting per backend over time.
 pub struct BackendSeries {
     title: String,
@@ -102,6 +106,29 @@ impl BackendSeries {
                     let b = &summary.backends[i];
                     (b.name.clone(), b.slots, reduce(s, end_s))
                 })
+                .collect(),
+        }
+    }
+}
+
+impl BackendSeries {
+    /// From observed series (`sim observe`): per backend its name, slot limit and
+    /// `(t_s, running, waiting)` samples in time order.
+    pub fn observed(title: String, end_s: f64, backends: Vec<Panel>) -> BackendSeries {
+        let n = backends.len();
+        let more = if n > MAX_BACKENDS {
+            format!(" (first {MAX_BACKENDS} of {n} backends)")
+        } else {
+            String::new()
+        };
+        BackendSeries {
+            title: format!("{title}{more}"),
+            end_s,
+            captions: vec![],
+            panels: backends
+                .into_iter()
+                .take(MAX_BACKENDS)
+                .map(|(name, slots, s)| (name, slots, reduce(s, end_s)))
                 .collect(),
         }
     }

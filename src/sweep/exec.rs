@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
@@ -17,8 +17,9 @@ use rayon::prelude::*;
 
 use super::spec::Plan;
 use super::table::{Meta, RunRow, SweepFile, flatten};
-use crate::scenario::Source;
+use crate::scenario::{FieldError, Scenario, Source};
 use crate::sim::{RunOptions, run};
+use crate::trace::TraceCache;
 
 /// Minimum time between partial-file rewrites.
 pub const PARTIAL_EVERY: Duration = Duration::from_secs(2);
@@ -53,19 +54,69 @@ pub struct RunFailure {
     pub invariant: bool,
 }
 
+/// Each point's validated scenario, made once and shared by the point's runs (a run only
+/// substitutes its seed), and the trace files the runs replay, parsed once for all of them.
+pub struct Points {
+    axes: Vec<super::spec::Axis>,
+    cells: Vec<OnceLock<Result<Scenario, String>>>,
+    traces: Arc<TraceCache>,
+}
+
+impl Points {
+    /// Nothing validated yet for the points of `plan`; traces come from `traces`.
+    pub fn new(plan: &Plan, traces: Arc<TraceCache>) -> Points {
+        Points {
+            axes: plan.axes.clone(),
+            cells: (0..plan.points()).map(|_| OnceLock::new()).collect(),
+            traces,
+        }
+    }
+
+    /// The traces the runs share.
+    pub fn traces(&self) -> &TraceCache {
+        &self.traces
+    }
+
+    /// The validated scenario of `point` (validated on first use; its error, a scenario
+    /// error naming the axis and level, on every use).
+    fn scenario(&self, base: &Source, plan: &Plan, point: u64) -> Result<&Scenario, &str> {
+        self.cells[point as usize]
+            .get_or_init(|| {
+                let src = plan.source_for(base, point).map_err(|e| e.to_string())?;
+                src.scenario().map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+}
+
 /// Validates every point (scenario keys, axis values, and the workload under the first
 /// seed) before anything runs, so a bad value is reported at once with exit code 2 rather
 /// than after hours of work. Another seed can still draw a workload a point cannot hold;
-/// that run then fails with its point and seed named.
-pub fn validate_points(base: &Source, plan: &Plan) -> Result<()> {
+/// that run then fails with its point and seed named. The validated points are kept in
+/// `points` for the runs.
+pub fn validate_points(base: &Source, plan: &Plan, points: &Points) -> Result<()> {
     for p in 0..plan.points() {
-        let src = plan.source_for(base, p)?;
-        let mut sc = src.scenario()?;
+        let mut sc = points.scenario(base, plan, p).map_err(|m| anyhow!("{m}"))?.clone();
         sc.sim.seed = plan.seeds[0];
-        sc.workload()
-            .map_err(|e| anyhow::anyhow!("{} (at {})", src.error(e), describe(plan, p, plan.seeds[0])))?;
+        sc.workload_with(points.traces()).map_err(|e| {
+            anyhow!(
+                "{} (at {})",
+                located(base, plan, p, e),
+                describe(plan, p, plan.seeds[0])
+            )
+        })?;
     }
     Ok(())
+}
+
+/// A workload error of `point`, located in the point's source (rebuilt here: only the
+/// error path needs it).
+fn located(base: &Source, plan: &Plan, point: u64, e: FieldError) -> String {
+    match plan.source_for(base, point) {
+        Ok(src) => src.error(e).to_string(),
+        Err(se) => se.to_string(),
+    }
 }
 
 fn describe(plan: &Plan, point: u64, seed: u64) -> String {
@@ -78,17 +129,21 @@ fn describe(plan: &Plan, point: u64, seed: u64) -> String {
     format!("point {point} ({}) seed {seed}", parts.join(", "))
 }
 
-fn run_one(base: &Source, plan: &Plan, i: u64) -> Result<RunRow, RunFailure> {
+fn run_one(base: &Source, plan: &Plan, points: &Points, i: u64) -> Result<RunRow, RunFailure> {
     let (point, seed) = plan.run_at(i);
     let fail = |m: String, invariant| RunFailure {
         run: i,
         message: format!("{}: {m}", describe(plan, point, seed)),
         invariant,
     };
-    let src = plan.source_for(base, point).map_err(|e| fail(e.to_string(), false))?;
-    let mut sc = src.scenario().map_err(|e| fail(e.to_string(), false))?;
+    let mut sc = points
+        .scenario(base, plan, point)
+        .map_err(|m| fail(m.to_string(), false))?
+        .clone();
     sc.sim.seed = seed;
-    let wl = sc.workload().map_err(|e| fail(src.error(e).to_string(), false))?;
+    let wl = sc
+        .workload_with(points.traces())
+        .map_err(|e| fail(located(base, plan, point, e), false))?;
     let opts = RunOptions::summary_only();
     let (res, _) = run(sc.sim, &wl, opts).map_err(|e| {
         let inv = matches!(e, crate::sim::SimError::Invariant(..));
@@ -109,11 +164,25 @@ pub fn owned_runs(plan: &Plan, shard: Option<(u64, u64)>) -> Vec<u64> {
         .collect()
 }
 
-/// Executes the owned runs not yet done. Returns the file (complete when every owned run
+/// Executes the owned runs not yet done, with the points validated in `points` (those not
+/// yet validated are, once each). Returns the file (complete when every owned run
 /// finished) and the wall time, or the first failure in run order.
-pub fn execute(base: &Source, meta: &Meta, mut opts: ExecOptions) -> Result<(SweepFile, Duration), RunFailure> {
+pub fn execute(
+    base: &Source,
+    meta: &Meta,
+    points: &Points,
+    mut opts: ExecOptions,
+) -> Result<(SweepFile, Duration), RunFailure> {
     let start = Instant::now();
     let plan = &meta.plan;
+    // Points prepared for another grid are of no use here (their traces still are).
+    let fresh;
+    let points = if points.axes == plan.axes {
+        points
+    } else {
+        fresh = Points::new(plan, points.traces.clone());
+        &fresh
+    };
     let owned = owned_runs(plan, opts.shard);
     let mut slots: Vec<Option<RunRow>> = vec![None; plan.runs() as usize];
     for r in std::mem::take(&mut opts.done) {
@@ -163,7 +232,7 @@ pub fn execute(base: &Source, meta: &Meta, mut opts: ExecOptions) -> Result<(Swe
                         return;
                     }
                     let t0 = Instant::now();
-                    let r = run_one(base, plan, i);
+                    let r = run_one(base, plan, points, i);
                     if r.is_err() {
                         first_fail.fetch_min(i, Ordering::Relaxed);
                     }
@@ -271,6 +340,95 @@ pub fn failure_error(f: &RunFailure) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sweep::spec::{CliAxes, plan};
+
+    const ROWS: &str = "arrival_s,session_id,turn,input_tokens,output_tokens,block_ids\n0,s0,0,100,5,\n0.5,s1,0,100,5,\n1,s0,1,200,5,\n";
+
+    /// A two-backend scenario replaying `file`, with `axes` (`-L path values`) and 3 seeds.
+    fn trace_sweep(file: &std::path::Path, axes: &[(&str, String)]) -> (Source, Plan) {
+        let text = format!(
+            "[backends]\ncount = 2\n[router.policy]\nkind = \"roundrobin\"\n[[workload.traces]]\nfile = \"{}\"\n",
+            file.display()
+        );
+        let src = Source::parse(&text, "s.toml", "s").unwrap();
+        let cli = CliAxes {
+            lists: axes.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            seeds: Some(3),
+            ..Default::default()
+        };
+        let p = plan(&src, &cli, 1000).unwrap();
+        (src, p)
+    }
+
+    fn opts(jobs: usize) -> ExecOptions {
+        ExecOptions {
+            jobs,
+            shard: None,
+            progress: false,
+            progress_every: Duration::from_secs(60),
+            done: Vec::new(),
+            on_partial: None,
+        }
+    }
+
+    #[test]
+    fn a_sweep_reads_each_trace_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+        std::fs::write(&a, ROWS).unwrap();
+        std::fs::write(&b, ROWS.replace("200,5", "300,7")).unwrap();
+        let files = format!("\"{}\",\"{}\"", a.display(), b.display());
+        let axes = [
+            (
+                "router.policy.kind",
+                "\"roundrobin\",\"leastinflight\",\"random\"".to_string(),
+            ),
+            ("workload.traces[0].file", files),
+        ];
+        let (src, plan) = trace_sweep(&a, &axes);
+        assert_eq!((plan.points(), plan.runs()), (6, 18));
+        let points = Points::new(&plan, Default::default());
+        validate_points(&src, &plan, &points).unwrap();
+        let meta = crate::sweep::meta(&src, "s", &[], plan);
+        let (f, _) = execute(&src, &meta, &points, opts(2)).unwrap();
+        assert_eq!(f.rows.len(), 18);
+        assert_eq!(
+            points.traces().reads(),
+            2,
+            "each of the two files once, for 6 points x 3 seeds"
+        );
+        // The second file is replayed: its longer request shows in the points that name it.
+        let tokens = |p: u64| f.rows.iter().find(|r| r.point == p).unwrap().metrics["output_tokens_per_s"].clone();
+        assert_ne!(tokens(0), tokens(1));
+        // The same rows from runs that read their traces afresh, on one thread.
+        let fresh = Points::new(&meta.plan, Default::default());
+        let (g, _) = execute(&src, &meta, &fresh, opts(1)).unwrap();
+        assert_eq!(f.rows, g.rows);
+    }
+
+    #[test]
+    fn a_bad_level_fails_its_runs_naming_the_axis_without_validate_points() {
+        // As a tune round runs: points validated on first use.
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.csv");
+        std::fs::write(&a, ROWS).unwrap();
+        let (src, plan) = trace_sweep(&a, &[("router.chars_per_token", "4,0".to_string())]);
+        let meta = crate::sweep::meta(&src, "s", &[], plan);
+        let points = Points::new(&meta.plan, Default::default());
+        let e = execute(&src, &meta, &points, opts(2)).unwrap_err();
+        assert_eq!(e.run, 3, "the first run of the bad point");
+        assert!(
+            e.message
+                .starts_with("point 1 (chars_per_token=0) seed 1: s.toml: router.chars_per_token:"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("(value from sweep axis chars_per_token = 0)"),
+            "{}",
+            e.message
+        );
+    }
 
     #[test]
     fn shard_syntax() {

@@ -3,7 +3,10 @@
 //!
 //! * [`spec`]: axes, seeds and the grid order (what runs);
 //! * [`exec`]: the rayon pool, progress and partial files (how it runs);
-//! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows.
+//! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows;
+//! * [`counts`]: the per-branch decision counts table (`counts.md`);
+//! * [`plot`]: the sweep's line plots, drawn from the aggregates;
+//! * [`build`] and [`progress`]: the build id that shards must share, and the progress bar.
 //!
 //! Owns: grids, sharding, resume and the sweep tables. May not see: simulation internals
 //! (each point is a `sim::run` of a validated scenario). Invariant: the output is
@@ -12,23 +15,22 @@
 pub mod build;
 pub mod counts;
 pub mod exec;
+pub mod plot;
 pub mod progress;
 pub mod spec;
 pub mod table;
 
+use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::scenario::Source;
 use spec::Plan;
-use table::{Meta, SweepFile, aggregate, write_tables};
+use table::{Meta, SweepFile, aggregate};
 
-/// Hex SHA-256 of the scenario file's bytes.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use crate::atomic::sha256_hex;
 
 /// Hex SHA-256 of the scenario text, followed (when it replays traces) by each trace
 /// file's path and bytes, including files that only a sweep level names
@@ -79,12 +81,37 @@ pub fn meta(src: &Source, scenario_name: &str, sets: &[(String, String)], plan: 
     }
 }
 
-/// Writes the tables and (unless `plots` is false) the plots of a sweep.
-pub fn write_outputs(dir: &Path, file: &SweepFile, plots: bool) -> Result<Vec<PathBuf>> {
+/// Writes the tables and (when `png_dpi` is given) the plots of a sweep.
+pub fn write_outputs(dir: &Path, file: &SweepFile, png_dpi: Option<u32>) -> Result<Vec<PathBuf>> {
     let mut written = write_tables(dir, file)?;
-    if plots {
+    if let Some(dpi) = png_dpi {
         let agg = aggregate(&file.rows);
-        written.extend(crate::plot::sweep::write_sweep_plots(dir, &file.meta, &agg)?);
+        written.extend(plot::write_sweep_plots(dir, &file.meta, &agg, dpi)?);
+    }
+    Ok(written)
+}
+
+/// Writes the tables of a (possibly partial) sweep; returns the paths written.
+pub fn write_tables(dir: &Path, file: &SweepFile) -> Result<Vec<PathBuf>> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let agg = aggregate(&file.rows);
+    let mut written = Vec::new();
+    let mut put = |name: &str, f: &dyn Fn(&mut Vec<u8>) -> Result<()>| -> Result<()> {
+        let p = dir.join(name);
+        crate::atomic::write_atomic(&p, f)?;
+        written.push(p);
+        Ok(())
+    };
+    put("sweep.json", &|o| {
+        o.extend(file.to_bytes()?);
+        Ok(())
+    })?;
+    put("sweep.csv", &|o| table::write_runs_csv(o, &file.meta, &file.rows))?;
+    put("sweep.jsonl", &|o| table::write_records(o, &file.meta, &file.rows))?;
+    put("aggregate.csv", &|o| table::write_aggregate_csv(o, &file.meta, &agg))?;
+    put("aggregate.md", &|o| table::write_aggregate_md(o, &file.meta, &agg))?;
+    if !file.meta.plan.counts.is_empty() {
+        put("counts.md", &|o| counts::write_counts_md(o, &file.meta, &file.rows))?;
     }
     Ok(written)
 }

@@ -742,7 +742,7 @@ mod tests {
 
     #[test]
     fn a_case_that_sets_seed_beside_one_that_does_not_is_an_error_not_a_panic() {
-        // Issue 17: indexing the unset case's first override panicked, even with --list.
+        // Regression: indexing the unset case's first override panicked, even with --list.
         let extra = "[[sweep.axis]]\nname = \"c\"\ncases = [ { label = \"a\", set = { seed = 3 } }, { label = \"b\", set = {} } ]\n";
         let e = plan(&src(extra), &CliAxes::default(), DEFAULT_MAX_RUNS).unwrap_err();
         assert!(e.contains("sweep.axis[0]: sweep seeds with `--seeds`"), "{e}");

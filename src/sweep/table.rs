@@ -414,20 +414,12 @@ fn param_header(plan: &Plan) -> Vec<String> {
     plan.axes.iter().map(|a| format!("param_{}", a.name)).collect()
 }
 
-/// Writes to `path.tmp` then renames, so a reader (or an interrupted sweep) never sees a
-/// half-written file.
-pub fn write_atomic(path: &Path, f: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> Result<()> {
-    let mut buf = Vec::new();
-    f(&mut buf)?;
-    crate::atomic::write_file(path, &buf)
-}
-
 /// Writes a sweep, shard or partial file atomically, creating its folder.
 pub fn write_file(path: &Path, f: &SweepFile) -> Result<()> {
     if let Some(d) = path.parent() {
         fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
-    write_atomic(path, |o| {
+    crate::atomic::write_atomic(path, |o| {
         o.extend(f.to_bytes()?);
         Ok(())
     })
@@ -589,40 +581,6 @@ fn kv_fallback_share(columns: &[String], stats: &[Stat]) -> Option<f64> {
             .filter(|(_, s)| s.n > 0 && s.mean.is_finite())
             .filter_map(|(c, s)| Some((c.strip_prefix("decisions_by_branch.")?, s.mean))),
     )
-}
-
-/// Pretty JSON plus a newline.
-pub fn write_json_to<T: Serialize>(out: &mut Vec<u8>, v: &T) -> Result<()> {
-    serde_json::to_writer_pretty(&mut *out, v)?;
-    out.push(b'\n');
-    Ok(())
-}
-
-/// Writes the tables of a (possibly partial) sweep; returns the paths written.
-pub fn write_tables(dir: &Path, file: &SweepFile) -> Result<Vec<PathBuf>> {
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let agg = aggregate(&file.rows);
-    let mut written = Vec::new();
-    let mut put = |name: &str, f: &dyn Fn(&mut Vec<u8>) -> Result<()>| -> Result<()> {
-        let p = dir.join(name);
-        write_atomic(&p, f)?;
-        written.push(p);
-        Ok(())
-    };
-    put("sweep.json", &|o| {
-        o.extend(file.to_bytes()?);
-        Ok(())
-    })?;
-    put("sweep.csv", &|o| write_runs_csv(o, &file.meta, &file.rows))?;
-    put("sweep.jsonl", &|o| write_records(o, &file.meta, &file.rows))?;
-    put("aggregate.csv", &|o| write_aggregate_csv(o, &file.meta, &agg))?;
-    put("aggregate.md", &|o| write_aggregate_md(o, &file.meta, &agg))?;
-    if !file.meta.plan.counts.is_empty() {
-        put("counts.md", &|o| {
-            super::counts::write_counts_md(o, &file.meta, &file.rows)
-        })?;
-    }
-    Ok(written)
 }
 
 /// Reads a sweep or shard file.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use clap::Args;
 
 use super::halving::{Search, Settings};
@@ -89,7 +89,6 @@ pub struct TuneArgs {
 
 /// Runs `sim tune`.
 pub fn cmd_tune(a: TuneArgs) -> Result<ExitCode> {
-    a.plot.apply();
     match tune(a) {
         Err(e) if e.downcast_ref::<InvariantBroken>().is_some() => {
             eprintln!("error: {e:#}");
@@ -109,7 +108,12 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let (base, _, _) = src.build()?;
     let (space, strict) = match &a.space {
         Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = crate::atomic::read_text(p, crate::scenario::MAX_SCENARIO_BYTES, "the space file").map_err(
+                |(at, m)| match at {
+                    Some((l, c)) => anyhow!("{}:{l}:{c}: {m}", p.display()),
+                    None => anyhow!("{}: {m}", p.display()),
+                },
+            )?;
             (
                 space::parse(&text, &p.display().to_string()).map_err(|m| anyhow!(m))?,
                 true,
@@ -120,10 +124,10 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let (cands, dropped) = space::resolve(&src, space, strict).map_err(|m| anyhow!(m))?;
     if a.list {
         for (i, c) in cands.iter().enumerate() {
-            crate::cli::out::outln!("{i}\t{}", c.label)?;
+            fleetsim_io::outln!("{i}\t{}", c.label)?;
         }
         for d in &dropped {
-            crate::cli::out::outln!("-\t{}\t(left out: {})", d.label, d.reason)?;
+            fleetsim_io::outln!("-\t{}\t(left out: {})", d.label, d.reason)?;
         }
         eprintln!("{} candidates ({} left out)", cands.len(), dropped.len());
         return Ok(ExitCode::SUCCESS);
@@ -131,7 +135,9 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let objective = Objective::parse(&a.objective).map_err(|m| anyhow!(m))?;
     let bounds = constraints(&a.constraints).map_err(|m| anyhow!(m))?;
     let pareto = pareto_metrics(&a.pareto).map_err(|m| anyhow!(m))?;
-    let budget = a.budget.unwrap_or(DEFAULT_RUNS_PER_CANDIDATE * cands.len() as u64);
+    let budget = a
+        .budget
+        .unwrap_or(DEFAULT_RUNS_PER_CANDIDATE.saturating_mul(cands.len() as u64));
     let base_seed = src
         .table
         .get("seed")
@@ -165,7 +171,7 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let (executed, wall) = match outcome {
         Outcome::Waiting { round, missing } => {
             if !a.quiet {
-                crate::cli::out::outln!(
+                fleetsim_io::outln!(
                     "round {} shard done; waiting for {} more shard file(s) (e.g. {}); run every shard again when they are there",
                     round + 1,
                     missing.len(),
@@ -177,14 +183,14 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
         Outcome::Done { executed, wall } => (executed, wall),
     };
     let rep = report::build(&src, &base.sim.name, &cands, &dropped, &search, &pareto);
-    let written = report::write(&dir, &rep, !a.no_plots)?;
+    let written = super::write(&dir, &rep, a.plot.dpi(a.no_plots))?;
     if !a.quiet {
-        crate::cli::out::out!("{}", report::render(&rep, a.top))?;
+        fleetsim_io::out!("{}", report::render(&rep, a.top))?;
         let names: Vec<String> = written
             .iter()
             .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .collect();
-        crate::cli::out::outln!("\nwrote {}/{{{}}}", dir.display(), names.join(","))?;
+        fleetsim_io::outln!("\nwrote {}/{{{}}}", dir.display(), names.join(","))?;
         eprintln!(
             "{executed} runs executed ({} reused from {}) in {:.2} s on {jobs} threads ({:.2} s total)",
             search.used - executed,

@@ -8,8 +8,6 @@
 //! `LOADAWARE_BETA`) is PR #1035; the least-in-flight fallback is PR #1089, which adds no
 //! flag. `--engine-stats-interval` and `--request-stats-window` are whole seconds (> 0).
 
-use crate::policy::leastrequest::Tie;
-use crate::policy::{Fallback, PolicyConfig};
 use crate::router::RouterConfig;
 
 /// Flags and what they cannot express.
@@ -39,94 +37,17 @@ fn whole_seconds(flag: &str, s: f64, notes: &mut Vec<String>) -> String {
 
 /// The production-stack command line for `r`, or `None` if its policy is not one of
 /// production-stack's routers (SGLang, llm-d, AIBrix and Dynamo policies have their own
-/// configuration, which this tool does not write).
+/// configuration, which this tool does not write). Each policy declares its own flags
+/// ([`crate::policy::kind::PolicyKind::production_stack`]); the routing logic is its
+/// kind name, and the scrape and window flags follow what it reads.
 pub fn production_stack(r: &RouterConfig) -> Option<Flags> {
-    let mut f = Flags::default();
-    let logic = match &r.policy {
-        PolicyConfig::RoundRobin => "roundrobin",
-        PolicyConfig::Session => "session",
-        PolicyConfig::PrefixAware { .. } => "prefixaware",
-        PolicyConfig::KvAware {
-            imbalanced_threshold: None,
-            ..
-        } => "kvaware",
-        PolicyConfig::KvAware { .. } => "load_balanced_kvaware",
-        PolicyConfig::LoadAware { .. } => "loadaware",
-        _ => return None,
+    let own = r.policy.production_stack()?;
+    let mut f = Flags {
+        args: vec!["--routing-logic".into(), r.policy.kind().into()],
+        notes: own.notes,
     };
-    f.args.extend(["--routing-logic".into(), logic.into()]);
-    let mut reads_scrape = false;
-    let mut reads_request_stats = true;
-    match &r.policy {
-        PolicyConfig::Session => {
-            f.args.extend(["--session-key".into(), "<header>".into()]);
-            f.notes
-                .push("--session-key: the request header that carries your session id".into());
-        }
-        PolicyConfig::PrefixAware {
-            prefix_min_match_length,
-            fallback,
-            band,
-            tie,
-            sample,
-            insert,
-            follow,
-        } => {
-            if *sample > 0 || *insert != crate::policy::prefixaware::Insertion::AtPick || *follow {
-                f.notes.push(format!(
-                    "sample = {sample}, insert = {}, follow = {follow}: fleetsim candidate fixes of the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
-                    insert.as_str()
-                ));
-            }
-            f.args
-                .extend(["--prefix-min-match-length".into(), prefix_min_match_length.to_string()]);
-            match fallback {
-                Fallback::Qps => {}
-                Fallback::LeastInflight => {
-                    reads_scrape = true;
-                    f.notes.push(
-                        "the least-in-flight fallback is production-stack PR #1089 (no flag: it replaces the QPS fallback)"
-                            .into(),
-                    );
-                    if *band != 1 || *tie != Tie::Random {
-                        f.notes.push(format!(
-                            "band = {band}, tie = {}: PR #1089 picks at random within +1 of the minimum; this needs a patch",
-                            tie.as_str()
-                        ));
-                    }
-                }
-                Fallback::LocalInflight | Fallback::ScrapedPlusSent => {
-                    reads_scrape = *fallback == Fallback::ScrapedPlusSent;
-                    f.notes.push(format!(
-                        "fallback = {}: a fleetsim candidate fix for the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
-                        fallback.as_str()
-                    ));
-                }
-            }
-        }
-        PolicyConfig::KvAware {
-            threshold_tokens,
-            imbalanced_threshold,
-            ..
-        } => {
-            f.args
-                .extend(["--kv-aware-threshold".into(), threshold_tokens.to_string()]);
-            if let Some(t) = imbalanced_threshold {
-                reads_scrape = true;
-                f.args.extend(["--imbalanced-threshold".into(), t.to_string()]);
-                f.notes
-                    .push("load_balanced_kvaware and --imbalanced-threshold are production-stack PR #884".into());
-            }
-        }
-        PolicyConfig::LoadAware { beta, .. } => {
-            reads_request_stats = true;
-            f.notes.push(format!(
-                "loadaware is production-stack PR #1035; beta = {beta} is set with the environment variable LOADAWARE_BETA={beta}"
-            ));
-        }
-        _ => {}
-    }
-    if reads_scrape {
+    f.args.extend(own.args);
+    if own.reads_engine_stats {
         let s = whole_seconds(
             "--engine-stats-interval",
             r.engine_stats_interval.as_secs_f64(),
@@ -134,7 +55,7 @@ pub fn production_stack(r: &RouterConfig) -> Option<Flags> {
         );
         f.args.extend(["--engine-stats-interval".into(), s]);
     }
-    if reads_request_stats && !matches!(r.policy, PolicyConfig::RoundRobin) {
+    if own.reads_request_stats {
         let w = r.request_stats_window.as_secs_f64();
         if (w - 60.0).abs() > 1e-9 {
             let s = whole_seconds("--request-stats-window", w, &mut f.notes);

@@ -118,6 +118,10 @@ pub struct Search {
     planned: usize,
 }
 
+/// Most runs a tune may be given (`--budget`): a round's seed list and its sweep are
+/// allocated from it, so a budget is checked against this before anything is.
+pub const MAX_BUDGET: u64 = 1_000_000;
+
 /// Rounds successive halving needs to narrow `n` candidates to two, plus the screen.
 pub fn planned_rounds(n: u64, eta: u64) -> usize {
     let mut m = n;
@@ -138,18 +142,38 @@ impl Search {
         constraints: Vec<Check>,
         base_seed: u64,
     ) -> Result<Search, String> {
-        let need = settings.min_seeds * n as u64;
-        if settings.budget < need {
+        // Every capacity is checked before anything is allocated from it.
+        if settings.budget > MAX_BUDGET {
             return Err(format!(
-                "--budget {} is below {} seeds for each of the {n} candidates ({need} runs); raise it or narrow the space",
-                settings.budget, settings.min_seeds
+                "--budget {} is above the {MAX_BUDGET} runs a tune may take; narrow the space or lower it",
+                settings.budget
             ));
         }
+        let need = settings.min_seeds.checked_mul(n as u64).filter(|&x| x <= MAX_BUDGET);
+        let Some(need) = need.filter(|&x| settings.budget >= x) else {
+            return Err(format!(
+                "--budget {} is below --screen-seeds {} for each of the {n} candidates ({} runs); raise it (at most {MAX_BUDGET}) or narrow the space",
+                settings.budget,
+                settings.min_seeds,
+                need.map_or_else(|| "more than 10^6".to_string(), |x| x.to_string())
+            ));
+        };
+        debug_assert!(need <= settings.budget);
         if settings.eta < 2 {
-            return Err("--eta must be at least 2".into());
+            return Err(format!("--eta must be at least 2, got {}", settings.eta));
         }
         if !(0.5..1.0).contains(&settings.confidence) {
             return Err(format!("--confidence {} is outside [0.5, 1)", settings.confidence));
+        }
+        // Seeds run base, base + 1, ...; no candidate runs more than the budget, and every
+        // seed must be one `sim run --seed` takes (at most 2^63 - 1).
+        let last = base_seed.checked_add(settings.budget.saturating_sub(1));
+        if last.is_none_or(|l| l > i64::MAX as u64) {
+            return Err(format!(
+                "--seed {base_seed}: with --budget {} the seeds would run past 2^63 - 1, the largest seed `sim run` takes; give a seed at most {}",
+                settings.budget,
+                (i64::MAX as u64).saturating_sub(settings.budget.saturating_sub(1))
+            ));
         }
         let planned = if settings.exhaustive {
             1
@@ -395,7 +419,7 @@ mod tests {
             Search::new(9, settings(17), o.clone(), vec![], 1)
                 .err()
                 .unwrap()
-                .contains("below 2 seeds for each of the 9 candidates (18 runs)")
+                .contains("below --screen-seeds 2 for each of the 9 candidates (18 runs)")
         );
         let mut st = settings(90);
         st.exhaustive = true;
@@ -404,6 +428,34 @@ mod tests {
         assert_eq!(s.rounds[0].seeds, (1..=10).collect::<Vec<u64>>());
         assert_eq!(s.final_ranking()[0], 2);
         assert_eq!(s.stop, Some(Stop::Exhaustive));
+    }
+
+    #[test]
+    fn capacities_are_checked_before_allocating() {
+        // Unchecked, --budget 2^64 - 1 panics (capacity overflow), 10^12 aborts allocating
+        // the screening round's seeds, and seeds past 2^63 - 1 are run.
+        let o = Objective::parse("ttft_s.p99").unwrap();
+        let e = Search::new(9, settings(u64::MAX), o.clone(), vec![], 1).err().unwrap();
+        assert!(
+            e.starts_with("--budget 18446744073709551615 is above the 1000000 runs"),
+            "{e}"
+        );
+        let e = Search::new(9, settings(1_000_000_000_000), o.clone(), vec![], 1)
+            .err()
+            .unwrap();
+        assert!(e.contains("is above the 1000000 runs"), "{e}");
+        let mut st = settings(1000);
+        st.min_seeds = u64::MAX;
+        let e = Search::new(9, st, o.clone(), vec![], 1).err().unwrap();
+        assert!(e.contains("more than 10^6 runs"), "{e}");
+        let e = Search::new(9, settings(200), o.clone(), vec![], i64::MAX as u64 - 10)
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("past 2^63 - 1") && e.contains("at most 9223372036854775608"),
+            "{e}"
+        );
+        assert!(Search::new(9, settings(200), o, vec![], i64::MAX as u64 - 199).is_ok());
     }
 
     #[test]

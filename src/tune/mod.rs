@@ -11,7 +11,8 @@
 //! the sweep machinery, so it is parallel, byte-identical for any `--jobs`, and shardable:
 //! a round's shards write `rounds/round-R/shards/`, and once all are there any invocation
 //! merges them into `rounds/round-R.json` and goes on. Completed rounds are reused, so an
-//! interrupted or sharded tune resumes where it stopped.
+//! interrupted or sharded tune resumes where it stopped: a round file is reused only when
+//! `rounds/digests.json` lists it with its SHA-256 and it holds every run of its round.
 //!
 //! Owns: the search space, successive halving and the recommendation. May not see:
 //! simulation internals (candidates run through the sweep machinery). Invariant: every
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod flags;
 pub mod halving;
 pub mod objective;
+pub mod pareto;
 pub mod report;
 pub mod space;
 
@@ -30,9 +32,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 
 use crate::scenario::Source;
-use crate::sweep::exec::{ExecOptions, RunFailure, execute, shard_path};
+use crate::sweep::exec::{ExecOptions, Points, RunFailure, execute, shard_path};
 use crate::sweep::spec::{Axis, Level, Plan, PlotFile};
 use crate::sweep::table::{self, SweepFile};
+use crate::trace::TraceCache;
 use halving::Search;
 use space::Candidate;
 
@@ -103,6 +106,105 @@ pub fn round_path(dir: &Path, r: usize) -> PathBuf {
     dir.join("rounds").join(format!("round-{r}.json"))
 }
 
+/// `dir/rounds/digests.json`: the SHA-256 of every round file this tune completed, written
+/// after the round file. A round file is reused only if it is listed with its digest (an
+/// edited one is an error naming it, not a surprise in a later round); one that is not
+/// listed (a tune killed between the two writes) is run again.
+pub const DIGESTS: &str = "digests.json";
+
+fn digests_path(dir: &Path) -> PathBuf {
+    dir.join("rounds").join(DIGESTS)
+}
+
+fn read_digests(dir: &Path) -> Result<std::collections::BTreeMap<String, String>> {
+    let p = digests_path(dir);
+    if !p.exists() {
+        return Ok(Default::default());
+    }
+    let text = crate::atomic::read_text(&p, 16 << 20, "the round digests")
+        .map_err(|(_, m)| anyhow::anyhow!("{}: {m}; remove {} to run the tune again", p.display(), dir.display()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not a digest list ({e}); remove {} to run the tune again",
+            p.display(),
+            dir.display()
+        )
+    })
+}
+
+/// Writes round file `r` and then records its digest.
+fn write_round(dir: &Path, r: usize, f: &SweepFile) -> Result<()> {
+    let p = round_path(dir, r);
+    let bytes = f.to_bytes()?;
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d).map_err(|e| anyhow::anyhow!("creating {}: {e}", d.display()))?;
+    }
+    crate::atomic::write_file(&p, &bytes)?;
+    let mut digests = read_digests(dir)?;
+    digests.insert(format!("round-{r}.json"), crate::sweep::sha256_hex(&bytes));
+    let mut out = serde_json::to_vec_pretty(&digests)?;
+    out.push(b'\n');
+    crate::atomic::write_file(&digests_path(dir), &out)
+}
+
+/// Round file `r` if this tune completed it: listed in [`DIGESTS`] with its digest, whole
+/// (every run of the round present) and written for the same runs (`meta`). `None`: absent
+/// or not listed, so the round runs again.
+fn read_round(dir: &Path, r: usize, meta: &crate::sweep::table::Meta) -> Result<Option<SweepFile>> {
+    let p = round_path(dir, r);
+    let digests = read_digests(dir)?;
+    let Some(want) = digests.get(&format!("round-{r}.json")) else {
+        return Ok(None);
+    };
+    if !p.exists() {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(&p).map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?;
+    if crate::sweep::sha256_hex(&bytes) != *want {
+        bail!(
+            "{}: changed since this tune wrote it (its SHA-256 is not the one {} records); remove it and the rounds after it to run them again",
+            p.display(),
+            digests_path(dir).display()
+        );
+    }
+    let f = SweepFile::from_slice(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: not a fleetsim sweep file: {e:#}", p.display()))?;
+    f.validate()
+        .map_err(|e| anyhow::anyhow!("{}: inconsistent sweep file: {e:#}", p.display()))?;
+    if !f.meta.same_runs(meta) {
+        bail!(
+            "{}: written by a different tune (scenario, version, overrides, space, objective, budget or seed differ); remove {} or choose another --out",
+            p.display(),
+            dir.display()
+        );
+    }
+    whole(&p, &f, meta.runs)?;
+    Ok(Some(f))
+}
+
+/// A round or shard file must hold every run it claims: complete, and exactly the runs of
+/// its shard (all of them for a round file), so `complete: true` over 2 of 12 rows is an
+/// error naming the file.
+fn whole(p: &Path, f: &SweepFile, runs: u64) -> Result<()> {
+    let want = match f.shard {
+        Some([k, n]) => (runs + n - 1 - k) / n,
+        None => runs,
+    };
+    if !f.complete || f.rows.len() as u64 != want {
+        bail!(
+            "{}: holds {} of the {want} runs it should{}; remove it to run them again",
+            p.display(),
+            f.rows.len(),
+            if f.complete {
+                " (marked complete)"
+            } else {
+                " (incomplete)"
+            }
+        );
+    }
+    Ok(())
+}
+
 fn failure(f: RunFailure, file: &str) -> anyhow::Error {
     let m = format!("{file}: {}", f.message);
     if f.invariant {
@@ -123,21 +225,14 @@ pub fn drive(
 ) -> Result<Outcome> {
     let metrics: Vec<String> = search.objective.terms.iter().map(|t| t.metric.clone()).collect();
     let (mut executed, mut wall) = (0u64, Duration::ZERO);
+    // Every round replays the same traces: read them once.
+    let traces = std::sync::Arc::new(TraceCache::new());
     while let Some((which, seeds)) = search.next() {
         let r = search.rounds.len();
         let plan = round_plan(cands, &which, &seeds, &metrics);
         let meta = crate::sweep::meta(src, scenario_name, sets, plan);
-        let merged = round_path(&opts.dir, r);
         let shard_dir = opts.dir.join("rounds").join(format!("round-{r}"));
-        let rows = if merged.exists() {
-            let f = table::read(&merged)?;
-            if !f.meta.same_runs(&meta) {
-                bail!(
-                    "{}: written by a different tune (scenario, version, overrides, space, objective, budget or seed differ); remove {} or choose another --out",
-                    merged.display(),
-                    opts.dir.display()
-                );
-            }
+        let rows = if let Some(f) = read_round(&opts.dir, r, &meta)? {
             f.rows
         } else {
             // Rows already in this round's shard files (a sharded or interrupted tune).
@@ -147,7 +242,10 @@ pub fn drive(
             for k in 0..n {
                 let p = shard_path(&shard_dir, k, n);
                 match p.exists().then(|| table::read(&p)).transpose()? {
-                    Some(f) if f.meta.same_runs(&meta) && f.complete => done.extend(f.rows),
+                    Some(f) if f.meta.same_runs(&meta) => {
+                        whole(&p, &f, meta.runs)?;
+                        done.extend(f.rows)
+                    }
                     Some(_) => bail!(
                         "{}: written by a different tune; remove {} or choose another --out",
                         p.display(),
@@ -164,6 +262,7 @@ pub fn drive(
                 let (f, _) = execute(
                     src,
                     &meta,
+                    &Points::new(&meta.plan, traces.clone()),
                     ExecOptions {
                         jobs: opts.jobs,
                         shard: opts.shard,
@@ -211,15 +310,45 @@ pub fn drive(
                 f.rows.len(),
                 meta.runs
             );
-            table::write_file(&merged, &f)?;
+            write_round(&opts.dir, r, &f)?;
             f.rows
         };
         let per = seeds.len();
         let mut grid = vec![Vec::with_capacity(per); which.len()];
         for row in rows {
-            grid[row.point as usize].push(row.metrics);
+            // validate() has checked every row against the round's grid.
+            if let Some(g) = grid.get_mut(row.point as usize) {
+                g.push(row.metrics);
+            }
         }
         search.absorb(&which, &seeds, grid);
     }
     Ok(Outcome::Done { executed, wall })
+}
+
+/// Writes tune.md, tune.json, tune.csv, winner.toml and (when `png_dpi` is given) the
+/// Pareto plot into `dir`.
+pub fn write(dir: &Path, r: &report::Report, png_dpi: Option<u32>) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    let mut written = Vec::new();
+    let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
+        let p = dir.join(name);
+        crate::atomic::write_atomic(&p, |b| {
+            b.extend(bytes);
+            Ok(())
+        })?;
+        written.push(p);
+        Ok(())
+    };
+    put("tune.md", report::render(r, usize::MAX).into_bytes())?;
+    let mut js = serde_json::to_vec_pretty(r)?;
+    js.push(b'\n');
+    put("tune.json", js)?;
+    put("tune.csv", report::csv(r)?)?;
+    put("winner.toml", r.snippet.clone().into_bytes())?;
+    if let Some(dpi) = png_dpi {
+        let fig = pareto::ParetoPlot::new(r);
+        written.extend(crate::plot::save(&fig, &dir.join("pareto"), dpi)?);
+    }
+    Ok(written)
 }

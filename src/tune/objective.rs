@@ -2,6 +2,7 @@
 //! units of the scenario's own configuration, so weights trade relative changes), bound
 //! constraints in the `[expect]` syntax, and the Pareto front over two or three metrics.
 
+use crate::quote::quote as q;
 use serde::Serialize;
 
 use crate::check::expr::{self, Check};
@@ -43,7 +44,7 @@ impl Objective {
         let mut terms: Vec<Term> = Vec::new();
         for part in text.split(',').map(str::trim) {
             if part.is_empty() {
-                return Err(format!("--objective `{text}`: an empty term"));
+                return Err(format!("--objective {}: an empty term", q(text)));
             }
             let (metric, weight) = match part.split_once('=') {
                 Some((m, w)) => {
@@ -53,7 +54,11 @@ impl Objective {
                         .ok()
                         .filter(|w: &f64| w.is_finite() && *w > 0.0)
                         .ok_or_else(|| {
-                            format!("--objective `{part}`: the weight `{}` is not a number > 0", w.trim())
+                            format!(
+                                "--objective {}: the weight {} is not a number > 0",
+                                q(part),
+                                q(w.trim())
+                            )
                         })?;
                     (m.trim(), w)
                 }
@@ -63,11 +68,12 @@ impl Objective {
             let metric = &*crate::metrics::canonical_metric(metric);
             if !known_metric(metric) {
                 return Err(format!(
-                    "--objective: `{metric}` is not a summary metric (e.g. stranded_slot_s, idle_while_queued_s, ttft_p99_s, prefix_cache_hit_rate)"
+                    "--objective: {} is not a summary metric (e.g. stranded_slot_s, idle_while_queued_s, ttft_p99_s, prefix_cache_hit_rate)",
+                    q(metric)
                 ));
             }
             if terms.iter().any(|t| t.metric == metric) {
-                return Err(format!("--objective: `{metric}` is given twice"));
+                return Err(format!("--objective: {} is given twice", q(metric)));
             }
             terms.push(Term {
                 metric: metric.to_string(),
@@ -135,14 +141,14 @@ pub fn pareto_metrics(text: &str) -> Result<Vec<String>, String> {
         .map(|s| crate::metrics::canonical_metric(s.trim()).into_owned())
         .collect();
     if !(2..=3).contains(&list.len()) {
-        return Err(format!("--pareto `{text}`: give two or three metrics"));
+        return Err(format!("--pareto {}: give two or three metrics", q(text)));
     }
     for (i, m) in list.iter().enumerate() {
         if !known_metric(m) {
-            return Err(format!("--pareto: `{m}` is not a summary metric"));
+            return Err(format!("--pareto: {} is not a summary metric", q(m)));
         }
         if list[..i].contains(m) {
-            return Err(format!("--pareto: `{m}` is given twice"));
+            return Err(format!("--pareto: {} is given twice", q(m)));
         }
     }
     Ok(list)

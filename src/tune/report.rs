@@ -4,7 +4,6 @@
 //! the Pareto front, the winner as TOML and as router flags, and the files they go to.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::Serialize;
@@ -14,7 +13,7 @@ use super::halving::{Paired, Search, Settings, Stop, paired};
 use super::objective::{maximize, pareto_front};
 use super::space::{Candidate, Dropped, OWN};
 use crate::scenario::Source;
-use crate::sweep::table::{Stat, fmt_mean_ci, fmt_stat, write_atomic};
+use crate::sweep::table::{Stat, fmt_mean_ci, fmt_stat};
 
 /// Mean and 95% interval.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -491,7 +490,7 @@ pub fn render(r: &Report, top: usize) -> String {
     out
 }
 
-fn csv(r: &Report) -> Result<Vec<u8>> {
+pub fn csv(r: &Report) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut head = vec![
         "rank".to_string(),
@@ -531,30 +530,4 @@ fn csv(r: &Report) -> Result<Vec<u8>> {
         w.write_record(&rec)?;
     }
     Ok(w.into_inner()?)
-}
-
-/// Writes tune.md, tune.json, tune.csv, winner.toml and the Pareto plot into `dir`.
-pub fn write(dir: &Path, r: &Report, plots: bool) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    let mut written = Vec::new();
-    let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
-        let p = dir.join(name);
-        write_atomic(&p, |b| {
-            b.extend(bytes);
-            Ok(())
-        })?;
-        written.push(p);
-        Ok(())
-    };
-    put("tune.md", render(r, usize::MAX).into_bytes())?;
-    let mut js = serde_json::to_vec_pretty(r)?;
-    js.push(b'\n');
-    put("tune.json", js)?;
-    put("tune.csv", csv(r)?)?;
-    put("winner.toml", r.snippet.clone().into_bytes())?;
-    if plots {
-        let fig = crate::plot::pareto::ParetoPlot::new(r);
-        written.extend(crate::plot::save(&fig, &dir.join("pareto"))?);
-    }
-    Ok(written)
 }

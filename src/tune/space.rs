@@ -3,7 +3,7 @@
 //! space (`scenarios/tune/default-space.toml`, compiled in), plus the scenario's own
 //! configuration, which is always candidate 0.
 
-use crate::policy::catalogue::CATALOGUE;
+use crate::policy::registry::find;
 use crate::scenario::Source;
 
 /// The default space, compiled in so `sim tune` needs no file at run time.
@@ -11,6 +11,11 @@ pub const DEFAULT_SPACE: &str = include_str!("../../scenarios/tune/default-space
 
 /// Label of the scenario's own configuration.
 pub const OWN: &str = "scenario";
+
+/// Most candidates a space may expand to: each needs at least two runs, so a larger space
+/// cannot be tuned within [`super::halving::MAX_BUDGET`]; counted before anything is
+/// expanded.
+pub const MAX_CANDIDATES: usize = 10_000;
 
 /// One routing configuration to try.
 #[derive(Clone, Debug, PartialEq)]
@@ -98,6 +103,7 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Candidate>, String> {
         _ => return Err(format!("{file}: no [[policy]] entries")),
     };
     let mut out: Vec<Candidate> = Vec::new();
+    let mut labels: std::collections::HashSet<String> = std::collections::HashSet::new();
     for (i, e) in entries.iter().enumerate() {
         let at = format!("policy[{i}]");
         let t = e
@@ -107,13 +113,17 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Candidate>, String> {
             .get("kind")
             .and_then(toml::Value::as_str)
             .ok_or_else(|| src.message(&at, "needs `kind = \"...\"` (see `sim policies`)"))?;
-        let doc = CATALOGUE.iter().find(|d| d.kind == kind).ok_or_else(|| {
-            let kinds: Vec<&str> = CATALOGUE.iter().map(|d| d.kind).collect();
-            src.message(
-                &format!("{at}.kind"),
-                &format!("unknown policy `{kind}`; expected one of {}", kinds.join(", ")),
-            )
-        })?;
+        let doc = find(kind)
+            .ok_or_else(|| {
+                src.message(
+                    &format!("{at}.kind"),
+                    &format!(
+                        "unknown policy `{kind}`; expected one of {}",
+                        crate::policy::policy_kinds()
+                    ),
+                )
+            })?
+            .doc();
         // Dimensions in order: policy parameters, then router keys (each sorted by name).
         let mut dims: Vec<(bool, String, Vec<toml::Value>)> = Vec::new();
         for (k, v) in t {
@@ -148,7 +158,22 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Candidate>, String> {
             }
         }
         dims.sort_by_key(|(router, _, _)| *router);
-        let total: usize = dims.iter().map(|d| d.2.len()).product();
+        // The entry's size, checked before a single candidate is built.
+        let total = dims
+            .iter()
+            .try_fold(1usize, |acc, d| acc.checked_mul(d.2.len()))
+            .filter(|&t| t <= MAX_CANDIDATES - out.len().min(MAX_CANDIDATES))
+            .ok_or_else(|| {
+                let sizes: Vec<String> = dims.iter().map(|d| format!("{} {}", d.2.len(), d.1)).collect();
+                src.message(
+                    &at,
+                    &format!(
+                        "expands to more candidates ({}) than the {MAX_CANDIDATES} a space may hold (with the {} before it); shorten its lists",
+                        sizes.join(" x "),
+                        out.len()
+                    ),
+                )
+            })?;
         for n in 0..total {
             let mut rest = n;
             let mut pick = vec![0; dims.len()];
@@ -174,8 +199,11 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Candidate>, String> {
                 toml::Value::Table(policy.clone()).to_string(),
             )];
             sets.extend(router.iter().map(|(k, v)| (format!("router.{k}"), v.to_string())));
-            if out.iter().any(|c| c.label == label) || label == OWN {
-                return Err(src.message(&at, &format!("candidate `{label}` is listed twice")));
+            if label == OWN || !labels.insert(label.clone()) {
+                return Err(src.message(
+                    &at,
+                    &format!("candidate {} is listed twice", crate::quote::quote(&label)),
+                ));
             }
             out.push(Candidate {
                 label,
@@ -209,6 +237,10 @@ pub struct Dropped {
 pub fn resolve(src: &Source, space: Vec<Candidate>, strict: bool) -> Result<(Vec<Candidate>, Vec<Dropped>), String> {
     let own = src.scenario().map_err(|e| e.to_string())?;
     let mut seen = vec![own.sim.router.clone()];
+    // Router configurations by their debug text, so a duplicate is found in O(1) (a linear
+    // search made a space of 40,000 candidates take seconds); `==` decides within a bucket.
+    let mut by_text: std::collections::HashMap<String, Vec<usize>> = std::collections::HashMap::new();
+    by_text.entry(format!("{:?}", own.sim.router)).or_default().push(0);
     let mut kept = vec![Candidate::own(src)];
     let mut dropped = Vec::new();
     for c in space {
@@ -223,12 +255,14 @@ pub fn resolve(src: &Source, space: Vec<Candidate>, strict: bool) -> Result<(Vec
                 reason: e.message,
             }),
             Ok(sc) => {
-                if let Some(j) = seen.iter().position(|r| *r == sc.sim.router) {
+                let bucket = by_text.entry(format!("{:?}", sc.sim.router)).or_default();
+                if let Some(&j) = bucket.iter().find(|&&j| seen[j] == sc.sim.router) {
                     dropped.push(Dropped {
                         label: c.label,
                         reason: format!("the same router configuration as `{}`", kept[j].label),
                     });
                 } else {
+                    bucket.push(seen.len());
                     seen.push(sc.sim.router);
                     kept.push(c);
                 }
@@ -298,10 +332,35 @@ kind = "random"
     }
 
     #[test]
+    fn the_size_of_a_space_is_checked_before_it_is_expanded() {
+        // 9 million candidates took minutes to list (and memory to hold) when counted after.
+        let list = |n: usize| (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(", ");
+        let text = format!(
+            "[[policy]]\nkind = \"leastinflight\"\nband = [{}]\nrouter = {{ engine_stats_interval_s = [{}] }}\n",
+            list(3000),
+            list(3000)
+        );
+        let t = std::time::Instant::now();
+        let e = parse(&text, "s.toml").unwrap_err();
+        assert!(
+            e.contains(
+                "policy[0]: expands to more candidates (3000 band x 3000 engine_stats_interval_s) than the 10000"
+            ),
+            "{e}"
+        );
+        assert!(t.elapsed().as_secs_f64() < 5.0);
+        // 10,000 is allowed, and parses quickly (duplicates found by hashing).
+        let text = format!("[[policy]]\nkind = \"leastinflight\"\nband = [{}]\n", list(10_000));
+        let t = std::time::Instant::now();
+        assert_eq!(parse(&text, "s.toml").unwrap().len(), 10_000);
+        assert!(t.elapsed().as_secs_f64() < 5.0);
+    }
+
+    #[test]
     fn default_space_covers_every_catalogue_policy() {
         let space = default_space();
-        for d in CATALOGUE {
-            assert!(space.iter().any(|c| c.kind() == d.kind), "{} is missing", d.kind);
+        for e in crate::policy::REGISTRY {
+            assert!(space.iter().any(|c| c.kind() == e.kind()), "{} is missing", e.kind());
         }
     }
 

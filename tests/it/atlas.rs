@@ -1,4 +1,4 @@
-//! Issue 21: the burst8 mechanisms atlas. Tie rules and the candidate fallbacks end to end,
+//! The burst8 mechanisms atlas (docs/burst8-atlas.md). Tie rules and the candidate fallbacks end to end,
 //! `scrape_hang`, the scrape phase, `sim check` descending into scenarios/seed/, and
 //! `counts.md`.
 

@@ -221,7 +221,7 @@ fn extreme_values_are_errors_not_panics() {
             format!("{g}.arrival={{ kind = \"interval\", every_s = 1e9 }}"),
             "horizon",
         ),
-        // Refused by the memory pre-flight before any draw (issue 17).
+        // Refused by the memory pre-flight before any draw.
         (
             format!("{g}.turns=4e9"),
             "workload.groups[1].turns: 8 sessions x mean turns 4000000000",

@@ -8,7 +8,7 @@ fn explained(name: &str, sets: &[(&str, &str)]) -> Explanation {
     let (s, w) = shipped(name, sets);
     let res = run_full(&s, &w);
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
-    let opts = ExplainOptions::for_interval(s.sim.router.engine_stats_interval.as_secs_f64());
+    let opts = ExplainOptions::for_interval(s.sim.router.engine_stats_interval);
     explain(&res, &s.sim, &names, &opts)
 }
 

@@ -1,12 +1,14 @@
 //! A bounded, seeded mutation fuzz of every input kind: scenario TOML, `--set`, each trace
-//! format, the sweep spec, `[expect]`, shard files and goldens. Each mutated input is given
+//! format (the agent readers included), the sweep spec, `[expect]`, shard files, goldens,
+//! `sim import`'s three inputs, `sim tune`'s flags, space and round files, run folders
+//! (read by compare, explain and convert --from-run) and profiles. Each mutated input is given
 //! to the real `sim` binary under an address-space limit; the test asserts that it exits 0
 //! (or 1 where the command's contract says "a check failed": `check`, `compare`) or 2 with
 //! exactly one line on stderr, never a panic, an abort, a signal or a hang.
 //!
-//! The seed corpus holds the reproducers of issue 17, each with its exact expected outcome.
-//! `FLEETSIM_FUZZ_SCALE=10 cargo test --release --test it fuzz:: -- --nocapture` fuzzes
-//! ten times longer; the counts per kind are printed with `--nocapture`.
+//! The seed corpus holds the reproducers of past crashes and refusals, each with its exact
+//! expected outcome. `FLEETSIM_FUZZ_SCALE=10 cargo test --release --test it fuzz:: -- --nocapture`
+//! fuzzes ten times longer; the counts per kind are printed with `--nocapture`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -93,7 +95,9 @@ struct Outcome {
 fn run_sim(args: &[&str], cwd: &Path) -> Outcome {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(sim());
-    cmd.args(args)
+    // An argument cannot hold a NUL byte (a mutated flag value may): the closest input a
+    // user can give is the text without it.
+    cmd.args(args.iter().map(|a| a.replace('\0', "")))
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -449,7 +453,582 @@ fn kinds(dir: &Path) -> Vec<Kind> {
     ]
 }
 
-/// The reproducers of issue 17, each with its exact expected exit code and a piece of its
+/// A Dynamo `request_end` event.
+fn dynamo_event(session: &str, start_ms: &str, input: u64, total_ms: &str, hashes: &str, block: &str) -> String {
+    format!(
+        r#"{{"timestamp":1,"event":{{"schema":"dynamo.request.trace.v1","event_type":"request_end","agent_context":{{"session_id":"{session}"}},"request":{{"request_id":"x","model":"m","input_tokens":{input},"output_tokens":7,"request_received_ms":{start_ms},"ttft_ms":12.5,"total_time_ms":{total_ms},"replay":{{"trace_block_size":{block},"input_sequence_hashes":[{hashes}]}}}}}}}}"#
+    )
+}
+
+const DYNAMO_TOOL: &str = r#"{"timestamp":2,"event":{"schema":"dynamo.request.trace.v1","event_type":"tool_end","agent_context":{"session_id":"a"},"tool":{"tool_call_id":"c","duration_ms":4.07}}}"#;
+
+/// An OTLP/JSON export line of two spans.
+fn otel_line(conv: &str, start: u64, input: &str) -> String {
+    let span = |op: &str, s: u64, e: u64| {
+        format!(
+            r#"{{"traceId":"t{conv}","spanId":"s","startTimeUnixNano":"{s}","endTimeUnixNano":"{e}","attributes":[{{"key":"gen_ai.operation.name","value":{{"stringValue":"{op}"}}}},{{"key":"gen_ai.request.model","value":{{"stringValue":"m"}}}},{{"key":"gen_ai.usage.input_tokens","value":{{"intValue":{input}}}}},{{"key":"gen_ai.usage.output_tokens","value":{{"intValue":"9"}}}},{{"key":"gen_ai.conversation.id","value":{{"stringValue":"{conv}"}}}}]}}"#
+        )
+    };
+    format!(
+        r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"agent"}}}}]}},"scopeSpans":[{{"scope":{{"name":"x"}},"spans":[{},{}]}}]}}]}}"#,
+        span("chat", start, start + 4000),
+        span("execute_tool", start + 4000, start + 6000)
+    )
+}
+
+/// The column mapping the `sessions` corpus is read with.
+const SESSION_COLUMNS: &str =
+    "session=conv,start_unix_s=ts,latency_s=dur,input_tokens=p,output_tokens=o,block_hashes=h,model=m";
+
+/// A two-candidate space for the tune kinds.
+const SMALL_SPACE: &str = "[[policy]]\nkind = \"roundrobin\"\n\n[[policy]]\nkind = \"leastinflight\"\nband = [0, 1]\n";
+
+/// A fleet described with profiles and memory inputs (the `profiles` kind).
+const PROFILED: &str = r#"name = "profiled"
+seed = 1
+
+[[backends.groups]]
+name = "h100"
+count = 2
+profile = "llama-3.1-8b/h100/tp1"
+gpu_memory_utilization = 0.9
+activation_memory_gib = 2.0
+max_num_seqs = 4
+
+[[backends.groups]]
+name = "a100"
+count = 1
+profile = "qwen3-14b/a100/tp1"
+kv_cache_dtype = "fp8"
+block_size_tokens = 16
+max_num_seqs = 4
+
+[router.policy]
+kind = "leastinflight"
+
+[[workload.groups]]
+name = "chat"
+sessions = 3
+arrival = { kind = "burst", at_s = 0, spread_s = 1.0 }
+turns = 2
+input_tokens = 200
+output_tokens = 20
+"#;
+
+/// A flat copy of `from` (with one level of subfolders) at `to`, replacing it.
+fn copy_dir(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A run folder, a tune folder and their files, made once.
+struct Made {
+    run: PathBuf,
+    golden: String,
+    tune: PathBuf,
+    tune_args: Vec<String>,
+}
+
+fn made(dir: &Path) -> Made {
+    let scen = write(dir, "run.toml", format!("{TINY}{GUARD}").as_bytes());
+    let o = run_sim(&["run", &scen, "--out", "runA", "--quiet"], dir);
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let space = write(dir, "small-space.toml", SMALL_SPACE.as_bytes());
+    let tune_args: Vec<String> = s(&[
+        "tune",
+        &scen,
+        "--space",
+        &space,
+        "--budget",
+        "16",
+        "--jobs",
+        "1",
+        "--quiet",
+        "--no-plots",
+        "--out",
+    ]);
+    let mut a: Vec<&str> = tune_args.iter().map(String::as_str).collect();
+    a.push("tuneA");
+    let o = run_sim(&a, dir);
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    Made {
+        run: dir.join("runA"),
+        golden: dir.join("g/tiny.json").display().to_string(),
+        tune: dir.join("tuneA"),
+        tune_args,
+    }
+}
+
+/// The input kinds of the agent-trace readers, `sim import`, `sim tune`, run folders and
+/// profiles.
+fn agent_kinds(dir: &Path, scale: usize) -> Vec<Kind> {
+    let m = made(dir);
+    let trace = |name: &'static str, corpus: Vec<Vec<u8>>, extra: &'static [&'static str]| Kind {
+        name,
+        corpus,
+        cases: 100 * scale,
+        allow_1: false,
+        command: Box::new(move |b, d| {
+            let f = write(d, "trace.in", b);
+            let mut a = s(&["trace", "inspect", &f]);
+            a.extend(extra.iter().map(|x| x.to_string()));
+            if b.len() % 2 == 0 {
+                a.push("--skip-bad-rows".into());
+            }
+            a
+        }),
+    };
+    let import = |name: &'static str, corpus: Vec<Vec<u8>>, flag: &'static str| Kind {
+        name,
+        corpus,
+        cases: 100 * scale,
+        allow_1: false,
+        command: Box::new(move |b, d| {
+            let out = d.join("imported.toml").display().to_string();
+            let mut a = s(&["import", "-o", &out]);
+            if flag == "--helm" {
+                a.extend([flag.to_string(), write(d, "values.yaml", b)]);
+            } else {
+                a.extend([flag.to_string(), String::from_utf8_lossy(b).into_owned()]);
+            }
+            if b.len() % 2 == 0 {
+                a.push("--allow-unknown".into());
+            }
+            a
+        }),
+    };
+    let run_dir = m.run.clone();
+    let golden = m.golden.clone();
+    let tune_dir = m.tune.clone();
+    let tune_args = m.tune_args.clone();
+    // The tune's own arguments without its budget: the flags corpus sets one.
+    let flag_args: Vec<String> = {
+        let at = m.tune_args.iter().position(|a| a == "--budget").unwrap();
+        let mut v = m.tune_args.clone();
+        v.drain(at..at + 2);
+        v
+    };
+    let run_file = |name: &str| std::fs::read(m.run.join(name)).unwrap();
+    vec![
+        trace(
+            "trace dynamo",
+            vec![
+                format!(
+                    "{}\n{DYNAMO_TOOL}\n{}\n",
+                    dynamo_event("a", "1000", 40, "250.5", "11, 12, 13", "16"),
+                    dynamo_event("a:scout:0", "1100", 20, "100", "11", "16")
+                )
+                .into_bytes(),
+                dynamo_event("b", "1700000000000", 4736, "30000", "1, 2, 3", "16").into_bytes(),
+            ],
+            &["--format", "dynamo"],
+        ),
+        trace(
+            "trace otel",
+            vec![
+                format!("{}\n{}\n", otel_line("c1", 1000, "\"120\""), otel_line("c1", 9000, "200")).into_bytes(),
+            ],
+            &["--format", "otel"],
+        ),
+        trace(
+            "trace sessions",
+            vec![
+                b"conv,ts,dur,p,o,h,m\na,100.5,2,40,5,1 2,x\nb,101,,30,5,,y\na,103,1.5,80,5,1 2 3,x\n".to_vec(),
+                b"{\"conv\": \"a\", \"ts\": 100.5, \"dur\": 2, \"p\": 40, \"o\": 5, \"h\": [1, 2], \"m\": \"x\"}\n{\"conv\": 7, \"ts\": \"101\", \"p\": 30, \"o\": 5}\n".to_vec(),
+            ],
+            &["--columns", SESSION_COLUMNS],
+        ),
+        import(
+            "import --router-args",
+            vec![
+                b"vllm-router --port 8001 --service-discovery static --static-backends http://backend-0:8000,http://backend-1:8000 --static-models meta-llama/Llama-3.1-8B-Instruct,meta-llama/Llama-3.1-8B-Instruct --routing-logic prefixaware --engine-stats-interval 10 --prefix-min-match-length 16384".to_vec(),
+                b"--routing-logic load_balanced_kvaware --imbalanced-threshold 2.5 --kv-aware-threshold 100 --request-stats-window 30".to_vec(),
+                b"--routing-logic session --session-key x-user --static-backends http://a:1,http://b:2 --static-models m,m".to_vec(),
+            ],
+            "--router-args",
+        ),
+        import(
+            "import --vllm-args",
+            vec![
+                b"vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 4 --max-num-batched-tokens 8192 --enable-prefix-caching --gpu-memory-utilization 0.9 --max-model-len 8192 --block-size 16 --kv-cache-dtype fp8".to_vec(),
+                b"vllm serve Qwen/Qwen3-14B --tensor-parallel-size 2 --num-gpu-blocks-override 1000 --max_num_seqs=8".to_vec(),
+            ],
+            "--vllm-args",
+        ),
+        import("import --helm", vec![file("docs/examples/helm-values.yaml")], "--helm"),
+        Kind {
+            name: "tune flags",
+            corpus: [
+                "--budget 16 --eta 3",
+                "--seed 5 --confidence 0.9 --screen-seeds 2",
+                "--objective ttft_s.p99=2,stranded_slot_s --pareto ttft_p99_s,stranded_slot_s",
+                "--constraint mean(ttft_p99_s)<=2 --budget 30",
+                "--exhaustive --budget 12 --top 3",
+            ]
+            .iter()
+            .map(|x| x.as_bytes().to_vec())
+            .collect(),
+            cases: 100 * scale,
+            allow_1: false,
+            command: Box::new(move |b, d| {
+                // A shard of 1 in 20,000 of each round: whatever the budget, a case runs a
+                // few runs and returns (the other shards' files are "missing").
+                let out = d.join("tf");
+                let _ = std::fs::remove_dir_all(&out);
+                let mut a = flag_args.clone();
+                a.push(out.display().to_string());
+                a.extend(s(&["--shard", "0/20000"]));
+                a.extend(String::from_utf8_lossy(b).split_whitespace().map(str::to_string));
+                a
+            }),
+        },
+        Kind {
+            name: "tune space",
+            corpus: vec![SMALL_SPACE.into(), file("scenarios/tune/default-space.toml")],
+            cases: 100 * scale,
+            allow_1: false,
+            command: Box::new(|b, d| {
+                let scen = write(d, "s.toml", format!("{TINY}{GUARD}").as_bytes());
+                let space = write(d, "space.toml", b);
+                s(&["tune", &scen, "--space", &space, "--list"])
+            }),
+        },
+        Kind {
+            name: "tune round files",
+            corpus: vec![
+                std::fs::read(m.tune.join("rounds/round-0.json")).unwrap(),
+                std::fs::read(m.tune.join("rounds/digests.json")).unwrap(),
+            ],
+            cases: 60 * scale,
+            allow_1: false,
+            command: Box::new(move |b, d| {
+                let out = d.join("tr");
+                copy_dir(&tune_dir, &out);
+                let name = if b.starts_with(b"{\n  \"meta\"") || b.len() > 2000 {
+                    "round-0.json"
+                } else {
+                    "digests.json"
+                };
+                std::fs::write(out.join("rounds").join(name), b).unwrap();
+                let mut a = tune_args.clone();
+                a.push(out.display().to_string());
+                a
+            }),
+        },
+        Kind {
+            name: "run folders",
+            corpus: vec![
+                run_file("run.json"),
+                run_file("summary.json"),
+                run_file("requests.csv"),
+                run_file("scenario.toml"),
+            ],
+            cases: 120 * scale,
+            allow_1: true,
+            command: Box::new(move |b, d| {
+                let rf = d.join("rf");
+                copy_dir(&run_dir, &rf);
+                let text = String::from_utf8_lossy(b);
+                let name = if text.starts_with("{\n  \"run_id\"") {
+                    "run.json"
+                } else if text.contains("\"idle_while_queued_s\"") {
+                    "summary.json"
+                } else if text.starts_with("request_id,") {
+                    "requests.csv"
+                } else {
+                    "scenario.toml"
+                };
+                std::fs::write(rf.join(name), b).unwrap();
+                let rfs = rf.display().to_string();
+                match b.len() % 3 {
+                    0 => s(&["compare", &golden, &rfs]),
+                    1 => s(&["explain", &rfs, "--json"]),
+                    _ => {
+                        let out = d.join("replay.csv").display().to_string();
+                        s(&["trace", "convert", &rfs, "--from-run", "--out", &out])
+                    }
+                }
+            }),
+        },
+        Kind {
+            name: "profiles",
+            corpus: vec![PROFILED.into()],
+            cases: 100 * scale,
+            allow_1: false,
+            command: Box::new(|b, d| {
+                let mut t = b.to_vec();
+                t.extend_from_slice(GUARD.as_bytes());
+                let f = write(d, "p.toml", &t);
+                s(&["run", &f, "--no-files", "--quiet"])
+            }),
+        },
+    ]
+}
+
+/// Reproducers of the agent-trace, import, tune, run-folder and profile cases, each with its
+/// exact exit code and a piece of its one-line message (exit 0 where the input is accepted
+/// and correct).
+fn reproducers_agents(dir: &Path) -> Vec<(Vec<String>, i32, &'static str)> {
+    let tiny = write(dir, "repro.toml", format!("{TINY}{GUARD}").as_bytes());
+    let d = dir.join("repro");
+    std::fs::create_dir_all(&d).unwrap();
+    let w = |name: &str, text: &str| write(&d, name, text.as_bytes());
+    let wrap = w(
+        "wrap.jsonl",
+        &dynamo_event("a", "17000000000000", 5, "17000000000000", "", "16"),
+    );
+    let hashes: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+    let many = w(
+        "many.jsonl",
+        &dynamo_event("a", "1", 4736, "5", &hashes.join(","), "16"),
+    );
+    let huge_block = w("block.jsonl", &dynamo_event("a", "1", 4736, "5", "1", "4294967295"));
+    let tool = w(
+        "tool.jsonl",
+        r#"{"event":{"schema":"dynamo.request.trace.v1","event_type":"tool_end","tool":[1]}}"#,
+    );
+    let not_otlp = w("not-otlp.json", "{\"timestamp\": 0, \"input_length\": 10}\n");
+    let array_id = w("array-id.jsonl", "{\"conv\": [1, 2], \"ts\": 1, \"p\": 5, \"o\": 5}\n");
+    let activation = w(
+        "activation.toml",
+        &format!(
+            "{}{GUARD}",
+            PROFILED.replace("activation_memory_gib = 2.0", "activation_memory_gib = 1.8e10")
+        ),
+    );
+    // Run folders: a manifest of no files, one naming a file outside, a truncated
+    // requests.csv, a missing manifest.
+    let src = dir.join("runA");
+    let folder = |name: &str, edit: &dyn Fn(&Path)| {
+        let p = d.join(name);
+        copy_dir(&src, &p);
+        edit(&p);
+        p.display().to_string()
+    };
+    let manifest = |p: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p.join("run.json")).unwrap()).unwrap()
+    };
+    let empty = folder("empty", &|p| {
+        let mut m = manifest(p);
+        m["files"] = serde_json::json!({});
+        std::fs::write(p.join("run.json"), m.to_string()).unwrap();
+    });
+    let outside = folder("outside", &|p| {
+        let mut m = manifest(p);
+        m["files"]["../repro.toml"] = "0".repeat(64).into();
+        std::fs::write(p.join("run.json"), m.to_string()).unwrap();
+    });
+    let truncated = folder("truncated", &|p| {
+        let r = std::fs::read_to_string(p.join("requests.csv")).unwrap();
+        let cut: String = r.lines().take(3).map(|l| format!("{l}\n")).collect();
+        std::fs::write(p.join("requests.csv"), cut).unwrap();
+    });
+    let unlisted = folder("unlisted", &|p| std::fs::remove_file(p.join("run.json")).unwrap());
+    // A kill between the two renames of a commit (the previous run moved aside, under the
+    // name older versions used), then two runs into the same --out.
+    let killed = d.join("killed");
+    copy_dir(&src, &d.join(".killed.old"));
+    let killed = killed.display().to_string();
+    let golden = dir.join("g/tiny.json").display().to_string();
+    let replay = d.join("replay.csv").display().to_string();
+    // A tune whose round 0 says complete over 2 of its rows (its digest updated to match).
+    let partial = d.join("partial-tune");
+    copy_dir(&dir.join("tuneA"), &partial);
+    {
+        use sha2::Digest;
+        let r0 = partial.join("rounds/round-0.json");
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&r0).unwrap()).unwrap();
+        v["rows"].as_array_mut().unwrap().truncate(2);
+        let bytes = serde_json::to_vec(&v).unwrap();
+        std::fs::write(&r0, &bytes).unwrap();
+        let hex: String = sha2::Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let dp = partial.join("rounds/digests.json");
+        let mut dg: serde_json::Value = serde_json::from_slice(&std::fs::read(&dp).unwrap()).unwrap();
+        dg["round-0.json"] = hex.into();
+        std::fs::write(&dp, dg.to_string()).unwrap();
+    }
+    let space = dir.join("small-space.toml").display().to_string();
+    let tune = |extra: &[&str], out: &Path| {
+        let mut a = s(&[
+            "tune",
+            &tiny,
+            "--space",
+            &space,
+            "--jobs",
+            "1",
+            "--quiet",
+            "--no-plots",
+            "--out",
+        ]);
+        a.push(out.display().to_string());
+        if !extra.contains(&"--budget") {
+            a.extend(s(&["--budget", "16"]));
+        }
+        a.extend(s(extra));
+        a
+    };
+    let o = |v: &[&str]| s(v);
+    let out_toml = d.join("imported.toml").display().to_string();
+    let newline_path = format!("{}/no\nsuch.csv", d.display());
+    vec![
+        (
+            o(&["trace", "inspect", "/dev/zero", "--format", "dynamo"]),
+            2,
+            "line 1 is longer than 64 MiB",
+        ),
+        (
+            o(&["trace", "inspect", "/dev/zero", "--format", "otel"]),
+            2,
+            "line 1 is longer than 64 MiB",
+        ),
+        (
+            o(&["trace", "inspect", "/dev/zero", "--columns", SESSION_COLUMNS]),
+            2,
+            "line 1 is longer than 64 MiB",
+        ),
+        (
+            o(&["trace", "inspect", &wrap]),
+            2,
+            "column `event.request.total_time_ms`",
+        ),
+        (
+            o(&["trace", "inspect", &many]),
+            2,
+            "100000 block hashes for a prompt of 4736 tokens",
+        ),
+        (
+            o(&["trace", "inspect", &huge_block]),
+            2,
+            "column `event.request.replay.trace_block_size`",
+        ),
+        (
+            o(&["trace", "inspect", &tool, "--format", "dynamo"]),
+            2,
+            "column `event.tool`",
+        ),
+        (
+            o(&["trace", "inspect", &not_otlp, "--format", "otel"]),
+            2,
+            "missing field `resourceSpans`",
+        ),
+        (
+            o(&["trace", "inspect", &array_id, "--columns", SESSION_COLUMNS]),
+            2,
+            "column `conv`: expected a string or a number",
+        ),
+        (o(&["trace", "inspect", &newline_path]), 2, "no\\nsuch.csv"),
+        (
+            o(&["run", &activation, "--no-files"]),
+            2,
+            "activation_memory_gib must be in [0, 80] GiB",
+        ),
+        (
+            tune(&["--budget", "18446744073709551615"], &d.join("t1")),
+            2,
+            "is above the 1000000 runs",
+        ),
+        (
+            tune(&["--budget", "1000000000000"], &d.join("t2")),
+            2,
+            "is above the 1000000 runs",
+        ),
+        (
+            tune(&["--seed", "9223372036854775807"], &d.join("t3")),
+            2,
+            "past 2^63 - 1",
+        ),
+        (tune(&[], &partial), 2, "round-0.json: holds 2 of the"),
+        (o(&["compare", &golden, &empty]), 2, "does not list summary.json"),
+        (o(&["explain", &empty]), 2, "does not list summary.json"),
+        (
+            o(&["explain", &outside]),
+            2,
+            "files.`../repro.toml`: not a file of the folder",
+        ),
+        (o(&["compare", &golden, &outside]), 2, "not a file of the folder"),
+        (
+            o(&["trace", "convert", &truncated, "--from-run", "--out", &replay]),
+            2,
+            "requests.csv: not the file run",
+        ),
+        (
+            o(&["trace", "convert", &unlisted, "--from-run", "--out", &replay]),
+            2,
+            "no run.json",
+        ),
+        (o(&["run", &tiny, "--out", &killed, "--quiet"]), 0, ""),
+        (o(&["run", &tiny, "--out", &killed, "--quiet"]), 0, ""),
+        (
+            o(&[
+                "import",
+                "-o",
+                &out_toml,
+                "--router-args",
+                "--routing-logic load_balanced_kvaware --imbalanced-threshold -5",
+            ]),
+            2,
+            "--router-args: `--imbalanced-threshold`: must be a number >= 0",
+        ),
+        (
+            o(&[
+                "import",
+                "-o",
+                &out_toml,
+                "--router-args",
+                "--routing-logic load_balanced_kvaware --imbalanced-threshold nan",
+            ]),
+            2,
+            "must be a number >= 0",
+        ),
+        (
+            o(&[
+                "import",
+                "-o",
+                &out_toml,
+                "--router-args",
+                "--routing-logic load_balanced_kvaware --imbalanced-threshold 0",
+            ]),
+            0,
+            "",
+        ),
+        (
+            o(&[
+                "import",
+                "-o",
+                &out_toml,
+                "--router-args",
+                "--routing-logic session\n--session-key 'x\nnetwork = { dispatch_latency_s = 5.0 }'\n--engine-stats-interval 10",
+            ]),
+            0,
+            "",
+        ),
+        (
+            o(&[
+                "import",
+                "-o",
+                &out_toml,
+                "--vllm-args",
+                "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 4 --gpu-memory-utilization 0.3",
+            ]),
+            2,
+            "--gpu-memory-utilization 0.3 (--vllm-args): no KV cache fits",
+        ),
+    ]
+}
+
+/// The reproducers of past crashes, each with its exact expected exit code and a piece of its
 /// one-line message.
 fn reproducers(dir: &Path) -> Vec<(Vec<String>, i32, &'static str)> {
     let tiny = write(dir, "tiny.toml", format!("{TINY}{EXPECT}").as_bytes());
@@ -640,9 +1219,16 @@ fn mutation_fuzz_every_input_kind() {
     let dir = tmp.path();
     let started = Instant::now();
     let mut failures = Vec::new();
-    // Makes the shard and golden artefacts the reproducers start from.
-    let kinds = kinds(dir);
-    for (args, want, piece) in reproducers(dir) {
+    // Makes the shard, golden, run and tune artefacts the reproducers start from.
+    let scale: usize = std::env::var("FLEETSIM_FUZZ_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let mut kinds = kinds(dir);
+    kinds.extend(agent_kinds(dir, scale));
+    let mut repro = reproducers(dir);
+    repro.extend(reproducers_agents(dir));
+    for (args, want, piece) in repro {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = run_sim(&argv, dir);
         let one_line = want != 2 || o.stderr.lines().count() == 1;

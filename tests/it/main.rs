@@ -5,9 +5,9 @@
 //! test, e.g. `cargo test --release --test it burst8::` or `... --test it fuzz::`.
 //!
 //! The modules' tests run in parallel threads of one process: a test must not change
-//! process-wide state (environment variables, the current directory, resource limits, the
-//! PNG resolution of `fleetsim::plot`). Whatever needs such state runs `sim` as a
-//! subprocess and sets it there (`fuzz` sets its address-space limit in the child).
+//! process-wide state (environment variables, the current directory, resource limits) nor
+//! write to a fixed path. Whatever needs such state runs `sim` as a subprocess and sets it
+//! there (`fuzz` sets its address-space limit in the child).
 //! Helpers shared by the modules are in `common`; a property test's saved failure seeds sit
 //! beside its file as `NAME.proptest-regressions` (`common::proptest_config`).
 
@@ -35,6 +35,7 @@ mod lags;
 mod links;
 mod plots;
 mod policies;
+mod prometheus;
 mod queueing;
 mod readme;
 mod reference;

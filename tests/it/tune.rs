@@ -202,6 +202,73 @@ fn completed_rounds_are_reused_and_a_different_tune_is_refused() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+/// A round file is reused only if it is the one the tune wrote (its digest in
+/// rounds/digests.json) and holds every run of its round; an edited round 0 is named as
+/// such, not blamed on round 1.
+#[test]
+fn edited_or_partial_round_files_are_named_and_unlisted_ones_rerun() {
+    use sha2::Digest;
+    let tmp = tempfile::tempdir().unwrap();
+    let space = write(tmp.path(), "space.toml", SMALL_SPACE);
+    let out = tmp.path().join("o");
+    small_tune(&space, &out, &[]).success();
+    let first = outputs(&out);
+    let round0 = out.join("rounds/round-0.json");
+    let original = std::fs::read(&round0).unwrap();
+    let err = |a: assert_cmd::assert::Assert| String::from_utf8_lossy(&a.get_output().stderr).into_owned();
+    // An edited metric.
+    let mut v: Value = serde_json::from_slice(&original).unwrap();
+    v["rows"][0][3][0] = Value::from(12345.0);
+    std::fs::write(&round0, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    let e = err(small_tune(&space, &out, &[]).code(2));
+    assert!(e.contains("round-0.json: changed since this tune wrote it"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    // Complete, listed with its digest, but 2 of its rows.
+    let mut v: Value = serde_json::from_slice(&original).unwrap();
+    v["rows"].as_array_mut().unwrap().truncate(2);
+    let bytes = serde_json::to_vec_pretty(&v).unwrap();
+    std::fs::write(&round0, &bytes).unwrap();
+    let hex: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dpath = out.join("rounds/digests.json");
+    let mut d: Value = serde_json::from_slice(&std::fs::read(&dpath).unwrap()).unwrap();
+    d["round-0.json"] = Value::from(hex);
+    std::fs::write(&dpath, serde_json::to_vec(&d).unwrap()).unwrap();
+    let e = err(small_tune(&space, &out, &[]).code(2));
+    assert!(
+        e.contains("round-0.json: holds 2 of the") && e.contains("(marked complete)"),
+        "{e}"
+    );
+    // Not listed (a tune killed between writing the round and its digest): run again,
+    // to the same result.
+    std::fs::remove_file(&dpath).unwrap();
+    small_tune(&space, &out, &[]).success();
+    assert_eq!(first, outputs(&out));
+    assert_eq!(std::fs::read(&round0).unwrap(), original);
+}
+
+#[test]
+fn budgets_and_seeds_are_checked_before_anything_is_allocated() {
+    for (args, want) in [
+        (
+            ["--budget", "18446744073709551615"],
+            "--budget 18446744073709551615 is above the 1000000 runs",
+        ),
+        (["--budget", "1000000000000"], "is above the 1000000 runs"),
+        (["--seed", "9223372036854775807"], "the seeds would run past 2^63 - 1"),
+    ] {
+        let a = sim()
+            .args(["tune", "scenarios/burst8.toml", "--out", "/nonexistent/x"])
+            .args(args)
+            .assert()
+            .code(2);
+        let e = String::from_utf8_lossy(&a.get_output().stderr).into_owned();
+        assert!(e.contains(want) && e.lines().count() == 1, "{args:?}: {e}");
+    }
+}
+
 #[test]
 fn bad_input_is_one_line_naming_file_key_and_line() {
     let tmp = tempfile::tempdir().unwrap();
@@ -225,7 +292,7 @@ fn bad_input_is_one_line_naming_file_key_and_line() {
         ),
         (
             vec!["--budget".into(), "10".into()],
-            "--budget 10 is below 2 seeds for each of the",
+            "--budget 10 is below --screen-seeds 2 for each of the",
         ),
         (vec!["--pareto".into(), "ttft_s.p99".into()], "two or three metrics"),
         (

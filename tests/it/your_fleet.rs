@@ -246,7 +246,7 @@ fn import_rejects_bad_flags_and_yaml_with_exit_2() {
         ),
         (
             vec!["import", "--vllm-args", "vllm serve m --max-num-seqs=x", "-o", o],
-            "`--max-num-seqs` expects a number",
+            "`--max-num-seqs`: expects a number",
         ),
         (vec!["import", "--helm", bad.to_str().unwrap(), "-o", o], "v.yaml:"),
         (vec!["import", "-o", o], "give at least one of"),

@@ -1,0 +1,52 @@
+//! Step-time model: `step = beta0 + beta1 * prefill_tokens + beta2 * decode_tokens` (µs).
+//!
+//! The shipped default is BLIS's "blackbox" fit for Llama-3.1-8B-Instruct on one H100
+//! (vLLM 0.8.4, the pre-#553 fit in `defaults.yaml` of inference-sim/inference-sim @
+//! `644fd8b6`, the parent of PR #553; `profiles::BLIS_PRE_553`): 5752.7 µs,
+//! 17.25 µs per uncached prefill token, 6.00 µs per decode token. That row agrees with a
+//! roofline estimate (`profiles::roofline`).
+
+use crate::time::SimDuration;
+
+/// Linear per-iteration cost model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepTimeModel {
+    /// Fixed cost per engine step, µs.
+    pub beta0_us: f64,
+    /// Cost per prefill (uncached prompt or recomputed) token scheduled in the step, µs.
+    pub beta1_us: f64,
+    /// Cost per decode token scheduled in the step, µs.
+    pub beta2_us: f64,
+}
+
+impl Default for StepTimeModel {
+    fn default() -> Self {
+        StepTimeModel {
+            beta0_us: 5752.7,
+            beta1_us: 17.25,
+            beta2_us: 6.00,
+        }
+    }
+}
+
+impl StepTimeModel {
+    /// Duration of a step with the given token counts (at least 1 ns).
+    #[inline]
+    pub fn step(&self, prefill_tokens: u32, decode_tokens: u32) -> SimDuration {
+        let us = self.beta0_us + self.beta1_us * f64::from(prefill_tokens) + self.beta2_us * f64::from(decode_tokens);
+        SimDuration(SimDuration::from_micros_f64(us).0.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_coefficients() {
+        let m = StepTimeModel::default();
+        // 5752.7 + 17.25*1000 + 6*4 = 23026.7 us
+        assert_eq!(m.step(1000, 4), SimDuration(23_026_700));
+        assert_eq!(m.step(0, 0), SimDuration(5_752_700));
+    }
+}

@@ -1,0 +1,470 @@
+//! The run summary (`summary.json`) and the percentile helpers it is built with.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{FleetTracker, RequestRec, WorstMoment};
+use crate::decision::Branch;
+use crate::time::{SimTime, ns_to_secs};
+
+/// Summary statistics of a latency sample, seconds.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    /// Sample size.
+    pub count: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+/// [`percentiles`] of a sample given as value (ns) -> multiplicity, without expanding it:
+/// the same numpy interpolation between closest ranks, the ranks found by walking the
+/// cumulative counts.
+pub fn weighted_percentiles(hist: &BTreeMap<u64, u64>) -> Percentiles {
+    let n: u64 = hist.values().sum();
+    if n == 0 {
+        return Percentiles::default();
+    }
+    // The value at 0-based rank `k`.
+    let at = |k: u64| {
+        let mut seen = 0;
+        for (&v, &c) in hist {
+            seen += c;
+            if k < seen {
+                return ns_to_secs(v);
+            }
+        }
+        unreachable!("rank below the total count")
+    };
+    let q = |p: f64| {
+        let idx = p * (n - 1) as f64;
+        let (lo, hi) = (idx.floor() as u64, idx.ceil() as u64);
+        let (xl, xh) = (at(lo), at(hi));
+        xl + (xh - xl) * (idx - lo as f64)
+    };
+    let sum: f64 = hist.iter().map(|(&v, &c)| ns_to_secs(v) * c as f64).sum();
+    Percentiles {
+        count: n,
+        mean: round6(sum / n as f64),
+        p50: round6(q(0.5)),
+        p90: round6(q(0.9)),
+        p99: round6(q(0.99)),
+        max: round6(ns_to_secs(*hist.keys().next_back().expect("non-empty"))),
+    }
+}
+
+/// Rounds to the microsecond (reports only).
+pub fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+/// Percentiles with linear interpolation between closest ranks (numpy's default).
+pub fn percentiles(mut xs: Vec<f64>) -> Percentiles {
+    if xs.is_empty() {
+        return Percentiles::default();
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| {
+        let idx = p * (xs.len() - 1) as f64;
+        let lo = idx.floor() as usize;
+        let hi = idx.ceil() as usize;
+        xs[lo] + (xs[hi] - xs[lo]) * (idx - lo as f64)
+    };
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    Percentiles {
+        count: xs.len() as u64,
+        mean: round6(mean),
+        p50: round6(q(0.5)),
+        p90: round6(q(0.9)),
+        p99: round6(q(0.99)),
+        max: round6(*xs.last().expect("non-empty")),
+    }
+}
+
+/// Request counts.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RequestCounts {
+    /// Turns planned by the workload.
+    pub planned: u64,
+    /// Sent to the router.
+    pub arrived: u64,
+    /// Completed.
+    pub finished: u64,
+    /// Arrived but not completed (nor failed) when the run ended.
+    pub in_flight: u64,
+    /// Failed: their backend left or restarted while holding them, or refused them.
+    pub failed: u64,
+    /// Attempts refused by the router because discovery listed no endpoint.
+    pub rejected: u64,
+    /// Turns given up after the client's last retry (their sessions end there).
+    pub abandoned: u64,
+}
+
+/// Per-backend results.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct BackendSummary {
+    /// Name (`backend-{i}`).
+    pub name: String,
+    /// URL.
+    pub url: String,
+    /// `[[backends.groups]]` name (absent for a single `[backends]` table).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// Profile (`<model>/<gpu>/tp<N>`), when the group names one.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub profile: String,
+    /// Concurrent-request slots (`max_num_seqs`).
+    pub slots: u32,
+    /// Requests routed here.
+    pub requests: u64,
+    /// Sessions whose first turn was routed here.
+    pub first_turn_sessions: u64,
+    /// Sessions whose latest turn was routed here (where they ended up).
+    pub last_turn_sessions: u64,
+    /// Highest running count.
+    pub peak_running: u32,
+    /// Highest waiting count.
+    pub peak_waiting: u32,
+    /// Time-averaged running count.
+    pub mean_running: f64,
+    /// Time-averaged waiting count.
+    pub mean_waiting: f64,
+    /// Seconds with at least one request running.
+    pub busy_s: f64,
+    /// Seconds in service with nothing running or waiting.
+    pub idle_s: f64,
+    /// Seconds out of the fleet (before joining, after leaving or draining, while
+    /// restarting), nothing running.
+    pub out_of_service_s: f64,
+    /// Engine steps executed.
+    pub steps: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Prefix cache hit rate (hit tokens / queried tokens).
+    pub prefix_cache_hit_rate: f64,
+}
+
+/// The run summary written to `summary.json`. Deterministic: wall-clock figures are not
+/// here (they go to `perf.json`).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Summary {
+    /// Scenario name.
+    pub scenario: String,
+    /// Master seed.
+    pub seed: u64,
+    /// Policy description.
+    pub policy: String,
+    /// fleetsim version.
+    pub version: String,
+    /// Simulated seconds until the last event.
+    pub sim_time_s: f64,
+    /// Events processed.
+    pub events: u64,
+    /// Backends.
+    pub backend_count: u64,
+    /// Sessions.
+    pub sessions: u64,
+    /// Sessions cut short by the context limit.
+    pub sessions_hit_context_limit: u64,
+    /// Request counts.
+    pub requests: RequestCounts,
+    /// See module docs.
+    pub idle_while_queued_s: f64,
+    /// See module docs.
+    pub stranded_slot_s: f64,
+    /// See module docs.
+    pub latched_sessions: u64,
+    /// The most sessions any one backend ended up holding (by latest turn): 8 when all of
+    /// burst8's agents pile onto one backend.
+    pub peak_backend_sessions: u64,
+    /// Decisions per branch (every branch listed, zeros included).
+    pub decisions_by_branch: BTreeMap<String, u64>,
+    /// Per decision, the true outstanding requests of the pick minus the fewest any backend
+    /// had at that instant (0 = the pick was among the least loaded in truth).
+    pub decision_regret: Percentiles,
+    /// Decisions whose pick was not among the least loaded in truth.
+    pub decisions_with_regret: u64,
+    /// Per decision that read engine stats, the age of the oldest entry it saw (seconds).
+    pub view_age_s: Percentiles,
+    /// Finished requests per simulated second.
+    pub throughput_rps: f64,
+    /// Output tokens of finished requests per simulated second.
+    pub output_tokens_per_s: f64,
+    /// Fleet prefix cache hit rate.
+    pub prefix_cache_hit_rate: f64,
+    /// Fleet preemptions.
+    pub preemptions: u64,
+    /// Engine arrival to first scheduled.
+    pub queue_wait_s: Percentiles,
+    /// Router arrival to first chunk at the client.
+    pub ttft_s: Percentiles,
+    /// Router arrival to stream end at the client.
+    pub e2e_s: Percentiles,
+    /// Time per output token after the first, per request with at least 2 output tokens:
+    /// `(e2e - ttft) / (output_tokens - 1)`, as vLLM's `benchmarks/benchmark_serving.py`
+    /// (`calculate_metrics`: `tpot = (latency - ttft) / (output_len - 1)`) computes it.
+    pub tpot_s: Percentiles,
+    /// Inter-token latency: the gap between consecutive output tokens of a request, over
+    /// every output token after the first of every finished request (token-weighted, as
+    /// vLLM's `benchmark_serving.py` collects `itls` across requests); engine-side sample
+    /// times, a gap spanning any preemption. `count` is in tokens. Empty in queueing mode.
+    pub itl_s: Percentiles,
+    /// Per backend.
+    pub backends: Vec<BackendSummary>,
+    /// The moment of greatest stranding, if any.
+    pub worst_moment: Option<WorstMoment>,
+    /// Replays of session traces: pacing and recorded-vs-simulated latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::metrics::fidelity::ReplaySummary>,
+}
+
+/// Engine-side counters needed by the summary, per backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EngineCounters {
+    /// Steps.
+    pub steps: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Prefix-cache query tokens.
+    pub query_tokens: u64,
+    /// Prefix-cache hit tokens.
+    pub hit_tokens: u64,
+}
+
+/// Inputs of [`summarize`] besides the records.
+pub struct SummaryInputs<'a> {
+    /// Scenario name.
+    pub scenario: &'a str,
+    /// Seed.
+    pub seed: u64,
+    /// Policy description.
+    pub policy: String,
+    /// End of the run.
+    pub end: SimTime,
+    /// Events processed.
+    pub events: u64,
+    /// Backend names and URLs.
+    pub names: Vec<(String, String)>,
+    /// Group and profile per backend.
+    pub labels: Vec<crate::backend::Label>,
+    /// Engine counters per backend.
+    pub engines: Vec<EngineCounters>,
+    /// Planned requests.
+    pub planned: u64,
+    /// Sessions.
+    pub sessions: u64,
+    /// Sessions cut by the context limit.
+    pub sessions_hit_context_limit: u64,
+    /// Latched sessions (computed by the simulation, which knows the first-turn truth).
+    pub latched_sessions: u64,
+    /// Sessions per backend by first turn.
+    pub first_turns: Vec<u64>,
+    /// Sessions per backend by latest turn.
+    pub last_turns: Vec<u64>,
+    /// Per decision: true outstanding requests of the pick minus the fleet minimum.
+    pub regrets: &'a [u32],
+    /// Per decision that saw engine stats: age of the oldest entry, ns.
+    pub view_ages_ns: &'a [u64],
+    /// Inter-token gaps of finished requests: gap (ns) -> output tokens.
+    pub itl_ns: &'a BTreeMap<u64, u64>,
+    /// Attempts refused for lack of endpoints.
+    pub rejected: u64,
+    /// Turns abandoned after the last retry.
+    pub abandoned: u64,
+}
+
+fn secs(ns: u128) -> f64 {
+    round6(ns as f64 / 1e9)
+}
+
+/// Builds the summary.
+pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRec], decisions: &[Branch]) -> Summary {
+    let end_s = inp.end.as_secs_f64();
+    let span = inp.end.0 as f64;
+    let n = inp.names.len();
+    let mut per_backend_requests = vec![0u64; n];
+    let mut finished = 0u64;
+    let mut failed = 0u64;
+    let mut out_tokens = 0u64;
+    for r in requests {
+        per_backend_requests[r.backend.index()] += 1;
+        if r.t_done.is_some() {
+            finished += 1;
+            out_tokens += u64::from(r.output_tokens);
+        }
+        if r.t_failed.is_some() {
+            failed += 1;
+        }
+    }
+    let mut by_branch: BTreeMap<String, u64> = Branch::ALL.iter().map(|b| (b.as_str().to_string(), 0)).collect();
+    for b in decisions {
+        *by_branch.get_mut(b.as_str()).expect("all branches listed") += 1;
+    }
+    // a / b, rounded for reports; 0 when there is nothing to divide by.
+    let per = |a: f64, b: f64| if b > 0.0 { round6(a / b) } else { 0.0 };
+    let ratio = |a: u64, b: u64| per(a as f64, b as f64);
+    let backends = (0..n)
+        .map(|i| {
+            let t = &fleet.backends[i];
+            let e = inp.engines[i];
+            BackendSummary {
+                name: inp.names[i].0.clone(),
+                url: inp.names[i].1.clone(),
+                group: inp.labels.get(i).map(|l| l.group.clone()).unwrap_or_default(),
+                profile: inp.labels.get(i).map(|l| l.profile.clone()).unwrap_or_default(),
+                slots: t.slots,
+                requests: per_backend_requests[i],
+                first_turn_sessions: inp.first_turns[i],
+                last_turn_sessions: inp.last_turns[i],
+                peak_running: t.peak_running,
+                peak_waiting: t.peak_waiting,
+                mean_running: per(t.running_ns as f64, span),
+                mean_waiting: per(t.waiting_ns as f64, span),
+                busy_s: secs(t.busy_ns),
+                idle_s: secs(t.idle_ns),
+                out_of_service_s: secs(t.out_ns),
+                steps: e.steps,
+                preemptions: e.preemptions,
+                prefix_cache_hit_rate: ratio(e.hit_tokens, e.query_tokens),
+            }
+        })
+        .collect();
+    let q: u64 = inp.engines.iter().map(|e| e.query_tokens).sum();
+    let h: u64 = inp.engines.iter().map(|e| e.hit_tokens).sum();
+    let arrived = requests.len() as u64;
+    Summary {
+        scenario: inp.scenario.to_string(),
+        seed: inp.seed,
+        policy: inp.policy,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        sim_time_s: round6(end_s),
+        events: inp.events,
+        backend_count: n as u64,
+        sessions: inp.sessions,
+        sessions_hit_context_limit: inp.sessions_hit_context_limit,
+        requests: RequestCounts {
+            planned: inp.planned,
+            arrived,
+            finished,
+            in_flight: arrived - finished - failed,
+            failed,
+            rejected: inp.rejected,
+            abandoned: inp.abandoned,
+        },
+        idle_while_queued_s: secs(fleet.idle_while_queued_ns),
+        stranded_slot_s: secs(fleet.stranded_ns),
+        latched_sessions: inp.latched_sessions,
+        peak_backend_sessions: inp.last_turns.iter().copied().max().unwrap_or(0),
+        decision_regret: percentiles(inp.regrets.iter().map(|&r| f64::from(r)).collect()),
+        decisions_with_regret: inp.regrets.iter().filter(|&&r| r > 0).count() as u64,
+        view_age_s: percentiles(inp.view_ages_ns.iter().map(|&a| ns_to_secs(a)).collect()),
+        decisions_by_branch: by_branch,
+        throughput_rps: per(finished as f64, end_s),
+        output_tokens_per_s: per(out_tokens as f64, end_s),
+        prefix_cache_hit_rate: ratio(h, q),
+        preemptions: inp.engines.iter().map(|e| e.preemptions).sum(),
+        queue_wait_s: request_percentiles(requests, |r| Some(ns_to_secs((r.t_admit? - r.t_engine?).0))),
+        ttft_s: request_percentiles(requests, |r| Some(ns_to_secs((r.t_first_chunk? - r.t_router).0))),
+        e2e_s: request_percentiles(requests, |r| Some(ns_to_secs((r.t_done? - r.t_router).0))),
+        tpot_s: tpot_of(requests),
+        itl_s: weighted_percentiles(inp.itl_ns),
+        backends,
+        worst_moment: fleet.worst.as_ref().map(|(t, s, b)| WorstMoment {
+            t_s: round6(t.as_secs_f64()),
+            stranded: *s,
+            backends: b.clone(),
+        }),
+        replay: None,
+    }
+}
+
+/// TPOT percentiles over the finished requests with at least 2 output tokens (see
+/// [`Summary::tpot_s`]); client-side times, as the benchmark measures them.
+fn tpot_of(requests: &[RequestRec]) -> Percentiles {
+    request_percentiles(requests, |r| {
+        if r.output_tokens < 2 {
+            return None;
+        }
+        Some(ns_to_secs((r.t_done? - r.t_first_chunk?).0) / f64::from(r.output_tokens - 1))
+    })
+}
+
+/// Percentiles of one per-request sample (`None`: the request has none), in record order.
+/// One sample vector at a time: the summary is built when every record is alive, the run's
+/// memory peak (8 MiB per vector per million requests).
+fn request_percentiles(requests: &[RequestRec], sample: impl Fn(&RequestRec) -> Option<f64>) -> Percentiles {
+    percentiles(requests.iter().filter_map(sample).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{BackendId, SessionId};
+
+    #[test]
+    fn tpot_is_vllm_benchmark_serving_definition() {
+        let rec = |out: u32, first_ms: u64, done_ms: u64| RequestRec {
+            session: SessionId(0),
+            turn: 0,
+            backend: BackendId(0),
+            branch: Branch::ALL[0],
+            prompt_tokens: 10,
+            output_tokens: out,
+            t_router: SimTime(0),
+            t_engine: Some(SimTime(0)),
+            t_admit: Some(SimTime(0)),
+            t_first_token: Some(SimTime(first_ms * 1_000_000)),
+            t_first_chunk: Some(SimTime(first_ms * 1_000_000)),
+            t_finish_engine: Some(SimTime(done_ms * 1_000_000)),
+            t_done: Some(SimTime(done_ms * 1_000_000)),
+            t_failed: None,
+            cached_tokens: 0,
+            preemptions: 0,
+        };
+        // (1000 - 100) ms over 9 gaps = 100 ms; (700 - 100) over 3 = 200 ms; 1 token: none.
+        let t = tpot_of(&[rec(10, 100, 1000), rec(4, 100, 700), rec(1, 100, 100)]);
+        assert_eq!((t.count, t.p50), (2, 0.15));
+    }
+
+    #[test]
+    fn weighted_percentiles_match_the_expanded_sample() {
+        // 3 gaps of 10 ms and 1 of 40 ms: numpy.percentile([10,10,10,40], [50,90,99]) ms =
+        // 10, 31, 39.1; mean 17.5.
+        let h = BTreeMap::from([(10_000_000, 3), (40_000_000, 1)]);
+        let p = weighted_percentiles(&h);
+        assert_eq!(
+            (p.count, p.mean, p.p50, p.p90, p.p99, p.max),
+            (4, 0.0175, 0.01, 0.031, 0.0391, 0.04)
+        );
+        assert_eq!(weighted_percentiles(&BTreeMap::new()), Percentiles::default());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn weighted_percentiles_are_ordered_and_exact(h in proptest::collection::btree_map(1u64..10_000_000_000, 1u64..50, 1..20)) {
+            let p = weighted_percentiles(&h);
+            proptest::prop_assert!(p.p50 <= p.p90 && p.p90 <= p.p99 && p.p99 <= p.max);
+            let xs = h.iter().flat_map(|(&v, &c)| std::iter::repeat_n(ns_to_secs(v), c as usize)).collect();
+            let e = percentiles(xs);
+            // Same ranks and interpolation; the mean may differ in the last ulp before rounding.
+            proptest::prop_assert_eq!((p.count, p.p50, p.p90, p.p99, p.max), (e.count, e.p50, e.p90, e.p99, e.max));
+            proptest::prop_assert!((p.mean - e.mean).abs() <= 1e-6);
+        }
+    }
+
+    #[test]
+    fn percentiles_interpolate_like_numpy() {
+        let p = percentiles(vec![4.0, 1.0, 3.0, 2.0]);
+        // numpy.percentile([1,2,3,4], [50, 90, 99]) = 2.5, 3.7, 3.97
+        assert_eq!((p.p50, p.p90, p.p99, p.max, p.mean), (2.5, 3.7, 3.97, 4.0, 2.5));
+        assert_eq!(percentiles(vec![]).count, 0);
+    }
+}

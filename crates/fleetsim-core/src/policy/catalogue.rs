@@ -1,0 +1,89 @@
+//! What `sim policies` prints: every policy with its parameters, upstream defaults, the
+//! signals it reads and how fresh they are, and where its semantics come from. Each entry is
+//! declared with its policy ([`super::kind::PolicyKind::DOC`]); this module renders
+//! the registry.
+
+use super::kind::{Doc, ParamDoc};
+use super::registry::REGISTRY;
+
+/// One policy as `sim policies --json` lists it.
+#[derive(serde::Serialize)]
+pub struct PolicyDoc {
+    /// `router.policy.kind`.
+    pub kind: &'static str,
+    /// The router and code it reproduces.
+    pub source: &'static str,
+    /// Signals read, with their freshness.
+    pub signals: &'static str,
+    /// Parameters.
+    pub params: &'static [ParamDoc],
+}
+
+/// Every policy, in registry order.
+pub fn catalogue() -> Vec<PolicyDoc> {
+    REGISTRY
+        .iter()
+        .map(|e| {
+            let Doc {
+                source,
+                signals,
+                params,
+            } = e.doc();
+            PolicyDoc {
+                kind: e.kind(),
+                source,
+                signals,
+                params,
+            }
+        })
+        .collect()
+}
+
+/// The catalogue as text.
+pub fn render() -> String {
+    let mut out = String::new();
+    for d in catalogue() {
+        out.push_str(&format!(
+            "{}\n  source:  {}\n  signals: {}\n",
+            d.kind, d.source, d.signals
+        ));
+        if d.params.is_empty() {
+            out.push_str("  params:  none\n");
+        }
+        for prm in d.params {
+            out.push_str(&format!("  {} = {}  ({})\n", prm.key, prm.default, prm.meaning));
+        }
+        out.push('\n');
+    }
+    out.push_str("Set with [router.policy] kind = \"...\" plus the parameters above; defaults are upstream's.\n");
+    out
+}
+
+/// The catalogue as JSON (`sim policies --json`): a list of `{kind, source, signals,
+/// params: [{key, default, meaning}]}`, defaults as written in TOML.
+pub fn to_json() -> String {
+    serde_json::to_string_pretty(&catalogue()).expect("the catalogue serializes") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lists_every_policy_with_its_parameters() {
+        let v: serde_json::Value = serde_json::from_str(&to_json()).unwrap();
+        let list = v.as_array().unwrap();
+        let all = catalogue();
+        assert_eq!(list.len(), all.len());
+        for (j, d) in list.iter().zip(&all) {
+            assert_eq!(j["kind"], d.kind);
+            assert_eq!(j["params"].as_array().unwrap().len(), d.params.len());
+            for (jp, p) in j["params"].as_array().unwrap().iter().zip(d.params) {
+                assert_eq!(
+                    (jp["key"].as_str(), jp["default"].as_str()),
+                    (Some(p.key), Some(p.default))
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! What a policy declares about itself: [`PolicyKind`], implemented once in each policy's
+//! module (kind name, parameter struct and validation, upstream defaults, scrape interval,
+//! builder, description, catalogue entry), and the validated, type-erased
+//! [`PolicyConfig`] a scenario's policy table becomes. The list of every policy is
+//! [`crate::policy::registry::REGISTRY`].
+
+use std::any::{Any, TypeId};
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use super::RoutingPolicy;
+use super::params::{ParamError, ParamValue};
+
+/// production-stack's `--engine-stats-interval` default, seconds: the scrape interval of
+/// every policy that does not declare its own router's.
+pub const PRODUCTION_STACK_ENGINE_STATS_INTERVAL_S: f64 = 30.0;
+
+/// One parameter, as `sim policies` lists it.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct ParamDoc {
+    /// Key under `[router.policy]`.
+    pub key: &'static str,
+    /// Default as written in TOML; `(required)` when there is none, `(auto)` when it is
+    /// derived from the fleet.
+    pub default: &'static str,
+    /// What it does.
+    pub meaning: &'static str,
+}
+
+/// A [`ParamDoc`] in one line.
+pub const fn param(key: &'static str, default: &'static str, meaning: &'static str) -> ParamDoc {
+    ParamDoc { key, default, meaning }
+}
+
+/// A policy's catalogue entry (`sim policies`).
+#[derive(Clone, Copy, Debug)]
+pub struct Doc {
+    /// The router and code it reproduces.
+    pub source: &'static str,
+    /// Signals read, with their freshness.
+    pub signals: &'static str,
+    /// Parameters.
+    pub params: &'static [ParamDoc],
+}
+
+/// What a policy may auto-tune from the fleet (llm-d sizes its index from the pods).
+#[derive(Clone, Copy, Debug)]
+pub struct Fleet {
+    /// `backends.block_size_tokens`.
+    pub block_size_tokens: u32,
+    /// `backends.kv_blocks`.
+    pub kv_blocks: u32,
+    /// `router.chars_per_token` (a token-level prefix tree's unit).
+    pub chars_per_token: u32,
+}
+
+/// How production-stack's `vllm-router` command line sets a policy, beyond
+/// `--routing-logic KIND`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StackFlags {
+    /// Arguments, in parser order.
+    pub args: Vec<String>,
+    /// Settings with no flag, and the PRs they need.
+    pub notes: Vec<String>,
+    /// The policy reads scraped engine stats (`--engine-stats-interval` matters).
+    pub reads_engine_stats: bool,
+    /// The policy reads router-local request stats (`--request-stats-window` matters).
+    pub reads_request_stats: bool,
+}
+
+/// One policy's declaration: implement it for a marker type in the policy's module and add
+/// one line to [`REGISTRY`](crate::policy::registry::REGISTRY).
+pub trait PolicyKind: Send + Sync + 'static {
+    /// `router.policy.kind`.
+    const KIND: &'static str;
+    /// What `sim policies` prints.
+    const DOC: Doc;
+    /// The engine-stats refresh interval the real router uses by default, when the scenario
+    /// does not set `router.engine_stats_interval_s`.
+    const ENGINE_STATS_INTERVAL_S: f64 = PRODUCTION_STACK_ENGINE_STATS_INTERVAL_S;
+    /// True if the real router polls every endpoint concurrently on a ticker (llm-d's
+    /// datalayer) rather than in sequential passes (production-stack's scraper).
+    const POLLS_ENDPOINTS_CONCURRENTLY: bool = false;
+    /// The `[router.policy]` table without `kind`: a serde struct with
+    /// `deny_unknown_fields` whose defaults are upstream's.
+    type Params: DeserializeOwned;
+    /// The validated configuration.
+    type Config: Clone + fmt::Debug + PartialEq + Send + Sync + 'static;
+    /// Validates the table; errors name their key inside the table.
+    fn validate(p: Self::Params, fleet: &Fleet) -> Result<Self::Config, ParamError>;
+    /// The parameters for reports (`band = 1, tie = first`); empty: the kind alone.
+    fn describe(c: &Self::Config) -> String;
+    /// Instantiates the policy.
+    fn build(c: &Self::Config) -> Box<dyn RoutingPolicy>;
+    /// production-stack's command line for it; `None`: not one of production-stack's
+    /// routers.
+    fn production_stack(_c: &Self::Config) -> Option<StackFlags> {
+        None
+    }
+}
+
+/// A registry entry, with the policy's types erased.
+pub trait Entry: Sync {
+    /// `router.policy.kind`.
+    fn kind(&self) -> &'static str;
+    /// Its catalogue entry.
+    fn doc(&self) -> Doc;
+    /// Parses and validates the `[router.policy]` table without `kind`.
+    fn parse(&self, table: ParamValue, fleet: &Fleet) -> Result<PolicyConfig, ParamError>;
+}
+
+/// The [`Entry`] of a [`PolicyKind`].
+pub struct Registered<K>(PhantomData<fn() -> K>);
+
+impl<K: PolicyKind> Registered<K> {
+    /// The entry, for [`REGISTRY`](crate::policy::registry::REGISTRY).
+    pub const ENTRY: Registered<K> = Registered(PhantomData);
+}
+
+impl<K: PolicyKind> Entry for Registered<K> {
+    fn kind(&self) -> &'static str {
+        K::KIND
+    }
+    fn doc(&self) -> Doc {
+        K::DOC
+    }
+    fn parse(&self, table: ParamValue, fleet: &Fleet) -> Result<PolicyConfig, ParamError> {
+        let p: K::Params = super::params::deserialize(table)?;
+        K::validate(p, fleet).map(PolicyConfig::new::<K>)
+    }
+}
+
+/// A validated policy configuration of any kind.
+#[derive(Clone)]
+pub struct PolicyConfig(Arc<dyn ErasedConfig>);
+
+trait ErasedConfig: Send + Sync {
+    fn kind_id(&self) -> TypeId;
+    fn kind(&self) -> &'static str;
+    fn config(&self) -> &dyn Any;
+    fn describe(&self) -> String;
+    fn build(&self) -> Box<dyn RoutingPolicy>;
+    fn production_stack(&self) -> Option<StackFlags>;
+    fn engine_stats_interval_s(&self) -> f64;
+    fn polls_endpoints_concurrently(&self) -> bool;
+    fn eq_dyn(&self, other: &dyn ErasedConfig) -> bool;
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+}
+
+struct Configured<K: PolicyKind>(K::Config);
+
+impl<K: PolicyKind> ErasedConfig for Configured<K> {
+    fn kind_id(&self) -> TypeId {
+        TypeId::of::<K>()
+    }
+    fn kind(&self) -> &'static str {
+        K::KIND
+    }
+    fn config(&self) -> &dyn Any {
+        &self.0
+    }
+    fn describe(&self) -> String {
+        let d = K::describe(&self.0);
+        if d.is_empty() {
+            K::KIND.to_string()
+        } else {
+            format!("{} ({d})", K::KIND)
+        }
+    }
+    fn build(&self) -> Box<dyn RoutingPolicy> {
+        K::build(&self.0)
+    }
+    fn production_stack(&self) -> Option<StackFlags> {
+        K::production_stack(&self.0)
+    }
+    fn engine_stats_interval_s(&self) -> f64 {
+        K::ENGINE_STATS_INTERVAL_S
+    }
+    fn polls_endpoints_concurrently(&self) -> bool {
+        K::POLLS_ENDPOINTS_CONCURRENTLY
+    }
+    fn eq_dyn(&self, other: &dyn ErasedConfig) -> bool {
+        other.kind_id() == TypeId::of::<K>() && other.config().downcast_ref::<K::Config>() == Some(&self.0)
+    }
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {:?}", K::KIND, self.0)
+    }
+}
+
+impl PolicyConfig {
+    /// A configuration of kind `K`.
+    pub fn new<K: PolicyKind>(config: K::Config) -> Self {
+        PolicyConfig(Arc::new(Configured::<K>(config)))
+    }
+
+    /// The configuration, if this is a `K`.
+    pub fn get<K: PolicyKind>(&self) -> Option<&K::Config> {
+        if self.0.kind_id() == TypeId::of::<K>() {
+            self.0.config().downcast_ref()
+        } else {
+            None
+        }
+    }
+
+    /// `router.policy.kind`.
+    pub fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+
+    /// A one-line description for reports.
+    pub fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    /// Instantiates the policy.
+    pub fn build(&self) -> Box<dyn RoutingPolicy> {
+        self.0.build()
+    }
+
+    /// production-stack's command line for it, if it is one of production-stack's routers.
+    pub fn production_stack(&self) -> Option<StackFlags> {
+        self.0.production_stack()
+    }
+
+    /// The engine-stats refresh interval the real router uses by default.
+    pub fn default_engine_stats_interval_s(&self) -> f64 {
+        self.0.engine_stats_interval_s()
+    }
+
+    /// True if the real router polls every endpoint concurrently on a ticker.
+    pub fn polls_endpoints_concurrently(&self) -> bool {
+        self.0.polls_endpoints_concurrently()
+    }
+}
+
+impl PartialEq for PolicyConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.eq_dyn(other.0.as_ref())
+    }
+}
+
+impl fmt::Debug for PolicyConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}

@@ -1,0 +1,334 @@
+//! The router: service discovery (a static, ordered endpoint list), the engine-stats
+//! scraper, router-local request stats, and one routing policy.
+//!
+//! Per request, exactly as production-stack's `route_general_request`: a fresh copy of the
+//! engine stats (the last *published* scrape) and of the request stats is taken, the policy
+//! decides, and the dispatch is recorded in the request stats before any other request can
+//! be routed (optionally after a configurable lag, to model routers that update
+//! asynchronously). The router never reads backend state; the simulation hands it scrape
+//! results when scrape events fire.
+//!
+//! Owns: discovery, the scraper, request stats and the policy instance. May not see: the
+//! backends' live state (only what a scrape read, with its `read_at`) or the metrics.
+//! Invariant: a policy is handed exactly what the real router holds at that instant.
+
+pub mod engine_stats;
+pub mod front;
+pub mod request_stats;
+
+use crate::view::KvFeed;
+use engine_stats::{EngineStatsEntry, EngineStatsScraper, ScrapeNext};
+use request_stats::{RequestStatsEntry, RequestStatsMonitor};
+
+use crate::backend::kv::KvEvent;
+use crate::content::{Content, block_hashes, char_chunk_hashes};
+use crate::ids::{BackendId, ReplicaId, RequestId};
+use crate::policy::{Decision, EndpointInfo, PolicyConfig, RequestInfo, RouterView, RoutingPolicy};
+use crate::rng::{SimRng, stream};
+use crate::time::{SimDuration, SimTime};
+use rand::RngExt;
+
+use crate::policy::hashtrie::CHUNK_CHARS;
+
+/// Router timing and plumbing parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouterConfig {
+    /// `--engine-stats-interval` (upstream default 30 s).
+    pub engine_stats_interval: SimDuration,
+    /// Round trip of one `/metrics` scrape.
+    pub scrape_duration: SimDuration,
+    /// `--request-stats-window` (upstream default 60 s).
+    pub request_stats_window: SimDuration,
+    /// Delay before a dispatch shows in the router's request stats (0 upstream).
+    pub request_stats_lag: SimDuration,
+    /// Characters per token when the prompt is seen as a string.
+    pub chars_per_token: u32,
+    /// Transport delay of engine KV events to the router (KV-event-fed policies only).
+    pub kv_event_lag: SimDuration,
+    /// The engines' KV block size, for the request's block hashes.
+    pub block_size_tokens: u32,
+    /// Router replicas, each with its own policy state, request stats and scrape phase.
+    pub replicas: u32,
+    /// How requests are spread over the replicas.
+    pub front: front::FrontBalancer,
+    /// Uniform jitter added to each sleep between scrape passes (0 upstream).
+    pub scrape_jitter: SimDuration,
+    /// Start of the first scrape pass as a fraction of the interval, in [0, 1) (0: at
+    /// router start). Sweeping it moves the scrape against a burst.
+    pub engine_stats_phase: f64,
+    /// Counterfactual device: every decision sees the engines' live gauges instead of the
+    /// last scrape (the oracle view `sim explain` compares against). Off for real routers.
+    pub fresh_signals: bool,
+    /// The policy.
+    pub policy: PolicyConfig,
+}
+
+impl RouterConfig {
+    /// When the first scrape pass of replica `r` of `replicas` starts: replicas spread
+    /// evenly over one interval (production-stack issue #166: they do not coordinate),
+    /// all shifted by `engine_stats_phase`.
+    pub fn first_scrape(&self, r: u64, replicas: u64) -> SimTime {
+        let i = self.engine_stats_interval.0;
+        SimTime(i / replicas * r + (i as f64 * self.engine_stats_phase).round() as u64)
+    }
+}
+
+pub use crate::view::ViewEntry;
+
+/// The router.
+pub struct Router {
+    cfg: RouterConfig,
+    /// Every backend of the fleet, by index (what discovery can list).
+    fleet: Vec<EndpointInfo>,
+    /// What discovery lists now, in its order (tie-breaks use it).
+    endpoints: Vec<EndpointInfo>,
+    scraper: EngineStatsScraper,
+    req_stats: RequestStatsMonitor,
+    policy: Box<dyn RoutingPolicy>,
+    rng: SimRng,
+    engine_view: Vec<Option<EngineStatsEntry>>,
+    request_view: Vec<Option<RequestStatsEntry>>,
+    chunks: Vec<u64>,
+    blocks: Vec<u64>,
+    kv: Option<KvFeed>,
+    /// Age of the oldest engine-stats entry in the last decision's view (None: no entries).
+    last_view_age: Option<SimDuration>,
+    /// Draws scrape-interval jitter.
+    jitter_rng: SimRng,
+}
+
+impl Router {
+    /// Router replica `replica` over a fleet of backends (by index), of which discovery
+    /// lists those with `listed[i]` in index order. Its random streams derive from the
+    /// master `seed`, one per purpose (`router.policy`, `router.scrape_jitter`, instance
+    /// `replica`), so no stream can stand in for another.
+    pub fn new(cfg: RouterConfig, fleet: Vec<EndpointInfo>, listed: &[bool], seed: u64, replica: ReplicaId) -> Router {
+        let n = fleet.len();
+        for (i, e) in fleet.iter().enumerate() {
+            assert_eq!(e.backend.index(), i, "the fleet must be given in backend order");
+        }
+        assert_eq!(listed.len(), n);
+        let endpoints = fleet.iter().filter(|e| listed[e.backend.index()]).cloned().collect();
+        let policy = cfg.policy.build();
+        Router {
+            scraper: if cfg.policy.polls_endpoints_concurrently() {
+                EngineStatsScraper::parallel(n, cfg.engine_stats_interval, cfg.scrape_duration)
+            } else {
+                EngineStatsScraper::new(n, cfg.engine_stats_interval, cfg.scrape_duration)
+            },
+            req_stats: RequestStatsMonitor::new(n, cfg.request_stats_window),
+            kv: policy.needs_kv_events().then(|| KvFeed::new(n, cfg.kv_event_lag)),
+            blocks: Vec::new(),
+            last_view_age: None,
+            jitter_rng: stream(seed, "router.scrape_jitter", u64::from(replica.0)),
+            policy,
+            rng: stream(seed, "router.policy", u64::from(replica.0)),
+            engine_view: Vec::with_capacity(n),
+            request_view: Vec::with_capacity(n),
+            chunks: Vec::new(),
+            endpoints,
+            fleet,
+            cfg,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RouterConfig {
+        &self.cfg
+    }
+
+    /// The endpoint list (what discovery lists now, in its order).
+    pub fn endpoints(&self) -> &[EndpointInfo] {
+        &self.endpoints
+    }
+
+    /// Discovery lists backend `b` from now on, after every endpoint already listed
+    /// (Kubernetes discovery keeps pods in insertion order).
+    pub fn add_endpoint(&mut self, b: BackendId) {
+        if !self.endpoints.iter().any(|e| e.backend == b) {
+            self.endpoints.push(self.fleet[b.index()].clone());
+        }
+    }
+
+    /// Discovery no longer lists backend `b`. The policy's state about it (trie entries,
+    /// trees, counters) stays, as upstream never prunes it; lookups only consider listed
+    /// endpoints.
+    pub fn remove_endpoint(&mut self, b: BackendId) {
+        self.endpoints.retain(|e| e.backend != b);
+    }
+
+    /// Backend `b`'s engine is gone (its KV-event stream ended): a KV-event-fed router drops
+    /// its blocks once the news arrives (after the feed's lag).
+    pub fn forget_kv(&mut self, now: SimTime, b: BackendId) {
+        if let Some(kv) = self.kv.as_mut() {
+            kv.clear(now, b);
+        }
+    }
+
+    /// The backend read at position `pos` of the scrape pass; position 0 starts a pass over
+    /// the endpoints listed now. `None`: nothing is listed, the pass is empty.
+    pub fn scrape_target(&mut self, pos: usize) -> Option<BackendId> {
+        if pos == 0 && !self.scraper.begin_pass(self.endpoints.iter().map(|e| e.backend)) {
+            return None;
+        }
+        Some(self.scraper.target(pos))
+    }
+
+    /// The oracle view of a counterfactual run: the published engine stats of every listed
+    /// endpoint become `live(b)`, read at `now`.
+    pub fn set_fresh_engine_stats(&mut self, now: SimTime, mut live: impl FnMut(BackendId) -> EngineStatsEntry) {
+        for e in &self.endpoints {
+            let mut v = live(e.backend);
+            v.read_at = now;
+            self.scraper.set_published(e.backend, v);
+        }
+    }
+
+    /// Age of the oldest engine-stats entry the last decision saw (None if it saw none).
+    pub fn last_view_age(&self) -> Option<SimDuration> {
+        self.last_view_age
+    }
+
+    /// True if the policy consumes engine KV events (the simulation then publishes them).
+    pub fn wants_kv_events(&self) -> bool {
+        self.kv.is_some()
+    }
+
+    /// KV events an engine published at `now`.
+    pub fn publish_kv_events(&mut self, now: SimTime, b: BackendId, events: Vec<KvEvent>) {
+        if let Some(kv) = self.kv.as_mut() {
+            kv.publish(now, b, events);
+        }
+    }
+
+    /// The first output token of `request` reached the router.
+    pub fn on_first_token(&mut self, request: RequestId) {
+        self.policy.on_first_token(request);
+    }
+
+    /// `request`'s stream ended.
+    pub fn on_finished(&mut self, request: RequestId) {
+        self.policy.on_finished(request);
+    }
+
+    /// Routes one request. The view the policy saw is appended to `audit` if given.
+    pub fn route(
+        &mut self,
+        now: SimTime,
+        request: RequestId,
+        session_key: Option<&str>,
+        content: &Content,
+        audit: Option<&mut Vec<ViewEntry>>,
+    ) -> (BackendId, Decision) {
+        self.engine_view.clear();
+        self.request_view.clear();
+        for ep in &self.endpoints {
+            self.engine_view.push(self.scraper.entry(ep.backend));
+            self.request_view.push(self.req_stats.entry(ep.backend, now));
+        }
+        self.last_view_age = self
+            .engine_view
+            .iter()
+            .flatten()
+            .map(|e| SimDuration(now.0.saturating_sub(e.read_at.0)))
+            .max();
+        let chunk_chars = self.policy.prompt_chunk_chars();
+        let join = self.policy.joins_chat_messages();
+        match chunk_chars {
+            Some(c) => char_chunk_hashes(content, self.cfg.chars_per_token, c, join, &mut self.chunks),
+            None => self.chunks.clear(),
+        }
+        if let Some(kv) = self.kv.as_mut() {
+            kv.advance(now);
+            let bs = self.cfg.block_size_tokens.max(1);
+            block_hashes(content, bs, (content.prompt_tokens / bs) as usize, &mut self.blocks);
+        }
+        let view = RouterView {
+            now,
+            endpoints: &self.endpoints,
+            engine_stats: &self.engine_view,
+            request_stats: &self.request_view,
+            kv: self.kv.as_ref(),
+        };
+        let req = RequestInfo {
+            request,
+            block_hashes: &self.blocks,
+            block_size_tokens: self.cfg.block_size_tokens,
+            prompt_tokens: content.prompt_tokens,
+            session_key,
+            prompt_chunks: &self.chunks,
+            chunk_chars: chunk_chars.unwrap_or(CHUNK_CHARS),
+            prompt_chars: content.prompt_chars(self.cfg.chars_per_token, join),
+            api: content.api,
+        };
+        let d = self.policy.route(&req, &view, &mut self.rng);
+        assert!(d.pos < self.endpoints.len(), "policy returned an endpoint out of range");
+        if let Some(a) = audit {
+            let start = a.len();
+            a.resize(start + self.fleet.len(), ViewEntry::UNLISTED);
+            for ((ep, e), r) in self.endpoints.iter().zip(&self.engine_view).zip(&self.request_view) {
+                a[start + ep.backend.index()] = ViewEntry {
+                    engine: *e,
+                    requests: *r,
+                    listed: true,
+                };
+            }
+        }
+        (self.endpoints[d.pos].backend, d)
+    }
+
+    /// Records a dispatch in the request stats (`RequestStatsMonitor.on_new_request`).
+    pub fn on_new_request(&mut self, b: BackendId, now: SimTime) {
+        self.req_stats.on_new_request(b, now);
+    }
+
+    /// First response chunk received.
+    pub fn on_request_response(&mut self, b: BackendId) {
+        self.req_stats.on_request_response(b);
+    }
+
+    /// Response stream finished.
+    pub fn on_request_complete(&mut self, b: BackendId) {
+        self.req_stats.on_request_complete(b);
+    }
+
+    /// Records the scrape of endpoint `pos`; returns what comes next and after how long.
+    pub fn scrape_read(&mut self, pos: usize, entry: Option<EngineStatsEntry>) -> (ScrapeNext, SimDuration) {
+        let after = self.scraper.delay_after(pos);
+        (self.scraper.record(pos, entry), after)
+    }
+
+    /// Ends a scrape pass: publishes, and returns how long until the next pass starts
+    /// (the sleep, plus a uniform draw in `[-jitter, +jitter]` when `router.scrape_jitter_s`
+    /// is set, never below zero).
+    pub fn scrape_pass_end(&mut self) -> SimDuration {
+        self.scraper.publish();
+        let sleep = self.scraper.sleep();
+        let j = self.cfg.scrape_jitter.0;
+        if j == 0 {
+            return sleep;
+        }
+        let d = self.jitter_rng.random_range(0..=2 * j) as i128 - j as i128;
+        SimDuration((sleep.0 as i128 + d).max(0) as u64)
+    }
+
+    /// A router restart at `now`: the policy's state (tries, trees, counters, background
+    /// loops, which start over from `now`), request stats, published engine stats and the
+    /// KV-event replica are lost; the endpoint list and the scraper's schedule survive (the
+    /// next pass repopulates the stats).
+    pub fn restart(&mut self, now: SimTime) {
+        let n = self.fleet.len();
+        self.policy = self.cfg.policy.build();
+        self.policy.on_router_start(now);
+        self.req_stats = RequestStatsMonitor::new(n, self.cfg.request_stats_window);
+        self.scraper.clear_published();
+        if self.kv.is_some() {
+            self.kv = Some(KvFeed::new(n, self.cfg.kv_event_lag));
+        }
+    }
+
+    /// Request-stats lag.
+    pub fn request_stats_lag(&self) -> SimDuration {
+        self.cfg.request_stats_lag
+    }
+}

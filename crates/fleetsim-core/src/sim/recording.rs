@@ -1,0 +1,155 @@
+//! Invariant checks after every event (`--invariants`) and the run's result at the end.
+
+use super::{RunResult, Simulation, engine_counters};
+use crate::fleet::Membership;
+use crate::ids::BackendId;
+use crate::metrics::{EngineCounters, SummaryInputs, summarize};
+use crate::time::SimTime;
+
+impl Simulation<'_> {
+    pub(super) fn check_invariants(&self, now: SimTime) -> Result<(), String> {
+        if now < self.queue.now() {
+            return Err("time went backwards".into());
+        }
+        for i in 0..self.nodes.len() {
+            self.engines
+                .get(BackendId::from_index(i))
+                .check()
+                .map_err(|e| format!("backend {i}: {e}"))?;
+        }
+        let arrived = self.log.requests.len();
+        let failed = self.log.requests.iter().filter(|r| r.t_failed.is_some()).count();
+        let in_flight = self
+            .log
+            .requests
+            .iter()
+            .filter(|r| r.t_done.is_none() && r.t_failed.is_none())
+            .count();
+        if arrived != self.finished + failed + in_flight {
+            return Err(format!(
+                "arrived {arrived} != finished {} + failed {failed} + in flight {in_flight}",
+                self.finished
+            ));
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            let m = &node.membership;
+            let listed = self
+                .routers
+                .iter()
+                .all(|r| r.endpoints().iter().any(|e| e.backend.index() == i));
+            if listed != (*m == Membership::Active) {
+                return Err(format!("backend {i} is {m:?} but listed = {listed}"));
+            }
+            if *m == Membership::Absent {
+                // Nothing may still be at the engine of a backend that left: what remains
+                // outstanding is on the wire, dispatched before it left (refused on arrival).
+                let on_wire = self
+                    .log
+                    .requests
+                    .iter()
+                    .filter(|r| r.backend.index() == i && r.t_failed.is_none() && r.t_engine.is_none())
+                    .count() as u32;
+                if node.outstanding != on_wire {
+                    return Err(format!(
+                        "backend {i} left but {} requests are outstanding on it ({on_wire} on the wire)",
+                        node.outstanding
+                    ));
+                }
+            }
+        }
+        let outstanding: u32 = self.nodes.iter().map(|n| n.outstanding).sum();
+        let at_engine: u32 = (0..self.nodes.len())
+            .map(|i| {
+                let b = self.engines.get(BackendId::from_index(i));
+                b.running() + b.waiting() + b.pending()
+            })
+            .sum();
+        let in_transit = self
+            .log
+            .requests
+            .iter()
+            .filter(|r| r.t_engine.is_none() && r.t_failed.is_none())
+            .count() as u32;
+        if outstanding != at_engine + in_transit {
+            return Err(format!(
+                "outstanding {outstanding} != at engines {at_engine} + in transit {in_transit}"
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish(mut self, end: SimTime) -> RunResult {
+        self.fleet.finish(end);
+        let n = self.nodes.len();
+        let mut first_turns = vec![0u64; n];
+        let mut last_turns = vec![0u64; n];
+        let mut latched = 0;
+        for st in &self.sessions {
+            if let Some(b) = st.last_backend {
+                last_turns[b.index()] += 1;
+            }
+            if let Some(b) = st.first_backend {
+                first_turns[b.index()] += 1;
+                if st.first_turn_suboptimal && st.stayed {
+                    latched += 1;
+                }
+            }
+        }
+        let engines = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let r = &node.retired;
+                let c = engine_counters(self.engines.get(BackendId::from_index(i)));
+                EngineCounters {
+                    steps: c.steps + r.steps,
+                    preemptions: c.preemptions + r.preemptions,
+                    query_tokens: c.query_tokens + r.query_tokens,
+                    hit_tokens: c.hit_tokens + r.hit_tokens,
+                }
+            })
+            .collect();
+        let itl_ns: std::collections::BTreeMap<u64, u64> = std::mem::take(&mut self.itl_counts).into_iter().collect();
+        let inputs = SummaryInputs {
+            scenario: &self.cfg.name,
+            seed: self.cfg.seed,
+            policy: self.cfg.router.policy.describe(),
+            end,
+            events: self.events,
+            names: self.cfg.backends.clone(),
+            labels: self.cfg.labels.clone(),
+            engines,
+            planned: self.workload.total_requests() as u64,
+            sessions: self.workload.sessions.len() as u64,
+            sessions_hit_context_limit: self.workload.sessions.iter().filter(|s| s.hit_context_limit).count() as u64,
+            latched_sessions: latched,
+            first_turns,
+            last_turns,
+            regrets: &self.log.regrets,
+            view_ages_ns: &self.log.view_ages,
+            itl_ns: &itl_ns,
+            rejected: self.rejected,
+            abandoned: self.abandoned,
+        };
+        let mut summary = summarize(inputs, &self.fleet, &self.log.requests, &self.log.branches);
+        summary.replay = crate::metrics::fidelity::summarize(self.workload, &self.log.requests);
+        RunResult {
+            summary,
+            series: self.fleet.take_series(),
+            episodes: self.fleet.take_episodes(),
+            requests: self.log.requests,
+            decisions: self.decisions,
+            session_keys: self.workload.sessions.iter().map(|s| s.key.clone()).collect(),
+            event_log: self.event_log,
+            collapsed_steps: self.collapsed_steps,
+            coalesced_steps: self.nodes.iter().map(|n| n.retired_coalesced).sum::<u64>()
+                + self
+                    .engines
+                    .vllm_engines()
+                    .iter()
+                    .map(|e| e.coalesced_steps())
+                    .sum::<u64>(),
+        }
+    }
+}

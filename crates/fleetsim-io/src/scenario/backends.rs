@@ -1,0 +1,463 @@
+//! `[backends]`: the fleet. Either one table of N identical backends (the original form,
+//! kept as one unnamed group so its outputs stay byte-identical) or `[[backends.groups]]`,
+//! each group with its own count, engine flags, profile or step-time coefficients and KV
+//! capacity (a block count, or the memory inputs vLLM derives it from). Discovery order is
+//! group order, then index within the group.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{FieldError, Res, count, from_value, secs};
+use crate::profiles::{self, KvInputs, Profile};
+use fleetsim_core::backend::Label;
+use fleetsim_core::backend::perf::StepTimeModel;
+use fleetsim_core::backend::vllm::VllmConfig;
+use fleetsim_core::sim::BackendModel;
+use fleetsim_core::time::SimDuration;
+
+/// Most backends a fleet may have.
+const MAX_BACKENDS: u32 = 4096;
+
+/// `[backends]` keys shared by every group.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SharedFile {
+    /// `"vllm"` (default) or `"queueing"`, for every group.
+    #[serde(default = "default_model")]
+    model: String,
+    /// Delay between engine state and the value `/metrics` serves (default 0).
+    metrics_lag_s: Option<f64>,
+    /// Backend groups, in discovery order (instead of one group's keys on `[backends]`).
+    groups: Option<Vec<GroupFile>>,
+}
+
+fn default_model() -> String {
+    "vllm".into()
+}
+
+/// Keys of `[backends]` that are not one group's.
+const SHARED_KEYS: [&str; 3] = ["model", "metrics_lag_s", "groups"];
+
+/// JSON Schema of `[backends]`: the shared keys and one group's keys in one table, as
+/// [`validate`] splits it (the reference and editors see every key `[backends]` accepts).
+pub(super) fn schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut all = SharedFile::json_schema(generator);
+    let group = GroupFile::json_schema(generator);
+    let more = group
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .cloned()
+        .unwrap_or_default();
+    if let Some(props) = all.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        props.extend(more);
+    }
+    all
+}
+
+/// `[backends]`, split.
+struct Backends {
+    top: SharedFile,
+    single: GroupFile,
+}
+
+/// One group: `[[backends.groups]]`, or the keys of a single `[backends]` table.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "BackendGroupFile")]
+pub struct GroupFile {
+    /// Group name (required in `[[backends.groups]]`): backends are named `<name>-<i>`.
+    pub name: Option<String>,
+    /// Number of backends.
+    pub count: Option<i64>,
+    /// Explicit endpoint URLs, in discovery order (default `http://<name>-<i>:8000`).
+    pub urls: Option<Vec<String>>,
+    /// `<model>/<gpu>/tp<N>` (see `sim profiles`): step time and model shape.
+    pub profile: Option<String>,
+    /// vLLM `--max-num-seqs` (default: `vllm serve`'s for the profile's GPU, else 1024).
+    pub max_num_seqs: Option<i64>,
+    /// vLLM `--max-num-batched-tokens` (default: `vllm serve`'s for the GPU, else 8192).
+    pub max_num_batched_tokens: Option<i64>,
+    /// Usable KV blocks (default: derived from the profile's memory, else 29,205).
+    pub kv_blocks: Option<i64>,
+    /// GPU memory, GiB (default: the profile's GPU).
+    pub gpu_memory_gib: Option<f64>,
+    /// vLLM `--gpu-memory-utilization` (default 0.9).
+    pub gpu_memory_utilization: Option<f64>,
+    /// Activation peak and non-torch memory per GPU, GiB (default 0; vLLM logs it).
+    pub activation_memory_gib: Option<f64>,
+    /// vLLM `--kv-cache-dtype`: `auto` (the model's bf16), `fp8`, `fp8_e4m3`, `fp8_e5m2`.
+    pub kv_cache_dtype: Option<String>,
+    /// Tokens per KV block (default 16).
+    pub block_size_tokens: Option<i64>,
+    /// Automatic prefix caching (default on).
+    pub prefix_caching: Option<bool>,
+    /// Step-time model coefficients (override the profile's).
+    pub step_time: Option<StepTimeFile>,
+    /// Servers per backend (queueing model only).
+    pub slots: Option<i64>,
+}
+
+/// `[backends.step_time]`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepTimeFile {
+    /// µs per step.
+    pub beta0_us: Option<f64>,
+    /// µs per prefill token.
+    pub beta1_us: Option<f64>,
+    /// µs per decode token.
+    pub beta2_us: Option<f64>,
+}
+
+/// The validated fleet.
+pub(super) struct Fleet {
+    /// Backend names and URLs, in discovery order.
+    pub names: Vec<(String, String)>,
+    /// One model per backend.
+    pub models: Vec<BackendModel>,
+    /// Group and profile per backend (empty strings for a single unnamed table).
+    pub labels: Vec<Label>,
+    /// Gauge lag.
+    pub gauge_lag: SimDuration,
+    /// The most tokens one request may hold on every backend (vLLM fleets).
+    pub context_limit: Option<u32>,
+    /// Tokens per KV block (one value: the router hashes blocks of one size).
+    pub block_size_tokens: u32,
+    /// The largest group's KV blocks (what a policy sizes a per-pod index from).
+    pub kv_blocks: u32,
+}
+
+impl GroupFile {
+    fn vllm_only(&self) -> [(&'static str, bool); 11] {
+        [
+            ("profile", self.profile.is_some()),
+            ("max_num_seqs", self.max_num_seqs.is_some()),
+            ("max_num_batched_tokens", self.max_num_batched_tokens.is_some()),
+            ("kv_blocks", self.kv_blocks.is_some()),
+            ("gpu_memory_gib", self.gpu_memory_gib.is_some()),
+            ("gpu_memory_utilization", self.gpu_memory_utilization.is_some()),
+            ("activation_memory_gib", self.activation_memory_gib.is_some()),
+            ("kv_cache_dtype", self.kv_cache_dtype.is_some()),
+            ("block_size_tokens", self.block_size_tokens.is_some()),
+            ("prefix_caching", self.prefix_caching.is_some()),
+            ("step_time", self.step_time.is_some()),
+        ]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.name.is_none()
+            && self.count.is_none()
+            && self.urls.is_none()
+            && self.slots.is_none()
+            && self.vllm_only().iter().all(|(_, set)| !set)
+    }
+}
+
+/// Validates `[backends]` (the raw table: its shared keys, then one group's keys or
+/// `[[backends.groups]]`).
+pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
+    let toml::Value::Table(all) = raw else {
+        return Err(FieldError::new("backends", "must be a table"));
+    };
+    let (shared, single): (toml::Table, toml::Table) = all
+        .clone()
+        .into_iter()
+        .partition(|(k, _)| SHARED_KEYS.contains(&k.as_str()));
+    let top: SharedFile = from_value(&toml::Value::Table(shared), "backends")?;
+    let single: GroupFile = from_value(&toml::Value::Table(single), "backends")?;
+    let b = Backends { top, single };
+    let gauge_lag = secs(b.top.metrics_lag_s.unwrap_or(0.0), "backends.metrics_lag_s", true)?;
+    if !matches!(b.top.model.as_str(), "vllm" | "queueing") {
+        return Err(FieldError::new(
+            "backends.model",
+            format!("unknown model `{}`; expected `vllm` or `queueing`", b.top.model),
+        ));
+    }
+    let list: Vec<(String, &GroupFile)> = match &b.top.groups {
+        None => {
+            if b.single.name.is_some() {
+                return Err(FieldError::new(
+                    "backends.name",
+                    "names a group; use [[backends.groups]] for named groups",
+                ));
+            }
+            vec![("backends".to_string(), &b.single)]
+        }
+        Some(groups) => {
+            if !b.single.is_empty() {
+                let key = first_key(&b.single);
+                return Err(FieldError::new(
+                    format!("backends.{key}"),
+                    "give engine keys either on [backends] (one group) or in each [[backends.groups]], not both",
+                ));
+            }
+            if groups.is_empty() {
+                return Err(FieldError::new("backends.groups", "needs at least one group"));
+            }
+            groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (format!("backends.groups[{i}]"), g))
+                .collect()
+        }
+    };
+    let named = b.top.groups.is_some();
+    let mut fleet = Fleet {
+        names: Vec::new(),
+        models: Vec::new(),
+        labels: Vec::new(),
+        gauge_lag,
+        context_limit: None,
+        block_size_tokens: 0,
+        kv_blocks: 0,
+    };
+    let mut seen_names = std::collections::BTreeSet::new();
+    let mut seen_urls = std::collections::BTreeMap::new();
+    for (gi, (path, g)) in list.iter().enumerate() {
+        let at = |k: &str| format!("{path}.{k}");
+        let name = match (&g.name, named) {
+            (Some(n), true) => {
+                if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                    return Err(FieldError::new(
+                        at("name"),
+                        format!("`{n}` must be non-empty letters, digits, `-` or `_` (it names backends `{n}-0`, ...)"),
+                    ));
+                }
+                if !seen_names.insert(n.clone()) {
+                    return Err(FieldError::new(at("name"), format!("duplicate group name `{n}`")));
+                }
+                n.clone()
+            }
+            (None, true) => return Err(FieldError::new(path.clone(), "needs `name`")),
+            (_, false) => "backend".to_string(),
+        };
+        let n = count(
+            g.count.ok_or_else(|| FieldError::new(path.clone(), "needs `count`"))?,
+            &at("count"),
+            1,
+        )?;
+        let total = fleet.names.len() as u64 + u64::from(n);
+        if total > u64::from(MAX_BACKENDS) {
+            let what = if named { "the groups add up to" } else { "" };
+            return Err(FieldError::new(
+                at("count"),
+                format!("{what}{total} backends is above the supported {MAX_BACKENDS}")
+                    .trim_start()
+                    .to_string(),
+            ));
+        }
+        let first = fleet.names.len();
+        let urls: Vec<String> = match &g.urls {
+            Some(u) => {
+                if u.len() != n as usize {
+                    return Err(FieldError::new(
+                        at("urls"),
+                        format!("lists {} URLs but {} = {n}", u.len(), at("count")),
+                    ));
+                }
+                u.clone()
+            }
+            // The single table keeps its global numbering (`backend-{i}`).
+            None => (0..n as usize)
+                .map(|i| format!("http://{name}-{}:8000", if named { i } else { first + i }))
+                .collect(),
+        };
+        for (i, url) in urls.iter().enumerate() {
+            if let Some(prev) = seen_urls.insert(url.clone(), gi) {
+                let also = if prev == gi {
+                    String::new()
+                } else {
+                    format!(" (also in {})", list[prev].0)
+                };
+                return Err(FieldError::new(
+                    format!("{}[{i}]", at("urls")),
+                    format!("duplicate URL `{url}`{also}"),
+                ));
+            }
+        }
+        let profile = match &g.profile {
+            Some(id) => Some(profiles::find(id).map_err(|m| FieldError::new(at("profile"), m))?),
+            None => None,
+        };
+        let model = if b.top.model == "vllm" {
+            if g.slots.is_some() {
+                return Err(FieldError::new(
+                    at("slots"),
+                    "only applies to model = \"queueing\"; vLLM backends use max_num_seqs",
+                ));
+            }
+            BackendModel::Vllm(engine(g, profile.as_ref(), &at)?)
+        } else {
+            if let Some((k, _)) = g.vllm_only().into_iter().find(|(_, set)| *set) {
+                return Err(FieldError::new(at(k), "only applies to model = \"vllm\""));
+            }
+            let slots = count(
+                g.slots
+                    .ok_or_else(|| FieldError::new(path.clone(), "model = \"queueing\" needs `slots`"))?,
+                &at("slots"),
+                1,
+            )?;
+            BackendModel::Queueing { slots }
+        };
+        let block = g.block_size_tokens.unwrap_or(16).clamp(1, i64::from(u32::MAX)) as u32;
+        if gi == 0 {
+            fleet.block_size_tokens = block;
+        } else if block != fleet.block_size_tokens {
+            return Err(FieldError::new(
+                at("block_size_tokens"),
+                format!(
+                    "is {block} but the first group's is {}; the router hashes prefixes in blocks of one size",
+                    fleet.block_size_tokens
+                ),
+            ));
+        }
+        if let BackendModel::Vllm(cfg) = &model {
+            let limit = (u64::from(cfg.kv_blocks) * u64::from(cfg.block_size_tokens)).min(u64::from(u32::MAX)) as u32;
+            fleet.context_limit = Some(fleet.context_limit.map_or(limit, |l| l.min(limit)));
+            fleet.kv_blocks = fleet.kv_blocks.max(cfg.kv_blocks);
+        } else {
+            fleet.kv_blocks = fleet
+                .kv_blocks
+                .max(g.kv_blocks.unwrap_or(29_205).clamp(1, i64::from(u32::MAX)) as u32);
+        }
+        let label = Label {
+            group: if named { name.clone() } else { String::new() },
+            profile: profile.as_ref().map(|p| p.id.clone()).unwrap_or_default(),
+        };
+        for (i, url) in urls.into_iter().enumerate() {
+            let bname = if named {
+                format!("{name}-{i}")
+            } else {
+                format!("backend-{}", first + i)
+            };
+            fleet.names.push((bname, url));
+            fleet.models.push(model.clone());
+            fleet.labels.push(label.clone());
+        }
+    }
+    Ok(fleet)
+}
+
+/// The first key set on a group (for an error message).
+fn first_key(g: &GroupFile) -> &'static str {
+    if g.name.is_some() {
+        return "name";
+    }
+    if g.count.is_some() {
+        return "count";
+    }
+    if g.urls.is_some() {
+        return "urls";
+    }
+    if g.slots.is_some() {
+        return "slots";
+    }
+    g.vllm_only()
+        .into_iter()
+        .find(|(_, set)| *set)
+        .map(|(k, _)| k)
+        .unwrap_or("count")
+}
+
+/// A vLLM group's engine: explicit keys, else the profile, else the shipped defaults.
+fn engine(g: &GroupFile, profile: Option<&Profile>, at: &dyn Fn(&str) -> String) -> Res<VllmConfig> {
+    let st = g.step_time.as_ref();
+    let coef = |v: Option<f64>, d: f64, k: &str| -> Res<f64> {
+        let x = v.unwrap_or(d);
+        if !x.is_finite() || !(0.0..=1e6).contains(&x) {
+            return Err(FieldError::new(
+                at(&format!("step_time.{k}")),
+                format!("must be between 0 and 1e6 µs, got {x}"),
+            ));
+        }
+        Ok(x)
+    };
+    let def = profile.map(|p| p.step_time.clone()).unwrap_or_default();
+    let step_time = StepTimeModel {
+        beta0_us: coef(st.and_then(|s| s.beta0_us), def.beta0_us, "beta0_us")?,
+        beta1_us: coef(st.and_then(|s| s.beta1_us), def.beta1_us, "beta1_us")?,
+        beta2_us: coef(st.and_then(|s| s.beta2_us), def.beta2_us, "beta2_us")?,
+    };
+    let block_size_tokens = count(g.block_size_tokens.unwrap_or(16), &at("block_size_tokens"), 1)?;
+    let memory_keys = [
+        ("gpu_memory_gib", g.gpu_memory_gib.is_some()),
+        ("gpu_memory_utilization", g.gpu_memory_utilization.is_some()),
+        ("activation_memory_gib", g.activation_memory_gib.is_some()),
+        ("kv_cache_dtype", g.kv_cache_dtype.is_some()),
+    ];
+    let kv_blocks = match (g.kv_blocks, profile) {
+        (Some(k), _) => {
+            if let Some((key, _)) = memory_keys.iter().find(|(_, set)| *set) {
+                return Err(FieldError::new(
+                    at(key),
+                    "kv_blocks is given, so the memory inputs would be ignored; give one or the other",
+                ));
+            }
+            count(k, &at("kv_blocks"), 1)?
+        }
+        (None, Some(p)) => {
+            let dtype_bytes = match g.kv_cache_dtype.as_deref().unwrap_or("auto") {
+                "auto" | "bfloat16" | "float16" | "bf16" | "fp16" => 2,
+                "fp8" | "fp8_e4m3" | "fp8_e5m2" => 1,
+                other => {
+                    return Err(FieldError::new(
+                        at("kv_cache_dtype"),
+                        format!(
+                            "unknown KV cache dtype {}; expected auto, fp8, fp8_e4m3 or fp8_e5m2",
+                            crate::quote::quote(other)
+                        ),
+                    ));
+                }
+            };
+            let mut k = KvInputs::for_profile(
+                p,
+                g.gpu_memory_utilization.unwrap_or(0.9),
+                block_size_tokens,
+                dtype_bytes,
+                g.activation_memory_gib.unwrap_or(0.0),
+            );
+            if let Some(m) = g.gpu_memory_gib {
+                k.gpu_memory_gib = m;
+            }
+            profiles::kv_blocks(&k).map_err(|m| {
+                // The input the message is about, else the first memory key given.
+                let key = memory_keys
+                    .iter()
+                    .find(|(k, set)| *set && m.starts_with(k))
+                    .or_else(|| memory_keys.iter().find(|(_, set)| *set))
+                    .map(|(k, _)| *k)
+                    .unwrap_or("profile");
+                FieldError::new(at(key), format!("{m} ({})", p.id))
+            })?
+        }
+        (None, None) => {
+            if let Some((key, _)) = memory_keys.iter().find(|(_, set)| *set) {
+                return Err(FieldError::new(
+                    at(key),
+                    "deriving KV blocks from memory needs a `profile` (the model's layers, KV heads and weights)",
+                ));
+            }
+            29_205
+        }
+    };
+    if kv_blocks >= fleetsim_core::backend::MAX_KV_BLOCKS {
+        return Err(FieldError::new(
+            at("kv_blocks"),
+            format!("too large (at most {})", fleetsim_core::backend::MAX_KV_BLOCKS - 1),
+        ));
+    }
+    // `vllm serve` defaults for the profile's GPU; the H100-class ones without a profile.
+    let (d_tokens, d_seqs) = profile.map_or((8192, 1024), |p| p.gpu.vllm_batch_defaults());
+    Ok(VllmConfig {
+        max_num_seqs: count(g.max_num_seqs.unwrap_or(i64::from(d_seqs)), &at("max_num_seqs"), 1)?,
+        max_num_batched_tokens: count(
+            g.max_num_batched_tokens.unwrap_or(i64::from(d_tokens)),
+            &at("max_num_batched_tokens"),
+            1,
+        )?,
+        kv_blocks,
+        block_size_tokens,
+        prefix_caching: g.prefix_caching.unwrap_or(true),
+        step_time,
+    })
+}

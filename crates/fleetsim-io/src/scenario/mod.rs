@@ -1,0 +1,139 @@
+//! Scenario files: TOML in, a validated [`Scenario`] out, every error one line naming the
+//! file, line and key path.
+//!
+//! Owns: the file format and its validation. Layers, in data-flow order:
+//! * `source.rs`: read and parse the file, apply `--set` overrides (`overrides.rs`), set the
+//!   tool tables (`[sweep]`, `[expect]`) aside, locate errors at their line (`locate.rs`);
+//! * `schema.rs`: the raw file as serde structs (`deny_unknown_fields`), with the defaults
+//!   of its keys in `defaults.rs`;
+//! * validation per section: `backends.rs` (the fleet), `router.rs` (`[router.policy]`,
+//!   through the core's policy registry), `workload.rs` (arrivals), `traces.rs` (replayed traces), `events.rs`
+//!   (router and fleet events, client retries, faults), composed by `validate.rs`, with the
+//!   value helpers in `values.rs` and `counts.rs`.
+//!
+//! May not see: the simulation's state or results; it only builds configs
+//! (`SimConfig`, `GroupConfig`, `TraceGroupConfig`) that the simulation consumes.
+//!
+//! Invariant: a value is validated or refused, never silently shifted; a scenario that
+//! validates can be run (its memory is preflighted), and the same text and overrides give
+//! the same [`Scenario`].
+
+mod backends;
+mod counts;
+mod defaults;
+mod events;
+mod locate;
+mod overrides;
+mod router;
+mod schema;
+mod source;
+mod traces;
+mod validate;
+mod values;
+mod workload;
+
+use fleetsim_core::sim::SimConfig;
+use fleetsim_core::workload::{GroupConfig, Workload, generate};
+
+pub use overrides::{normalize, parse_set};
+pub use schema::{
+    ClientFile, FaultFile, FleetEventFile, GroupFile, InferFile, LimitsFile, NetworkFile, RouterEventFile, RouterFile,
+    ScenarioFile, SynthFile, TraceFile, WorkloadFile,
+};
+pub use source::{MAX_SCENARIO_BYTES, Source, TOOL_TABLES, load, load_str};
+pub use traces::resolve_trace_files;
+pub use validate::validate;
+use values::{count, dist, from_value, secs, tag, without};
+
+/// A scenario error: one line, naming file, line and key path.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ScenarioError {
+    /// The scenario file.
+    pub file: String,
+    /// 1-based line and column of the offending key, when it is written in the file.
+    pub location: Option<(usize, usize)>,
+    /// Dotted key path (`router.policy.fallback`, `workload.groups[0].turns`), or empty.
+    pub path: String,
+    /// What is wrong and, where possible, how to fix it.
+    pub message: String,
+}
+
+impl std::fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // File names, key paths and messages carry user text: one line whatever it holds.
+        use crate::quote::escape;
+        write!(f, "{}", escape(&self.file))?;
+        if let Some((l, c)) = self.location {
+            write!(f, ":{l}:{c}")?;
+        }
+        if !self.path.is_empty() {
+            write!(f, ": {}", escape(&self.path))?;
+        }
+        write!(f, ": {}", escape(&self.message))
+    }
+}
+
+/// A validation failure before the file and line are attached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// Key path.
+    pub path: String,
+    /// Message.
+    pub message: String,
+}
+
+impl FieldError {
+    /// An error at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+type Res<T> = Result<T, FieldError>;
+
+/// A validated scenario.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Simulation settings.
+    pub sim: SimConfig,
+    /// Session groups.
+    pub groups: Vec<GroupConfig>,
+    /// Replayed traces.
+    pub traces: Vec<crate::trace::TraceGroupConfig>,
+    /// Description.
+    pub description: String,
+    /// Largest request one engine can hold (tokens), `None` in queueing mode.
+    pub context_limit_tokens: Option<u32>,
+    /// Memory budget (`limits.max_memory_gib`), checked before allocating.
+    pub budget: crate::preflight::Budget,
+}
+
+impl Scenario {
+    /// Generates the workload for the scenario's seed, reading its trace files afresh.
+    pub fn workload(&self) -> Result<Workload, FieldError> {
+        self.workload_with(&crate::trace::TraceCache::new())
+    }
+
+    /// [`Scenario::workload`] with the trace files taken from (or read into) `traces`, so
+    /// the runs of a sweep parse each file once.
+    pub fn workload_with(&self, traces: &crate::trace::TraceCache) -> Result<Workload, FieldError> {
+        let mut w = generate(&self.groups, self.sim.seed, self.context_limit_tokens)
+            .map_err(|e| FieldError::new(format!("workload.groups[{}]", e.group), e.message))?;
+        if self.traces.is_empty() {
+            return Ok(w);
+        }
+        for (i, t) in self.traces.iter().enumerate() {
+            let group = (self.groups.len() + i) as u32;
+            crate::trace::replay::append(&mut w, t, group, self.sim.seed, self.context_limit_tokens, traces)
+                .map_err(|m| FieldError::new(format!("workload.traces[{i}].file"), m))?;
+        }
+        w.sort_open_order();
+        Ok(w)
+    }
+}
+
+#[cfg(test)]
+mod tests;

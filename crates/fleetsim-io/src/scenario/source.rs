@@ -1,0 +1,200 @@
+//! A scenario file as read: parse, `--set` overrides, tool tables set aside, and every
+//! error located at its file, line and key path.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+
+use super::schema::ScenarioFile;
+use super::traces::resolve_trace_files;
+use super::validate::validate;
+use super::{FieldError, Scenario, ScenarioError, from_value, locate, overrides};
+use fleetsim_core::workload::Workload;
+
+/// Largest scenario file read (a scenario is a few KiB; this refuses a wrong file early).
+pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
+
+/// Top-level tables that belong to other commands (`sim sweep`, `sim check`): a scenario may
+/// carry them, `sim run` ignores them, and they never reach validation.
+pub const TOOL_TABLES: [&str; 2] = ["sweep", "expect"];
+
+/// A parsed scenario file with overrides applied but not yet validated: the starting point
+/// of `sim run` and of every sweep point. Keeps the original text so that any error can be
+/// located at its line.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The file name used in messages.
+    pub file: String,
+    /// Names the scenario when the file has no `name`.
+    pub stem: String,
+    /// The text as read.
+    pub text: String,
+    /// The scenario table (overrides applied, [`TOOL_TABLES`] removed).
+    pub table: toml::Table,
+    /// The [`TOOL_TABLES`] present in the file.
+    pub tools: toml::Table,
+    /// Normalized paths set by overrides, with where each value came from.
+    overridden: Vec<(String, String)>,
+}
+
+impl Source {
+    /// Reads and parses `path`.
+    pub fn read(path: &Path) -> Result<Source, ScenarioError> {
+        let file = path.display().to_string();
+        let text =
+            crate::atomic::read_text(path, MAX_SCENARIO_BYTES, "the scenario").map_err(|(location, message)| {
+                ScenarioError {
+                    file: file.clone(),
+                    location,
+                    path: String::new(),
+                    message,
+                }
+            })?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
+        Source::parse(&text, &file, stem)
+    }
+
+    /// Parses `text` (`file` is used in messages).
+    pub fn parse(text: &str, file: &str, stem: &str) -> Result<Source, ScenarioError> {
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| ScenarioError {
+            file: file.to_string(),
+            location: e.span().map(|s| locate::line_col(text, s.start)),
+            path: String::new(),
+            message: format!("invalid TOML: {}", e.message().trim()),
+        })?;
+        let mut tools = toml::Table::new();
+        for k in TOOL_TABLES {
+            if let Some(v) = table.remove(k) {
+                tools.insert(k.to_string(), v);
+            }
+        }
+        Ok(Source {
+            file: file.to_string(),
+            stem: stem.to_string(),
+            text: text.to_string(),
+            table,
+            tools,
+            overridden: Vec::new(),
+        })
+    }
+
+    /// Applies `path=value` overrides in order; `origin` (`--set`, `sweep axis band`) is
+    /// named in any error the values later cause.
+    pub fn apply(&mut self, sets: &[(String, String)], origin: &str) -> Result<(), ScenarioError> {
+        for (k, v) in sets {
+            // `expect.*` and `sweep.*` set the tool tables, not the scenario.
+            let head = overrides::normalize(k);
+            let head = head.split(['.', '[']).next().unwrap_or("");
+            let table = if TOOL_TABLES.contains(&head) {
+                &mut self.tools
+            } else {
+                &mut self.table
+            };
+            overrides::apply(table, k, v).map_err(|m| ScenarioError {
+                file: self.file.clone(),
+                location: None,
+                path: overrides::normalize(k),
+                message: format!("{origin}: {m}"),
+            })?;
+            self.overridden.push((overrides::normalize(k), origin.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Attaches file, line and override origin to a validation error.
+    pub fn error(&self, e: FieldError) -> ScenarioError {
+        let under =
+            |p: &str| e.path == *p || e.path.starts_with(&format!("{p}.")) || e.path.starts_with(&format!("{p}["));
+        // The latest override of a path is the one in effect.
+        let origin = self.overridden.iter().rev().find(|(p, _)| under(p)).map(|(_, o)| o);
+        ScenarioError {
+            file: self.file.clone(),
+            location: if origin.is_some() {
+                None
+            } else {
+                locate::locate(&self.text, &e.path)
+            },
+            message: match origin {
+                Some(o) => format!("{} (value from {o})", e.message),
+                None => e.message,
+            },
+            path: e.path,
+        }
+    }
+
+    /// `file:line:col: path: message` for a key of this file.
+    pub fn message(&self, path: &str, message: &str) -> String {
+        self.error(FieldError::new(path, message)).to_string()
+    }
+
+    /// Validates the scenario without generating its workload.
+    pub fn scenario(&self) -> Result<Scenario, ScenarioError> {
+        let raw: ScenarioFile = from_value(&toml::Value::Table(self.resolved_table()), "").map_err(|mut e| {
+            e.path = e.path.trim_start_matches('.').to_string();
+            self.error(e)
+        })?;
+        validate(raw, &self.stem).map_err(|e| self.error(e))
+    }
+
+    /// Validates and generates the workload; also returns the effective scenario text
+    /// (overrides applied, tool tables removed), which results record.
+    pub fn build(&self) -> Result<(Scenario, Workload, String), ScenarioError> {
+        let scenario = self.scenario()?;
+        let workload = scenario.workload().map_err(|e| self.error(e))?;
+        Ok((scenario, workload, self.effective()))
+    }
+
+    /// The effective scenario text (trace files as absolute paths).
+    pub fn effective(&self) -> String {
+        toml::to_string(&self.resolved_table()).unwrap_or_default()
+    }
+
+    /// The scenario table with trace files resolved against the scenario's folder.
+    fn resolved_table(&self) -> toml::Table {
+        let mut t = self.table.clone();
+        let base = Path::new(&self.file).parent().unwrap_or(Path::new(""));
+        resolve_trace_files(&mut t, base);
+        t
+    }
+
+    /// The trace files the scenario replays (resolved), in order.
+    pub fn trace_files(&self) -> Vec<std::path::PathBuf> {
+        let t = self.resolved_table();
+        let Some(toml::Value::Array(list)) = t.get("workload").and_then(|w| w.get("traces")) else {
+            return Vec::new();
+        };
+        list.iter()
+            .filter_map(|x| x.get("file").and_then(|f| f.as_str()).map(std::path::PathBuf::from))
+            .collect()
+    }
+
+    /// Deserializes a tool table (`sweep`), with errors located like scenario keys.
+    pub fn tool<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, ScenarioError> {
+        match self.tools.get(name) {
+            None => Ok(None),
+            Some(v) => from_value(v, name).map(Some).map_err(|e| self.error(e)),
+        }
+    }
+}
+
+/// Loads, overrides (`--set path=value`, applied in order) and validates a scenario file.
+/// The workload is generated too, so errors in it (e.g. a request larger than the KV cache)
+/// surface here.
+pub fn load(path: &Path, sets: &[(String, String)]) -> Result<(Scenario, Workload, String), ScenarioError> {
+    let mut src = Source::read(path)?;
+    src.apply(sets, "--set")?;
+    src.build()
+}
+
+/// [`load`] from a string (`file` is used in messages). Also returns the effective
+/// scenario text (after overrides), which results record.
+pub fn load_str(
+    text: &str,
+    file: &str,
+    stem: &str,
+    sets: &[(String, String)],
+) -> Result<(Scenario, Workload, String), ScenarioError> {
+    let mut src = Source::parse(text, file, stem)?;
+    src.apply(sets, "--set")?;
+    src.build()
+}

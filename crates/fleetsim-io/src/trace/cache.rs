@@ -1,0 +1,198 @@
+//! Parsed traces shared by the runs of one command: a sweep or a tune replays the same trace
+//! file in every run, so it is read and parsed once and each run works on the shared copy.
+//!
+//! An entry is keyed by what decides the parse: the path, the reader options and the file's
+//! identity on disk (size, modification and change times, device and inode), so a file
+//! rewritten between two loads is read again, and a sweep axis naming several files reads
+//! each once. Everything that depends on a run (the session placement, window, scale,
+//! jitter and synthesis under the run's seed) happens after, on the run's side. A cache
+//! lives as long as its owner (the command); [`crate::scenario::Scenario::workload`]
+//! uses a fresh one, so a single run keeps nothing once its workload is built.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use super::calls::AgentReadOptions;
+use super::parse::{Format, ReadOptions, Trace, TraceError};
+
+/// A file's identity on disk: what changes when its content is rewritten.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileId {
+    len: u64,
+    modified: Option<SystemTime>,
+    /// Device, inode and change time (ns): a rename over the file or any write changes
+    /// them, even one that restores the size and modification time.
+    node: (u64, u64, i64, i64),
+}
+
+impl FileId {
+    fn of(path: &Path) -> Option<FileId> {
+        let m = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let node = {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino(), m.ctime(), m.ctime_nsec())
+        };
+        #[cfg(not(unix))]
+        let node = (0, 0, 0, 0);
+        Some(FileId {
+            len: m.len(),
+            modified: m.modified().ok(),
+            node,
+        })
+    }
+}
+
+/// What decides a parse.
+#[derive(Clone, Debug, PartialEq)]
+struct Key {
+    path: PathBuf,
+    format: Option<Format>,
+    skip_bad_rows: bool,
+    agent: AgentReadOptions,
+}
+
+type Parsed = Arc<OnceLock<Result<Arc<Trace>, TraceError>>>;
+
+/// Traces read so far, shared by reference across worker threads.
+#[derive(Debug, Default)]
+pub struct TraceCache {
+    /// One entry per key, with the identity of the file it was read from. Few entries (one
+    /// per trace file a command names), so a list searched in order.
+    entries: Mutex<Vec<(Key, FileId, Parsed)>>,
+    reads: AtomicU64,
+}
+
+impl TraceCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        TraceCache::default()
+    }
+
+    /// The trace at `path`, read with `calls::read` on the first call for this key and
+    /// file identity and shared after. Concurrent callers of one key wait for a single
+    /// read. A file that cannot be inspected is read without caching, so its error is the
+    /// reader's own.
+    pub fn read(&self, path: &Path, opts: ReadOptions, agent: &AgentReadOptions) -> Result<Arc<Trace>, TraceError> {
+        let read = || {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            super::calls::read(path, opts, agent).map(Arc::new)
+        };
+        let Some(id) = FileId::of(path) else {
+            return read();
+        };
+        let key = Key {
+            path: path.to_path_buf(),
+            format: opts.format,
+            skip_bad_rows: opts.skip_bad_rows,
+            agent: agent.clone(),
+        };
+        let cell = {
+            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            match entries.iter_mut().find(|(k, _, _)| *k == key) {
+                Some((_, have, cell)) if *have == id => cell.clone(),
+                // The file changed: the old parse is stale, drop it.
+                Some(slot) => {
+                    slot.1 = id;
+                    slot.2 = Parsed::default();
+                    slot.2.clone()
+                }
+                None => {
+                    let cell = Parsed::default();
+                    entries.push((key, id, cell.clone()));
+                    cell
+                }
+            }
+        };
+        cell.get_or_init(read).clone()
+    }
+
+    /// How many times a file was read and parsed (tests: a sweep reads each trace once).
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROWS: &str =
+        "arrival_s,session_id,turn,input_tokens,output_tokens,block_ids\n0,s0,0,10,5,1 2\n1,s0,1,20,5,1 2 3\n";
+
+    fn opts() -> ReadOptions {
+        ReadOptions {
+            format: Some(Format::Native),
+            skip_bad_rows: false,
+        }
+    }
+
+    #[test]
+    fn reads_a_file_once_per_key_across_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.csv");
+        std::fs::write(&p, ROWS).unwrap();
+        let cache = TraceCache::new();
+        let agent = AgentReadOptions::default();
+        let traces: Vec<Arc<Trace>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| cache.read(&p, opts(), &agent).unwrap()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(cache.reads(), 1);
+        assert!(traces.iter().all(|t| Arc::ptr_eq(t, &traces[0])));
+        assert_eq!(traces[0].rows.len(), 2);
+        // Other reader options are another parse.
+        let skip = ReadOptions {
+            skip_bad_rows: true,
+            ..opts()
+        };
+        cache.read(&p, skip, &agent).unwrap();
+        assert_eq!(cache.reads(), 2);
+        cache.read(&p, opts(), &agent).unwrap();
+        assert_eq!(cache.reads(), 2);
+    }
+
+    #[test]
+    fn a_changed_file_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.csv");
+        std::fs::write(&p, ROWS).unwrap();
+        let cache = TraceCache::new();
+        let agent = AgentReadOptions::default();
+        let first = cache.read(&p, opts(), &agent).unwrap();
+        // Same size and modification time: only the change time (or inode) tells.
+        let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+        let same_len = ROWS.replace("20,5", "30,5");
+        assert_eq!(same_len.len(), ROWS.len());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&p, &same_len).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let second = cache.read(&p, opts(), &agent).unwrap();
+        assert_eq!(cache.reads(), 2);
+        assert_eq!((first.rows[1].input, second.rows[1].input), (20, 30));
+        // A longer file.
+        std::fs::write(&p, format!("{ROWS}2,s1,0,40,5,\n")).unwrap();
+        assert_eq!(cache.read(&p, opts(), &agent).unwrap().rows.len(), 3);
+        assert_eq!(cache.reads(), 3);
+        assert_eq!(cache.entries.lock().unwrap().len(), 1, "the stale parse is dropped");
+    }
+
+    #[test]
+    fn a_missing_file_is_the_readers_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("absent.csv");
+        let cache = TraceCache::new();
+        let e = cache.read(&p, opts(), &AgentReadOptions::default()).unwrap_err();
+        let direct = super::super::calls::read(&p, opts(), &AgentReadOptions::default()).unwrap_err();
+        assert_eq!(e, direct);
+    }
+}

@@ -1,0 +1,681 @@
+//! Turns a parsed trace into simulator sessions ([`fleetsim_core::workload::SessionPlan`]s).
+//!
+//! Pipeline per `[[workload.traces]]` group: read the file; order rows by arrival (ties by
+//! file order); keep the window `start_s .. start_s + duration_s` of trace time (relative to
+//! the first row); group rows into sessions (see [`super::sessions`]); map trace time to
+//! simulated time (`at_s + (t - start_s) * time_scale`, plus an optional seeded jitter);
+//! replay the window `repeat` times back to back (each replay with its own content salt and
+//! session keys, so replays do not hit each other's caches); stop after `max_requests`
+//! requests (the earliest ones).
+//!
+//! Open loop: every turn is sent at its own trace time. Closed loop: when the trace records
+//! call ends or think times (`dynamo`, `otel`, `sessions`), calls are paced by
+//! happens-before (see [`super::pacing`]); otherwise a session's first turn is sent at its
+//! trace time and turn `k + 1` the recorded gap between the two arrivals after turn `k`
+//! *completes* (counted as `arrival_gap_fallback`, with a warning).
+
+use std::path::PathBuf;
+
+use super::agent_cfg::{AgentConfig, Context};
+use super::pacing::{PacingCounts, ROOT, ReplayPlan, pace};
+use super::parse::{Format, ReadOptions, Trace};
+use super::sessions::{self, InferConfig, InferStats, Sessions, SynthConfig};
+use fleetsim_core::content::source_id;
+use fleetsim_core::dist::Dist;
+use fleetsim_core::rng::stream;
+use fleetsim_core::time::{HORIZON, SimDuration, SimTime};
+use fleetsim_core::workload::{NO_TRACE, SessionPlan, TraceSalt, TraceTurn, TurnPlan, Workload};
+
+/// Replay mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Arrivals at trace times.
+    Open,
+    /// A turn waits for its predecessor's completion, plus the recorded gap.
+    Closed,
+}
+
+/// How rows are grouped into sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionMode {
+    /// The trace's session ids if it has them, else inference if it has prefix blocks,
+    /// else none.
+    Auto,
+    /// Infer from block-list extension.
+    Infer,
+    /// One request per session.
+    None,
+    /// Synthesise (for traces without prefix data).
+    Synthesize,
+}
+
+impl SessionMode {
+    /// Parses a name.
+    pub fn parse(s: &str) -> Result<SessionMode, String> {
+        match s {
+            "auto" => Ok(SessionMode::Auto),
+            "infer" => Ok(SessionMode::Infer),
+            "none" => Ok(SessionMode::None),
+            "synthesize" => Ok(SessionMode::Synthesize),
+            o => Err(format!(
+                "unknown session mode `{o}`; expected `auto`, `infer`, `none` or `synthesize`"
+            )),
+        }
+    }
+}
+
+/// How trace time maps to simulated time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scale {
+    /// Multiply trace time by this factor (0.5: twice as fast).
+    Factor(f64),
+    /// Choose the factor so the replay averages this many requests per second.
+    TargetRate(f64),
+}
+
+/// A validated `[[workload.traces]]` table.
+#[derive(Clone, Debug)]
+pub struct TraceGroupConfig {
+    /// Group name (session keys are `{name}-{index}`).
+    pub name: String,
+    /// The trace file (resolved).
+    pub file: PathBuf,
+    /// Format (`None`: detect).
+    pub format: Option<Format>,
+    /// Open or closed loop.
+    pub mode: Mode,
+    /// Time scale.
+    pub scale: Scale,
+    /// Start of the window in trace seconds (from the first row).
+    pub start_s: f64,
+    /// Length of the window in trace seconds (`None`: to the end).
+    pub duration_s: Option<f64>,
+    /// When trace time `start_s` happens in simulated time.
+    pub at: SimTime,
+    /// Most requests replayed (all replays together).
+    pub max_requests: Option<u64>,
+    /// Replays of the window, back to back.
+    pub repeat: u32,
+    /// Each arrival is delayed by U(0, jitter) seconds (seeded; spreads batched timestamps).
+    pub arrival_jitter_s: f64,
+    /// Session grouping.
+    pub sessions: SessionMode,
+    /// Inference settings.
+    pub infer: InferConfig,
+    /// Synthesis settings.
+    pub synthesize: SynthConfig,
+    /// Whether requests carry the session-key header.
+    pub sends_session_key: bool,
+    /// Count malformed rows instead of failing.
+    pub skip_bad_rows: bool,
+    /// Tokens per trace block (default: the format's, 512).
+    pub block_tokens: Option<u32>,
+    /// Service time per request (queueing backends).
+    pub service_time_s: Option<Dist>,
+    /// Memory budget of the run in bytes (`limits.max_memory_gib`); the replay is refused
+    /// before allocating beyond it.
+    pub max_memory_bytes: u64,
+    /// Bytes of the decision audit per replayed request (20 per backend).
+    pub audit_bytes_per_request: u64,
+    /// Session-shaped traces: column mapping, session placement, content.
+    pub agent: AgentConfig,
+}
+
+impl TraceGroupConfig {
+    /// Defaults for `file` (open loop, scale 1, whole trace, automatic sessions).
+    pub fn new(name: &str, file: impl Into<PathBuf>) -> Self {
+        TraceGroupConfig {
+            name: name.to_string(),
+            file: file.into(),
+            format: None,
+            mode: Mode::Open,
+            scale: Scale::Factor(1.0),
+            start_s: 0.0,
+            duration_s: None,
+            at: SimTime::ZERO,
+            max_requests: None,
+            repeat: 1,
+            arrival_jitter_s: 0.0,
+            sessions: SessionMode::Auto,
+            infer: InferConfig::default(),
+            synthesize: SynthConfig::default(),
+            sends_session_key: true,
+            skip_bad_rows: false,
+            block_tokens: None,
+            service_time_s: None,
+            max_memory_bytes: u64::MAX,
+            audit_bytes_per_request: 0,
+            agent: AgentConfig::default(),
+        }
+    }
+}
+
+/// Rows of `trace` in arrival order (ties: file order).
+pub fn arrival_order(trace: &Trace) -> Vec<u32> {
+    let mut idx: Vec<u32> = (0..trace.rows.len() as u32).collect();
+    idx.sort_by_key(|&i| (trace.rows[i as usize].t_ns, i));
+    idx
+}
+
+/// Groups `rows` (in arrival order) into sessions per `mode`; returns the grouping, the
+/// mode used and its statistics.
+pub fn group_sessions(
+    trace: &Trace,
+    rows: &[u32],
+    mode: SessionMode,
+    infer: &InferConfig,
+    synth: &SynthConfig,
+    block_tokens: u32,
+    rng: &mut fleetsim_core::rng::SimRng,
+) -> (Sessions, &'static str, InferStats) {
+    let mode = match mode {
+        SessionMode::Auto if trace.has_sessions() => None,
+        SessionMode::Auto if trace.has_blocks() => Some(SessionMode::Infer),
+        SessionMode::Auto => Some(SessionMode::None),
+        m => Some(m),
+    };
+    match mode {
+        None => {
+            let s = sessions::from_ids(trace, rows);
+            let st = InferStats::of(&s);
+            (s, "trace", st)
+        }
+        Some(SessionMode::Infer) => {
+            let (s, st) = sessions::infer(trace, rows, block_tokens, infer);
+            (s, "infer", st)
+        }
+        Some(SessionMode::Synthesize) => {
+            let s = sessions::synthesize(trace, rows, synth, rng);
+            let st = InferStats::of(&s);
+            (s, "synthesize", st)
+        }
+        _ => {
+            let s = sessions::none(rows);
+            let st = InferStats::of(&s);
+            (s, "none", st)
+        }
+    }
+}
+
+fn ns(s: f64) -> u64 {
+    fleetsim_core::time::secs_to_ns(s)
+}
+
+/// Parses `g.file` (or takes it from `traces`, which read it before) and appends its
+/// sessions to `w` (`group` is the index recorded in each [`SessionPlan`]). Errors are
+/// messages for the key `workload.traces[i]`.
+pub fn append(
+    w: &mut Workload,
+    g: &TraceGroupConfig,
+    group: u32,
+    seed: u64,
+    context_limit_tokens: Option<u32>,
+    traces: &super::cache::TraceCache,
+) -> Result<(), String> {
+    let shared = traces
+        .read(
+            &g.file,
+            ReadOptions {
+                format: g.format,
+                skip_bad_rows: g.skip_bad_rows,
+            },
+            &g.agent.read,
+        )
+        .map_err(|e| e.to_string())?;
+    // Placing sessions moves rows by seeded times: on this run's own copy.
+    if super::agent_cfg::needs_placing(&shared, &g.agent)? {
+        let mut trace = Trace::clone(&shared);
+        super::agent_cfg::place_sessions(&mut trace, &g.agent, &g.name, seed)?;
+        return append_trace(w, g, &trace, group, seed, context_limit_tokens);
+    }
+    append_trace(w, g, &shared, group, seed, context_limit_tokens)
+}
+
+/// [`append`] on an already parsed trace.
+pub fn append_trace(
+    w: &mut Workload,
+    g: &TraceGroupConfig,
+    trace: &Trace,
+    group: u32,
+    seed: u64,
+    context_limit_tokens: Option<u32>,
+) -> Result<(), String> {
+    let file = trace.file.as_str();
+    if trace.rows.is_empty() {
+        return Err(format!("{file}: the trace has no requests"));
+    }
+    let order = arrival_order(trace);
+    let t0 = trace.rows[order[0] as usize].t_ns;
+    let start = ns(g.start_s);
+    let end = g.duration_s.map(|d| start.saturating_add(ns(d)));
+    let rel = |r: u32| trace.rows[r as usize].t_ns - t0;
+    let window: Vec<u32> = order
+        .iter()
+        .copied()
+        .filter(|&r| rel(r) >= start && end.is_none_or(|e| rel(r) < e))
+        .collect();
+    let m = window.len();
+    if m == 0 {
+        return Err(format!(
+            "{file}: no request in the window start_s = {} .. {} (the trace spans {:.3} s)",
+            g.start_s,
+            g.duration_s.map_or("end".to_string(), |d| format!("{}", g.start_s + d)),
+            (trace.rows[*order.last().expect("non-empty") as usize].t_ns - t0) as f64 / 1e9
+        ));
+    }
+    let last_rel = rel(window[m - 1]) - start;
+    // One replay's length in trace time: the window, or the span plus one mean gap.
+    let span = match g.duration_s {
+        Some(d) => ns(d),
+        None if m > 1 => last_rel + last_rel / (m as u64 - 1),
+        None => 1_000_000_000,
+    }
+    .max(1);
+    let factor = match g.scale {
+        Scale::Factor(f) => f,
+        Scale::TargetRate(r) => (m as f64 / (span as f64 / 1e9)) / r,
+    };
+    let block_tokens = g.block_tokens.unwrap_or_else(|| super::calls::block_tokens(trace));
+    let calls = trace.calls.as_deref();
+    // Closed loop by happens-before when the trace records ends or think times.
+    let paced = g.mode == Mode::Closed && calls.is_some_and(|c| c.has_ends() || c.has_think());
+    let mut counts = PacingCounts::default();
+    let mut prefix_cut = 0u64;
+    let mut srng = stream(seed, &format!("trace/{}/synthesize", g.name), 0);
+    let (sessions, used, st) = group_sessions(
+        trace,
+        &window,
+        g.sessions,
+        &g.infer,
+        &g.synthesize,
+        block_tokens,
+        &mut srng,
+    );
+    let blocks = used != "synthesize" && trace.has_blocks();
+    let repeat = g.repeat.max(1) as u64;
+    let total = (m as u64)
+        .saturating_mul(repeat)
+        .min(g.max_requests.unwrap_or(u64::MAX));
+    let budget = crate::preflight::Budget {
+        bytes: g.max_memory_bytes,
+        gib: g.max_memory_bytes as f64 / (1u64 << 30) as f64,
+        explicit: true,
+    };
+    budget.check(
+        crate::preflight::requests_bytes(total).saturating_add(total.saturating_mul(g.audit_bytes_per_request)),
+        &format!("{file}: {m} requests x repeat {repeat} = {total} requests"),
+    )?;
+    // Rank of each window row in arrival order (for the request limit of the last replay).
+    let mut rank = vec![u32::MAX; trace.rows.len()];
+    for (i, &r) in window.iter().enumerate() {
+        rank[r as usize] = i as u32;
+    }
+    let blocks_base = w.trace_blocks.len();
+    if blocks {
+        if blocks_base + trace.blocks.len() > u32::MAX as usize {
+            return Err("the traces hold more than 2^32 block ids together".into());
+        }
+        w.trace_blocks.extend_from_slice(&trace.blocks);
+    }
+    // Reserve exactly: no doubling of the largest vectors on million-request replays.
+    let reps_needed = total.div_ceil(m as u64) as usize;
+    w.sessions.reserve(sessions.len() * reps_needed);
+    if blocks {
+        w.trace_turns.reserve(total as usize);
+    }
+    let mut times = vec![0u64; trace.rows.len()];
+    let mut replayed = 0u64;
+    let mut n_sessions = 0u64;
+    let mut service_rng = stream(seed, &format!("trace/{}/service", g.name), 0);
+    let beyond = || {
+        format!(
+            "{file}: the replay would reach beyond the simulator's horizon (about 31.7 years); lower time_scale, repeat or max_requests"
+        )
+    };
+    for rep in 0..repeat {
+        let left = total - replayed;
+        if left == 0 {
+            break;
+        }
+        let take = left.min(m as u64) as u32;
+        let mut jrng = stream(seed, &format!("trace/{}/jitter", g.name), rep);
+        for &r in &window {
+            let x = (rel(r) - start) as f64 + rep as f64 * span as f64;
+            let mut t = g.at.0 as f64 + x * factor;
+            if g.arrival_jitter_s > 0.0 {
+                let u: f64 = rand::RngExt::random(&mut jrng);
+                t += u * g.arrival_jitter_s * 1e9;
+            }
+            if t.is_nan() || t >= HORIZON.0 as f64 {
+                return Err(beyond());
+            }
+            times[r as usize] = t.round() as u64;
+        }
+        let salt_idx = w.trace_salts.len() as u32;
+        w.trace_salts.push(TraceSalt {
+            salt: source_id("trace", &g.name, rep),
+            block_tokens,
+        });
+        for si in 0..sessions.len() {
+            let rows: Vec<u32> = sessions
+                .session(si)
+                .iter()
+                .copied()
+                .filter(|&r| rank[r as usize] < take)
+                .collect();
+            let Some(&first) = rows.first() else {
+                continue;
+            };
+            let mut turns = Vec::with_capacity(rows.len());
+            let trace_first = if blocks { w.trace_turns.len() as u32 } else { NO_TRACE };
+            let starts: Vec<u64> = rows.iter().map(|&r| trace.rows[r as usize].t_ns).collect();
+            let mut sc = PacingCounts::default();
+            let pacing = if paced {
+                pace(&rows, &starts, calls, &mut sc)
+            } else {
+                if g.mode == Mode::Closed {
+                    sc.at_session_offset = 1;
+                    sc.arrival_gap_fallback = rows.len() as u64 - 1;
+                }
+                Vec::new()
+            };
+            if rep == 0 {
+                counts.add(&sc);
+            }
+            // A prefix shared across sessions (system prompt, tool definitions), when the
+            // trace has no hashes: at most every call's prompt less one token.
+            let model = calls.and_then(|c| c.model_of(first as usize));
+            let shared = match g.agent.shared_prefix.tokens_for(model) {
+                Some(n) if !blocks && n > 0 => {
+                    let shortest = rows.iter().map(|&r| trace.rows[r as usize].input).min().unwrap_or(1);
+                    let len = n.min(shortest - 1);
+                    if len < n {
+                        prefix_cut += 1;
+                    }
+                    (len > 0).then(|| {
+                        (
+                            source_id("shared_prefix", &g.agent.shared_prefix.key(&g.name, model), 0),
+                            len,
+                        )
+                    })
+                }
+                _ => None,
+            };
+            let shared_len = shared.map_or(0, |(_, l)| l);
+            let mut prev: Option<u64> = None;
+            for (k, &r) in rows.iter().enumerate() {
+                let row = &trace.rows[r as usize];
+                let need = u64::from(row.input) + u64::from(row.output);
+                if let Some(lim) = context_limit_tokens
+                    && need > u64::from(lim)
+                {
+                    return Err(format!(
+                        "{file}:{}: the request needs {need} tokens (input + output) but one request may hold at most {lim} (backends.kv_blocks x backends.block_size_tokens); raise kv_blocks or replay a window without it",
+                        row.line
+                    ));
+                }
+                let t = times[r as usize];
+                let think = if paced {
+                    match pacing[k] {
+                        (ROOT, _) => t.saturating_sub(times[first as usize]),
+                        (_, gap) => (gap as f64 * factor).round() as u64,
+                    }
+                } else {
+                    prev.map_or(0, |p| t.saturating_sub(p))
+                };
+                prev = Some(t.max(prev.unwrap_or(0)));
+                let service = match &g.service_time_s {
+                    Some(d) => {
+                        let v = d.sample(&mut service_rng);
+                        if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
+                            return Err(format!(
+                                "service_time_s drew {v}; durations must be finite, >= 0 and at most 1e9 s"
+                            ));
+                        }
+                        SimDuration(ns(v))
+                    }
+                    None => SimDuration::ZERO,
+                };
+                turns.push(TurnPlan {
+                    think_before: SimDuration(think),
+                    session_prompt_tokens: row.input - shared_len,
+                    output_tokens: row.output,
+                    service,
+                });
+                if blocks {
+                    let whole = row.blocks_len.min(row.input / block_tokens.max(1));
+                    w.trace_turns.push(TraceTurn {
+                        blocks_off: (blocks_base + row.blocks_off as usize) as u32,
+                        n_blocks: whole,
+                        salt: salt_idx,
+                        row: r,
+                    });
+                }
+            }
+            let independent = g.agent.context == Context::Independent && !blocks;
+            let latency = calls.is_some_and(|c| c.has_latency());
+            let replay = (paced || independent || latency).then(|| {
+                let mut p = ReplayPlan::default();
+                p.independent = independent;
+                if let Some(c) = calls.filter(|_| latency) {
+                    p.recorded_ttft_ns = rows.iter().map(|&r| c.ttft_ns[r as usize]).collect();
+                    p.recorded_e2e_ns = rows
+                        .iter()
+                        .map(|&r| match c.end_ns[r as usize] {
+                            super::calls::NONE => super::calls::NONE,
+                            e => e - trace.rows[r as usize].t_ns,
+                        })
+                        .collect();
+                }
+                if paced {
+                    p = p.with_after(pacing.iter().map(|&(a, _)| a).collect());
+                }
+                Box::new(p)
+            });
+            let open_at = SimTime(times[first as usize]);
+            let think_total: u64 = turns.iter().map(|t| t.think_before.0).sum();
+            if open_at.0.saturating_add(think_total) >= HORIZON.0 {
+                return Err(beyond());
+            }
+            replayed += turns.len() as u64;
+            let index = w.sessions.len();
+            w.sessions.push(SessionPlan {
+                group,
+                key: format!("{}-{n_sessions}", g.name),
+                open_at,
+                sends_key: g.sends_session_key,
+                shared,
+                source: source_id("trace-session", &g.name, (rep << 32) | si as u64),
+                turns,
+                hit_context_limit: false,
+                // Paced sessions keep several calls in flight, as open-loop ones do.
+                open_loop: g.mode == Mode::Open || paced,
+                trace_first,
+                replay,
+                api: fleetsim_core::workload::RequestApi::Completions,
+            });
+            n_sessions += 1;
+            debug_assert!(index < u32::MAX as usize);
+        }
+    }
+    w.pacing.add(&counts);
+    if counts.arrival_gap_fallback > 0 {
+        w.notes.push(format!(
+            "warning: trace {}: {file}: {} of {} calls have no recorded end or think time before them; closed loop sends them the recorded arrival gap after the previous call completes (recorded service time is counted twice)",
+            g.name,
+            counts.arrival_gap_fallback,
+            m
+        ));
+    }
+    if paced {
+        w.notes.push(format!(
+            "trace {}: {file}: happens-before pacing: {} calls after a recorded end, {} after a think time, {} at a session offset ({} overlapped an earlier call)",
+            g.name, counts.after_recorded_end, counts.after_think_time, counts.at_session_offset, counts.overlapping
+        ));
+    }
+    if prefix_cut > 0 {
+        w.notes.push(format!(
+            "trace {}: {file}: {prefix_cut} sessions have a call shorter than shared_prefix_tokens; their shared prefix is cut to that call's prompt less one token",
+            g.name
+        ));
+    }
+    w.notes.extend(trace.notes());
+    w.notes.push(format!(
+        "trace {}: {file}: {} rows, {m} in the window, {replayed} requests replayed ({} loop, x{:.4} time, {} replay{}); sessions ({used}): {} per replay, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, {} rejected for not growing, longest {}, mean {:.2} turns",
+        g.name,
+        trace.rows.len(),
+        if g.mode == Mode::Open { "open" } else { "closed" },
+        factor,
+        repeat.min(total.div_ceil(m as u64)),
+        if repeat.min(total.div_ceil(m as u64)) == 1 { "" } else { "s" },
+        st.sessions,
+        st.chains,
+        st.linked,
+        st.branches,
+        st.fanout_limited,
+        st.rejected_no_growth,
+        st.longest_chain,
+        st.mean_turns,
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::parse::read_from;
+
+    fn empty() -> Workload {
+        fleetsim_core::workload::generate(&[], 1, None).unwrap()
+    }
+
+    fn native(text: &str) -> Trace {
+        read_from(
+            format!("arrival_s,session_id,turn,input_tokens,output_tokens,block_ids\n{text}").as_bytes(),
+            "n.csv",
+            Format::Native,
+            false,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn open_and_closed_loop_plans() {
+        let t = native("10,a,0,1024,4,1 2\n12,b,0,600,4,7 8\n13.5,a,1,1600,4,1 2 3 4\n");
+        let mut g = TraceGroupConfig::new("x", "n.csv");
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        assert_eq!(w.sessions.len(), 2);
+        let a = &w.sessions[0];
+        assert_eq!(a.key, "x-0");
+        assert_eq!(a.open_at, SimTime::ZERO);
+        assert!(a.open_loop);
+        assert_eq!(a.turns[1].think_before, SimDuration(3_500_000_000));
+        assert_eq!(w.sessions[1].open_at, SimTime(2_000_000_000));
+        // Block content: turn 1 of `a` has 3 whole blocks (1600 / 512).
+        assert_eq!(w.trace_turns[a.trace_first as usize + 1].n_blocks, 3);
+        let c0 = w.content(fleetsim_core::ids::SessionId(0), 0);
+        let c1 = w.content(fleetsim_core::ids::SessionId(0), 1);
+        assert_eq!(c0.segments[..2], c1.segments[..2]);
+        g.mode = Mode::Closed;
+        g.scale = Scale::Factor(2.0);
+        g.at = SimTime(5);
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        assert!(!w.sessions[0].open_loop);
+        assert_eq!(w.sessions[0].turns[1].think_before, SimDuration(7_000_000_000));
+        assert_eq!(w.sessions[1].open_at, SimTime(4_000_000_005));
+    }
+
+    #[test]
+    fn window_limits_repeat_and_rate() {
+        let rows: String = (0..10).map(|i| format!("{i},,,100,5,\n")).collect();
+        let t = native(&rows);
+        let mut g = TraceGroupConfig::new("w", "n.csv");
+        g.start_s = 2.0;
+        g.duration_s = Some(5.0);
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        // Rows at 2, 3, 4, 5, 6 s; replayed from 0.
+        let opens: Vec<u64> = w.sessions.iter().map(|s| s.open_at.0 / 1_000_000_000).collect();
+        assert_eq!(opens, vec![0, 1, 2, 3, 4]);
+        g.repeat = 3;
+        g.max_requests = Some(12);
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        assert_eq!(w.total_requests(), 12);
+        let opens: Vec<u64> = w.sessions.iter().map(|s| s.open_at.0 / 1_000_000_000).collect();
+        assert_eq!(opens, vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+        // Target rate: 5 requests per 5 s window = 1/s; at 4/s the factor is 0.25.
+        g.scale = Scale::TargetRate(4.0);
+        g.max_requests = None;
+        g.repeat = 1;
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        assert_eq!(w.sessions[4].open_at, SimTime(1_000_000_000));
+        // An empty window is an error.
+        g.start_s = 100.0;
+        let e = append_trace(&mut empty(), &g, &t, 0, 1, None).unwrap_err();
+        assert!(e.contains("no request in the window"), "{e}");
+    }
+
+    #[test]
+    fn context_limit_names_the_row() {
+        let t = native("0,,,1000,5,\n1,,,9000,5,\n");
+        let g = TraceGroupConfig::new("c", "n.csv");
+        let e = append_trace(&mut empty(), &g, &t, 0, 1, Some(4096)).unwrap_err();
+        assert!(e.starts_with("n.csv:3: the request needs 9005 tokens"), "{e}");
+    }
+
+    #[test]
+    fn shared_prefix_and_context_without_hashes() {
+        let mut g = TraceGroupConfig::new("p", "s.csv");
+        let ctx =
+            "c = { session = \"s\", start_s = \"t\", input_tokens = \"i\", output_tokens = \"o\", model = \"m\" }";
+        let cols = toml::from_str::<toml::Table>(ctx).unwrap()["c"].clone();
+        let sp = toml::Value::Table(toml::from_str("m1 = 100").unwrap());
+        super::super::agent_cfg::apply(&mut g.agent, None, Some(&cols), None, Some(&sp), None).unwrap();
+        let text = "s,t,i,o,m\na,0,300,5,m1\nb,1,200,5,m1\na,2,400,5,m1\nc,3,50,5,m1\nd,4,300,5,m2\n";
+        let t =
+            super::super::calls::read_any(text.as_bytes(), "s.csv", Format::Sessions, false, &g.agent.read).unwrap();
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        let c = |s: u32, k: usize| w.content(fleetsim_core::ids::SessionId(s), k);
+        // a and b share the model's 100-token prefix; a's second call extends its first.
+        assert_eq!(c(0, 0).segments[0], c(1, 0).segments[0]);
+        assert_eq!(c(0, 0).segments[0].len, 100);
+        assert_eq!(c(0, 1).prompt_tokens, 400);
+        assert_eq!(c(0, 0).segments[1].source, c(0, 1).segments[1].source);
+        assert_ne!(c(0, 0).segments[1].source, c(1, 0).segments[1].source);
+        // c's 50-token call cuts its prefix to 49 tokens; d's model has none.
+        assert_eq!(c(2, 0).segments[0].len, 49);
+        assert_eq!(c(3, 0).segments.len(), 1);
+        assert!(
+            w.notes.iter().any(|n| n.contains("1 sessions have a call shorter")),
+            "{:?}",
+            w.notes
+        );
+        // Independent calls: same prefix, their own stream each.
+        g.agent.context = super::super::agent_cfg::Context::Independent;
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        let c = |s: u32, k: usize| w.content(fleetsim_core::ids::SessionId(s), k);
+        assert_eq!(c(0, 0).segments[0], c(0, 1).segments[0]);
+        assert_ne!(c(0, 0).segments[1].source, c(0, 1).segments[1].source);
+    }
+
+    #[test]
+    fn jitter_is_seeded() {
+        let t = native("0,,,100,5,\n0,,,100,5,\n");
+        let mut g = TraceGroupConfig::new("j", "n.csv");
+        g.arrival_jitter_s = 3.0;
+        let run = |seed| {
+            let mut w = empty();
+            append_trace(&mut w, &g, &t, 0, seed, None).unwrap();
+            w.sessions.iter().map(|s| s.open_at).collect::<Vec<_>>()
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+        assert!(run(1).iter().all(|t| t.0 < 3_000_000_000));
+    }
+}

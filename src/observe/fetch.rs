@@ -1,0 +1,177 @@
+//! Where `sim observe` gets series: a Prometheus server's HTTP API, or the engines'
+//! `/metrics` polled directly. Plain blocking HTTP with a bounded wait per request.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use super::{Observed, collect, parse_metrics_text, parse_query_range, query, wanted};
+use crate::export::openmetrics::instance_of;
+
+/// Longest wait for one HTTP answer.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest answer read (a query_range over a big fleet is tens of MB).
+const MAX_BODY: u64 = 512 << 20;
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(TIMEOUT))
+        .build()
+        .into()
+}
+
+/// `GET url` with query parameters: the status and the body.
+fn get(url: &str, params: &[(&str, &str)]) -> Result<(u16, String)> {
+    let mut req = agent().get(url);
+    for (k, v) in params {
+        req = req.query(*k, *v);
+    }
+    let mut resp = req.call().with_context(|| format!("GET {url}"))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY)
+        .read_to_string()
+        .with_context(|| format!("reading the answer of {url}"))?;
+    Ok((status, body))
+}
+
+/// Queries `/api/v1/query_range` on a Prometheus server for the vLLM series `sim observe`
+/// reads (one query), between `from` and `to` (Unix seconds or RFC 3339) every `step_s`.
+pub fn prometheus(base: &str, selector: &str, from: &str, to: &str, step_s: f64) -> Result<Observed> {
+    let url = format!("{}/api/v1/query_range", base.trim_end_matches('/'));
+    let q = query(selector);
+    let step = format!("{step_s}");
+    let (status, body) = get(&url, &[("query", &q), ("start", from), ("end", to), ("step", &step)])?;
+    let source = format!("{base} ({q})");
+    if status != 200 && !body.trim_start().starts_with('{') {
+        bail!("{source}: HTTP {status}: {}", body.lines().next().unwrap_or(""));
+    }
+    parse_query_range(&source, &body)
+}
+
+/// Polls each engine's `/metrics` every `step` for `duration`; times are seconds from the
+/// first poll. A failed poll leaves that engine without a sample at that instant.
+pub fn scrape(urls: &[String], duration: Duration, step: Duration) -> Result<Observed> {
+    if urls.is_empty() {
+        bail!("--scrape: no URL");
+    }
+    if step.is_zero() {
+        bail!("--step must be positive");
+    }
+    let names = wanted();
+    let start = Instant::now();
+    let mut series: Vec<super::LabeledSeries> = Vec::new();
+    for u in urls {
+        for n in &names {
+            let labels = BTreeMap::from([
+                ("__name__".to_string(), n.clone()),
+                ("instance".to_string(), instance_of(u)),
+            ]);
+            series.push((labels, Vec::new()));
+        }
+    }
+    let mut failures: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    let mut k = 0u32;
+    loop {
+        let due = step * k;
+        if due > duration {
+            break;
+        }
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        let t = due.as_secs_f64();
+        for (i, u) in urls.iter().enumerate() {
+            let url = if u.ends_with("/metrics") {
+                u.clone()
+            } else {
+                format!("{}/metrics", u.trim_end_matches('/'))
+            };
+            match get(&url, &[]) {
+                Ok((200, body)) => {
+                    let m = parse_metrics_text(&body);
+                    for (j, n) in names.iter().enumerate() {
+                        if let Some(v) = m.get(n) {
+                            series[i * names.len() + j].1.push((t, *v));
+                        }
+                    }
+                }
+                Ok((status, _)) => {
+                    let f = failures.entry(url).or_insert((0, String::new()));
+                    f.0 += 1;
+                    f.1 = format!("HTTP {status}");
+                }
+                Err(e) => {
+                    let f = failures.entry(url).or_insert((0, String::new()));
+                    f.0 += 1;
+                    f.1 = format!("{e:#}");
+                }
+            }
+        }
+        k += 1;
+    }
+    for (url, (n, last)) in &failures {
+        eprintln!("note: {url}: {n} of {k} polls failed (last: {last})");
+    }
+    let series = series.into_iter().filter(|(_, p)| !p.is_empty()).collect();
+    collect(format!("--scrape {}", urls.join(",")), series)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpListener;
+
+    /// A one-thread HTTP server on loopback answering every request with `body`, `n` times.
+    fn serve(body: &'static str, status: u16, n: usize) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in l.incoming().take(n) {
+                let mut s = s.unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut line = String::new();
+                while r.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+                    line.clear();
+                }
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[test]
+    fn scrapes_engines_on_loopback() {
+        let body = "vllm:num_requests_running{engine=\"0\"} 2\nvllm:num_requests_waiting{engine=\"0\"} 1\n";
+        let url = serve(body, 200, 3);
+        let o = scrape(
+            std::slice::from_ref(&url),
+            Duration::from_millis(100),
+            Duration::from_millis(50),
+        )
+        .unwrap();
+        assert_eq!(o.times.len(), 3);
+        assert_eq!(o.backends[0].instance, instance_of(&url));
+        assert_eq!(o.backends[0].running, vec![Some(2.0); 3]);
+    }
+
+    #[test]
+    fn prometheus_errors_are_named() {
+        let url = serve(
+            r#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#,
+            400,
+            1,
+        );
+        let e = prometheus(&url, "", "0", "10", 1.0).unwrap_err().to_string();
+        assert!(e.contains("parse error at char 3"), "{e}");
+    }
+}

@@ -1,0 +1,735 @@
+//! Sweep plots: a heatmap of a metric over two axes and a line plot over one axis with one
+//! line per level of a series axis and 95% CI bands. Axes not on the plot become panels
+//! (small multiples) sharing one colour scale or y range, so panels compare at a glance.
+//! Axis values are placed at equal spacing in the order they were swept (ordinal axes).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::colors::colormaps::ViridisRGB;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::plot::{
+    Figure, PALETTE, Swatch, axis_label, clip, draw_legend_outside, font, grid_shape, legend_width, metric_label,
+    natural_bounds, pe, readable_label, save,
+};
+use crate::sweep::spec::Plan;
+use crate::sweep::table::{Aggregate, Meta, Stat, fmt_stat};
+
+/// At most this many panels per figure; the rest are left out and the title says so.
+const MAX_PANELS: usize = 36;
+
+/// Panels: for every combination of the axes not in `used`, in grid order, its caption and
+/// a function from the used axes' level indices to a point.
+fn facets(plan: &Plan, used: &[usize]) -> Vec<(String, Vec<usize>)> {
+    let others: Vec<usize> = (0..plan.axes.len()).filter(|i| !used.contains(i)).collect();
+    let total: usize = others.iter().map(|&i| plan.axes[i].levels.len()).product();
+    (0..total)
+        .map(|mut k| {
+            let mut coords = vec![0usize; plan.axes.len()];
+            for &i in others.iter().rev() {
+                let n = plan.axes[i].levels.len();
+                coords[i] = k % n;
+                k /= n;
+            }
+            let caption = others
+                .iter()
+                .map(|&i| format!("{}={}", plan.axes[i].name, plan.axes[i].levels[coords[i]].label))
+                .collect::<Vec<_>>()
+                .join(", ");
+            (caption, coords)
+        })
+        .collect()
+}
+
+fn point_of(plan: &Plan, coords: &[usize]) -> u64 {
+    coords
+        .iter()
+        .zip(&plan.axes)
+        .fold(0u64, |acc, (c, a)| acc * a.levels.len() as u64 + *c as u64)
+}
+
+/// Stats of `metric` by point (None where no run reported it).
+fn by_point(meta: &Meta, agg: &Aggregate, metric: &str) -> Option<Vec<Option<Stat>>> {
+    let col = agg.columns.iter().position(|c| c == metric)?;
+    let mut out = vec![None; meta.points as usize];
+    for (p, stats) in &agg.points {
+        if stats[col].n > 0 {
+            out[*p as usize] = Some(stats[col]);
+        }
+    }
+    Some(out)
+}
+
+/// An axis's value labels as shown in plots (inline tables as their policy kind).
+fn labels(plan: &Plan, axis: usize) -> Vec<String> {
+    plan.axes[axis]
+        .levels
+        .iter()
+        .map(|l| readable_label(&l.label))
+        .collect()
+}
+
+fn title_of(meta: &Meta, metric: &str, what: &str, shown: usize, total: usize) -> String {
+    let more = if shown < total {
+        format!(" (first {shown} of {total} panels)")
+    } else {
+        String::new()
+    };
+    format!(
+        "{}: {metric}, {what} over {} seeds{more}",
+        meta.scenario,
+        meta.plan.seeds.len()
+    )
+}
+
+/// A heatmap of one metric's mean over two axes.
+pub struct Heatmap {
+    title: String,
+    metric: String,
+    x_name: String,
+    y_name: String,
+    x_labels: Vec<String>,
+    y_labels: Vec<String>,
+    /// Caption and cells `[y][x]`.
+    panels: Vec<(String, Vec<Vec<Option<f64>>>)>,
+    range: (f64, f64),
+}
+
+const HM_PANEL: (u32, u32) = (400, 320);
+const HM_TOP: u32 = 40;
+const HM_BAR: u32 = 110;
+
+impl Heatmap {
+    /// The heatmap of `metric` over axes `x` and `y`; None if the metric is unknown.
+    pub fn new(meta: &Meta, agg: &Aggregate, metric: &str, x: usize, y: usize) -> Option<Heatmap> {
+        let plan = &meta.plan;
+        let stats = by_point(meta, agg, metric)?;
+        let all = facets(plan, &[x, y]);
+        let total = all.len();
+        let mut panels = Vec::new();
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for (caption, mut coords) in all.into_iter().take(MAX_PANELS) {
+            let mut cells = Vec::new();
+            for j in 0..plan.axes[y].levels.len() {
+                let mut row = Vec::new();
+                for i in 0..plan.axes[x].levels.len() {
+                    coords[x] = i;
+                    coords[y] = j;
+                    let v = stats[point_of(plan, &coords) as usize].map(|s| s.mean);
+                    if let Some(v) = v {
+                        lo = lo.min(v);
+                        hi = hi.max(v);
+                    }
+                    row.push(v);
+                }
+                cells.push(row);
+            }
+            panels.push((caption, cells));
+        }
+        let shown = panels.len();
+        Some(Heatmap {
+            title: title_of(meta, metric, "mean", shown, total),
+            metric: metric.to_string(),
+            x_name: axis_label(&plan.axes[x].name),
+            y_name: axis_label(&plan.axes[y].name),
+            x_labels: labels(plan, x),
+            y_labels: labels(plan, y),
+            panels,
+            range: if lo.is_finite() { (lo, hi) } else { (0.0, 1.0) },
+        })
+    }
+
+    fn colour(&self, v: f64) -> RGBColor {
+        let (lo, hi) = self.range;
+        if hi > lo {
+            ViridisRGB::get_color_normalized(v, lo, hi)
+        } else {
+            ViridisRGB::get_color_normalized(0.5, 0.0, 1.0)
+        }
+    }
+
+    fn draw_panel<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        caption: &str,
+        cells: &[Vec<Option<f64>>],
+    ) -> Result<()> {
+        let (w, h) = area.dim_in_pixel();
+        // The y axis title runs up the left edge (rotated), clear of the caption row.
+        let title_w = 18i32;
+        let mut left = 40i32;
+        for l in &self.y_labels {
+            left = left.max(area.estimate_text_size(&clip(l, 24), &font(11.0)).map_err(pe)?.0 as i32 + 14);
+        }
+        let left = left + title_w;
+        let mut x_label_w = 20i32;
+        for l in &self.x_labels {
+            x_label_w = x_label_w.max(area.estimate_text_size(&clip(l, 24), &font(11.0)).map_err(pe)?.0 as i32 + 8);
+        }
+        let (right, top) = (10i32, 26i32);
+        let nx = self.x_labels.len() as i32;
+        let ny = self.y_labels.len() as i32;
+        let cw = ((w as i32 - left - right) / nx).max(1);
+        // Labels wider than a cell but not than two alternate between two rows, so every
+        // column keeps its label (policy names under five policies); wider still, every
+        // k-th label is shown (long numeric axes).
+        let stagger = x_label_w > cw && x_label_w <= 2 * cw;
+        let drop = if stagger { 14 } else { 0 };
+        let bottom = 46 + drop;
+        let ch = ((h as i32 - top - bottom) / ny).max(1);
+        let centre = Pos::new(HPos::Center, VPos::Center);
+        area.draw(&Text::new(
+            clip(caption, 60),
+            (left + cw * nx / 2, 12),
+            font(13.0).pos(centre),
+        ))
+        .map_err(pe)?;
+        let cell_font = if cw < 44 { 9.0 } else { 12.0 };
+        for (j, row) in cells.iter().enumerate() {
+            // Row 0 of the y axis at the bottom.
+            let y0 = top + ch * (ny - 1 - j as i32);
+            for (i, v) in row.iter().enumerate() {
+                let x0 = left + cw * i as i32;
+                let (fill, text, ink) = match v {
+                    Some(v) => {
+                        let c = self.colour(*v);
+                        let lum = 0.299 * c.0 as f64 + 0.587 * c.1 as f64 + 0.114 * c.2 as f64;
+                        (c, short(*v), if lum < 128.0 { WHITE } else { BLACK })
+                    }
+                    None => (RGBColor(225, 225, 225), "-".to_string(), BLACK),
+                };
+                area.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], fill.filled()))
+                    .map_err(pe)?;
+                area.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], WHITE.stroke_width(1)))
+                    .map_err(pe)?;
+                area.draw(&Text::new(
+                    text,
+                    (x0 + cw / 2, y0 + ch / 2),
+                    font(cell_font).color(&ink).pos(centre),
+                ))
+                .map_err(pe)?;
+            }
+        }
+        let every_x = if stagger {
+            1
+        } else {
+            (nx as usize)
+                .div_ceil(((w as i32 - left - right) / x_label_w).max(1) as usize)
+                .max(1)
+        };
+        for (i, l) in self.x_labels.iter().enumerate() {
+            if i % every_x == 0 {
+                let pos = Pos::new(HPos::Center, VPos::Top);
+                let row = if stagger { (i % 2) as i32 } else { 0 };
+                area.draw(&Text::new(
+                    clip(l, 24),
+                    (left + cw * i as i32 + cw / 2, top + ch * ny + 4 + drop * row),
+                    font(11.0).pos(pos),
+                ))
+                .map_err(pe)?;
+            }
+        }
+        let every_y = (ny as usize)
+            .div_ceil(((h as i32 - top - bottom) / 14).max(1) as usize)
+            .max(1);
+        for (j, l) in self.y_labels.iter().enumerate() {
+            if j % every_y == 0 {
+                let pos = Pos::new(HPos::Right, VPos::Center);
+                area.draw(&Text::new(
+                    clip(l, 24),
+                    (left - 6, top + ch * (ny - 1 - j as i32) + ch / 2),
+                    font(11.0).pos(pos),
+                ))
+                .map_err(pe)?;
+            }
+        }
+        area.draw(&Text::new(
+            self.x_name.clone(),
+            (left + cw * nx / 2, top + ch * ny + 26 + drop),
+            font(12.0).pos(Pos::new(HPos::Center, VPos::Top)),
+        ))
+        .map_err(pe)?;
+        area.draw(&Text::new(
+            clip(&self.y_name, 40),
+            (title_w / 2, top + ch * ny / 2),
+            font(12.0)
+                .transform(FontTransform::Rotate270)
+                .pos(Pos::new(HPos::Center, VPos::Center)),
+        ))
+        .map_err(pe)?;
+        Ok(())
+    }
+}
+
+/// A value in at most 4 significant digits, for cells.
+fn short(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 1000.0 {
+        format!("{v:.0}")
+    } else if a >= 100.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+impl Figure for Heatmap {
+    fn size(&self) -> (u32, u32) {
+        let (rows, cols) = grid_shape(self.panels.len());
+        (HM_PANEL.0 * cols as u32 + HM_BAR, HM_PANEL.1 * rows as u32 + HM_TOP)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let (w, h) = self.size();
+        let (title, body) = root.split_vertically(HM_TOP);
+        title
+            .draw(&Text::new(
+                clip(&self.title, 110),
+                (10, HM_TOP as i32 / 2),
+                font(16.0).pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(pe)?;
+        let (grid, bar) = body.split_horizontally(w - HM_BAR);
+        let (rows, cols) = grid_shape(self.panels.len());
+        let areas = grid.split_evenly((rows, cols));
+        for ((caption, cells), area) in self.panels.iter().zip(&areas) {
+            self.draw_panel(area, caption, cells)?;
+        }
+        // Colour bar.
+        let (lo, hi) = self.range;
+        let (top, bottom) = (30i32, (h - HM_TOP) as i32 - 50);
+        let steps = 100;
+        for s in 0..steps {
+            let f = s as f64 / (steps - 1) as f64;
+            let y1 = bottom - (bottom - top) * s / steps;
+            let y0 = bottom - (bottom - top) * (s + 1) / steps;
+            bar.draw(&Rectangle::new(
+                [(10, y0), (30, y1)],
+                self.colour(lo + (hi - lo) * f).filled(),
+            ))
+            .map_err(pe)?;
+        }
+        let lab = Pos::new(HPos::Left, VPos::Center);
+        for (v, y) in [(hi, top), ((lo + hi) / 2.0, (top + bottom) / 2), (lo, bottom)] {
+            bar.draw(&Text::new(short(v), (34, y), font(11.0).pos(lab)))
+                .map_err(pe)?;
+        }
+        // The colour bar's label: what the colours measure, with its unit.
+        bar.draw(&Text::new(
+            format!("mean {}", metric_label(&self.metric)),
+            (HM_BAR as i32 - 16, (top + bottom) / 2),
+            font(12.0)
+                .transform(FontTransform::Rotate270)
+                .pos(Pos::new(HPos::Center, VPos::Center)),
+        ))
+        .map_err(pe)?;
+        Ok(())
+    }
+}
+
+/// A metric against one axis, one line per level of a series axis, with 95% CI bands.
+pub struct Lines {
+    title: String,
+    bounds: (f64, f64),
+    metric: String,
+    x_name: String,
+    x_labels: Vec<String>,
+    series_labels: Vec<String>,
+    /// Caption and stats `[series][x]`.
+    panels: Vec<(String, Vec<Vec<Option<Stat>>>)>,
+    range: (f64, f64),
+}
+
+const LN_PANEL: (u32, u32) = (440, 320);
+const LN_TOP: u32 = 40;
+
+impl Lines {
+    /// The line plot of `metric` over axis `x`, with lines by `series` (or one line).
+    pub fn new(meta: &Meta, agg: &Aggregate, metric: &str, x: usize, series: Option<usize>) -> Option<Lines> {
+        let plan = &meta.plan;
+        let stats = by_point(meta, agg, metric)?;
+        let used: Vec<usize> = std::iter::once(x).chain(series).collect();
+        let all = facets(plan, &used);
+        let total = all.len();
+        let n_series = series.map_or(1, |s| plan.axes[s].levels.len());
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        let bounds = natural_bounds(metric);
+        let mut clipped = false;
+        let mut panels = Vec::new();
+        for (caption, mut coords) in all.into_iter().take(MAX_PANELS) {
+            let mut lines = Vec::new();
+            for s in 0..n_series {
+                let mut line = Vec::new();
+                for i in 0..plan.axes[x].levels.len() {
+                    coords[x] = i;
+                    if let Some(sa) = series {
+                        coords[sa] = s;
+                    }
+                    let st = stats[point_of(plan, &coords) as usize];
+                    if let Some(st) = st {
+                        let (a, b) = ci_ends(&st, bounds);
+                        clipped |= a > st.mean - ci_of(&st) || b < st.mean + ci_of(&st);
+                        lo = lo.min(a);
+                        hi = hi.max(b);
+                    }
+                    line.push(st);
+                }
+                lines.push(line);
+            }
+            panels.push((caption, lines));
+        }
+        let shown = panels.len();
+        if !lo.is_finite() {
+            (lo, hi) = (0.0, 1.0);
+        }
+        let pad = ((hi - lo) * 0.08).max(1e-9);
+        let what = if clipped {
+            format!("mean ± 95% CI (clipped {})", bounds_text(bounds))
+        } else {
+            "mean ± 95% CI".to_string()
+        };
+        Some(Lines {
+            title: title_of(meta, metric, &what, shown, total),
+            bounds,
+            metric: metric.to_string(),
+            x_name: axis_label(&plan.axes[x].name),
+            x_labels: labels(plan, x),
+            series_labels: series.map_or_else(
+                || vec![metric.to_string()],
+                |s| {
+                    labels(plan, s)
+                        .into_iter()
+                        .map(|l| format!("{}={l}", plan.axes[s].name))
+                        .collect()
+                },
+            ),
+            panels,
+            range: (
+                (lo - pad).min(if lo >= 0.0 { 0.0 } else { lo - pad }).max(bounds.0),
+                (hi + pad).min(if bounds.1.is_finite() {
+                    bounds.1 + pad
+                } else {
+                    f64::INFINITY
+                }),
+            ),
+        })
+    }
+
+    fn draw_panel<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        caption: &str,
+        lines: &[Vec<Option<Stat>>],
+    ) -> Result<()> {
+        let n = self.x_labels.len();
+        let labels = self.x_labels.clone();
+        let mut chart = ChartBuilder::on(area)
+            .caption(clip(caption, 60), font(13.0))
+            .margin(8)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), self.range.0..self.range.1)
+            .map_err(pe)?;
+        chart
+            .configure_mesh()
+            .x_labels(n.min(10))
+            .x_label_formatter(&|v| {
+                let r = v.round();
+                if (v - r).abs() < 1e-6 && r >= 0.0 && (r as usize) < labels.len() {
+                    clip(&labels[r as usize], 18)
+                } else {
+                    String::new()
+                }
+            })
+            .y_label_formatter(&|v| fmt_stat(*v))
+            .y_desc(metric_label(&self.metric))
+            .x_desc(self.x_name.clone())
+            .label_style(font(11.0))
+            .axis_desc_style(font(12.0))
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(RGBColor(225, 225, 225))
+            .draw()
+            .map_err(pe)?;
+        for (s, line) in lines.iter().enumerate() {
+            let colour = PALETTE[s % PALETTE.len()];
+            // CI band: one polygon through every point that has data.
+            let pts: Vec<(f64, Stat)> = line
+                .iter()
+                .enumerate()
+                .filter_map(|(i, st)| st.map(|st| (i as f64, st)))
+                .collect();
+            let band: Vec<(f64, f64)> = pts
+                .iter()
+                .map(|(x, st)| (*x, ci_ends(st, self.bounds).1))
+                .chain(pts.iter().rev().map(|(x, st)| (*x, ci_ends(st, self.bounds).0)))
+                .collect();
+            if band.len() >= 4 {
+                chart
+                    .draw_series(std::iter::once(Polygon::new(band, colour.mix(0.18).filled())))
+                    .map_err(pe)?;
+            }
+            chart
+                .draw_series(LineSeries::new(
+                    pts.iter().map(|(x, st)| (*x, st.mean)),
+                    colour.stroke_width(2),
+                ))
+                .map_err(pe)?;
+            chart
+                .draw_series(pts.iter().map(|(x, st)| Circle::new((*x, st.mean), 3, colour.filled())))
+                .map_err(pe)?;
+            // A clipped interval end is marked with a short bar at the bound.
+            chart
+                .draw_series(
+                    pts.iter()
+                        .flat_map(|(x, st)| clipped_ends(st, self.bounds).map(move |b| (*x, b)))
+                        .map(|(x, b)| PathElement::new(vec![(x - 0.08, b), (x + 0.08, b)], colour.stroke_width(2))),
+                )
+                .map_err(pe)?;
+        }
+        Ok(())
+    }
+}
+
+impl Lines {
+    /// Whether the x axis holds numbers (joined by lines) rather than names (policies,
+    /// fleets: a line between names means nothing, so they get a horizontal dot plot).
+    fn numeric(&self) -> bool {
+        self.x_labels.iter().all(|l| l.parse::<f64>().is_ok())
+    }
+
+    /// Names down the y axis, the metric across, a dot per series with its CI as a bar.
+    fn draw_dots<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        caption: &str,
+        lines: &[Vec<Option<Stat>>],
+    ) -> Result<()> {
+        let n = self.x_labels.len();
+        let labels = self.x_labels.clone();
+        let mut name_width = 40;
+        for l in &labels {
+            name_width = name_width.max(area.estimate_text_size(&clip(l, 40), &font(11.0)).map_err(pe)?.0 + 16);
+        }
+        let mut chart = ChartBuilder::on(area)
+            .caption(clip(caption, 60), font(13.0))
+            .margin(8)
+            .x_label_area_size(40)
+            .y_label_area_size(name_width)
+            .build_cartesian_2d(self.range.0..self.range.1, (n as f64 - 0.5)..-0.5f64)
+            .map_err(pe)?;
+        chart
+            .configure_mesh()
+            .y_labels(n)
+            .y_label_formatter(&|v| {
+                let r = v.round();
+                if (v - r).abs() < 1e-6 && r >= 0.0 && (r as usize) < labels.len() {
+                    clip(&labels[r as usize], 40)
+                } else {
+                    String::new()
+                }
+            })
+            .x_label_formatter(&|v| fmt_stat(*v))
+            .x_desc(metric_label(&self.metric))
+            .label_style(font(11.0))
+            .axis_desc_style(font(12.0))
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(RGBColor(225, 225, 225))
+            .draw()
+            .map_err(pe)?;
+        let k = lines.len().max(1) as f64;
+        for (s, line) in lines.iter().enumerate() {
+            let colour = PALETTE[s % PALETTE.len()];
+            // Several series share a row, offset slightly so they do not hide each other.
+            let dy = if k > 1.0 {
+                (s as f64 - (k - 1.0) / 2.0) * 0.6 / k
+            } else {
+                0.0
+            };
+            let pts: Vec<(f64, Stat)> = line
+                .iter()
+                .enumerate()
+                .filter_map(|(i, st)| st.map(|st| (i as f64 + dy, st)))
+                .collect();
+            chart
+                .draw_series(pts.iter().map(|(y, st)| {
+                    let (a, b) = ci_ends(st, self.bounds);
+                    PathElement::new(vec![(a, *y), (b, *y)], colour.stroke_width(2))
+                }))
+                .map_err(pe)?;
+            chart
+                .draw_series(
+                    pts.iter()
+                        .flat_map(|(y, st)| clipped_ends(st, self.bounds).map(move |b| (*y, b)))
+                        .map(|(y, b)| PathElement::new(vec![(b, y - 0.12), (b, y + 0.12)], colour.stroke_width(2))),
+                )
+                .map_err(pe)?;
+            chart
+                .draw_series(pts.iter().map(|(y, st)| Circle::new((st.mean, *y), 4, colour.filled())))
+                .map_err(pe)?;
+        }
+        Ok(())
+    }
+}
+
+impl Lines {
+    /// The figure's one legend: a swatch per series (none for a single unnamed line).
+    fn legend(&self) -> Vec<(String, Swatch)> {
+        if self.series_labels.len() < 2 {
+            return Vec::new();
+        }
+        self.series_labels
+            .iter()
+            .enumerate()
+            .map(|(s, l)| {
+                let c = PALETTE[s % PALETTE.len()];
+                let sw = if self.numeric() {
+                    Swatch::Line(c, 2)
+                } else {
+                    Swatch::Dot(c)
+                };
+                (clip(l, 40), sw)
+            })
+            .collect()
+    }
+
+    /// Width of the legend strip right of the panels.
+    fn legend_px(&self) -> u32 {
+        let longest = self.legend().iter().map(|(l, _)| l.chars().count()).max();
+        longest.map_or(0, |c| c as u32 * 7 + 48)
+    }
+}
+
+impl Figure for Lines {
+    fn size(&self) -> (u32, u32) {
+        let (rows, cols) = grid_shape(self.panels.len());
+        let legend = self.legend_px();
+        if self.numeric() {
+            // At least 640 wide so the title fits over a single panel.
+            (
+                (LN_PANEL.0 * cols as u32 + legend).max(640),
+                LN_PANEL.1 * rows as u32 + LN_TOP,
+            )
+        } else {
+            let h = (self.x_labels.len() as u32 * 26 + 90).max(LN_PANEL.1);
+            ((LN_PANEL.0 + 200) * cols as u32 + legend, h * rows as u32 + LN_TOP)
+        }
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let (title, body) = root.split_vertically(LN_TOP);
+        title
+            .draw(&Text::new(
+                clip(&self.title, 140),
+                (10, LN_TOP as i32 / 2),
+                font(15.0).pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(pe)?;
+        let entries = self.legend();
+        let (w, _) = body.dim_in_pixel();
+        let strip = if entries.is_empty() {
+            0
+        } else {
+            legend_width(&body, &entries.iter().map(|e| e.0.clone()).collect::<Vec<_>>())?.max(self.legend_px())
+        };
+        let (grid, legend) = body.split_horizontally(w.saturating_sub(strip));
+        if !entries.is_empty() {
+            draw_legend_outside(&legend, &entries, (6, 30), false)?;
+        }
+        let (rows, cols) = grid_shape(self.panels.len());
+        let areas = grid.split_evenly((rows, cols));
+        for ((caption, lines), area) in self.panels.iter().zip(&areas) {
+            if self.numeric() {
+                self.draw_panel(area, caption, lines)?;
+            } else {
+                self.draw_dots(area, caption, lines)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ci_of(st: &Stat) -> f64 {
+    if st.ci95.is_nan() { 0.0 } else { st.ci95 }
+}
+
+/// The CI's ends clipped to the metric's natural bounds.
+fn ci_ends(st: &Stat, (lo, hi): (f64, f64)) -> (f64, f64) {
+    ((st.mean - ci_of(st)).max(lo), (st.mean + ci_of(st)).min(hi))
+}
+
+/// The bounds at which `st`'s CI was clipped (to be marked).
+fn clipped_ends(st: &Stat, (lo, hi): (f64, f64)) -> impl Iterator<Item = f64> {
+    let (a, b) = (st.mean - ci_of(st), st.mean + ci_of(st));
+    [(a < lo).then_some(lo), (b > hi).then_some(hi)].into_iter().flatten()
+}
+
+fn bounds_text((lo, hi): (f64, f64)) -> String {
+    if hi.is_finite() {
+        format!("to [{}, {}]", fmt_stat(lo), fmt_stat(hi))
+    } else {
+        format!("at {}", fmt_stat(lo))
+    }
+}
+
+/// A metric name as a file-name part (`backends[1].busy_s` -> `backends_1__busy_s`).
+pub fn file_part(metric: &str) -> String {
+    metric
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Writes every configured plot for a sweep; returns the paths written.
+pub fn write_sweep_plots(dir: &Path, meta: &Meta, agg: &Aggregate, dpi: u32) -> Result<Vec<PathBuf>> {
+    let plan = &meta.plan;
+    let idx = |name: &str| plan.axes.iter().position(|a| a.name == name);
+    // Defaults: the axis with the most values across, the one with the next most (heatmap
+    // rows) or the fewest (line series); ties go to the earlier axis.
+    let mut by_size: Vec<usize> = (0..plan.axes.len()).collect();
+    by_size.sort_by_key(|&i| std::cmp::Reverse(plan.axes[i].levels.len()));
+    let heat_axes = match &plan.plot.heatmap {
+        Some(v) => Some((idx(&v[0]).expect("validated"), idx(&v[1]).expect("validated"))),
+        None if by_size.len() >= 2 => Some((by_size[0], by_size[1])),
+        None => None,
+    };
+    let line_axes = match &plan.plot.line {
+        Some(v) => Some((
+            idx(&v[0]).expect("validated"),
+            v.get(1).map(|s| idx(s).expect("validated")),
+        )),
+        None => by_size.first().map(|&x| {
+            let series = (0..plan.axes.len())
+                .filter(|&i| i != x)
+                .min_by_key(|&i| plan.axes[i].levels.len());
+            (x, series)
+        }),
+    };
+    let mut out = Vec::new();
+    for metric in plan.plot_metrics() {
+        let part = file_part(metric);
+        if let Some((x, y)) = heat_axes
+            && let Some(h) = Heatmap::new(meta, agg, metric, x, y)
+        {
+            out.extend(save(&h, &dir.join(format!("heatmap_{part}")), dpi)?);
+        }
+        if let Some((x, s)) = line_axes
+            && let Some(l) = Lines::new(meta, agg, metric, x, s)
+        {
+            out.extend(save(&l, &dir.join(format!("line_{part}")), dpi)?);
+        }
+    }
+    Ok(out)
+}
