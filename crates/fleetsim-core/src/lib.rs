@@ -75,7 +75,7 @@ mod walls {
     ];
 
     /// Crates that belong to the front end or to file formats, never to the core.
-    const FRONT_END: [&str; 15] = [
+    const FRONT_END: [&str; 18] = [
         "clap",
         "plotters",
         "png",
@@ -89,6 +89,9 @@ mod walls {
         "csv",
         "fleetsim-io",
         "tokio",
+        "axum",
+        "hyper",
+        "hyper-util",
         "reqwest",
         "eventsource-stream",
     ];
