@@ -39,6 +39,7 @@ mod prometheus;
 mod queueing;
 mod readme;
 mod reference;
+mod serve;
 mod sweep;
 mod trace;
 mod tune;
