@@ -52,8 +52,13 @@ pub fn router(shared: Arc<Shared>, b: usize, shutdown: tokio::sync::watch::Recei
         .route("/version", get(version))
         .route("/metrics", get(metrics))
         .route("/tokenize", post(tokenize))
+        .route("/v1/completions/render", post(render_prompt))
+        .route("/v1/chat/completions/render", post(render_prompt))
         .route("/get_model_info", get(get_model_info))
+        .route("/model_info", get(get_model_info))
         .route("/get_server_info", get(get_server_info))
+        .route("/server_info", get(get_server_info))
+        .route("/get_load", get(get_load))
         .fallback(not_found)
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(axum::middleware::map_response(move |mut r: Response| {
@@ -163,6 +168,38 @@ async fn json_body(a: &App, body: Body) -> Result<serde_json::Map<String, Value>
     }
 }
 
+/// SGLang's `/get_load` (vllm-router's `power_of_two` polls it): `load` is the requests
+/// the engine holds, running and waiting, as of the latest step.
+async fn get_load(State(a): State<App>) -> Response {
+    let be = &a.shared.backends[a.b];
+    let g = be.metrics.lock().unwrap_or_else(|e| e.into_inner()).gauges;
+    axum::Json(json!({
+        "load": g.running + g.waiting,
+        "num_reqs": g.running + g.waiting,
+        "num_waiting_reqs": g.waiting,
+        "num_tokens": u64::from(g.kv_used_blocks) * u64::from(be.cfg.block_size_tokens),
+    }))
+    .into_response()
+}
+
+/// vLLM's render endpoints (vllm-router's `cache_aware` calls them on every worker): the
+/// prompt's token ids, as the request would be tokenised.
+async fn render_prompt(State(a): State<App>, body: Body) -> Response {
+    let req = match json_body(&a, body).await {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let text = match (req.get("prompt"), req.get("messages")) {
+        (Some(Value::String(p)), _) => p.clone(),
+        (_, Some(Value::Array(ms))) => match render_chat(ms) {
+            Ok(t) => t,
+            Err(e) => return e,
+        },
+        _ => return bad_request("`prompt` (a string) or `messages` is required", Some("prompt")),
+    };
+    axum::Json(json!({ "token_ids": a.shared.tokenizer.token_ids(&text) })).into_response()
+}
+
 async fn tokenize(State(a): State<App>, body: Body) -> Response {
     let req = match json_body(&a, body).await {
         Ok(r) => r,
@@ -176,10 +213,9 @@ async fn tokenize(State(a): State<App>, body: Body) -> Response {
         },
         _ => return bad_request("`prompt` (a string) or `messages` is required", Some("prompt")),
     };
-    let n = a.shared.tokenizer.count(&text);
-    let tokens: Vec<u32> = (0..n).collect();
+    let tokens = a.shared.tokenizer.token_ids(&text);
     axum::Json(json!({
-        "count": n,
+        "count": tokens.len(),
         "max_model_len": a.shared.backends[a.b].max_model_len,
         "tokens": tokens,
     }))

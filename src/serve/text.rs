@@ -105,6 +105,31 @@ impl Tokenizer {
     }
 }
 
+impl Tokenizer {
+    /// Token ids of `text` (for `/tokenize` and the render endpoints): each token's id is
+    /// a hash of its characters below 128,000 (Llama 3's vocabulary), so equal text gives
+    /// equal ids.
+    pub fn token_ids(&self, text: &str) -> Vec<u32> {
+        let cpt = self.chars_per_token as usize;
+        let mut ids = Vec::with_capacity(text.len() / cpt.max(1) + 1);
+        let mut start = 0usize;
+        let mut n = 0usize;
+        let id = |b: &[u8]| (mix(fnv(FNV_OFFSET, b), 0x1D) % 128_000) as u32;
+        for (i, _) in text.char_indices() {
+            if n == cpt {
+                ids.push(id(&text.as_bytes()[start..i]));
+                start = i;
+                n = 0;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            ids.push(id(&text.as_bytes()[start..]));
+        }
+        ids
+    }
+}
+
 /// How many tokens a request generates when the client lets the model stop (no
 /// `ignore_eos`): a length in 64..=512 from a hash of the prompt, so the same prompt
 /// always stops at the same token.
@@ -177,6 +202,14 @@ mod tests {
         let (h1, h2) = (hashes(&c1), hashes(&c2));
         assert_eq!(h1.len(), 16);
         assert_eq!(h1[..], h2[..16]);
+    }
+
+    #[test]
+    fn token_ids_are_one_per_token_and_follow_the_text() {
+        let t = tok(4);
+        let a = t.token_ids("abcdefghij");
+        assert_eq!(a.len(), t.count("abcdefghij") as usize);
+        assert_eq!(t.token_ids("abcdefgh")[..], a[..2]);
     }
 
     #[test]

@@ -40,6 +40,7 @@ mod queueing;
 mod readme;
 mod real_router;
 mod reference;
+mod serve;
 mod sweep;
 mod trace;
 mod tune;
