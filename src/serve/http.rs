@@ -615,6 +615,21 @@ struct StreamState {
     started: bool,
     finished: bool,
     word: String,
+    /// A middle token's event around its text: the bytes before and after it, rendered
+    /// once per request (`chunk` for the token `"@"`, split at it), so a token costs a
+    /// copy instead of building and serialising a JSON value.
+    template: (Vec<u8>, Vec<u8>),
+}
+
+/// [`StreamState::template`]: filler text needs no JSON escaping (letters and spaces).
+fn template(m: &Meta) -> (Vec<u8>, Vec<u8>) {
+    const MARK: &str = "\u{E000}fleetsim-token\u{E000}";
+    let whole = sse(&chunk(m, Some(MARK), false, None));
+    let at = whole
+        .windows(MARK.len())
+        .rposition(|w| w == MARK.as_bytes())
+        .expect("the marker is written unescaped");
+    (whole[..at].to_vec(), whole[at + MARK.len()..].to_vec())
 }
 
 fn chunk(m: &Meta, content: Option<&str>, role: bool, finish: Option<&str>) -> Value {
@@ -649,6 +664,7 @@ fn chunk(m: &Meta, content: Option<&str>, role: bool, finish: Option<&str>) -> V
 fn stream_response(a: App, meta: Meta, rx: UnboundedReceiver<Ev>, guard: Guard) -> Response {
     let st = StreamState {
         a,
+        template: template(&meta),
         meta,
         rx,
         guard,
@@ -675,7 +691,16 @@ fn stream_response(a: App, meta: Meta, rx: UnboundedReceiver<Ev>, guard: Guard) 
                 st.k += 1;
                 let last = st.k == st.meta.output_tokens;
                 let finish = last.then(|| st.meta.reason.as_str());
-                let mut out = sse(&chunk(&st.meta, Some(&st.word), false, finish)).to_vec();
+                let mut out = if last {
+                    sse(&chunk(&st.meta, Some(&st.word), false, finish)).to_vec()
+                } else {
+                    let (head, tail) = &st.template;
+                    let mut o = Vec::with_capacity(head.len() + st.word.len() + tail.len());
+                    o.extend_from_slice(head);
+                    o.extend_from_slice(st.word.as_bytes());
+                    o.extend_from_slice(tail);
+                    o
+                };
                 if last {
                     // The engine's finish follows in the same step: close the stream now.
                     if st.meta.include_usage {
