@@ -334,7 +334,6 @@ impl Content {
             segments,
             prompt_tokens,
             output_tokens,
-            api: RequestApi::Completions,
             message_ends: None,
             memo: MemoLink::default(),
         };
