@@ -178,6 +178,12 @@ pub struct MetricsState {
     pub frozen: HashMap<usize, Gauges>,
 }
 
+impl Default for MetricsState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl MetricsState {
     /// Nothing observed yet.
     pub fn new() -> MetricsState {
@@ -388,10 +394,7 @@ impl Fleet {
                     let wall = self.shared.clock.wall_of(t);
                     let wait = wall.saturating_duration_since(Instant::now());
                     if wait.is_zero() {
-                        match rx.try_recv() {
-                            Ok(c) => Some(c),
-                            Err(_) => None,
-                        }
+                        rx.try_recv().ok()
                     } else {
                         match rx.recv_timeout(wait) {
                             Ok(c) => Some(c),

@@ -72,19 +72,37 @@ pub fn router(shared: Arc<Shared>, b: usize, shutdown: tokio::sync::watch::Recei
 }
 
 /// An OpenAI-style error, as vLLM's `ErrorResponse` serialises it.
-fn error(status: StatusCode, kind: &str, message: impl Into<String>, param: Option<&str>) -> Response {
-    let body = json!({
-        "error": {
-            "message": message.into(),
-            "type": kind,
-            "param": param,
-            "code": status.as_u16(),
-        }
-    });
-    (status, axum::Json(body)).into_response()
+struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+    param: Option<String>,
 }
 
-fn bad_request(message: impl Into<String>, param: Option<&str>) -> Response {
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.status.as_u16(),
+            }
+        });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+fn error(status: StatusCode, kind: &'static str, message: impl Into<String>, param: Option<&str>) -> ApiError {
+    ApiError {
+        status,
+        kind,
+        message: message.into(),
+        param: param.map(str::to_string),
+    }
+}
+
+fn bad_request(message: impl Into<String>, param: Option<&str>) -> ApiError {
     error(StatusCode::BAD_REQUEST, "BadRequestError", message, param)
 }
 
@@ -148,7 +166,7 @@ async fn get_server_info(State(a): State<App>) -> Response {
 }
 
 /// Reads the body up to the size limit and parses it as a JSON object.
-async fn json_body(a: &App, body: Body) -> Result<serde_json::Map<String, Value>, Response> {
+async fn json_body(a: &App, body: Body) -> Result<serde_json::Map<String, Value>, ApiError> {
     let limit = a.shared.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
@@ -187,15 +205,15 @@ async fn get_load(State(a): State<App>) -> Response {
 async fn render_prompt(State(a): State<App>, body: Body) -> Response {
     let req = match json_body(&a, body).await {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     let text = match (req.get("prompt"), req.get("messages")) {
         (Some(Value::String(p)), _) => p.clone(),
         (_, Some(Value::Array(ms))) => match render_chat(ms) {
             Ok(t) => t,
-            Err(e) => return e,
+            Err(e) => return e.into_response(),
         },
-        _ => return bad_request("`prompt` (a string) or `messages` is required", Some("prompt")),
+        _ => return bad_request("`prompt` (a string) or `messages` is required", Some("prompt")).into_response(),
     };
     axum::Json(json!({ "token_ids": a.shared.tokenizer.token_ids(&text) })).into_response()
 }
@@ -203,15 +221,15 @@ async fn render_prompt(State(a): State<App>, body: Body) -> Response {
 async fn tokenize(State(a): State<App>, body: Body) -> Response {
     let req = match json_body(&a, body).await {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     let text = match (req.get("prompt"), req.get("messages")) {
         (Some(Value::String(p)), _) => p.clone(),
         (_, Some(Value::Array(ms))) => match render_chat(ms) {
             Ok(t) => t,
-            Err(e) => return e,
+            Err(e) => return e.into_response(),
         },
-        _ => return bad_request("`prompt` (a string) or `messages` is required", Some("prompt")),
+        _ => return bad_request("`prompt` (a string) or `messages` is required", Some("prompt")).into_response(),
     };
     let tokens = a.shared.tokenizer.token_ids(&text);
     axum::Json(json!({
@@ -224,7 +242,7 @@ async fn tokenize(State(a): State<App>, body: Body) -> Response {
 
 /// A chat request's prompt text: `role\ncontent\n` per message, then `assistant\n`, so
 /// that one turn's prompt and reply are a prefix of the next turn's prompt.
-fn render_chat(messages: &[Value]) -> Result<String, Response> {
+fn render_chat(messages: &[Value]) -> Result<String, ApiError> {
     let mut s = String::new();
     for (i, m) in messages.iter().enumerate() {
         let role = m.get("role").and_then(Value::as_str).ok_or_else(|| {
@@ -258,7 +276,7 @@ fn render_chat(messages: &[Value]) -> Result<String, Response> {
     Ok(s)
 }
 
-fn uint(req: &serde_json::Map<String, Value>, key: &str) -> Result<Option<u64>, Response> {
+fn uint(req: &serde_json::Map<String, Value>, key: &str) -> Result<Option<u64>, ApiError> {
     match req.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
@@ -268,7 +286,7 @@ fn uint(req: &serde_json::Map<String, Value>, key: &str) -> Result<Option<u64>, 
     }
 }
 
-fn flag(req: &serde_json::Map<String, Value>, key: &str) -> Result<bool, Response> {
+fn flag(req: &serde_json::Map<String, Value>, key: &str) -> Result<bool, ApiError> {
     match req.get(key) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
@@ -288,7 +306,7 @@ struct Ask {
     session: Option<String>,
 }
 
-fn parse(a: &App, chat: bool, req: &serde_json::Map<String, Value>, headers: &HeaderMap) -> Result<Ask, Response> {
+fn parse(a: &App, chat: bool, req: &serde_json::Map<String, Value>, headers: &HeaderMap) -> Result<Ask, ApiError> {
     let model = &a.shared.model;
     match req.get("model") {
         None | Some(Value::Null) => {}
@@ -454,11 +472,11 @@ async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Respons
     let arrival = a.shared.clock.sim_now();
     let req = match json_body(&a, body).await {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     let ask = match parse(&a, chat, &req, &headers) {
         Ok(x) => x,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     if *a.shared.backends[a.b].membership.borrow() != Membership::Active {
         return error(
@@ -466,7 +484,8 @@ async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Respons
             "ServiceUnavailableError",
             "the backend is draining or restarting",
             None,
-        );
+        )
+        .into_response();
     }
     let id = a.shared.request_id();
     let content = a.shared.tokenizer.content(&ask.prompt, ask.output_tokens, id);
@@ -486,7 +505,8 @@ async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Respons
             "ServiceUnavailableError",
             "the server is shutting down",
             None,
-        );
+        )
+        .into_response();
     }
     let guard = Guard {
         shared: a.shared.clone(),
@@ -555,7 +575,8 @@ async fn whole_response(a: App, meta: Meta, mut rx: UnboundedReceiver<Ev>, mut g
                     "InternalServerError",
                     "the backend restarted while it held the request",
                     None,
-                );
+                )
+                .into_response();
             }
         }
     }
@@ -615,6 +636,21 @@ struct StreamState {
     started: bool,
     finished: bool,
     word: String,
+    /// A middle token's event around its text: the bytes before and after it, rendered
+    /// once per request (`chunk` for the token `"@"`, split at it), so a token costs a
+    /// copy instead of building and serialising a JSON value.
+    template: (Vec<u8>, Vec<u8>),
+}
+
+/// [`StreamState::template`]: filler text needs no JSON escaping (letters and spaces).
+fn template(m: &Meta) -> (Vec<u8>, Vec<u8>) {
+    const MARK: &str = "\u{E000}fleetsim-token\u{E000}";
+    let whole = sse(&chunk(m, Some(MARK), false, None));
+    let at = whole
+        .windows(MARK.len())
+        .rposition(|w| w == MARK.as_bytes())
+        .expect("the marker is written unescaped");
+    (whole[..at].to_vec(), whole[at + MARK.len()..].to_vec())
 }
 
 fn chunk(m: &Meta, content: Option<&str>, role: bool, finish: Option<&str>) -> Value {
@@ -649,6 +685,7 @@ fn chunk(m: &Meta, content: Option<&str>, role: bool, finish: Option<&str>) -> V
 fn stream_response(a: App, meta: Meta, rx: UnboundedReceiver<Ev>, guard: Guard) -> Response {
     let st = StreamState {
         a,
+        template: template(&meta),
         meta,
         rx,
         guard,
@@ -675,7 +712,16 @@ fn stream_response(a: App, meta: Meta, rx: UnboundedReceiver<Ev>, guard: Guard) 
                 st.k += 1;
                 let last = st.k == st.meta.output_tokens;
                 let finish = last.then(|| st.meta.reason.as_str());
-                let mut out = sse(&chunk(&st.meta, Some(&st.word), false, finish)).to_vec();
+                let mut out = if last {
+                    sse(&chunk(&st.meta, Some(&st.word), false, finish)).to_vec()
+                } else {
+                    let (head, tail) = &st.template;
+                    let mut o = Vec::with_capacity(head.len() + st.word.len() + tail.len());
+                    o.extend_from_slice(head);
+                    o.extend_from_slice(st.word.as_bytes());
+                    o.extend_from_slice(tail);
+                    o
+                };
                 if last {
                     // The engine's finish follows in the same step: close the stream now.
                     if st.meta.include_usage {
@@ -740,7 +786,8 @@ async fn metrics(State(a): State<App>) -> Response {
                     "InternalServerError",
                     "metrics unavailable (scenario fault scrape_fail)",
                     None,
-                );
+                )
+                .into_response();
             }
             FaultKind::ScrapeHang => {
                 // Accept and never answer within the window; answer once it has passed
@@ -759,7 +806,8 @@ async fn metrics(State(a): State<App>) -> Response {
                     "InternalServerError",
                     "metrics unavailable (scenario fault scrape_hang)",
                     None,
-                );
+                )
+                .into_response();
             }
             FaultKind::ZeroStats => {
                 prefix = WRONG_PREFIX;

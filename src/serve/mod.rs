@@ -56,7 +56,7 @@ pub struct ServeArgs {
     /// Write what `sim run` writes, seen from the backends, into DIR when the server stops.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Where to write the backends' URLs, one per line (default: out/<scenario>.urls).
+    /// Where to write the backends' URLs, one per line (default: `out/<scenario>.urls`).
     #[arg(long, value_name = "FILE")]
     pub urls_file: Option<PathBuf>,
     /// Served model name (default: the profile's model, else Llama-3.1-8B-Instruct).

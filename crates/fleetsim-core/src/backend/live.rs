@@ -329,7 +329,6 @@ mod tests {
         let mut e = VllmEngine::with_kv_runs(cfg(4, 200), true);
         let mut ev = StepEvents::default();
         let mut direct = Vec::new();
-        let mut t = SimTime(0);
         let mut next = 0;
         let mut end: Option<SimTime> = None;
         loop {
@@ -339,10 +338,9 @@ mod tests {
                     let (_, s, p, o) = arrivals[next];
                     let idle = e.enqueue(RequestId(next as u32), req(s, p, o));
                     next += 1;
-                    t = a;
                     if idle {
                         ev.clear();
-                        end = e.start_step(&mut ev).map(|d| t + d);
+                        end = e.start_step(&mut ev).map(|d| a + d);
                     }
                 }
                 (_, Some(x)) => {
@@ -351,9 +349,8 @@ mod tests {
                     for f in &ev.finished {
                         direct.push((f.id, x));
                     }
-                    t = x;
                     ev.clear();
-                    end = e.start_step(&mut ev).map(|d| t + d);
+                    end = e.start_step(&mut ev).map(|d| x + d);
                 }
                 (None, None) => break,
                 _ => unreachable!(),
