@@ -61,7 +61,12 @@ pub(super) fn cmd_family(a: FamilyArgs) -> Result<ExitCode> {
             outln!("member {:3}  {}", s.index, s.describe())?;
         }
         for c in &cands {
-            outln!("candidate  {:30} {}  [{}]", c.label, c.table(crate::family::setup::THRESHOLD_CHARS), c.upstream)?;
+            outln!(
+                "candidate  {:30} {}  [{}]",
+                c.label,
+                c.table(crate::family::setup::THRESHOLD_CHARS),
+                c.upstream
+            )?;
         }
         return Ok(ExitCode::SUCCESS);
     }

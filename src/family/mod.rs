@@ -44,10 +44,18 @@ const PA: &str = "kind = \"prefixaware\", prefix_min_match_length = {T}";
 /// The default candidates: production-stack main and PR #1089, the count-based fixes, the
 /// capacity-aware rules with and without `follow` / `replace`, and the catalogue's routers.
 pub fn candidates() -> Vec<Candidate> {
-    let c = |label, policy, upstream| Candidate { label, policy, upstream };
+    let c = |label, policy, upstream| Candidate {
+        label,
+        policy,
+        upstream,
+    };
     vec![
         c("qps (main)", "{PA, fallback = \"qps\"}", "production-stack main"),
-        c("#1089 band 1", "{PA, fallback = \"leastinflight\", band = 1}", "open PR #1089"),
+        c(
+            "#1089 band 1",
+            "{PA, fallback = \"leastinflight\", band = 1}",
+            "open PR #1089",
+        ),
         c(
             "own in-flight",
             "{PA, fallback = \"local_inflight\", band = 0, tie = \"first\"}",
@@ -166,7 +174,9 @@ pub fn source(setup: &Setup, cand: &Candidate) -> Result<Source> {
 /// Runs every candidate on every member on seeds `1..=seeds`, on `jobs` threads.
 pub fn execute(seed: u64, setups: Vec<Setup>, cands: Vec<Candidate>, seeds: u64, jobs: usize) -> Result<Family> {
     if seeds == 0 || setups.is_empty() || cands.is_empty() {
-        return Err(anyhow!("the family needs at least one member, one candidate and one seed"));
+        return Err(anyhow!(
+            "the family needs at least one member, one candidate and one seed"
+        ));
     }
     // Each (member, candidate) validated once, up front: a bad one fails before any run.
     let mut scenarios = Vec::with_capacity(setups.len() * cands.len());
@@ -193,7 +203,10 @@ pub fn execute(seed: u64, setups: Vec<Setup>, cands: Vec<Candidate>, seeds: u64,
                 let wl = sc.workload().map_err(|e| anyhow!("{}: {}", sc.sim.name, e.message))?;
                 let (res, wall) = run(sc.sim, &wl, RunOptions::summary_only()).map_err(|e| anyhow!("{e}"))?;
                 let s = &res.summary;
-                Ok(([s.idle_while_queued_s, s.ttft_s.p99, s.prefix_cache_hit_rate], wall.as_secs_f64()))
+                Ok((
+                    [s.idle_while_queued_s, s.ttft_s.p99, s.prefix_cache_hit_rate],
+                    wall.as_secs_f64(),
+                ))
             })
             .collect()
     });

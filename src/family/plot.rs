@@ -53,7 +53,12 @@ impl Figure for RegretPlot<'_> {
                 .disable_y_mesh()
                 .y_labels(0)
                 .x_labels(6)
-                .x_label_formatter(&|v| format!("{v:.3}").trim_end_matches('0').trim_end_matches('.').to_string())
+                .x_label_formatter(&|v| {
+                    format!("{v:.3}")
+                        .trim_end_matches('0')
+                        .trim_end_matches('.')
+                        .to_string()
+                })
                 .x_desc("regret (1 = best; log scale)")
                 .label_style(font(10.0))
                 .axis_desc_style(font(11.0))

@@ -14,7 +14,10 @@ fn files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
             .collect();
         names.sort();
         for p in names {
-            out.push((p.strip_prefix(dir).unwrap().display().to_string(), std::fs::read(&p).unwrap()));
+            out.push((
+                p.strip_prefix(dir).unwrap().display().to_string(),
+                std::fs::read(&p).unwrap(),
+            ));
         }
     }
     out
@@ -73,7 +76,10 @@ fn the_family_is_byte_identical_across_thread_counts_and_its_members_run() {
 
 #[test]
 fn list_prints_the_members_without_running_and_bad_arguments_exit_2() {
-    let out = sim().args(["family", "-n", "4", "--seed", "9", "--list"]).output().unwrap();
+    let out = sim()
+        .args(["family", "-n", "4", "--seed", "9", "--list"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text.lines().filter(|l| l.starts_with("member")).count(), 4);
