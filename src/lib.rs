@@ -49,6 +49,7 @@ pub mod check;
 pub mod cli;
 pub mod explain;
 pub mod export;
+pub mod family;
 pub mod hints;
 pub mod import;
 pub mod load;

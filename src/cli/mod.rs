@@ -8,6 +8,8 @@
 //! * `sim load`: a scenario's workload sent in real time to an OpenAI-compatible endpoint
 //!   (`load.rs`, logic in `crate::load`);
 //! * `sim explain`: a run's stranded capacity and its counterfactuals (`explain.rs`);
+//! * `sim family`: candidate rules judged over a random family of fleets (`family.rs`, logic
+//!   in `crate::family`);
 //! * `sim policies`: the policy catalogue (`policies.rs`);
 //! * `sim bench`: simulator speed on a scenario (`bench.rs`);
 //! * `sim trace inspect | convert | bench`: request traces (`trace.rs`);
@@ -34,6 +36,7 @@ mod bench;
 mod check;
 mod compare;
 mod explain;
+mod family;
 mod load;
 mod merge;
 mod observe;
@@ -115,6 +118,9 @@ enum Command {
     /// List every routing policy: parameters with upstream defaults, the signals it reads
     /// and their freshness, and the upstream code it reproduces.
     Policies(policies::PoliciesArgs),
+    /// Judge candidate routing rules over a random family of fleets and traffic: regret
+    /// against each member's best candidate.
+    Family(Box<family::FamilyArgs>),
     /// Measure simulator speed (events/s, requests/s) on a scenario; writes nothing unless
     /// --json is given.
     ///
@@ -232,6 +238,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Merge(a) => merge::cmd_merge(a),
         Command::Check(a) => check::cmd_check(a),
         Command::Policies(a) => policies::cmd_policies(a),
+        Command::Family(a) => family::cmd_family(*a),
         Command::Compare(a) => compare::cmd_compare(a),
         Command::Explain(a) => explain::cmd_explain(a),
         Command::Load(a) => load::cmd_load(*a),

@@ -26,6 +26,7 @@ mod determinism;
 mod engine_modes;
 mod explain;
 mod exports;
+mod family;
 mod faults;
 mod fleet;
 mod fuzz;
