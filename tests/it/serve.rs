@@ -502,7 +502,10 @@ async fn answers(url: &str) -> bool {
     let req = hyper::Request::get(format!("{url}/health"))
         .body(Full::new(Bytes::new()))
         .unwrap();
-    matches!(tokio::time::timeout(Duration::from_secs(10), c.request(req)).await, Ok(Ok(_)))
+    matches!(
+        tokio::time::timeout(Duration::from_secs(10), c.request(req)).await,
+        Ok(Ok(_))
+    )
 }
 
 #[test]
