@@ -75,7 +75,7 @@ mod walls {
     ];
 
     /// Crates that belong to the front end or to file formats, never to the core.
-    const FRONT_END: [&str; 17] = [
+    const FRONT_END: [&str; 18] = [
         "clap",
         "plotters",
         "png",
@@ -93,6 +93,7 @@ mod walls {
         "hyper",
         "hyper-util",
         "reqwest",
+        "eventsource-stream",
     ];
 
     /// `crate::NAME` paths in `text` before its first `#[cfg(test)]`, comments left out.
