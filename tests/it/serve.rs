@@ -495,3 +495,85 @@ from_s = 0
     });
     s.stop();
 }
+
+/// Whether a request to `url` gets any HTTP answer (a fresh connection each time).
+async fn answers(url: &str) -> bool {
+    let c = client();
+    let req = hyper::Request::get(format!("{url}/health"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    matches!(
+        tokio::time::timeout(Duration::from_secs(10), c.request(req)).await,
+        Ok(Ok(_))
+    )
+}
+
+#[test]
+fn a_restart_breaks_streams_refuses_connections_and_comes_back_on_the_same_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write(
+        dir.path(),
+        "restart.toml",
+        r#"
+name = "serve-restart"
+[backends]
+count = 2
+[router.policy]
+kind = "roundrobin"
+[[workload.groups]]
+name = "g"
+sessions = 1
+arrival = { kind = "burst", at_s = 0, spread_s = 0 }
+input_tokens = 100
+output_tokens = 10
+[[fleet_events]]
+at_s = 50
+backend = 1
+kind = "restart"
+downtime_s = 100
+[[fleet_events]]
+at_s = 50
+backend = 0
+kind = "drain"
+"#,
+    );
+    let s = Served::start(dir.path(), scenario.to_str().unwrap(), &["--speed", "10"]);
+    let (u0, u1) = (s.urls[0].clone(), s.urls[1].clone());
+    rt().block_on(async {
+        let c = client();
+        // A stream on backend-1 that outlives the restart breaks with it.
+        let body = json!({"prompt": "hello ".repeat(50), "max_tokens": 100000, "ignore_eos": true, "stream": true});
+        let req = hyper::Request::post(format!("{u1}/v1/completions"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
+            .unwrap();
+        let resp = c.request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let broke = tokio::time::timeout(Duration::from_secs(60), resp.into_body().collect()).await;
+        assert!(matches!(broke, Ok(Err(_))), "the stream should break at the restart");
+        // Down: refused; the drained backend-0 (idle) is gone for good.
+        assert!(!answers(&u1).await, "backend-1 answers during its downtime");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while answers(&u0).await {
+            assert!(Instant::now() < deadline, "backend-0 still answers after its drain");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Back after the downtime, on the same URL.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !answers(&u1).await {
+            assert!(Instant::now() < deadline, "backend-1 did not come back");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (st, backend, _) = call(
+            &c,
+            "POST",
+            &format!("{u1}/v1/completions"),
+            post(&json!({"prompt": "after", "max_tokens": 2, "ignore_eos": true})),
+        )
+        .await;
+        assert_eq!((st, backend.as_str()), (200, "backend-1"));
+    });
+    let summary = s.stop();
+    assert_eq!(summary["requests"]["failed"], 1);
+    assert_eq!(summary["requests"]["finished"], 1);
+}
