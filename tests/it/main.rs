@@ -30,6 +30,7 @@ mod faults;
 mod fleet;
 mod fuzz;
 mod guarantees;
+mod imbalance;
 mod invariants;
 mod lags;
 mod links;
