@@ -30,6 +30,7 @@ mod faults;
 mod fleet;
 mod fuzz;
 mod guarantees;
+mod hygiene;
 mod imbalance;
 mod invariants;
 mod lags;
