@@ -16,7 +16,8 @@
 //! * **never-served**: backends in service that served no request while others did (a
 //!   router that keeps one backend for everything at light load fails at the next burst);
 //! * **share-skew**: among backends of equal capacity, the busiest served more than
-//!   [`SKEW_RATIO`] times the requests of the least busy.
+//!   [`SKEW_RATIO`] times the requests of the least busy, with [`SKEW_MIN_REQUESTS`] per
+//!   backend on average or the busiest above [`SKEW_RATIO`] times its fair share.
 //!
 //! Hints see only results (the audit log and the summary), never the simulation.
 //!
@@ -271,20 +272,21 @@ pub fn share_hints(s: &crate::metrics::Summary) -> Vec<Hint> {
         if members.len() < 2 || members.iter().any(|b| b.requests == 0) {
             continue;
         }
-        if total < SKEW_MIN_REQUESTS * members.len() as u64 {
-            continue;
-        }
         let hi = members.iter().max_by(|a, b| a.requests.cmp(&b.requests).then(b.name.cmp(&a.name))).expect("2+");
         let lo = members.iter().min_by(|a, b| a.requests.cmp(&b.requests).then(a.name.cmp(&b.name))).expect("2+");
         let ratio = hi.requests as f64 / lo.requests as f64;
-        if ratio > SKEW_RATIO {
+        // Enough requests that chance rarely does it, or a busiest backend far above its
+        // fair share.
+        let enough = total >= SKEW_MIN_REQUESTS * members.len() as u64
+            || hi.requests as f64 >= SKEW_RATIO * total as f64 / members.len() as f64;
+        if ratio > SKEW_RATIO && enough {
             out.push(Hint {
                 kind: "share-skew",
                 backend: hi.name.clone(),
                 from_s: 0.0,
                 until_s: end,
                 message: format!(
-                    "{} served {} requests and {} {} ({ratio:.1}x) although both have {} slots{}: requests spread unevenly across equal backends without a queue to show it (the fair share is {:.1}% each of these {})",
+                    "{} served {} requests and {} {} ({ratio:.1}x) although both have {} slots{}: requests spread unevenly across equal backends, queue or not (the fair share is {:.1}% each of these {})",
                     hi.name,
                     hi.requests,
                     lo.name,
