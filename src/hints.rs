@@ -261,10 +261,13 @@ pub fn share_hints(s: &crate::metrics::Summary) -> Vec<Hint> {
         });
     }
     // Equal capacity: same slots and same profile (or group, when no profile is named).
-    let mut classes: std::collections::BTreeMap<(u32, &str), Vec<&crate::metrics::BackendSummary>> =
-        Default::default();
+    let mut classes: std::collections::BTreeMap<(u32, &str), Vec<&crate::metrics::BackendSummary>> = Default::default();
     for b in s.backends.iter().filter(in_service) {
-        let label = if b.profile.is_empty() { b.group.as_str() } else { b.profile.as_str() };
+        let label = if b.profile.is_empty() {
+            b.group.as_str()
+        } else {
+            b.profile.as_str()
+        };
         classes.entry((b.slots, label)).or_default().push(b);
     }
     for members in classes.values() {
@@ -272,8 +275,14 @@ pub fn share_hints(s: &crate::metrics::Summary) -> Vec<Hint> {
         if members.len() < 2 || members.iter().any(|b| b.requests == 0) {
             continue;
         }
-        let hi = members.iter().max_by(|a, b| a.requests.cmp(&b.requests).then(b.name.cmp(&a.name))).expect("2+");
-        let lo = members.iter().min_by(|a, b| a.requests.cmp(&b.requests).then(a.name.cmp(&b.name))).expect("2+");
+        let hi = members
+            .iter()
+            .max_by(|a, b| a.requests.cmp(&b.requests).then(b.name.cmp(&a.name)))
+            .expect("2+");
+        let lo = members
+            .iter()
+            .min_by(|a, b| a.requests.cmp(&b.requests).then(a.name.cmp(&b.name)))
+            .expect("2+");
         let ratio = hi.requests as f64 / lo.requests as f64;
         // Enough requests that chance rarely does it, or a busiest backend far above its
         // fair share.

@@ -83,7 +83,11 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         }
         r
     });
-    o.push_str(&crate::output::render(&head, rows, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]));
+    o.push_str(&crate::output::render(
+        &head,
+        rows,
+        &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+    ));
     let _ = writeln!(o);
     match &s.worst_moment {
         Some(w) => {

@@ -85,7 +85,13 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
                 ));
             }
         }
-        unread(m, &p, MODEL_SPEC_READ, "image, storage, scheduling: no effect on routing or step times", imp);
+        unread(
+            m,
+            &p,
+            MODEL_SPEC_READ,
+            "image, storage, scheduling: no effect on routing or step times",
+            imp,
+        );
         for key in ["name", "modelURL", "replicaCount", "requestGPUType"] {
             if m.get(key).is_some() {
                 imp.read.push(format!("{p}.{key} (--helm)"));
@@ -106,9 +112,21 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
         });
     }
     if let Some(spec) = engine_spec {
-        unread(spec, "servingEngineSpec", &["modelSpec"], "cluster settings: no effect on the simulation", imp);
+        unread(
+            spec,
+            "servingEngineSpec",
+            &["modelSpec"],
+            "cluster settings: no effect on the simulation",
+            imp,
+        );
     }
-    unread(&root, "", &["servingEngineSpec", "routerSpec"], "not read by sim import", imp);
+    unread(
+        &root,
+        "",
+        &["servingEngineSpec", "routerSpec"],
+        "not read by sim import",
+        imp,
+    );
     if specs.len() > 1 && imp.groups.len() > 1 {
         imp.notes.push(
             "the chart's engines serve different models and the router first keeps the endpoints of the request's model; the simulator routes every request among all groups, so to study one model's pool delete the other groups".into(),
@@ -298,7 +316,8 @@ fn vllm_config(
         ..Parsed::default()
     };
     vllm_flags(&parsed, e, "--helm")?;
-    imp.read.extend(parsed.flags.iter().map(|f| format!("{} (--helm)", f.written)));
+    imp.read
+        .extend(parsed.flags.iter().map(|f| format!("{} (--helm)", f.written)));
     // extraArgs come after the chart's own flags, so they win.
     let extra = h.strings(c, p, "extraArgs")?;
     if !extra.is_empty() {

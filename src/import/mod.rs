@@ -204,10 +204,8 @@ fn import_with_origins(a: &ImportArgs) -> Result<(String, Origins), String> {
     if !imp.groups.is_empty()
         && let Some(m) = &imp.router.static_models
     {
-        imp.ignored.push(format!(
-            "{} (the Helm engines' modelURL name the models)",
-            m.from
-        ));
+        imp.ignored
+            .push(format!("{} (the Helm engines' modelURL name the models)", m.from));
     }
     if imp.groups.is_empty() {
         // No Helm engines: the fleet is the router's static backends, else one engine.
@@ -892,10 +890,16 @@ fn workload(
                 s.put(o, "sessions", g.sessions, g.why_sessions);
                 s.put(o, "arrival", g.arrival, g.why_arrival);
                 s.put(o, "turns", g.turns, t);
-                s.put(o, "system_prompt", g.prompt_name, "the shared prompt's name (groups with the same name share it)");
+                s.put(
+                    o,
+                    "system_prompt",
+                    g.prompt_name,
+                    "the shared prompt's name (groups with the same name share it)",
+                );
                 s.put(o, "system_prompt_tokens", g.system_prompt_tokens, g.why_prompt);
-                let uniform =
-                    |min: i64, max: i64| inline(&[("dist", "uniform".into()), ("min", min.into()), ("max", max.into())]);
+                let uniform = |min: i64, max: i64| {
+                    inline(&[("dist", "uniform".into()), ("min", min.into()), ("max", max.into())])
+                };
                 s.put(o, "input_tokens", uniform(g.input.0, g.input.1), "new tokens per turn");
                 s.put(o, "output_tokens", uniform(g.output.0, g.output.1), t);
                 s.put(
@@ -948,7 +952,8 @@ fn template_intro(r: &Router) -> Vec<String> {
         "session" => "session routing: a session stays on the backend its key hashes to, so a few long agent sessions latch onto few backends whatever their load".to_string(),
         _ => format!("{kind} routing: requests are spread without regard to their size, so long agent turns and short chat turns queue behind each other"),
     };
-    let mut out = vec!["Template workload (no --trace given): built to expose the imported router's failure class,".to_string()];
+    let mut out =
+        vec!["Template workload (no --trace given): built to expose the imported router's failure class,".to_string()];
     // Wrapped at 90 characters.
     let mut line = String::new();
     for w in format!("{class}.").split(' ') {
@@ -963,7 +968,8 @@ fn template_intro(r: &Router) -> Vec<String> {
     out.push(line);
     out.extend([
         "Watch idle_while_queued_s, request_jain_index and the hints of `sim run`; then replace these".to_string(),
-        "groups with your traffic, e.g. [[workload.traces]] file = \"your-trace.jsonl\" (docs/your-fleet.md).".to_string(),
+        "groups with your traffic, e.g. [[workload.traces]] file = \"your-trace.jsonl\" (docs/your-fleet.md)."
+            .to_string(),
     ]);
     out
 }

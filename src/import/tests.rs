@@ -135,7 +135,10 @@ fn the_template_exposes_prefix_aware_routing_piling_agents_on_one_backend() {
     ))
     .unwrap();
     assert!(text.contains("2048-character minimum match"), "{text}");
-    assert!(text.contains("name = \"agents\"") && text.contains("name = \"chat\""), "{text}");
+    assert!(
+        text.contains("name = \"agents\"") && text.contains("name = \"chat\""),
+        "{text}"
+    );
     let (s, w, _) = crate::scenario::load_str(&text, "i.toml", "i", &[]).unwrap();
     // The shared system prompt is above the threshold (2048 characters, 4 per token).
     assert!(s.groups[0].system_prompt_tokens * 4 > 2048);
@@ -143,9 +146,19 @@ fn the_template_exposes_prefix_aware_routing_piling_agents_on_one_backend() {
         .run()
         .unwrap();
     // Every agent follows the first one: the failure the template is for.
-    let most = res.summary.backends.iter().map(|b| b.first_turn_sessions).max().unwrap();
+    let most = res
+        .summary
+        .backends
+        .iter()
+        .map(|b| b.first_turn_sessions)
+        .max()
+        .unwrap();
     assert!(most >= 16, "{:?}", res.summary.backends);
-    assert!(res.summary.request_jain_index < 0.6, "{}", res.summary.request_jain_index);
+    assert!(
+        res.summary.request_jain_index < 0.6,
+        "{}",
+        res.summary.request_jain_index
+    );
 }
 
 #[test]
@@ -157,16 +170,32 @@ fn every_flag_and_helm_key_is_listed_as_read_or_ignored() {
         "servingEngineSpec:\n  runtimeClassName: \"\"\n  modelSpec:\n  - name: m\n    repository: vllm/vllm-openai\n    tag: latest\n    modelURL: meta-llama/Llama-3.1-8B-Instruct\n    replicaCount: 2\n    requestCPU: 8\n    requestMemory: 32Gi\n    pvcStorage: 50Gi\nrouterSpec:\n  routingLogic: roundrobin\n  resources: {}\n",
     )
     .unwrap();
-    let text = import(&args(Some("--static-models x,y --routing-logic session --port 8001"), Some(&values), None)).unwrap();
+    let text = import(&args(
+        Some("--static-models x,y --routing-logic session --port 8001"),
+        Some(&values),
+        None,
+    ))
+    .unwrap();
     let (read, ignored) = text.split_once("# Ignored").expect("an ignored list");
     for k in ["repository", "tag", "requestCPU", "requestMemory", "pvcStorage"] {
-        assert!(ignored.contains(&format!("servingEngineSpec.modelSpec[0].{k} (--helm;")), "{k}: {text}");
+        assert!(
+            ignored.contains(&format!("servingEngineSpec.modelSpec[0].{k} (--helm;")),
+            "{k}: {text}"
+        );
     }
     assert!(ignored.contains("servingEngineSpec.runtimeClassName"), "{text}");
     assert!(ignored.contains("routerSpec.resources"), "{text}");
-    assert!(ignored.contains("--static-models x,y (--router-args) (the Helm engines' modelURL name the models)"), "{text}");
+    assert!(
+        ignored.contains("--static-models x,y (--router-args) (the Helm engines' modelURL name the models)"),
+        "{text}"
+    );
     assert!(ignored.contains("--port 8001 (--router-args)"), "{text}");
-    for k in ["modelSpec[0].replicaCount", "modelSpec[0].modelURL", "routerSpec.routingLogic", "--routing-logic session (--router-args)"] {
+    for k in [
+        "modelSpec[0].replicaCount",
+        "modelSpec[0].modelURL",
+        "routerSpec.routingLogic",
+        "--routing-logic session (--router-args)",
+    ] {
         assert!(read.contains(k), "{k}: {text}");
     }
 }

@@ -53,13 +53,27 @@ fn errored_zero_token_calls_are_named_then_filtered_or_skipped() {
         .stderr(predicates::str::contains("skip_bad_rows"));
     // `where = { is_error = false }` leaves the 26 errored calls out, counted.
     let s = write(tmp.path(), "b.toml", &swe("where = { is_error = false }"));
-    let a = sim().arg("run").arg(&s).arg("--out").arg(tmp.path().join("b")).assert().success();
-    assert!(stderr_of(&a).contains("26 rows left out by the `where` filter"), "{}", stderr_of(&a));
+    let a = sim()
+        .arg("run")
+        .arg(&s)
+        .arg("--out")
+        .arg(tmp.path().join("b"))
+        .assert()
+        .success();
+    assert!(
+        stderr_of(&a).contains("26 rows left out by the `where` filter"),
+        "{}",
+        stderr_of(&a)
+    );
     assert_eq!(summary(&tmp.path().join("b"))["requests"]["planned"], 585 - 26);
     // skip_bad_rows counts and skips them instead.
     let s = write(tmp.path(), "c.toml", &swe("skip_bad_rows = true"));
     let a = sim().arg("run").arg(&s).arg("--no-files").assert().success();
-    assert!(stderr_of(&a).contains("26 of the skipped rows had 0 prompt tokens"), "{}", stderr_of(&a));
+    assert!(
+        stderr_of(&a).contains("26 of the skipped rows had 0 prompt tokens"),
+        "{}",
+        stderr_of(&a)
+    );
     // A filter on a column the header lacks names the key.
     let s = write(tmp.path(), "d.toml", &swe("where = { failed = false }"));
     sim()
@@ -68,7 +82,9 @@ fn errored_zero_token_calls_are_named_then_filtered_or_skipped() {
         .arg("--no-files")
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("where.failed names `failed`, which the header lacks"));
+        .stderr(predicates::str::contains(
+            "where.failed names `failed`, which the header lacks",
+        ));
     let s = write(tmp.path(), "e.toml", &swe("where = { is_error = {} }"));
     sim()
         .arg("run")
@@ -84,11 +100,25 @@ fn idle_gaps_are_cut_and_session_ids_are_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let (long, short) = (tmp.path().join("long"), tmp.path().join("short"));
     let s = write(tmp.path(), "a.toml", &swe("where = { is_error = false }"));
-    sim().arg("run").arg(&s).arg("--quiet").arg("--out").arg(&long).assert().success();
-    let s = write(tmp.path(), "b.toml", &swe("where = { is_error = false }\nmax_idle_gap_s = 60"));
+    sim()
+        .arg("run")
+        .arg(&s)
+        .arg("--quiet")
+        .arg("--out")
+        .arg(&long)
+        .assert()
+        .success();
+    let s = write(
+        tmp.path(),
+        "b.toml",
+        &swe("where = { is_error = false }\nmax_idle_gap_s = 60"),
+    );
     let a = sim().arg("run").arg(&s).arg("--out").arg(&short).assert().success();
     let err = stderr_of(&a);
-    assert!(err.contains("max_idle_gap_s = 60:") && err.contains("idle gaps cut"), "{err}");
+    assert!(
+        err.contains("max_idle_gap_s = 60:") && err.contains("idle gaps cut"),
+        "{err}"
+    );
     let (l, sh) = (summary(&long), summary(&short));
     let (span_l, span_s) = (l["sim_time_s"].as_f64().unwrap(), sh["sim_time_s"].as_f64().unwrap());
     // Four days of mostly nothing become hours of work.
@@ -97,7 +127,11 @@ fn idle_gaps_are_cut_and_session_ids_are_kept() {
     assert!(sh["throughput_rps"].as_f64().unwrap() > 10.0 * l["throughput_rps"].as_f64().unwrap());
     // The trace's own session ids, not `<stem>-N`, in requests.csv and decisions.
     let reqs = std::fs::read_to_string(short.join("requests.csv")).unwrap();
-    assert!(reqs.contains("swe-002") && !reqs.contains("swe_agent_sample-"), "{}", &reqs[..400]);
+    assert!(
+        reqs.contains("swe-002") && !reqs.contains("swe_agent_sample-"),
+        "{}",
+        &reqs[..400]
+    );
     // The replay's own overlap count beside the recording's.
     let r = &sh["replay"];
     assert!(r["overlapping_replayed"].is_u64(), "{r}");
@@ -135,12 +169,32 @@ columns = {{ session = "conversation", start_unix_s = "ts", latency_s = "duratio
         .stderr(predicates::str::contains("max_context_tokens"))
         .stderr(predicates::str::contains("skip the 40 such calls"));
     let s = write(tmp.path(), "b.toml", &format!("{base}skip_bad_rows = true\n"));
-    let a = sim().arg("run").arg(&s).arg("--out").arg(tmp.path().join("b")).assert().success();
-    assert!(stderr_of(&a).contains("skipped 40 calls larger than one backend's KV cache"), "{}", stderr_of(&a));
+    let a = sim()
+        .arg("run")
+        .arg(&s)
+        .arg("--out")
+        .arg(tmp.path().join("b"))
+        .assert()
+        .success();
+    assert!(
+        stderr_of(&a).contains("skipped 40 calls larger than one backend's KV cache"),
+        "{}",
+        stderr_of(&a)
+    );
     assert_eq!(summary(&tmp.path().join("b"))["requests"]["planned"], 257 - 40);
     let s = write(tmp.path(), "c.toml", &format!("{base}max_context_tokens = 200000\n"));
-    let a = sim().arg("run").arg(&s).arg("--out").arg(tmp.path().join("c")).assert().success();
-    assert!(stderr_of(&a).contains("prompts truncated to max_context_tokens = 200000"), "{}", stderr_of(&a));
+    let a = sim()
+        .arg("run")
+        .arg(&s)
+        .arg("--out")
+        .arg(tmp.path().join("c"))
+        .assert()
+        .success();
+    assert!(
+        stderr_of(&a).contains("prompts truncated to max_context_tokens = 200000"),
+        "{}",
+        stderr_of(&a)
+    );
     assert_eq!(summary(&tmp.path().join("c"))["requests"]["planned"], 257);
     let reqs = std::fs::read_to_string(tmp.path().join("c/requests.csv")).unwrap();
     assert!(reqs.contains("conv-00"), "{}", &reqs[..300]);

@@ -122,7 +122,12 @@ pub fn render(r: &ReplaySummary) -> Vec<String> {
     let p = &r.pacing;
     let mut out = vec![format!(
         "replay pacing: {} calls after a recorded end, {} after a think time, {} at a session offset, {} on the arrival-gap fallback; {} overlapped an earlier call of their session in the recording, {} in the replay",
-        p.after_recorded_end, p.after_think_time, p.at_session_offset, p.arrival_gap_fallback, p.overlapping, r.overlapping_replayed
+        p.after_recorded_end,
+        p.after_think_time,
+        p.at_session_offset,
+        p.arrival_gap_fallback,
+        p.overlapping,
+        r.overlapping_replayed
     )];
     if let Some(f) = &r.fidelity {
         let row = |name: &str, rec: &Percentiles, sim: &Percentiles, ratio: &Percentiles| {

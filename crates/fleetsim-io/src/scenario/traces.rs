@@ -126,7 +126,8 @@ pub(super) fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::
                 "applies only to format = \"sessions\" (a trace read through `columns`)",
             ));
         }
-        g.agent.read.filter = crate::trace::filter::parse(w).map_err(|(k, m)| FieldError::new(format!("{p}.{k}"), m))?;
+        g.agent.read.filter =
+            crate::trace::filter::parse(w).map_err(|(k, m)| FieldError::new(format!("{p}.{k}"), m))?;
     }
     if let Some(c) = t.max_context_tokens {
         g.max_context_tokens = Some(count(c, &format!("{p}.max_context_tokens"), 2)?);

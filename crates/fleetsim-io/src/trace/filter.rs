@@ -118,7 +118,10 @@ pub fn parse(v: &toml::Value) -> Result<Vec<RowFilter>, (String, String)> {
         };
         let any_of = match val {
             toml::Value::Array(a) if a.is_empty() => return Err((key, "an empty list keeps no row".into())),
-            toml::Value::Array(a) => a.iter().map(|x| FilterValue::of(x).ok_or_else(bad)).collect::<Result<_, _>>()?,
+            toml::Value::Array(a) => a
+                .iter()
+                .map(|x| FilterValue::of(x).ok_or_else(bad))
+                .collect::<Result<_, _>>()?,
             x => vec![FilterValue::of(x).ok_or_else(bad)?],
         };
         if col.is_empty() {

@@ -97,7 +97,10 @@ mod tests {
         // Busy 0..10 and 5..20 (overlap), idle 20..1000, busy 1000..1010, idle to 5000.
         let mut t = trace(&[(0, 10), (5, 20), (1000, 1010), (5000, NONE)]);
         let c = compress(&mut t, 100);
-        assert_eq!((c.gaps, c.cut_ns, c.span_before_ns, c.span_after_ns), (2, 880 + 3890, 5000, 230));
+        assert_eq!(
+            (c.gaps, c.cut_ns, c.span_before_ns, c.span_after_ns),
+            (2, 880 + 3890, 5000, 230)
+        );
         let starts: Vec<u64> = t.rows.iter().map(|r| r.t_ns).collect();
         assert_eq!(starts, [0, 5, 120, 230]);
         assert_eq!(t.calls.as_ref().unwrap().end_ns[..3], [10, 20, 130]);

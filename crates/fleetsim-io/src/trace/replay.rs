@@ -471,7 +471,11 @@ pub fn append_trace(
             let model = calls.and_then(|c| c.model_of(first as usize));
             let shared = match g.agent.shared_prefix.tokens_for(model) {
                 Some(n) if !blocks && n > 0 => {
-                    let shortest = rows.iter().map(|&r| input_of(&trace.rows[r as usize])).min().unwrap_or(1);
+                    let shortest = rows
+                        .iter()
+                        .map(|&r| input_of(&trace.rows[r as usize]))
+                        .min()
+                        .unwrap_or(1);
                     let len = n.min(shortest - 1);
                     if len < n {
                         prefix_cut += 1;

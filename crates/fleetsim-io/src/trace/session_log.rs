@@ -21,9 +21,9 @@ use std::io::Read;
 
 use serde::Deserialize;
 
+use super::filter::RowFilter;
 use super::jsonl::{MAX_LINE_BYTES, for_each_line, parse_json};
 use super::lines::Capped;
-use super::filter::RowFilter;
 use super::model::{Builder, NO_SESSION, TraceError};
 use super::model::{Calls, NONE, Timing, push_call, s_ns, stream_err};
 
