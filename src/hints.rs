@@ -13,7 +13,13 @@
 //!   interval (sequential scrape passes over many or slow endpoints take longer than the
 //!   interval suggests).
 //!
-//! Hints see only results (the audit log), never the simulation.
+//! * **never-served**: backends in service that served no request while others did (a
+//!   router that keeps one backend for everything at light load fails at the next burst);
+//! * **share-skew**: among backends of equal capacity, the busiest served more than
+//!   [`SKEW_RATIO`] times the requests of the least busy, with [`SKEW_MIN_REQUESTS`] per
+//!   backend on average or the busiest above [`SKEW_RATIO`] times its fair share.
+//!
+//! Hints see only results (the audit log and the summary), never the simulation.
 //!
 //! Owns: the hint rules. May not see: the simulation; only the decision audit. Invariant: a
 //! hint is printed only when the audit shows its condition.
@@ -27,7 +33,8 @@ use crate::time::{SimTime, ns_to_secs};
 /// One hint.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Hint {
-    /// `zero-stats`, `missing-stats` or `dogpile`.
+    /// `zero-stats`, `missing-stats`, `dogpile`, `stale-view`, `never-served` or
+    /// `share-skew`.
     pub kind: &'static str,
     /// The backend concerned.
     pub backend: String,
@@ -205,6 +212,102 @@ pub fn hints(log: &DecisionLog, names: &[String], interval_s: f64) -> Vec<Hint> 
         });
     }
     out.sort_by(|a, b| a.from_s.total_cmp(&b.from_s).then(a.kind.cmp(b.kind)));
+    out
+}
+
+/// Among backends of equal capacity, a max/min request ratio above this is a skew hint.
+pub const SKEW_RATIO: f64 = 2.0;
+
+/// Mean requests per backend of an equal-capacity class below which skew is not hinted:
+/// with fewer, chance alone often does it (48 four-turn sessions hashed onto 6 backends
+/// land 44 / 16 requests on the busiest / least busy one).
+pub const SKEW_MIN_REQUESTS: u64 = 50;
+
+/// Hints from the request shares of a run's summary: backends that never served while
+/// others did, and skew across backends of equal capacity (same slots and profile).
+pub fn share_hints(s: &crate::metrics::Summary) -> Vec<Hint> {
+    let mut out = Vec::new();
+    let end = s.sim_time_s;
+    let in_service = |b: &&crate::metrics::BackendSummary| end <= 0.0 || b.out_of_service_s < end;
+    let served: u64 = s.backends.iter().filter(in_service).map(|b| b.requests).sum();
+    let idle: Vec<&str> = s
+        .backends
+        .iter()
+        .filter(in_service)
+        .filter(|b| b.requests == 0)
+        .map(|b| b.name.as_str())
+        .collect();
+    if served > 0 && !idle.is_empty() {
+        let busiest = s
+            .backends
+            .iter()
+            .max_by(|a, b| a.requests.cmp(&b.requests).then(b.name.cmp(&a.name)))
+            .expect("some backend served");
+        out.push(Hint {
+            kind: "never-served",
+            backend: idle[0].to_string(),
+            from_s: 0.0,
+            until_s: end,
+            message: format!(
+                "{} of {} backends in service never served a request ({}) while {} served {} of {} (Jain index {:.3}): no queue formed, but the router sends everything to few backends and the next burst will queue there; check the policy's tie-break, thresholds and session affinity",
+                idle.len(),
+                s.backends.iter().filter(in_service).count(),
+                idle.join(", "),
+                busiest.name,
+                busiest.requests,
+                served,
+                s.request_jain_index
+            ),
+        });
+    }
+    // Equal capacity: same slots and same profile (or group, when no profile is named).
+    let mut classes: std::collections::BTreeMap<(u32, &str), Vec<&crate::metrics::BackendSummary>> = Default::default();
+    for b in s.backends.iter().filter(in_service) {
+        let label = if b.profile.is_empty() {
+            b.group.as_str()
+        } else {
+            b.profile.as_str()
+        };
+        classes.entry((b.slots, label)).or_default().push(b);
+    }
+    for members in classes.values() {
+        let total: u64 = members.iter().map(|b| b.requests).sum();
+        if members.len() < 2 || members.iter().any(|b| b.requests == 0) {
+            continue;
+        }
+        let hi = members
+            .iter()
+            .max_by(|a, b| a.requests.cmp(&b.requests).then(b.name.cmp(&a.name)))
+            .expect("2+");
+        let lo = members
+            .iter()
+            .min_by(|a, b| a.requests.cmp(&b.requests).then(a.name.cmp(&b.name)))
+            .expect("2+");
+        let ratio = hi.requests as f64 / lo.requests as f64;
+        // Enough requests that chance rarely does it, or a busiest backend far above its
+        // fair share.
+        let enough = total >= SKEW_MIN_REQUESTS * members.len() as u64
+            || hi.requests as f64 >= SKEW_RATIO * total as f64 / members.len() as f64;
+        if ratio > SKEW_RATIO && enough {
+            out.push(Hint {
+                kind: "share-skew",
+                backend: hi.name.clone(),
+                from_s: 0.0,
+                until_s: end,
+                message: format!(
+                    "{} served {} requests and {} {} ({ratio:.1}x) although both have {} slots{}: requests spread unevenly across equal backends, queue or not (the fair share is {:.1}% each of these {})",
+                    hi.name,
+                    hi.requests,
+                    lo.name,
+                    lo.requests,
+                    hi.slots,
+                    if hi.profile.is_empty() { String::new() } else { format!(" and profile {}", hi.profile) },
+                    100.0 / members.len() as f64,
+                    members.len()
+                ),
+            });
+        }
+    }
     out
 }
 

@@ -45,6 +45,7 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
     let mut head = vec![
         "backend",
         "requests",
+        "share",
         "sess 1st",
         "sess last",
         "peak run",
@@ -62,6 +63,7 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         let mut r = vec![
             b.name.clone(),
             b.requests.to_string(),
+            format!("{:.1}%", b.request_share * 100.0),
             b.first_turn_sessions.to_string(),
             b.last_turn_sessions.to_string(),
             b.peak_running.to_string(),
@@ -81,7 +83,11 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         }
         r
     });
-    o.push_str(&crate::output::render(&head, rows, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]));
+    o.push_str(&crate::output::render(
+        &head,
+        rows,
+        &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+    ));
     let _ = writeln!(o);
     match &s.worst_moment {
         Some(w) => {
@@ -109,6 +115,7 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
     let _ = writeln!(o, "idle_while_queued_s {:.1}", s.idle_while_queued_s);
     let _ = writeln!(o, "stranded_slot_s     {:.1}", s.stranded_slot_s);
     let _ = writeln!(o, "latched_sessions    {} of {}", s.latched_sessions, s.sessions);
+    let _ = writeln!(o, "request share       {}", share_line(s));
     let branches: Vec<String> = s
         .decisions_by_branch
         .iter()
@@ -154,6 +161,30 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         s.preemptions
     );
     o
+}
+
+/// Jain's index and the max/min ratio of requests per slot, with the busiest backend and
+/// the backends that served nothing: skew a queue-based headline misses.
+fn share_line(s: &Summary) -> String {
+    let busiest = s
+        .backends
+        .iter()
+        .max_by(|a, b| a.request_share.total_cmp(&b.request_share).then(b.name.cmp(&a.name)));
+    let mut line = format!(
+        "Jain {:.3}, max/min {:.1}",
+        s.request_jain_index, s.request_share_max_min_ratio
+    );
+    if let Some(b) = busiest {
+        let _ = write!(line, " (busiest {} {:.1}%)", b.name, b.request_share * 100.0);
+    }
+    if s.backends_never_served > 0 {
+        let _ = write!(
+            line,
+            ", {} of {} backends served nothing",
+            s.backends_never_served, s.backend_count
+        );
+    }
+    line
 }
 
 #[cfg(test)]

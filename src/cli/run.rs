@@ -102,7 +102,8 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let perf = perf_of(wall, res.summary.events, res.summary.requests.arrived);
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
     let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
-    let hints = crate::hints::hints(&res.decisions, &names, interval_s);
+    let mut hints = crate::hints::hints(&res.decisions, &names, interval_s);
+    hints.extend(crate::hints::share_hints(&res.summary));
     if !a.quiet {
         out!("{}", render(&res.summary, Some(&perf)))?;
         for l in res.summary.replay.iter().flat_map(crate::metrics::fidelity::render) {

@@ -85,6 +85,18 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
                 ));
             }
         }
+        unread(
+            m,
+            &p,
+            MODEL_SPEC_READ,
+            "image, storage, scheduling: no effect on routing or step times",
+            imp,
+        );
+        for key in ["name", "modelURL", "replicaCount", "requestGPUType"] {
+            if m.get(key).is_some() {
+                imp.read.push(format!("{p}.{key} (--helm)"));
+            }
+        }
         if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') || name.is_empty() {
             return Err(h.at(
                 &format!("{p}.name"),
@@ -99,12 +111,70 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
             engine,
         });
     }
+    if let Some(spec) = engine_spec {
+        unread(
+            spec,
+            "servingEngineSpec",
+            &["modelSpec"],
+            "cluster settings: no effect on the simulation",
+            imp,
+        );
+    }
+    unread(
+        &root,
+        "",
+        &["servingEngineSpec", "routerSpec"],
+        "not read by sim import",
+        imp,
+    );
     if specs.len() > 1 && imp.groups.len() > 1 {
         imp.notes.push(
             "the chart's engines serve different models and the router first keeps the endpoints of the request's model; the simulator routes every request among all groups, so to study one model's pool delete the other groups".into(),
         );
     }
     router_spec(&h, root.get("routerSpec"), imp, default_gpu, allow_unknown)
+}
+
+/// `modelSpec[]` keys `sim import` reads (or lists with their own reason).
+const MODEL_SPEC_READ: &[&str] = &[
+    "name",
+    "enabled",
+    "modelURL",
+    "replicaCount",
+    "requestGPUType",
+    "vllmConfig",
+    "requestGPU",
+    "resources",
+];
+
+/// `routerSpec` keys `sim import` reads.
+const ROUTER_SPEC_READ: &[&str] = &[
+    "routingLogic",
+    "engineScrapeInterval",
+    "requestStatsWindow",
+    "prefixMinMatchLength",
+    "sessionKey",
+    "serviceDiscovery",
+    "staticBackends",
+    "staticModels",
+    "replicaCount",
+    "extraArgs",
+];
+
+/// Lists the keys of mapping `m` (at key path `p`) not in `read` as ignored, with `why`.
+fn unread(m: &Value, p: &str, read: &[&str], why: &str, imp: &mut Import) {
+    if let Value::Mapping(map) = m {
+        for k in map.keys() {
+            let k = match k.as_str() {
+                Some(k) => k.to_string(),
+                None => show(k),
+            };
+            if !read.contains(&k.as_str()) {
+                let path = if p.is_empty() { k } else { format!("{p}.{k}") };
+                imp.ignored.push(format!("{path} (--helm; {why})"));
+            }
+        }
+    }
 }
 
 /// Error helpers that name the file and key path.
@@ -246,6 +316,8 @@ fn vllm_config(
         ..Parsed::default()
     };
     vllm_flags(&parsed, e, "--helm")?;
+    imp.read
+        .extend(parsed.flags.iter().map(|f| format!("{} (--helm)", f.written)));
     // extraArgs come after the chart's own flags, so they win.
     let extra = h.strings(c, p, "extraArgs")?;
     if !extra.is_empty() {
@@ -257,7 +329,7 @@ fn vllm_config(
         for u in &x.unknown {
             imp.ignored.push(format!("{u} ({what}, unknown)"));
         }
-        super::ignored_of(&x, tables::VLLM_USED, &what, &mut imp.ignored);
+        super::ignored_of(&x, tables::VLLM_USED, &what, imp);
     }
     Ok(())
 }
@@ -270,6 +342,7 @@ fn router_spec(h: &Helm, r: Option<&Value>, imp: &mut Import, gpu: &str, allow_u
         return Err(h.at("routerSpec", "expected a mapping"));
     }
     let p = "routerSpec";
+    unread(r, p, ROUTER_SPEC_READ, "not modelled", imp);
     let mut flags = Vec::new();
     let mut push = |name: &str, value: String, key: String| {
         flags.push(Flag {

@@ -50,7 +50,8 @@ pub struct ImportArgs {
     /// A `vllm serve` command line, applied to every engine (after Helm's vllmConfig).
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub vllm_args: Option<String>,
-    /// A request trace to replay as the workload (else a placeholder group that runs).
+    /// A request trace to replay as the workload (else a commented template that exposes
+    /// the imported router's failure class).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// The GPU when the configuration does not say (h100, a100, l40s).
@@ -139,6 +140,8 @@ pub(crate) struct Import {
     pub groups: Vec<Group>,
     /// Flags and keys read but without effect on the simulation, with where they were.
     pub ignored: Vec<String>,
+    /// Flags and keys that set a value of the scenario, with where they were.
+    pub read: Vec<String>,
     /// Notes for the header (simplifications the reader should know).
     pub notes: Vec<String>,
 }
@@ -198,6 +201,12 @@ fn import_with_origins(a: &ImportArgs) -> Result<(String, Origins), String> {
         Some(line) => Some(flags::parse(line, tables::VLLM, "--vllm-args", true, a.allow_unknown)?),
         None => None,
     };
+    if !imp.groups.is_empty()
+        && let Some(m) = &imp.router.static_models
+    {
+        imp.ignored
+            .push(format!("{} (the Helm engines' modelURL name the models)", m.from));
+    }
     if imp.groups.is_empty() {
         // No Helm engines: the fleet is the router's static backends, else one engine.
         let (count, urls) = match &imp.router.static_backends {
@@ -221,6 +230,11 @@ fn import_with_origins(a: &ImportArgs) -> Result<(String, Origins), String> {
                 imp.groups[0].engine.model = Some(src(first.clone(), m.from.clone()));
             }
             if distinct.len() > 1 {
+                imp.ignored.push(format!(
+                    "{} models after the first ({}): one profile describes the fleet",
+                    m.from,
+                    distinct[1..].iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                ));
                 imp.notes.push(format!(
                     "{} lists {} models; the simulator routes every request among all backends (the router first keeps the request's model's endpoints), so the fleet is described with the first model's profile",
                     m.from,
@@ -236,7 +250,7 @@ fn import_with_origins(a: &ImportArgs) -> Result<(String, Origins), String> {
         for u in &p.unknown {
             imp.ignored.push(format!("{u} (--vllm-args, unknown)"));
         }
-        ignored_of(p, tables::VLLM_USED, "--vllm-args", &mut imp.ignored);
+        ignored_of(p, tables::VLLM_USED, "--vllm-args", &mut imp);
     }
     let trace = match &a.trace {
         Some(t) => {
@@ -331,7 +345,7 @@ pub(crate) fn router_flags(p: &Parsed, imp: &mut Import, what: &str) -> Result<(
     for u in &p.unknown {
         imp.ignored.push(format!("{u} ({what}, unknown)"));
     }
-    ignored_of(p, tables::ROUTER_USED, what, &mut imp.ignored);
+    ignored_of(p, tables::ROUTER_USED, what, imp);
     Ok(())
 }
 
@@ -415,11 +429,15 @@ fn list(f: &Flag) -> Vec<String> {
         .collect()
 }
 
-/// Known flags that do not affect the simulation.
-fn ignored_of(p: &Parsed, used: &[&str], what: &str, out: &mut Vec<String>) {
+/// Known flags that do not affect the simulation go to `imp.ignored`, the others to
+/// `imp.read`.
+fn ignored_of(p: &Parsed, used: &[&str], what: &str, imp: &mut Import) {
     for f in &p.flags {
-        if !used.contains(&f.name.as_str()) {
-            out.push(format!("{} ({what})", f.written));
+        let line = format!("{} ({what})", f.written);
+        if used.contains(&f.name.as_str()) {
+            imp.read.push(line);
+        } else {
+            imp.ignored.push(line);
         }
     }
 }
@@ -547,6 +565,14 @@ fn write(imp: &Import, a: &ImportArgs, stem: &str, trace: Option<&str>) -> Resul
     root.note("Each value's comment names the flag or key it came from; \"default\" means the flag or");
     root.note("key was absent and the upstream default applies.");
     root.note("");
+    if imp.read.is_empty() {
+        root.note("Read: no flag or key (every value below is a default).");
+    } else {
+        root.note("Read (each sets the values whose comment names it):");
+        for r in &imp.read {
+            root.note(&format!("  {r}"));
+        }
+    }
     if imp.ignored.is_empty() {
         root.note("Ignored (no effect on the simulation): none.");
     } else {
@@ -828,7 +854,7 @@ fn router(o: &mut Origins, r: &Router, carry: &mut String) -> Result<(toml_edit:
     Ok((router_t, policy_t))
 }
 
-/// `[workload]`: the trace, or a placeholder group.
+/// `[workload]`: the trace, or the template groups.
 fn workload(
     o: &mut Origins,
     imp: &Import,
@@ -851,41 +877,148 @@ fn workload(
             if carry.is_empty() {
                 carry.push('\n');
             }
-            carry.push_str(&comment(
-                "Placeholder workload (no --trace given): replace it with your traffic, e.g.",
-            ));
-            carry.push_str(&comment(
-                "[[workload.traces]] file = \"your-trace.jsonl\" (see docs/your-fleet.md).",
-            ));
-            let mut s = Section::new("workload.groups[0]");
-            s.put(o, "name", "placeholder", "placeholder: 8 chat sessions per backend");
-            s.put(o, "sessions", n.saturating_mul(8).min(4096), "placeholder");
-            s.put(
-                o,
-                "arrival",
-                inline(&[("kind", "poisson".into()), ("rate_per_s", n.max(1).into())]),
-                "placeholder: one new session per backend per second",
-            );
-            s.put(o, "turns", 4i64, "placeholder");
-            s.put(o, "system_prompt_tokens", 500i64, "placeholder: a shared system prompt");
-            let uniform =
-                |min: i64, max: i64| inline(&[("dist", "uniform".into()), ("min", min.into()), ("max", max.into())]);
-            s.put(o, "input_tokens", uniform(100, 600), "placeholder");
-            s.put(o, "output_tokens", uniform(100, 400), "placeholder");
-            s.put(
-                o,
-                "think_time_s",
-                inline(&[("dist", "exponential".into()), ("mean", 5.0.into())]),
-                "placeholder",
-            );
-            if let Some(m) = max_context {
-                s.put(o, "max_context_tokens", m, "--max-model-len");
+            for line in template_intro(&imp.router) {
+                carry.push_str(&comment(&line));
             }
-            list.push(s.finish(carry));
+            for (i, g) in template_groups(&imp.router, n).into_iter().enumerate() {
+                let mut s = Section::new(&format!("workload.groups[{i}]"));
+                for c in g.comments {
+                    s.note(c);
+                }
+                let t = "template";
+                s.put(o, "name", g.name, t);
+                s.put(o, "sessions", g.sessions, g.why_sessions);
+                s.put(o, "arrival", g.arrival, g.why_arrival);
+                s.put(o, "turns", g.turns, t);
+                s.put(
+                    o,
+                    "system_prompt",
+                    g.prompt_name,
+                    "the shared prompt's name (groups with the same name share it)",
+                );
+                s.put(o, "system_prompt_tokens", g.system_prompt_tokens, g.why_prompt);
+                let uniform = |min: i64, max: i64| {
+                    inline(&[("dist", "uniform".into()), ("min", min.into()), ("max", max.into())])
+                };
+                s.put(o, "input_tokens", uniform(g.input.0, g.input.1), "new tokens per turn");
+                s.put(o, "output_tokens", uniform(g.output.0, g.output.1), t);
+                s.put(
+                    o,
+                    "think_time_s",
+                    inline(&[("dist", "exponential".into()), ("mean", g.think_s.into())]),
+                    g.why_think,
+                );
+                if let Some(m) = max_context {
+                    s.put(o, "max_context_tokens", m, "--max-model-len");
+                }
+                list.push(s.finish(carry));
+            }
             wl.insert("groups", toml_edit::Item::ArrayOfTables(list));
         }
     }
     wl
+}
+
+/// One group of the template workload.
+struct TemplateGroup {
+    comments: Vec<&'static str>,
+    name: &'static str,
+    sessions: i64,
+    why_sessions: &'static str,
+    arrival: toml_edit::Value,
+    why_arrival: &'static str,
+    turns: i64,
+    prompt_name: &'static str,
+    system_prompt_tokens: i64,
+    why_prompt: &'static str,
+    input: (i64, i64),
+    output: (i64, i64),
+    think_s: f64,
+    why_think: &'static str,
+}
+
+/// What the template workload is for, by the imported router's failure class.
+fn template_intro(r: &Router) -> Vec<String> {
+    let kind = r.routing_logic.v.as_str();
+    let class = match kind {
+        "prefixaware" => match &r.prefix_min_match_length {
+            Some(p) if p.v > 0 => format!(
+                "prefix-aware routing with a {}-character minimum match: every agent whose prompt starts with the same system prompt (longer than the threshold) is sent to the backend that first served it, so an agent burst piles onto one backend while the others idle",
+                p.v
+            ),
+            _ => "prefix-aware routing: requests that share a prompt prefix follow the backend that first served it, so an agent burst with one system prompt piles onto one backend while the others idle".to_string(),
+        },
+        "kvaware" | "load_balanced_kvaware" => "KV-aware routing: the longest cached prefix wins, so agents sharing a system prompt pile onto one backend (and chat requests take the fallback)".to_string(),
+        "session" => "session routing: a session stays on the backend its key hashes to, so a few long agent sessions latch onto few backends whatever their load".to_string(),
+        _ => format!("{kind} routing: requests are spread without regard to their size, so long agent turns and short chat turns queue behind each other"),
+    };
+    let mut out =
+        vec!["Template workload (no --trace given): built to expose the imported router's failure class,".to_string()];
+    // Wrapped at 90 characters.
+    let mut line = String::new();
+    for w in format!("{class}.").split(' ') {
+        if !line.is_empty() && line.len() + 1 + w.len() > 90 {
+            out.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(w);
+    }
+    out.push(line);
+    out.extend([
+        "Watch idle_while_queued_s, request_jain_index and the hints of `sim run`; then replace these".to_string(),
+        "groups with your traffic, e.g. [[workload.traces]] file = \"your-trace.jsonl\" (docs/your-fleet.md)."
+            .to_string(),
+    ]);
+    out
+}
+
+/// The template's groups for `n` backends: an agent burst sharing one system prompt, and
+/// a chat user with its own.
+fn template_groups(r: &Router, n: i64) -> Vec<TemplateGroup> {
+    let n = n.max(1);
+    // Above a prefix-match threshold (characters; about 4 per token) so the shared system
+    // prompt alone decides where a prefix-aware router sends the agents.
+    let threshold_tokens = r.prefix_min_match_length.as_ref().map_or(0, |p| (p.v + 3) / 4);
+    let prompt = (threshold_tokens + 1000).max(3000);
+    vec![
+        TemplateGroup {
+            comments: vec![
+                "Agents started together (a batch job, an eval run, a team's morning): one system prompt,",
+                "long growing contexts, short tool pauses.",
+            ],
+            name: "agents",
+            sessions: (4 * n).min(2048),
+            why_sessions: "template: 4 agents per backend",
+            arrival: inline(&[("kind", "burst".into()), ("at_s", 0i64.into())]),
+            why_arrival: "template: all at once",
+            turns: 12,
+            prompt_name: "agent-system",
+            system_prompt_tokens: prompt,
+            why_prompt: "template: one shared system prompt, above any prefix-match threshold",
+            input: (500, 2500),
+            output: (100, 600),
+            think_s: 2.0,
+            why_think: "template: tool calls between turns",
+        },
+        TemplateGroup {
+            comments: vec!["A chat user arriving meanwhile, with its own short system prompt."],
+            name: "chat",
+            sessions: (2 * n).min(1024),
+            why_sessions: "template: 2 chat sessions per backend",
+            arrival: inline(&[("kind", "poisson".into()), ("rate_per_s", 0.5.into())]),
+            why_arrival: "template: one new chat every 2 s",
+            turns: 4,
+            prompt_name: "chat-system",
+            system_prompt_tokens: 300,
+            why_prompt: "template: a different, short system prompt",
+            input: (50, 400),
+            output: (50, 300),
+            think_s: 10.0,
+            why_think: "template: a person reading and typing",
+        },
+    ]
 }
 
 /// The message of a scenario refusing an imported value: the flag or key it came from.

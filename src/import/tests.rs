@@ -110,20 +110,94 @@ fn helm_values_in_the_charts_schema() {
 }
 
 #[test]
-fn without_a_trace_the_placeholder_workload_runs() {
+fn without_a_trace_the_template_workload_runs() {
     let text = import(&args(
         None,
         None,
         Some("vllm serve Qwen/Qwen3-14B --max-model-len 8192"),
     ))
     .unwrap();
-    assert!(text.contains("Placeholder workload"), "{text}");
+    assert!(text.contains("Template workload"), "{text}");
     let (s, w, _) = crate::scenario::load_str(&text, "i.toml", "i", &[]).unwrap();
     let res = crate::sim::Simulation::new(s.sim.clone(), &w, crate::sim::RunOptions::summary_only())
         .run()
         .unwrap();
     assert_eq!(res.summary.requests.finished, res.summary.requests.planned);
     assert_eq!(s.groups[0].max_context_tokens, Some(8192));
+}
+
+#[test]
+fn the_template_exposes_prefix_aware_routing_piling_agents_on_one_backend() {
+    let text = import(&args(
+        Some("--routing-logic prefixaware --prefix-min-match-length 2048 --static-backends http://a,http://b,http://c,http://d"),
+        None,
+        None,
+    ))
+    .unwrap();
+    assert!(text.contains("2048-character minimum match"), "{text}");
+    assert!(
+        text.contains("name = \"agents\"") && text.contains("name = \"chat\""),
+        "{text}"
+    );
+    let (s, w, _) = crate::scenario::load_str(&text, "i.toml", "i", &[]).unwrap();
+    // The shared system prompt is above the threshold (2048 characters, 4 per token).
+    assert!(s.groups[0].system_prompt_tokens * 4 > 2048);
+    let res = crate::sim::Simulation::new(s.sim.clone(), &w, crate::sim::RunOptions::summary_only())
+        .run()
+        .unwrap();
+    // Every agent follows the first one: the failure the template is for.
+    let most = res
+        .summary
+        .backends
+        .iter()
+        .map(|b| b.first_turn_sessions)
+        .max()
+        .unwrap();
+    assert!(most >= 16, "{:?}", res.summary.backends);
+    assert!(
+        res.summary.request_jain_index < 0.6,
+        "{}",
+        res.summary.request_jain_index
+    );
+}
+
+#[test]
+fn every_flag_and_helm_key_is_listed_as_read_or_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("v.yaml");
+    std::fs::write(
+        &values,
+        "servingEngineSpec:\n  runtimeClassName: \"\"\n  modelSpec:\n  - name: m\n    repository: vllm/vllm-openai\n    tag: latest\n    modelURL: meta-llama/Llama-3.1-8B-Instruct\n    replicaCount: 2\n    requestCPU: 8\n    requestMemory: 32Gi\n    pvcStorage: 50Gi\nrouterSpec:\n  routingLogic: roundrobin\n  resources: {}\n",
+    )
+    .unwrap();
+    let text = import(&args(
+        Some("--static-models x,y --routing-logic session --port 8001"),
+        Some(&values),
+        None,
+    ))
+    .unwrap();
+    let (read, ignored) = text.split_once("# Ignored").expect("an ignored list");
+    for k in ["repository", "tag", "requestCPU", "requestMemory", "pvcStorage"] {
+        assert!(
+            ignored.contains(&format!("servingEngineSpec.modelSpec[0].{k} (--helm;")),
+            "{k}: {text}"
+        );
+    }
+    assert!(ignored.contains("servingEngineSpec.runtimeClassName"), "{text}");
+    assert!(ignored.contains("routerSpec.resources"), "{text}");
+    assert!(
+        ignored.contains("--static-models x,y (--router-args) (the Helm engines' modelURL name the models)"),
+        "{text}"
+    );
+    assert!(ignored.contains("--port 8001 (--router-args)"), "{text}");
+    for k in [
+        "modelSpec[0].replicaCount",
+        "modelSpec[0].modelURL",
+        "routerSpec.routingLogic",
+        "--routing-logic session (--router-args)",
+    ] {
+        assert!(read.contains(k), "{k}: {text}");
+    }
 }
 
 #[test]

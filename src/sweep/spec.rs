@@ -157,13 +157,15 @@ fn canonical_metrics(list: &[String]) -> Vec<String> {
 }
 
 /// Headline metrics when none are configured.
-pub const DEFAULT_METRICS: [&str; 6] = [
+pub const DEFAULT_METRICS: [&str; 8] = [
     "idle_while_queued_s",
     "ttft_p99_s",
     "stranded_slot_s",
     "latched_sessions",
     "queue_wait_p99_s",
     "prefix_cache_hit_rate",
+    crate::metrics::SHARE_METRICS[0],
+    crate::metrics::SHARE_METRICS[1],
 ];
 
 /// Axes and options given on the command line.

@@ -31,6 +31,8 @@ mod faults;
 mod fleet;
 mod fuzz;
 mod guarantees;
+mod hygiene;
+mod imbalance;
 mod invariants;
 mod lags;
 mod links;

@@ -29,8 +29,13 @@ pub struct Fidelity {
 /// The `replay` block of the summary (absent for runs that replay no session trace).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ReplaySummary {
-    /// How closed-loop replays paced their calls.
+    /// How closed-loop replays paced their calls (`pacing.overlapping`: calls that
+    /// overlapped an earlier call of their session in the recording).
     pub pacing: PacingCounts,
+    /// Calls of replayed sessions that reached the router while an earlier call of their
+    /// session was still in flight in the run: what the replay did, beside the recording's
+    /// `pacing.overlapping`.
+    pub overlapping_replayed: u64,
     /// Recorded vs simulated latency, when the trace records it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fidelity: Option<Fidelity>,
@@ -84,18 +89,45 @@ pub fn summarize(w: &Workload, requests: &[RequestRec]) -> Option<ReplaySummary>
         e2e_ratio: percentiles(ratio_e),
     });
     let any = w.pacing.any() || fidelity.is_some();
-    any.then_some(ReplaySummary {
+    any.then(|| ReplaySummary {
         pacing: w.pacing,
+        overlapping_replayed: overlapping_replayed(w, requests),
         fidelity,
     })
+}
+
+/// Calls of replayed sessions sent while an earlier call of the same session was in flight
+/// (a call not finished nor failed is in flight to the end of the run).
+fn overlapping_replayed(w: &Workload, requests: &[RequestRec]) -> u64 {
+    let mut order: Vec<&RequestRec> = requests
+        .iter()
+        .filter(|r| w.sessions[r.session.index()].replay.is_some())
+        .collect();
+    order.sort_by_key(|r| (r.t_router, r.session.index(), r.turn));
+    let mut busy_until: std::collections::HashMap<usize, u64> = Default::default();
+    let mut n = 0;
+    for r in order {
+        let end = r.t_done.or(r.t_failed).map_or(u64::MAX, |t| t.0);
+        let b = busy_until.entry(r.session.index()).or_insert(0);
+        if r.t_router.0 < *b {
+            n += 1;
+        }
+        *b = (*b).max(end);
+    }
+    n
 }
 
 /// The readout as text lines (for `sim run` and `sim explain`).
 pub fn render(r: &ReplaySummary) -> Vec<String> {
     let p = &r.pacing;
     let mut out = vec![format!(
-        "replay pacing: {} calls after a recorded end, {} after a think time, {} at a session offset, {} on the arrival-gap fallback; {} overlapped an earlier call",
-        p.after_recorded_end, p.after_think_time, p.at_session_offset, p.arrival_gap_fallback, p.overlapping
+        "replay pacing: {} calls after a recorded end, {} after a think time, {} at a session offset, {} on the arrival-gap fallback; {} overlapped an earlier call of their session in the recording, {} in the replay",
+        p.after_recorded_end,
+        p.after_think_time,
+        p.at_session_offset,
+        p.arrival_gap_fallback,
+        p.overlapping,
+        r.overlapping_replayed
     )];
     if let Some(f) = &r.fidelity {
         let row = |name: &str, rec: &Percentiles, sim: &Percentiles, ratio: &Percentiles| {

@@ -36,7 +36,10 @@ mod summary;
 
 pub use audit::{AuditEntry, DecisionLog, DecisionRow, View, ViewIter};
 pub use fleet::{Episode, FleetTracker, WorstMoment};
-pub use names::{UNITS, canonical_metric, flatten, flatten_json, known_metric, split_unit, stat_name};
+pub use names::{
+    BACKEND_SHARE_METRICS, SHARE_METRICS, UNITS, canonical_metric, flatten, flatten_json, known_metric, split_unit,
+    stat_name,
+};
 pub use records::{RequestRec, TsRow};
 pub use summary::{
     BackendSummary, EngineCounters, Percentiles, RequestCounts, Summary, SummaryInputs, percentiles, round6, summarize,

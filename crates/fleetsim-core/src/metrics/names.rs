@@ -62,6 +62,19 @@ pub fn flatten(s: &Summary) -> serde_json::Map<String, serde_json::Value> {
     out
 }
 
+/// How evenly the requests spread over the backends, queue or not: the share metrics of the
+/// summary (`docs/OUTPUTS.md`), in the order reports print them.
+pub const SHARE_METRICS: [&str; 5] = [
+    "request_jain_index",
+    "request_share_max_min_ratio",
+    "request_share_max",
+    "request_share_min",
+    "backends_never_served",
+];
+
+/// Per-backend share metrics (`backends[i].NAME`).
+pub const BACKEND_SHARE_METRICS: [&str; 2] = ["request_share", "share_per_capacity"];
+
 /// Unit suffixes that go last in a metric name.
 pub const UNITS: [&str; 3] = ["_per_s", "_rps", "_s"];
 
@@ -131,6 +144,16 @@ pub fn known_metric(name: &str) -> bool {
 mod tests {
     use super::super::percentiles;
     use super::*;
+
+    #[test]
+    fn share_metrics_are_summary_metrics() {
+        for m in SHARE_METRICS {
+            assert!(known_metric(m), "{m}");
+        }
+        for m in BACKEND_SHARE_METRICS {
+            assert!(known_metric(&format!("backends[2].{m}")), "{m}");
+        }
+    }
 
     #[test]
     fn metric_names_put_the_unit_last() {

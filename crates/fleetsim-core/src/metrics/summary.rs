@@ -125,6 +125,11 @@ pub struct BackendSummary {
     pub slots: u32,
     /// Requests routed here.
     pub requests: u64,
+    /// This backend's share of the requests routed to backends in service (0 to 1).
+    pub request_share: f64,
+    /// `request_share` over this backend's share of the slots in service: 1 = its fair
+    /// share by capacity, 0 = it served nothing (equal capacities: `request_share x N`).
+    pub share_per_capacity: f64,
     /// Sessions whose first turn was routed here.
     pub first_turn_sessions: u64,
     /// Sessions whose latest turn was routed here (where they ended up).
@@ -185,6 +190,19 @@ pub struct Summary {
     /// The most sessions any one backend ended up holding (by latest turn): 8 when all of
     /// burst8's agents pile onto one backend.
     pub peak_backend_sessions: u64,
+    /// Largest per-backend `request_share`: 1 when one backend served everything.
+    pub request_share_max: f64,
+    /// Smallest per-backend `request_share` (0 when a backend in service served nothing).
+    pub request_share_min: f64,
+    /// Largest over smallest requests per slot across backends in service, each backend's
+    /// count floored at 1 so that it stays finite: 192 of 192 requests on one of 6 equal
+    /// backends reads 192; 1 = perfectly even by capacity.
+    pub request_share_max_min_ratio: f64,
+    /// Jain's fairness index of requests per slot across backends in service:
+    /// `(sum x)^2 / (n sum x^2)`, 1 = even by capacity, `1/n` = all on one backend.
+    pub request_jain_index: f64,
+    /// Backends in service at some point of the run that served no request.
+    pub backends_never_served: u64,
     /// Decisions per branch (every branch listed, zeros included).
     pub decisions_by_branch: BTreeMap<String, u64>,
     /// Per decision, the true outstanding requests of the pick minus the fewest any backend
@@ -311,7 +329,7 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
     // a / b, rounded for reports; 0 when there is nothing to divide by.
     let per = |a: f64, b: f64| if b > 0.0 { round6(a / b) } else { 0.0 };
     let ratio = |a: u64, b: u64| per(a as f64, b as f64);
-    let backends = (0..n)
+    let backends: Vec<BackendSummary> = (0..n)
         .map(|i| {
             let t = &fleet.backends[i];
             let e = inp.engines[i];
@@ -322,6 +340,8 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
                 profile: inp.labels.get(i).map(|l| l.profile.clone()).unwrap_or_default(),
                 slots: t.slots,
                 requests: per_backend_requests[i],
+                request_share: 0.0,
+                share_per_capacity: 0.0,
                 first_turn_sessions: inp.first_turns[i],
                 last_turn_sessions: inp.last_turns[i],
                 peak_running: t.peak_running,
@@ -337,6 +357,12 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
             }
         })
         .collect();
+    let share = Share::of(&backends, end_s);
+    let mut backends = backends;
+    for (b, (s, c)) in backends.iter_mut().zip(share.per_backend) {
+        b.request_share = s;
+        b.share_per_capacity = c;
+    }
     let q: u64 = inp.engines.iter().map(|e| e.query_tokens).sum();
     let h: u64 = inp.engines.iter().map(|e| e.hit_tokens).sum();
     let arrived = requests.len() as u64;
@@ -363,6 +389,11 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
         stranded_slot_s: secs(fleet.stranded_ns),
         latched_sessions: inp.latched_sessions,
         peak_backend_sessions: inp.last_turns.iter().copied().max().unwrap_or(0),
+        request_share_max: share.max,
+        request_share_min: share.min,
+        request_share_max_min_ratio: share.max_min_ratio,
+        request_jain_index: share.jain,
+        backends_never_served: share.never_served,
         decision_regret: percentiles(inp.regrets.iter().map(|&r| f64::from(r)).collect()),
         decisions_with_regret: inp.regrets.iter().filter(|&&r| r > 0).count() as u64,
         view_age_s: percentiles(inp.view_ages_ns.iter().map(|&a| ns_to_secs(a)).collect()),
@@ -383,6 +414,73 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
             backends: b.clone(),
         }),
         replay: None,
+    }
+}
+
+/// How the requests spread over the backends that were in service at some point of the run
+/// (a backend out of service throughout is not expected to serve, so it is left out).
+#[derive(Debug, PartialEq)]
+struct Share {
+    /// Per backend: (`request_share`, `share_per_capacity`); zeros for one left out.
+    per_backend: Vec<(f64, f64)>,
+    max: f64,
+    min: f64,
+    max_min_ratio: f64,
+    jain: f64,
+    never_served: u64,
+}
+
+impl Share {
+    fn of(backends: &[BackendSummary], end_s: f64) -> Share {
+        // In service at some point: less time out of service than the run lasted.
+        let counted: Vec<bool> = backends
+            .iter()
+            .map(|b| end_s <= 0.0 || b.out_of_service_s < round6(end_s))
+            .collect();
+        let in_service = || backends.iter().zip(&counted).filter(|(_, c)| **c).map(|(b, _)| b);
+        let total: u64 = in_service().map(|b| b.requests).sum();
+        let slots: u64 = in_service().map(|b| u64::from(b.slots.max(1))).sum();
+        let n = in_service().count();
+        let per_backend = backends
+            .iter()
+            .zip(&counted)
+            .map(|(b, &c)| {
+                if !c || total == 0 {
+                    return (0.0, 0.0);
+                }
+                let s = b.requests as f64 / total as f64;
+                let cap = f64::from(b.slots.max(1)) / slots as f64;
+                (round6(s), round6(s / cap))
+            })
+            .collect();
+        if n == 0 || total == 0 {
+            // Nothing was routed: nothing is uneven.
+            return Share {
+                per_backend,
+                max: 0.0,
+                min: 0.0,
+                max_min_ratio: 1.0,
+                jain: 1.0,
+                never_served: 0,
+            };
+        }
+        let share = |b: &BackendSummary| b.requests as f64 / total as f64;
+        let per_slot = |b: &BackendSummary, floor: u64| b.requests.max(floor) as f64 / f64::from(b.slots.max(1));
+        let max = in_service().map(share).fold(0.0, f64::max);
+        let min = in_service().map(share).fold(1.0, f64::min);
+        let hi = in_service().map(|b| per_slot(b, 0)).fold(0.0, f64::max);
+        let lo = in_service().map(|b| per_slot(b, 1)).fold(f64::INFINITY, f64::min);
+        let xs: Vec<f64> = in_service().map(|b| per_slot(b, 0)).collect();
+        let sum: f64 = xs.iter().sum();
+        let sq: f64 = xs.iter().map(|x| x * x).sum();
+        Share {
+            per_backend,
+            max: round6(max),
+            min: round6(min),
+            max_min_ratio: round6((hi / lo).max(1.0)),
+            jain: round6(sum * sum / (n as f64 * sq)),
+            never_served: in_service().filter(|b| b.requests == 0).count() as u64,
+        }
     }
 }
 
@@ -458,6 +556,41 @@ mod tests {
             proptest::prop_assert_eq!((p.count, p.p50, p.p90, p.p99, p.max), (e.count, e.p50, e.p90, e.p99, e.max));
             proptest::prop_assert!((p.mean - e.mean).abs() <= 1e-6);
         }
+    }
+
+    fn backend(requests: u64, slots: u32, out_of_service_s: f64) -> BackendSummary {
+        BackendSummary {
+            requests,
+            slots,
+            out_of_service_s,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn share_of_one_backend_serving_everything() {
+        // 192 of 192 on one of 6 equal backends.
+        let bs: Vec<_> = [192, 0, 0, 0, 0, 0].iter().map(|&r| backend(r, 4, 0.0)).collect();
+        let s = Share::of(&bs, 100.0);
+        assert_eq!((s.max, s.min, s.max_min_ratio, s.never_served), (1.0, 0.0, 192.0, 5));
+        assert_eq!(s.jain, round6(1.0 / 6.0));
+        assert_eq!(s.per_backend[0], (1.0, 6.0));
+        assert_eq!(s.per_backend[1], (0.0, 0.0));
+    }
+
+    #[test]
+    fn share_is_per_capacity_and_skips_backends_never_in_service() {
+        // 8 slots served 20, 4 slots served 10: even by capacity; the third was out all run.
+        let bs = vec![backend(20, 8, 0.0), backend(10, 4, 0.0), backend(0, 4, 50.0)];
+        let s = Share::of(&bs, 50.0);
+        assert_eq!((s.jain, s.max_min_ratio, s.never_served), (1.0, 1.0, 0));
+        assert_eq!(s.per_backend, vec![(0.666667, 1.0), (0.333333, 1.0), (0.0, 0.0)]);
+        // Equal capacity, 3 vs 1: Jain = 16 / (2 x 10) = 0.8.
+        let s = Share::of(&[backend(3, 4, 0.0), backend(1, 4, 0.0)], 10.0);
+        assert_eq!((s.jain, s.max_min_ratio, s.max, s.min), (0.8, 3.0, 0.75, 0.25));
+        // Nothing routed.
+        let s = Share::of(&[backend(0, 4, 0.0)], 10.0);
+        assert_eq!((s.jain, s.max_min_ratio, s.never_served), (1.0, 1.0, 0));
     }
 
     #[test]

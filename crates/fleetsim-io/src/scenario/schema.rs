@@ -230,9 +230,21 @@ pub struct TraceFile {
     /// Send the session key header (default true).
     #[serde(default = "yes")]
     pub sends_session_key: bool,
-    /// Count malformed rows instead of failing.
+    /// Count malformed rows (0 prompt tokens, calls larger than the KV cache, ...) and
+    /// skip them instead of failing.
     #[serde(default)]
     pub skip_bad_rows: bool,
+    /// `format = "sessions"`: keep only rows whose columns hold these values, e.g.
+    /// `{ is_error = false }` (a value or a list of values per column).
+    #[serde(rename = "where")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub where_: Option<toml::Value>,
+    /// Truncate each call's prompt so prompt + output holds at most this many tokens (an
+    /// agent harness's context truncation).
+    pub max_context_tokens: Option<i64>,
+    /// Cut every gap in which no call of the trace is in flight to at most this many
+    /// seconds (multi-day traces).
+    pub max_idle_gap_s: Option<f64>,
     /// Tokens per trace block (default 512).
     pub block_tokens: Option<i64>,
     /// Service time per request, seconds (queueing backends).

@@ -119,6 +119,22 @@ pub(super) fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::
     .map_err(|(k, m)| FieldError::new(format!("{p}.{k}"), m))?;
     g.sends_session_key = t.sends_session_key;
     g.skip_bad_rows = t.skip_bad_rows;
+    if let Some(w) = &t.where_ {
+        if g.format.is_some_and(|f| f != Format::Sessions) || g.agent.read.columns.is_none() {
+            return Err(FieldError::new(
+                format!("{p}.where"),
+                "applies only to format = \"sessions\" (a trace read through `columns`)",
+            ));
+        }
+        g.agent.read.filter =
+            crate::trace::filter::parse(w).map_err(|(k, m)| FieldError::new(format!("{p}.{k}"), m))?;
+    }
+    if let Some(c) = t.max_context_tokens {
+        g.max_context_tokens = Some(count(c, &format!("{p}.max_context_tokens"), 2)?);
+    }
+    if let Some(s) = t.max_idle_gap_s {
+        g.max_idle_gap_ns = Some(secs(s, &format!("{p}.max_idle_gap_s"), true)?.0);
+    }
     if let Some(b) = t.block_tokens {
         g.block_tokens = Some(count(b, &format!("{p}.block_tokens"), 1)?);
     }

@@ -128,6 +128,11 @@ pub struct Trace {
     pub skip_messages: Vec<String>,
     /// Rows whose output of 0 tokens was replayed as 1 (a request must produce a token).
     pub zero_output_rows: u64,
+    /// Rows with 0 prompt tokens skipped under `skip_bad_rows` (also in `skipped`): errored
+    /// calls are often logged with 0 tokens.
+    pub zero_input_rows: u64,
+    /// Rows left out by the `where` row filter.
+    pub filtered_rows: u64,
     /// Recorded per-call timing of session-shaped formats (`dynamo`, `otel`, `sessions`).
     pub calls: Option<Box<Calls>>,
 }
@@ -152,6 +157,18 @@ impl Trace {
                 s.push_str(&format!(" (first: {m})"));
             }
             out.push(s);
+        }
+        if self.filtered_rows > 0 {
+            out.push(format!(
+                "{}: {} rows left out by the `where` filter",
+                self.file, self.filtered_rows
+            ));
+        }
+        if self.zero_input_rows > 0 {
+            out.push(format!(
+                "{}: {} of the skipped rows had 0 prompt tokens (errored calls?)",
+                self.file, self.zero_input_rows
+            ));
         }
         if self.zero_output_rows > 0 {
             out.push(format!(
@@ -371,7 +388,14 @@ impl Builder {
             _ => ("input_tokens", "output_tokens", "block_ids"),
         };
         if input == 0 {
-            return self.bad(self.err(line, Some(in_col), "a request needs at least 1 prompt token, got 0"));
+            if self.skip {
+                self.trace.zero_input_rows += 1;
+            }
+            return self.bad(self.err(
+                line,
+                Some(in_col),
+                "a request needs at least 1 prompt token, got 0 (errored calls are often logged with 0 tokens: leave them out with a `where` filter, or set skip_bad_rows = true to count and skip them)",
+            ));
         }
         if input > u64::from(u32::MAX) || output > u64::from(u32::MAX) || input + output > u64::from(u32::MAX) {
             let col = if input > u64::from(u32::MAX) { in_col } else { out_col };

@@ -26,6 +26,8 @@ pub struct AgentReadOptions {
     pub columns: Option<ColumnMap>,
     /// `otel`: span attributes naming the session, tried in order before the trace id.
     pub session_attributes: Vec<String>,
+    /// `sessions` format: the `where` row filter (every condition must hold).
+    pub filter: Vec<super::filter::RowFilter>,
 }
 
 fn open(path: &Path) -> Result<BufReader<File>, TraceError> {
@@ -158,7 +160,7 @@ pub fn read_any(
                 return read_from(r, file, format, skip);
             };
             let mut b = Builder::new(file, format, skip);
-            session_log::read(r, &mut b, cols)?;
+            session_log::read(r, &mut b, cols, &agent.filter)?;
             Ok(b.trace)
         }
         f => read_from(r, file, f, skip),

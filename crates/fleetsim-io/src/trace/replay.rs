@@ -107,8 +107,14 @@ pub struct TraceGroupConfig {
     pub synthesize: SynthConfig,
     /// Whether requests carry the session-key header.
     pub sends_session_key: bool,
-    /// Count malformed rows instead of failing.
+    /// Count malformed rows instead of failing (also calls too large for the KV cache).
     pub skip_bad_rows: bool,
+    /// A harness's context truncation: a call's prompt is cut so that prompt + output
+    /// holds at most this many tokens (the oldest context dropped, as agent harnesses do).
+    pub max_context_tokens: Option<u32>,
+    /// Idle gaps (no call of the trace in flight) longer than this are cut to it, ns
+    /// ([`super::idle`]).
+    pub max_idle_gap_ns: Option<u64>,
     /// Tokens per trace block (default: the format's, 512).
     pub block_tokens: Option<u32>,
     /// Service time per request (queueing backends).
@@ -142,6 +148,8 @@ impl TraceGroupConfig {
             synthesize: SynthConfig::default(),
             sends_session_key: true,
             skip_bad_rows: false,
+            max_context_tokens: None,
+            max_idle_gap_ns: None,
             block_tokens: None,
             service_time_s: None,
             max_memory_bytes: u64::MAX,
@@ -198,6 +206,35 @@ pub fn group_sessions(
     }
 }
 
+/// A replayed session's key: the trace's own session id when it has one (so requests.csv,
+/// decisions, `sim explain` and the timeline join back to the source), else
+/// `{group}-{index}`; a repeat adds `~r{N}`, and a key already taken adds `~{N}`.
+fn session_key(
+    trace: &Trace,
+    first: u32,
+    group: &str,
+    index: u64,
+    rep: u64,
+    used: &mut rustc_hash::FxHashSet<String>,
+) -> String {
+    let own = trace.session_names.get(trace.rows[first as usize].session as usize);
+    let mut key = match own {
+        Some(n) if !n.is_empty() => n.clone(),
+        _ => return format!("{group}-{index}"),
+    };
+    if rep > 0 {
+        key = format!("{key}~r{rep}");
+    }
+    let mut k = key.clone();
+    let mut n = 1;
+    while used.contains(&k) {
+        k = format!("{key}~{n}");
+        n += 1;
+    }
+    used.insert(k.clone());
+    k
+}
+
 fn ns(s: f64) -> u64 {
     fleetsim_core::time::secs_to_ns(s)
 }
@@ -223,10 +260,26 @@ pub fn append(
             &g.agent.read,
         )
         .map_err(|e| e.to_string())?;
-    // Placing sessions moves rows by seeded times: on this run's own copy.
-    if super::agent_cfg::needs_placing(&shared, &g.agent)? {
+    // Placing sessions and cutting idle gaps move rows: on this run's own copy.
+    let place = super::agent_cfg::needs_placing(&shared, &g.agent)?;
+    if place || g.max_idle_gap_ns.is_some() {
         let mut trace = Trace::clone(&shared);
-        super::agent_cfg::place_sessions(&mut trace, &g.agent, &g.name, seed)?;
+        if place {
+            super::agent_cfg::place_sessions(&mut trace, &g.agent, &g.name, seed)?;
+        }
+        if let Some(gap) = g.max_idle_gap_ns {
+            let c = super::idle::compress(&mut trace, gap);
+            w.notes.push(format!(
+                "trace {}: {}: max_idle_gap_s = {}: {} idle gaps cut, {:.1} s removed; the trace spans {:.1} s instead of {:.1} s",
+                g.name,
+                trace.file,
+                gap as f64 / 1e9,
+                c.gaps,
+                c.cut_ns as f64 / 1e9,
+                c.span_after_ns as f64 / 1e9,
+                c.span_before_ns as f64 / 1e9
+            ));
+        }
         return append_trace(w, g, &trace, group, seed, context_limit_tokens);
     }
     append_trace(w, g, &shared, group, seed, context_limit_tokens)
@@ -324,8 +377,38 @@ pub fn append_trace(
     if blocks {
         w.trace_turns.reserve(total as usize);
     }
+    // Prompt tokens after the harness's truncation (`max_context_tokens`).
+    let input_of = |row: &super::model::TraceRow| match g.max_context_tokens {
+        Some(c) if u64::from(row.input) + u64::from(row.output) > u64::from(c) => {
+            row.input.min(c.saturating_sub(row.output).max(1))
+        }
+        _ => row.input,
+    };
+    let too_large = |row: &super::model::TraceRow| {
+        context_limit_tokens.is_some_and(|lim| u64::from(input_of(row)) + u64::from(row.output) > u64::from(lim))
+    };
+    let (mut truncated, mut over_kv) = (0u64, 0u64);
+    for &r in &window {
+        let row = &trace.rows[r as usize];
+        truncated += u64::from(input_of(row) < row.input);
+        over_kv += u64::from(too_large(row));
+    }
+    if over_kv > 0 && !g.skip_bad_rows {
+        let row = window
+            .iter()
+            .map(|&r| &trace.rows[r as usize])
+            .find(|row| too_large(row))
+            .expect("counted");
+        let need = u64::from(input_of(row)) + u64::from(row.output);
+        return Err(format!(
+            "{file}:{}: the request needs {need} tokens (input + output) but one request may hold at most {} (backends.kv_blocks x backends.block_size_tokens); raise kv_blocks, truncate prompts as the agent harness does with max_context_tokens, or set skip_bad_rows = true to count and skip the {over_kv} such calls",
+            row.line,
+            context_limit_tokens.unwrap_or(0)
+        ));
+    }
     let mut times = vec![0u64; trace.rows.len()];
     let mut replayed = 0u64;
+    let mut used_keys: rustc_hash::FxHashSet<String> = Default::default();
     let mut n_sessions = 0u64;
     let mut service_rng = stream(seed, &format!("trace/{}/service", g.name), 0);
     let beyond = || {
@@ -362,7 +445,7 @@ pub fn append_trace(
                 .session(si)
                 .iter()
                 .copied()
-                .filter(|&r| rank[r as usize] < take)
+                .filter(|&r| rank[r as usize] < take && !too_large(&trace.rows[r as usize]))
                 .collect();
             let Some(&first) = rows.first() else {
                 continue;
@@ -388,7 +471,11 @@ pub fn append_trace(
             let model = calls.and_then(|c| c.model_of(first as usize));
             let shared = match g.agent.shared_prefix.tokens_for(model) {
                 Some(n) if !blocks && n > 0 => {
-                    let shortest = rows.iter().map(|&r| trace.rows[r as usize].input).min().unwrap_or(1);
+                    let shortest = rows
+                        .iter()
+                        .map(|&r| input_of(&trace.rows[r as usize]))
+                        .min()
+                        .unwrap_or(1);
                     let len = n.min(shortest - 1);
                     if len < n {
                         prefix_cut += 1;
@@ -406,15 +493,7 @@ pub fn append_trace(
             let mut prev: Option<u64> = None;
             for (k, &r) in rows.iter().enumerate() {
                 let row = &trace.rows[r as usize];
-                let need = u64::from(row.input) + u64::from(row.output);
-                if let Some(lim) = context_limit_tokens
-                    && need > u64::from(lim)
-                {
-                    return Err(format!(
-                        "{file}:{}: the request needs {need} tokens (input + output) but one request may hold at most {lim} (backends.kv_blocks x backends.block_size_tokens); raise kv_blocks or replay a window without it",
-                        row.line
-                    ));
-                }
+                let input = input_of(row);
                 let t = times[r as usize];
                 let think = if paced {
                     match pacing[k] {
@@ -439,12 +518,12 @@ pub fn append_trace(
                 };
                 turns.push(TurnPlan {
                     think_before: SimDuration(think),
-                    session_prompt_tokens: row.input - shared_len,
+                    session_prompt_tokens: input - shared_len,
                     output_tokens: row.output,
                     service,
                 });
                 if blocks {
-                    let whole = row.blocks_len.min(row.input / block_tokens.max(1));
+                    let whole = row.blocks_len.min(input / block_tokens.max(1));
                     w.trace_turns.push(TraceTurn {
                         blocks_off: (blocks_base + row.blocks_off as usize) as u32,
                         n_blocks: whole,
@@ -482,7 +561,7 @@ pub fn append_trace(
             let index = w.sessions.len();
             w.sessions.push(SessionPlan {
                 group,
-                key: format!("{}-{n_sessions}", g.name),
+                key: session_key(trace, first, &g.name, n_sessions, rep, &mut used_keys),
                 open_at,
                 sends_key: g.sends_session_key,
                 shared,
@@ -510,7 +589,7 @@ pub fn append_trace(
     }
     if paced {
         w.notes.push(format!(
-            "trace {}: {file}: happens-before pacing: {} calls after a recorded end, {} after a think time, {} at a session offset ({} overlapped an earlier call)",
+            "trace {}: {file}: happens-before pacing: {} calls after a recorded end, {} after a think time, {} at a session offset ({} overlapped an earlier call of their session in the recording; the run summary says how many did in the replay)",
             g.name, counts.after_recorded_end, counts.after_think_time, counts.at_session_offset, counts.overlapping
         ));
     }
@@ -521,6 +600,20 @@ pub fn append_trace(
         ));
     }
     w.notes.extend(trace.notes());
+    if truncated > 0 {
+        w.notes.push(format!(
+            "trace {}: {file}: {truncated} calls' prompts truncated to max_context_tokens = {} (prompt + output)",
+            g.name,
+            g.max_context_tokens.unwrap_or(0)
+        ));
+    }
+    if over_kv > 0 {
+        w.notes.push(format!(
+            "trace {}: {file}: skipped {over_kv} calls larger than one backend's KV cache ({} tokens; skip_bad_rows)",
+            g.name,
+            context_limit_tokens.unwrap_or(0)
+        ));
+    }
     w.notes.push(format!(
         "trace {}: {file}: {} rows, {m} in the window, {replayed} requests replayed ({} loop, x{:.4} time, {} replay{}); sessions ({used}): {} per replay, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, {} rejected for not growing, longest {}, mean {:.2} turns",
         g.name,

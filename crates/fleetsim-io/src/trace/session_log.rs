@@ -21,6 +21,7 @@ use std::io::Read;
 
 use serde::Deserialize;
 
+use super::filter::RowFilter;
 use super::jsonl::{MAX_LINE_BYTES, for_each_line, parse_json};
 use super::lines::Capped;
 use super::model::{Builder, NO_SESSION, TraceError};
@@ -273,7 +274,7 @@ struct Rec<'a> {
 }
 
 /// Reads a mapped per-call log (CSV, or JSONL when the first non-blank byte is `{`).
-pub(super) fn read(r: impl Read, b: &mut Builder, cols: &ColumnMap) -> Result<(), TraceError> {
+pub(super) fn read(r: impl Read, b: &mut Builder, cols: &ColumnMap, filter: &[RowFilter]) -> Result<(), TraceError> {
     let mut r = std::io::BufReader::with_capacity(1 << 16, r);
     let head = std::io::BufRead::fill_buf(&mut r).map_err(|e| stream_err(&b.trace.file, 1, false, &e))?;
     let json = head
@@ -287,16 +288,35 @@ pub(super) fn read(r: impl Read, b: &mut Builder, cols: &ColumnMap) -> Result<()
     };
     let mut hashes = Vec::new();
     if json {
+        let mut seen = vec![false; filter.len()];
         for_each_line(r, b, |text, line, b| {
             let obj: serde_json::Map<String, serde_json::Value> = parse_json(b, line, text)?;
+            let mut keep = true;
+            for (i, f) in filter.iter().enumerate() {
+                let v = obj.get(&f.column);
+                seen[i] |= v.is_some();
+                keep &= f.matches_json(v);
+            }
+            if !keep {
+                b.trace.filtered_rows += 1;
+                return Ok(());
+            }
             let get = |k: &str| -> Option<Field<'_>> {
                 let name = column_of(cols, k)?;
                 obj.get(name).map(Field::Json)
             };
             row(b, &mut calls, cols, line, &Rec { get: &get }, &mut hashes)
         })?;
+        if let Some(f) = filter.iter().zip(&seen).find(|(_, s)| !**s).map(|(f, _)| f) {
+            return Err(TraceError {
+                file: b.trace.file.clone(),
+                line: None,
+                column: Some(f.column.clone()),
+                message: format!("where.{} names a key that no row has", f.column),
+            });
+        }
     } else {
-        read_csv(r, b, cols, &mut calls, &mut hashes)?;
+        read_csv(r, b, cols, filter, &mut calls, &mut hashes)?;
     }
     b.trace.calls = Some(Box::new(calls));
     Ok(())
@@ -327,6 +347,7 @@ fn read_csv(
     r: impl Read,
     b: &mut Builder,
     cols: &ColumnMap,
+    filter: &[RowFilter],
     calls: &mut Calls,
     hashes: &mut Vec<u64>,
 ) -> Result<(), TraceError> {
@@ -368,6 +389,25 @@ fn read_csv(
             }
         }
     }
+    let mut where_at = Vec::with_capacity(filter.len());
+    for f in filter {
+        match header.iter().position(|h| *h == f.column) {
+            Some(i) => where_at.push(i),
+            None => {
+                return Err(TraceError {
+                    file,
+                    line: Some(1),
+                    column: Some(f.column.clone()),
+                    message: format!(
+                        "where.{} names `{}`, which the header lacks (has: {})",
+                        f.column,
+                        f.column,
+                        header.join(", ")
+                    ),
+                });
+            }
+        }
+    }
     let mut rec = csv::StringRecord::new();
     loop {
         match rdr.read_record(&mut rec) {
@@ -375,6 +415,10 @@ fn read_csv(
             Ok(true) => {
                 let line = rec.position().map_or(0, csv::Position::line);
                 if rec.iter().all(|f| f.trim().is_empty()) {
+                    continue;
+                }
+                if !filter.iter().zip(&where_at).all(|(f, &i)| f.matches_text(rec.get(i))) {
+                    b.trace.filtered_rows += 1;
                     continue;
                 }
                 let get = |k: &str| -> Option<Field<'_>> {
