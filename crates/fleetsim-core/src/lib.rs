@@ -75,7 +75,7 @@ mod walls {
     ];
 
     /// Crates that belong to the front end or to file formats, never to the core.
-    const FRONT_END: [&str; 12] = [
+    const FRONT_END: [&str; 13] = [
         "clap",
         "plotters",
         "png",
@@ -87,6 +87,7 @@ mod walls {
         "toml",
         "toml_edit",
         "csv",
+        "parquet",
         "fleetsim-io",
     ];
 
