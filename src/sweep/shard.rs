@@ -223,7 +223,9 @@ mod tests {
 
     #[test]
     fn refuses_missing_ambiguous_and_inconsistent_values() {
-        let cases: &[(Option<u64>, &[(&str, &str)], &str)] = &[
+        /// `--shard-count`, the environment, and what the refusal says.
+        type Case<'a> = (Option<u64>, &'a [(&'a str, &'a str)], &'a str);
+        let cases: &[Case] = &[
             (None, &[], "neither"),
             (Some(4), &[("JOB_COMPLETION_INDEX", "")], "neither"),
             (None, &[("SLURM_ARRAY_TASK_ID", "1")], "only one is set"),

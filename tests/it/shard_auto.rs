@@ -49,7 +49,9 @@ fn slurm_and_kubernetes_indices_give_the_fixed_shards() {
     for k in ["0/2", "1/2"] {
         sweep(&fixed, &["--shard", k], &[]).success();
     }
-    let cases: [(&str, [[(&str, &str); 3]; 2], &[&str]); 3] = [
+    /// A case's name, the two tasks' environments, and the extra flags.
+    type Case<'a> = (&'a str, [[(&'a str, &'a str); 3]; 2], &'a [&'a str]);
+    let cases: [Case; 3] = [
         (
             "slurm",
             [
@@ -135,7 +137,9 @@ fn slurm_and_kubernetes_indices_give_the_fixed_shards() {
 #[test]
 fn auto_refuses_missing_ambiguous_and_inconsistent_environments() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: &[(&[&str], &[(&str, &str)], &str)] = &[
+    /// Extra flags, the environment, and what the refusal says.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         (&[], &[], "neither SLURM_ARRAY_TASK_ID"),
         (&["--shard-count", "2"], &[], "neither SLURM_ARRAY_TASK_ID"),
         (&[], &[("JOB_COMPLETION_INDEX", "1")], "add --shard-count N"),
