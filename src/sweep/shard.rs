@@ -39,7 +39,7 @@ pub fn parse_shard_spec(s: &str) -> Result<ShardSpec, String> {
 pub struct ShardArgs {
     /// Run only shard K of N (0-based), or `auto`: K and N from a Slurm job array
     /// (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Kubernetes Indexed Job
-    /// (JOB_COMPLETION_INDEX with --shard-count N). Shards write <out>/shards/ for
+    /// (JOB_COMPLETION_INDEX with --shard-count N). Shards write OUT/shards/ for
     /// `sim merge` (a tune: each round's folder).
     #[arg(long, value_name = "K/N|auto", value_parser = parse_shard_spec)]
     pub shard: Option<ShardSpec>,
