@@ -55,5 +55,6 @@ pub mod observe;
 pub mod plot;
 pub mod reference;
 pub mod report;
+pub mod serve;
 pub mod sweep;
 pub mod tune;

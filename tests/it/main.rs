@@ -40,6 +40,7 @@ mod prometheus;
 mod queueing;
 mod readme;
 mod reference;
+mod serve;
 mod shard_auto;
 mod sweep;
 mod trace;

@@ -75,7 +75,7 @@ mod walls {
     ];
 
     /// Crates that belong to the front end or to file formats, never to the core.
-    const FRONT_END: [&str; 13] = [
+    const FRONT_END: [&str; 18] = [
         "clap",
         "plotters",
         "png",
@@ -89,6 +89,11 @@ mod walls {
         "csv",
         "parquet",
         "fleetsim-io",
+        "tokio",
+        "axum",
+        "hyper",
+        "hyper-util",
+        "reqwest",
     ];
 
     /// `crate::NAME` paths in `text` before its first `#[cfg(test)]`, comments left out.
