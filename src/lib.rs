@@ -51,6 +51,7 @@ pub mod explain;
 pub mod export;
 pub mod hints;
 pub mod import;
+pub mod load;
 pub mod observe;
 pub mod plot;
 pub mod reference;

@@ -5,6 +5,8 @@
 //! * `sim merge`: the shards of a sweep into one sweep's files (`merge.rs`);
 //! * `sim check`: `[expect]` bounds, `--determinism`, `--invariants`, JUnit (`check.rs`);
 //! * `sim compare`: two runs, goldens or sweeps, metric by metric (`compare.rs`);
+//! * `sim load`: a scenario's workload sent in real time to an OpenAI-compatible endpoint
+//!   (`load.rs`, logic in `crate::load`);
 //! * `sim explain`: a run's stranded capacity and its counterfactuals (`explain.rs`);
 //! * `sim policies`: the policy catalogue (`policies.rs`);
 //! * `sim bench`: simulator speed on a scenario (`bench.rs`);
@@ -32,6 +34,7 @@ mod bench;
 mod check;
 mod compare;
 mod explain;
+mod load;
 mod merge;
 mod observe;
 mod policies;
@@ -86,8 +89,20 @@ enum Command {
     /// and sweep.json files point by point) metric by metric; exit 1 if any differs beyond
     /// the tolerance.
     ///
+    /// A served or loaded run (`sim serve --out`, `sim load --out`) beside a simulated one
+    /// is shown side by side instead: request share per backend, prefix hit rate,
+    /// idle-while-queued, TTFT and end-to-end percentiles.
+    ///
     /// Example: sim compare out/golden/burst8.json out/burst8 --rel-tol 0.01
     Compare(compare::CompareArgs),
+    /// Replay the scenario's workload in real time against an OpenAI-compatible endpoint (a
+    /// real router in front of `sim serve`, or any server): streaming requests, each
+    /// session's prompts growing as the content model says; writes requests.csv (send,
+    /// first token, last token, serving backend) and summary.json; exit 1 if a request did
+    /// not finish, 2 if the target cannot be reached.
+    ///
+    /// Example: sim load scenarios/burst8.toml --target http://127.0.0.1:8000 --speed 4
+    Load(Box<load::LoadArgs>),
     /// Explain a run's stranded capacity in plain language: each worst episode (who idled,
     /// who queued), the decisions that caused it (branch, view and its age, truth), the
     /// sessions that stayed latched, and counterfactual re-runs on the same seed.
@@ -219,6 +234,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Policies(a) => policies::cmd_policies(a),
         Command::Compare(a) => compare::cmd_compare(a),
         Command::Explain(a) => explain::cmd_explain(a),
+        Command::Load(a) => load::cmd_load(*a),
         Command::Bench(a) => bench::cmd_bench(a),
         Command::Trace(t) => trace::cmd_trace(t),
         Command::Tune(a) => crate::tune::cli::cmd_tune(*a),

@@ -39,6 +39,7 @@ mod policies;
 mod prometheus;
 mod queueing;
 mod readme;
+mod real_router;
 mod reference;
 mod serve;
 mod shard_auto;

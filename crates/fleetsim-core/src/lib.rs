@@ -94,6 +94,7 @@ mod walls {
         "hyper",
         "hyper-util",
         "reqwest",
+        "eventsource-stream",
     ];
 
     /// `crate::NAME` paths in `text` before its first `#[cfg(test)]`, comments left out.
