@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+pub mod columnar;
 pub mod openmetrics;
 pub mod timeline;
 
@@ -116,13 +117,35 @@ pub struct Perf {
     pub requests_per_s: f64,
 }
 
-/// Writes all files into `dir`; returns their paths.
+/// How a run's tables (requests, time series, decisions) are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tables {
+    /// `*.csv`, the default: readable by anything, diffable, committed under `results/`.
+    #[default]
+    Csv,
+    /// `*.parquet` ([`columnar`]): typed, zstd-compressed columns for large runs.
+    Parquet,
+}
+
+/// Writes all files into `dir`, tables as CSV; returns their paths.
 pub fn write_all(
     dir: &Path,
     res: &RunResult,
     scenario_toml: &str,
     perf: &Perf,
     hints: &[crate::hints::Hint],
+) -> Result<Vec<PathBuf>> {
+    write_all_as(dir, res, scenario_toml, perf, hints, Tables::Csv)
+}
+
+/// Writes all files into `dir`, tables as `tables` says; returns their paths.
+pub fn write_all_as(
+    dir: &Path,
+    res: &RunResult,
+    scenario_toml: &str,
+    perf: &Perf,
+    hints: &[crate::hints::Hint],
+    tables: Tables,
 ) -> Result<Vec<PathBuf>> {
     fs::create_dir_all(dir).with_context(|| format!("creating results folder {}", dir.display()))?;
     let mut written = Vec::new();
@@ -133,15 +156,21 @@ pub fn write_all(
         Ok(())
     };
     file("summary.json", &|p| write_json(p, &res.summary))?;
-    file("requests.csv", &|p| write_requests(p, res))?;
-    file("timeseries.csv", &|p| write_series(p, res))?;
-    file("decisions.csv", &|p| write_decisions(p, res))?;
-    file("decisions_long.csv", &|p| write_decisions_long(p, res))?;
+    let columnar = if tables == Tables::Parquet {
+        columnar::write_parquet(dir, res)?
+    } else {
+        file("requests.csv", &|p| write_requests(p, res))?;
+        file("timeseries.csv", &|p| write_series(p, res))?;
+        file("decisions.csv", &|p| write_decisions(p, res))?;
+        file("decisions_long.csv", &|p| write_decisions_long(p, res))?;
+        Vec::new()
+    };
     file("scenario.toml", &|p| {
         crate::atomic::write_file(p, scenario_toml.as_bytes())
     })?;
     file("hints.json", &|p| write_json(p, &hints))?;
     file("perf.json", &|p| write_json(p, perf))?;
+    written.extend(columnar);
     Ok(written)
 }
 

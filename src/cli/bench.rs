@@ -46,6 +46,13 @@ pub(super) struct BenchReport {
     coalesced_iterations: u64,
     /// Of those, iterations taken without a queue event (collapsed stretches).
     collapsed_iterations: u64,
+    /// Median wall nanoseconds of the event loop per request simulated: the per-request
+    /// cost, comparable with an estimate of the work the model must do per request.
+    ns_per_request: f64,
+    /// Median wall nanoseconds per event popped (engine-dependent: a stretch is one event).
+    ns_per_event: f64,
+    /// Median wall nanoseconds per logical engine iteration (engine-independent).
+    ns_per_iteration: f64,
     engine: &'static str,
     wall_s: Vec<f64>,
 }
@@ -66,6 +73,8 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     let mut sorted = walls.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
+    let iterations: u64 = s.backends.iter().map(|b| b.steps).sum();
+    let ns_per = |n: u64| median * 1e9 / n.max(1) as f64;
     let rep = BenchReport {
         scenario: s.scenario.clone(),
         runs: a.runs,
@@ -76,10 +85,13 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         median_wall_s: median,
         events_per_s: s.events as f64 / median,
         requests_per_s: s.requests.arrived as f64 / median,
-        iterations: s.backends.iter().map(|b| b.steps).sum(),
+        iterations,
         coalesced_iterations: coalesced,
         collapsed_iterations: collapsed,
-        iterations_per_s: s.backends.iter().map(|b| b.steps).sum::<u64>() as f64 / median,
+        iterations_per_s: iterations as f64 / median,
+        ns_per_request: ns_per(s.requests.arrived),
+        ns_per_event: ns_per(s.events),
+        ns_per_iteration: ns_per(iterations),
         engine: match a.engine {
             super::shared::EngineArg::Fast => "fast",
             super::shared::EngineArg::Reference => "reference",
@@ -87,7 +99,7 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         wall_s: walls,
     };
     outln!(
-        "{}: {} backends, {} sessions, {} requests, {} engine iterations ({:.1}% coalesced, {:.1}% without a queue event); median of {} runs {:.3} s wall -> {:.0} requests/s, {:.2} M iterations/s ({} engine, {:.2} M events/s)",
+        "{}: {} backends, {} sessions, {} requests, {} engine iterations ({:.1}% coalesced, {:.1}% without a queue event); median of {} runs {:.3} s wall -> {:.0} requests/s, {:.2} M iterations/s ({} engine, {:.2} M events/s)\n  per request {:.0} ns, per event {:.1} ns, per engine iteration {:.1} ns (wall, median run)",
         rep.scenario,
         rep.backends,
         rep.sessions,
@@ -101,6 +113,9 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         rep.iterations_per_s / 1e6,
         rep.engine,
         rep.events_per_s / 1e6,
+        rep.ns_per_request,
+        rep.ns_per_event,
+        rep.ns_per_iteration,
     )?;
     if let Some(p) = &a.json {
         write_json(p, &rep).with_context(|| format!("writing {}", p.display()))?;

@@ -10,7 +10,7 @@ use super::explain::{ExplainFlags, explanation, write_explanation};
 use super::out::{out, outln};
 use super::shared::{ScenarioArgs, check_tool_tables, default_out, file_names, load_scenario, perf_of};
 use crate::check::golden::{Golden, golden_path};
-use crate::export::{write_all, write_json};
+use crate::export::{write_all_as, write_json};
 use crate::plot::save;
 use crate::plot::series::BackendSeries;
 use crate::report::render;
@@ -61,8 +61,30 @@ pub(super) struct RunArgs {
     /// against (identical outputs; docs/engine.md).
     #[arg(long, value_enum, default_value_t = super::shared::EngineArg::Fast)]
     pub(super) engine: super::shared::EngineArg,
+    /// Format of the tables (requests, timeseries, decisions, decisions_long): csv, or
+    /// parquet (typed, zstd-compressed columns for large runs; docs/OUTPUTS.md).
+    #[arg(long, value_enum, default_value_t = TableFormat::Csv)]
+    pub(super) format: TableFormat,
     #[command(flatten)]
     pub(super) plot: crate::plot::PlotArgs,
+}
+
+/// `--format` of `sim run`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TableFormat {
+    /// requests.csv, timeseries.csv, decisions.csv, decisions_long.csv.
+    Csv,
+    /// requests.parquet, timeseries.parquet, decisions.parquet, decisions_long.parquet.
+    Parquet,
+}
+
+impl From<TableFormat> for crate::export::Tables {
+    fn from(f: TableFormat) -> Self {
+        match f {
+            TableFormat::Csv => crate::export::Tables::Csv,
+            TableFormat::Parquet => crate::export::Tables::Parquet,
+        }
+    }
 }
 
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
@@ -71,6 +93,9 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             "--metrics-step {}: expected seconds between 0.001 and 86400",
             a.metrics_step
         );
+    }
+    if a.format == TableFormat::Parquet && a.no_files {
+        anyhow::bail!("--format parquet writes files: drop --no-files");
     }
     if a.openmetrics && a.no_files {
         anyhow::bail!("--openmetrics writes a file: drop --no-files");
@@ -125,7 +150,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let dir = a.out.clone().unwrap_or_else(|| default_out(&scenario.sim.name));
         // Whole or absent: written into a staging folder, moved into place when complete.
         let stage = crate::atomic::Staging::new(&dir)?;
-        let mut written = write_all(stage.path(), &res, &effective, &perf, &hints)?;
+        let mut written = write_all_as(stage.path(), &res, &effective, &perf, &hints, a.format.into())?;
         let fig = BackendSeries::new(&res.summary, &res.series);
         written.extend(save(&fig, &stage.path().join("timeseries"), a.plot.dpi)?);
         if a.timeline {

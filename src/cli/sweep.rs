@@ -42,10 +42,8 @@ pub(super) struct SweepArgs {
     /// Worker threads (default: all cores).
     #[arg(long, short)]
     pub(super) jobs: Option<usize>,
-    /// Run only shard K of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/N); writes
-    /// <out>/shards/shard-K-of-N.json for `sim merge`.
-    #[arg(long, value_name = "K/N", value_parser = crate::sweep::exec::parse_shard)]
-    pub(super) shard: Option<(u64, u64)>,
+    #[command(flatten)]
+    pub(super) sharding: crate::sweep::shard::ShardArgs,
     /// Results folder (default: out/<scenario name>, an ignored folder).
     #[arg(long)]
     pub(super) out: Option<PathBuf>,
@@ -98,6 +96,7 @@ pub(super) struct SweepPerf {
 }
 
 pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
+    let shard = a.sharding.resolve()?;
     let mut sets = a.scenario.sets.clone();
     if let Some(seed) = a.scenario.seed {
         sets.push(("seed".into(), seed.to_string()));
@@ -151,7 +150,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     }
     let meta = crate::sweep::meta(&src, &base.sim.name, &sets, plan);
     let dir = a.out.clone().unwrap_or_else(|| default_out(&base.sim.name));
-    let target = match a.shard {
+    let target = match shard {
         Some((k, n)) => shard_path(&dir, k, n),
         None => dir.join("sweep.json"),
     };
@@ -163,7 +162,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
             "{}: written by a different sweep (scenario, version, overrides, axes or seeds differ); remove it or drop --resume",
             target.display()
         );
-        if !prev.complete || a.shard.is_some() {
+        if !prev.complete || shard.is_some() {
             let me = crate::sweep::build::identity();
             table::check_same_build(&target, prev.build.as_deref(), Path::new("this sim"), Some(me))?;
         }
@@ -173,12 +172,12 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
-    let owned = owned_runs(&meta.plan, a.shard).len() as u64;
+    let owned = owned_runs(&meta.plan, shard).len() as u64;
     let skipped = done.len();
     let resumed: Vec<u64> = done.iter().map(|r: &table::RunRow| r.run).collect();
     let partial_meta = meta.clone();
     let partial_dir = dir.clone();
-    let shard = a.shard;
+
     let on_partial: PartialSink = Box::new(move |rows| {
         let f = SweepFile {
             meta: partial_meta.clone(),
@@ -201,7 +200,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         &points,
         ExecOptions {
             jobs,
-            shard: a.shard,
+            shard,
             progress: !a.quiet,
             progress_every: std::time::Duration::try_from_secs_f64(a.progress_every_s)
                 .map_err(|_| anyhow::anyhow!("--progress-every-s must be a finite number of seconds >= 0"))?,
@@ -229,7 +228,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     let wall_s = wall.as_secs_f64().max(1e-9);
     let perf = SweepPerf {
         build: crate::sweep::build::identity(),
-        shard: a.shard.map(|(k, n)| [k, n]),
+        shard: shard.map(|(k, n)| [k, n]),
         runs: ran,
         resumed_runs: skipped as u64,
         jobs,
@@ -238,7 +237,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         events,
         events_per_s: events as f64 / wall_s,
     };
-    let written = match a.shard {
+    let written = match shard {
         Some((k, n)) => {
             let p = shard_path(&dir, k, n);
             write_shard(&p, &result)?;
@@ -246,13 +245,13 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         }
         None => crate::sweep::write_outputs(&dir, &result, a.plot.dpi(a.no_plots))?,
     };
-    let perf_name = match a.shard {
+    let perf_name = match shard {
         Some((k, n)) => format!("sweep-perf-shard-{k}-of-{n}.json"),
         None => "sweep-perf.json".into(),
     };
     write_json(&dir.join(perf_name), &perf)?;
     if !a.quiet {
-        if a.shard.is_none() {
+        if shard.is_none() {
             out!("{}", String::from_utf8_lossy(&md_table(&result)?))?;
             outln!("wrote {}/{{{}}}", dir.display(), file_names(&written))?;
         } else {

@@ -6,7 +6,9 @@
 //! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows;
 //! * [`counts`]: the per-branch decision counts table (`counts.md`);
 //! * [`plot`]: the sweep's line plots, drawn from the aggregates;
-//! * [`build`] and [`progress`]: the build id that shards must share, and the progress bar.
+//! * [`build`] and [`progress`]: the build id that shards must share, and the progress bar;
+//! * [`shard`]: `--shard K/N | auto`, from the flags or a Slurm array's or Kubernetes
+//!   Indexed Job's task index.
 //!
 //! Owns: grids, sharding, resume and the sweep tables. May not see: simulation internals
 //! (each point is a `sim::run` of a validated scenario). Invariant: the output is
@@ -17,6 +19,7 @@ pub mod counts;
 pub mod exec;
 pub mod plot;
 pub mod progress;
+pub mod shard;
 pub mod spec;
 pub mod table;
 

@@ -64,10 +64,10 @@ pub struct TuneArgs {
     /// Worker threads (default: all cores). The result does not depend on it.
     #[arg(long, short)]
     jobs: Option<usize>,
-    /// Run only shard K of N of each round (0-based); run every shard again after each
-    /// round until one prints the recommendation.
-    #[arg(long, value_name = "K/N", value_parser = crate::sweep::exec::parse_shard)]
-    shard: Option<(u64, u64)>,
+    /// Sharding of each round (`--shard K/N` or `--shard auto`, as `sim sweep`); run every
+    /// shard again after each round until one prints the recommendation.
+    #[command(flatten)]
+    sharding: crate::sweep::shard::ShardArgs,
     /// Output folder (default: out/tune/<scenario name>); completed rounds there are reused.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -99,6 +99,7 @@ pub fn cmd_tune(a: TuneArgs) -> Result<ExitCode> {
 }
 
 fn tune(a: TuneArgs) -> Result<ExitCode> {
+    let shard = a.sharding.resolve()?;
     let mut sets = a.sets.clone();
     if let Some(seed) = a.seed {
         sets.push(("seed".into(), seed.to_string()));
@@ -163,7 +164,7 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let start = Instant::now();
     let opts = Options {
         jobs,
-        shard: a.shard,
+        shard,
         dir: dir.clone(),
         progress: !a.quiet,
     };

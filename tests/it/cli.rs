@@ -144,10 +144,28 @@ fn bench_reports_throughput() {
         .arg(&json)
         .assert()
         .success()
-        .stdout(predicate::str::contains("M events/s"));
+        .stdout(
+            predicate::str::contains("M events/s").and(
+                predicate::str::is_match(r"per request \d+ ns, per event \d+\.\d ns, per engine iteration \d+\.\d ns")
+                    .unwrap(),
+            ),
+        );
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
     assert_eq!(v["runs"], 2);
     assert!(v["events_per_s"].as_f64().unwrap() > 0.0);
+    // The per-unit costs are the median wall time divided by the counts.
+    let wall_ns = v["median_wall_s"].as_f64().unwrap() * 1e9;
+    for (cost, count) in [
+        ("ns_per_request", "requests"),
+        ("ns_per_event", "events"),
+        ("ns_per_iteration", "iterations"),
+    ] {
+        let (c, n) = (v[cost].as_f64().unwrap(), v[count].as_u64().unwrap() as f64);
+        assert!(
+            n > 0.0 && (c * n - wall_ns).abs() <= 1e-6 * wall_ns,
+            "{cost} {c} x {count} {n} != {wall_ns} ns"
+        );
+    }
 }
 
 #[test]

@@ -87,6 +87,7 @@ mod walls {
         "toml",
         "toml_edit",
         "csv",
+        "parquet",
         "fleetsim-io",
         "tokio",
         "axum",

@@ -49,6 +49,12 @@ pub const RUN_FILES: [&str; 7] = [
     "hints.json",
 ];
 
+/// The columnar twin of a run table (`requests.csv` -> `requests.parquet`): a run written
+/// with `sim run --format parquet` holds the twin instead of the CSV.
+pub fn columnar_twin(csv_name: &str) -> Option<String> {
+    csv_name.strip_suffix(".csv").map(|stem| format!("{stem}.parquet"))
+}
+
 /// Files `sim explain` adds to a finished run (outside its run id).
 const EXPLAIN_FILES: [&str; 2] = ["explain.md", "explain.json"];
 
@@ -464,12 +470,13 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
 }
 
 /// Checks that the folder holds exactly one run: the manifest lists every file a run writes
-/// ([`RUN_FILES`]), names only plain files of the folder, agrees with its run id, and every
+/// ([`RUN_FILES`], a table as CSV or as its [`columnar_twin`]), names only plain files of the folder, agrees with its run id, and every
 /// file it lists is present and unchanged (hashed streaming). Returns the manifest.
 pub fn verify(dir: &Path) -> Result<Manifest> {
     let m = read_manifest(dir)?;
     let p = dir.join(MANIFEST);
-    if let Some(missing) = RUN_FILES.iter().find(|f| !m.files.contains_key(**f)) {
+    let listed = |f: &str| m.files.contains_key(f) || columnar_twin(f).is_some_and(|t| m.files.contains_key(&t));
+    if let Some(missing) = RUN_FILES.iter().find(|f| !listed(f)) {
         bail!(
             "{}: does not list {missing}, which every run writes; the folder does not hold one whole run",
             p.display()

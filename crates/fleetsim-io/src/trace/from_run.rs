@@ -56,6 +56,12 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
         prompts.insert(name, (prompt, tokens));
     }
     let req_path = dir.join("requests.csv");
+    if !req_path.exists() && dir.join("requests.parquet").exists() {
+        bail!(
+            "{}: --from-run reads requests.csv, and this run was written with --format parquet; run `sim run` again without it",
+            dir.display()
+        );
+    }
     let req_file = std::fs::File::open(&req_path).with_context(|| format!("{}: cannot read", req_path.display()))?;
     let mut rdr = csv::ReaderBuilder::new()
         .flexible(false)
