@@ -299,6 +299,20 @@ pub fn axis_label(name: &str) -> String {
     format!("{}{unit}", human_words(stem))
 }
 
+/// A sweep axis at one value, in words, its unit after the value:
+/// `router.engine_stats_interval_s` at `10` -> `engine stats interval = 10 s`, `fallback` at
+/// `qps` -> `fallback = qps`.
+pub fn axis_value(name: &str, value: &str) -> String {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    let (stem, unit) = crate::metrics::split_unit(last);
+    let unit = match unit {
+        "_s" if value.parse::<f64>().is_ok() => " s",
+        "_per_s" if value.parse::<f64>().is_ok() => " per s",
+        _ => "",
+    };
+    format!("{} = {value}{unit}", human_words(stem))
+}
+
 /// The values a metric can take: every fleetsim metric is >= 0 (times, counts, rates),
 /// and rates (`*_rate`) are at most 1. Confidence intervals are clipped to these bounds.
 pub fn natural_bounds(metric: &str) -> (f64, f64) {
@@ -341,6 +355,8 @@ pub enum Swatch {
     Dot(RGBColor),
     /// A filled box (an area).
     Area(RGBAColor),
+    /// A line through a marker (a series of a line or dot plot).
+    Series(RGBColor, Marker),
 }
 
 fn swatch<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: Swatch, (x, y): (i32, i32)) -> Result<()> {
@@ -348,6 +364,35 @@ fn swatch<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: Swatch, (x, y): 
         Swatch::Line(c, w) => area.draw(&PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(w))),
         Swatch::Dot(c) => area.draw(&Circle::new((x + 9, y), 4, c.filled())),
         Swatch::Area(c) => area.draw(&Rectangle::new([(x, y - 5), (x + 18, y + 5)], c.filled())),
+        Swatch::Series(c, m) => {
+            area.draw(&PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)))
+                .map_err(pe)?;
+            let (cx, r) = (x + 9, 4);
+            let f = c.filled();
+            match m {
+                Marker::Circle => area.draw(&Circle::new((cx, y), r, f)),
+                Marker::Square => area.draw(&Rectangle::new([(cx - r, y - r), (cx + r, y + r)], f)),
+                Marker::Triangle => area.draw(&Polygon::new(
+                    vec![(cx, y - r - 1), (cx + r + 1, y + r), (cx - r - 1, y + r)],
+                    f,
+                )),
+                Marker::Diamond => area.draw(&Polygon::new(
+                    vec![(cx, y - r - 1), (cx + r + 1, y), (cx, y + r + 1), (cx - r - 1, y)],
+                    f,
+                )),
+                Marker::Cross => area
+                    .draw(&PathElement::new(
+                        vec![(cx - r, y - r), (cx + r, y + r)],
+                        c.stroke_width(2),
+                    ))
+                    .and_then(|_| {
+                        area.draw(&PathElement::new(
+                            vec![(cx - r, y + r), (cx + r, y - r)],
+                            c.stroke_width(2),
+                        ))
+                    }),
+            }
+        }
     }
     .map_err(pe)
 }
@@ -417,6 +462,11 @@ mod tests {
             "engine stats interval (s)"
         );
         assert_eq!(axis_label("router.policy.band"), "band");
+        assert_eq!(
+            axis_value("router.engine_stats_interval_s", "10"),
+            "engine stats interval = 10 s"
+        );
+        assert_eq!(axis_value("fallback", "qps (main)"), "fallback = qps (main)");
         assert_eq!(axis_label("fallback"), "fallback");
         assert_eq!(natural_bounds("prefix_cache_hit_rate"), (0.0, 1.0));
         assert_eq!(natural_bounds("idle_while_queued_s").0, 0.0);

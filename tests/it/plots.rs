@@ -139,3 +139,44 @@ fn time_series_reads_at_a_glance() {
     assert!(svg.contains("slot limit 1024, above the scale"));
     assert!(!svg.contains(">\n1000\n</text>"), "no tick near 1,024");
 }
+
+fn sweep_into(dir: &Path, scenario: &str) {
+    sim()
+        .args(["sweep", scenario, "--seeds", "2", "--quiet", "--out"])
+        .arg(dir)
+        .assert()
+        .success();
+}
+
+/// Sweep line plots: labels in words with one unit; five series drawn with error bars and
+/// distinct markers, not five overlapping CI bands; a policy axis drawn as categories; a
+/// metric spanning decades on a log scale.
+#[test]
+fn sweep_plots_tell_series_apart_and_label_once() {
+    let t = tempfile::tempdir().unwrap();
+    sweep_into(t.path(), "scenarios/compare-replicas.toml");
+    let svg = std::fs::read_to_string(t.path().join("line_idle_while_queued_s.svg")).unwrap();
+    assert!(svg.contains("idle while queued (s)"), "human label");
+    assert!(!svg.contains("idle_while_queued_s (s)"), "no doubled unit");
+    assert!(svg.contains("policy = least_request"), "legend in words");
+    assert!(!svg.contains(r#"opacity="0.15""#), "five series: error bars, no bands");
+    // Markers other than circles: triangles and diamonds are polygons.
+    assert!(svg.matches("<polygon").count() >= 8, "distinct marker shapes");
+    let t2 = tempfile::tempdir().unwrap();
+    sweep_into(t2.path(), "scenarios/compare-agent-burst.toml");
+    let svg = std::fs::read_to_string(t2.path().join("line_idle_while_queued_s.svg")).unwrap();
+    // 3 s to 400 s idle while queued: two decades, so a log axis with decade ticks.
+    assert!(svg.contains("log scale"), "values spanning decades on a log scale");
+    assert!(svg.contains(">\n100\n</text>") && svg.contains(">\n10\n</text>"));
+    // Policies as categories: one label per policy, no line joining them.
+    assert!(svg.contains(">\nleast_request\n</text>"));
+    // Series lines are CI bars of two points each: nothing joins one policy to the next.
+    for line in svg
+        .split("<polyline")
+        .skip(1)
+        .filter(|l| l.contains(r##"stroke="#0072B2""##))
+    {
+        let pts = line.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        assert_eq!(pts.split_whitespace().count(), 2, "categories are not joined: {pts}");
+    }
+}
