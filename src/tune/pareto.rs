@@ -71,10 +71,9 @@ fn tick(v: f64, log: bool) -> String {
     // Decades and their 2x and 5x marks.
     let p = 10f64.powf(v);
     let m = p / 10f64.powf(v.floor());
-    if [1.0, 2.0, 5.0].iter().any(|k| (m - k).abs() < 0.02 * k) {
-        fmt_stat((p * 1e6).round() / 1e6)
-    } else {
-        String::new()
+    match [1.0, 2.0, 5.0, 10.0].iter().find(|k| (m - *k).abs() < 0.03 * *k) {
+        Some(k) => fmt_stat(k * 10f64.powf(v.floor())),
+        None => String::new(),
     }
 }
 
@@ -117,8 +116,8 @@ impl Figure for ParetoPlot {
             .configure_mesh()
             .x_desc(format!("{}, mean", scale(&self.x_name, lx)))
             .y_desc(format!("{}, mean", scale(&self.y_name, ly)))
-            .x_labels(if lx { 30 } else { 10 })
-            .y_labels(if ly { 30 } else { 10 })
+            .x_labels(if lx { 40 } else { 10 })
+            .y_labels(if ly { 40 } else { 10 })
             .x_label_formatter(&|v| tick(*v, lx))
             .y_label_formatter(&|v| tick(*v, ly))
             .label_style(font(11.0))
