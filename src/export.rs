@@ -123,6 +123,7 @@ pub fn write_all(
     scenario_toml: &str,
     perf: &Perf,
     hints: &[crate::hints::Hint],
+    decisions: bool,
 ) -> Result<Vec<PathBuf>> {
     fs::create_dir_all(dir).with_context(|| format!("creating results folder {}", dir.display()))?;
     let mut written = Vec::new();
@@ -135,8 +136,12 @@ pub fn write_all(
     file("summary.json", &|p| write_json(p, &res.summary))?;
     file("requests.csv", &|p| write_requests(p, res))?;
     file("timeseries.csv", &|p| write_series(p, res))?;
-    file("decisions.csv", &|p| write_decisions(p, res))?;
-    file("decisions_long.csv", &|p| write_decisions_long(p, res))?;
+    // Per-decision files (`--no-decisions` leaves them out: on a 1 M-request run they are
+    // most of the output, decisions_long.csv alone about 1 GB).
+    if decisions {
+        file("decisions.csv", &|p| write_decisions(p, res))?;
+        file("decisions_long.csv", &|p| write_decisions_long(p, res))?;
+    }
     file("scenario.toml", &|p| {
         crate::atomic::write_file(p, scenario_toml.as_bytes())
     })?;

@@ -40,6 +40,11 @@ pub(super) struct RunArgs {
     /// Also explain the stranded capacity (as `sim explain` does) and write explain.md/json.
     #[arg(long)]
     pub(super) explain: bool,
+    /// Leave out the per-decision files (decisions.csv, decisions_long.csv), most of a long
+    /// run's output (about 1 GB per million requests); everything else is written, and
+    /// `sim explain` still works (it re-simulates the scenario).
+    #[arg(long)]
+    pub(super) no_decisions: bool,
     /// Also write timeline.json: every request's queued, prefill and decode phases per
     /// backend in Chrome trace event format (open in https://ui.perfetto.dev).
     #[arg(long)]
@@ -124,7 +129,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let dir = a.out.clone().unwrap_or_else(|| default_out(&scenario.sim.name));
         // Whole or absent: written into a staging folder, moved into place when complete.
         let stage = crate::atomic::Staging::new(&dir)?;
-        let mut written = write_all(stage.path(), &res, &effective, &perf, &hints)?;
+        let mut written = write_all(stage.path(), &res, &effective, &perf, &hints, !a.no_decisions)?;
         let fig = BackendSeries::new(&res.summary, &res.series);
         written.extend(save(&fig, &stage.path().join("timeseries"), a.plot.dpi)?);
         if a.timeline {

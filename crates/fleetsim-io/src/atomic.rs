@@ -37,8 +37,12 @@ pub const MANIFEST: &str = "run.json";
 /// Files left out of the manifest: they vary from run to run by design.
 const UNLISTED: [&str; 2] = [MANIFEST, "perf.json"];
 
-/// The files every `sim run` folder holds: a folder read as a run must list them all in its
-/// manifest (a manifest of `"files": {}` describes no run).
+/// The per-decision files, which `sim run --no-decisions` leaves out (both together).
+pub const DECISION_FILES: [&str; 2] = ["decisions.csv", "decisions_long.csv"];
+
+/// The files every `sim run` folder holds (the decision files unless `--no-decisions`): a
+/// folder read as a run must list them all in its manifest (a manifest of `"files": {}`
+/// describes no run).
 pub const RUN_FILES: [&str; 7] = [
     "summary.json",
     "requests.csv",
@@ -469,7 +473,13 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
 pub fn verify(dir: &Path) -> Result<Manifest> {
     let m = read_manifest(dir)?;
     let p = dir.join(MANIFEST);
-    if let Some(missing) = RUN_FILES.iter().find(|f| !m.files.contains_key(**f)) {
+    // The per-decision files are left out together by `sim run --no-decisions`.
+    let no_decisions = !DECISION_FILES.iter().any(|f| m.files.contains_key(*f));
+    if let Some(missing) = RUN_FILES
+        .iter()
+        .filter(|f| !(no_decisions && DECISION_FILES.contains(*f)))
+        .find(|f| !m.files.contains_key(**f))
+    {
         bail!(
             "{}: does not list {missing}, which every run writes; the folder does not hold one whole run",
             p.display()
