@@ -27,6 +27,7 @@ mod engine_modes;
 mod explain;
 mod exports;
 mod faults;
+mod first_hour;
 mod fleet;
 mod fuzz;
 mod guarantees;
