@@ -92,7 +92,7 @@ impl BackendSeries {
             title: format!(
                 "{}: {}, seed {}{more}",
                 summary.scenario,
-                super::clip(&summary.policy, 70),
+                super::clip(&summary.policy, 96),
                 summary.seed
             ),
             end_s,
@@ -181,7 +181,7 @@ impl Figure for BackendSeries {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
         let (title, body) = root.split_vertically(TOP);
         title
-            .draw(&Text::new(super::clip(&self.title, 110), (10, 6), font(15.0)))
+            .draw(&Text::new(super::clip(&self.title, 124), (10, 6), font(15.0)))
             .map_err(pe)?;
         let (run_c, wait_c, slot_c) = (PALETTE[0], PALETTE[3], RGBColor(0, 0, 0));
         // One legend for the figure, in the title strip (outside every panel's data).
