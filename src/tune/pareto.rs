@@ -244,6 +244,6 @@ mod tests {
         assert!(!is_log([1.2, 6.3].into_iter()));
         assert_eq!(tick(2.0, true), "100");
         assert_eq!(tick(2f64.log10() + 1.0, true), "20");
-        assert_eq!(tick(0.3, true), "");
+        assert_eq!(tick(0.15, true), "");
     }
 }
