@@ -27,9 +27,24 @@ pub(super) struct CompareArgs {
     /// Also list metrics that changed within tolerance.
     #[arg(long)]
     pub(super) all: bool,
+    /// Show two run folders side by side (share per backend, prefix hit rate,
+    /// idle-while-queued, latency percentiles) instead of metric by metric; the default
+    /// when either is a served or loaded run.
+    #[arg(long)]
+    pub(super) side_by_side: bool,
 }
 
 pub(super) fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
+    use crate::load::side_by_side;
+    if a.side_by_side || (a.a.is_dir() && a.b.is_dir() && (side_by_side::is_live(&a.a) || side_by_side::is_live(&a.b)))
+    {
+        let (sa, sb) = (side_by_side::read(&a.a)?, side_by_side::read(&a.b)?);
+        out!(
+            "{}",
+            side_by_side::render(&sa, &a.a.display().to_string(), &sb, &a.b.display().to_string())
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
     anyhow::ensure!(
         a.rel_tol >= 0.0 && a.abs_tol >= 0.0 && a.rel_tol.is_finite() && a.abs_tol.is_finite(),
         "tolerances must be finite and >= 0"

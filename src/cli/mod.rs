@@ -5,7 +5,11 @@
 //! * `sim merge`: the shards of a sweep into one sweep's files (`merge.rs`);
 //! * `sim check`: `[expect]` bounds, `--determinism`, `--invariants`, JUnit (`check.rs`);
 //! * `sim compare`: two runs, goldens or sweeps, metric by metric (`compare.rs`);
+//! * `sim load`: a scenario's workload sent in real time to an OpenAI-compatible endpoint
+//!   (`load.rs`, logic in `crate::load`);
 //! * `sim explain`: a run's stranded capacity and its counterfactuals (`explain.rs`);
+//! * `sim family`: candidate rules judged over a random family of fleets (`family.rs`, logic
+//!   in `crate::family`);
 //! * `sim policies`: the policy catalogue (`policies.rs`);
 //! * `sim bench`: simulator speed on a scenario (`bench.rs`);
 //! * `sim trace inspect | convert | bench`: request traces (`trace.rs`);
@@ -18,7 +22,8 @@
 //! * `sim alerts`: Prometheus rules on vLLM's series and their promtool proof on a run
 //!   (`alerts.rs`, logic in `crate::alerts`);
 //! * `sim observe`: the stranding figures on a real fleet's series (`observe.rs`, logic in
-//!   `crate::observe`).
+//!   `crate::observe`);
+//! * `sim serve`: the fleet as vLLM servers over HTTP (`crate::serve`).
 //!
 //! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
 //! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
@@ -31,6 +36,8 @@ mod bench;
 mod check;
 mod compare;
 mod explain;
+mod family;
+mod load;
 mod merge;
 mod observe;
 mod policies;
@@ -85,8 +92,20 @@ enum Command {
     /// and sweep.json files point by point) metric by metric; exit 1 if any differs beyond
     /// the tolerance.
     ///
+    /// A served or loaded run (`sim serve --out`, `sim load --out`) beside a simulated one
+    /// is shown side by side instead: request share per backend, prefix hit rate,
+    /// idle-while-queued, TTFT and end-to-end percentiles.
+    ///
     /// Example: sim compare out/golden/burst8.json out/burst8 --rel-tol 0.01
     Compare(compare::CompareArgs),
+    /// Replay the scenario's workload in real time against an OpenAI-compatible endpoint (a
+    /// real router in front of `sim serve`, or any server): streaming requests, each
+    /// session's prompts growing as the content model says; writes requests.csv (send,
+    /// first token, last token, serving backend) and summary.json; exit 1 if a request did
+    /// not finish, 2 if the target cannot be reached.
+    ///
+    /// Example: sim load scenarios/burst8.toml --target http://127.0.0.1:8000 --speed 4
+    Load(Box<load::LoadArgs>),
     /// Explain a run's stranded capacity in plain language: each worst episode (who idled,
     /// who queued), the decisions that caused it (branch, view and its age, truth), the
     /// sessions that stayed latched, and counterfactual re-runs on the same seed.
@@ -99,6 +118,9 @@ enum Command {
     /// List every routing policy: parameters with upstream defaults, the signals it reads
     /// and their freshness, and the upstream code it reproduces.
     Policies(policies::PoliciesArgs),
+    /// Judge candidate routing rules over a random family of fleets and traffic: regret
+    /// against each member's best candidate.
+    Family(Box<family::FamilyArgs>),
     /// Measure simulator speed (events/s, requests/s) on a scenario; writes nothing unless
     /// --json is given.
     ///
@@ -160,6 +182,12 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Serve the scenario's fleet as vLLM servers over HTTP, one loopback port per backend,
+    /// each with the engine model of `sim run` behind it, on a clock --speed times faster
+    /// than real time; point a real router at the URLs (docs/serve.md).
+    ///
+    /// Example: sim serve scenarios/burst8.toml --speed 10 --out out/burst8-served
+    Serve(Box<crate::serve::ServeArgs>),
 }
 
 /// Parses arguments and runs; never panics on user input.
@@ -219,8 +247,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Merge(a) => merge::cmd_merge(a),
         Command::Check(a) => check::cmd_check(a),
         Command::Policies(a) => policies::cmd_policies(a),
+        Command::Family(a) => family::cmd_family(*a),
         Command::Compare(a) => compare::cmd_compare(a),
         Command::Explain(a) => explain::cmd_explain(a),
+        Command::Load(a) => load::cmd_load(*a),
         Command::Bench(a) => bench::cmd_bench(a),
         Command::Trace(t) => trace::cmd_trace(t),
         Command::Tune(a) => crate::tune::cli::cmd_tune(*a),
@@ -237,5 +267,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             fleetsim_io::out!("{}", String::from_utf8_lossy(&buf))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve(a) => crate::serve::cmd_serve(*a),
     }
 }

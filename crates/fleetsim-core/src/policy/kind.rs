@@ -46,8 +46,9 @@ pub struct Doc {
     pub params: &'static [ParamDoc],
 }
 
-/// What a policy may auto-tune from the fleet (llm-d sizes its index from the pods).
-#[derive(Clone, Copy, Debug)]
+/// What a policy may auto-tune from the fleet (llm-d sizes its index from the pods), and
+/// what an operator can tell a static-discovery router about each URL.
+#[derive(Clone, Debug)]
 pub struct Fleet {
     /// `backends.block_size_tokens`.
     pub block_size_tokens: u32,
@@ -55,6 +56,9 @@ pub struct Fleet {
     pub kv_blocks: u32,
     /// `router.chars_per_token` (a token-level prefix tree's unit).
     pub chars_per_token: u32,
+    /// Each backend's `--max-num-seqs` (slots), by backend index: what a capacity-aware
+    /// rule is told per URL (it is in each engine's configuration, not in its metrics).
+    pub max_num_seqs: Vec<u32>,
 }
 
 /// How production-stack's `vllm-router` command line sets a policy, beyond

@@ -19,6 +19,7 @@
 pub mod aibrix;
 pub mod aibrix_preble;
 pub mod cacheaware;
+pub mod capacity;
 pub mod catalogue;
 pub mod dynamo;
 pub mod hashring;
@@ -159,15 +160,25 @@ pub enum Fallback {
     /// scrape corrected by what the router itself sent after it (QPS while stats are
     /// missing, as #1089).
     ScrapedPlusSent,
+    /// `(own in-flight + 1) / max_num_seqs` ([`capacity`]): fresh, capacity-aware.
+    LocalSlots,
+    /// `(scraped running + waiting + own dispatches since + 1) / max_num_seqs`
+    /// ([`capacity`]); QPS while stats are missing.
+    Slots,
+    /// Lowest scraped KV usage, ties by own dispatches since ([`capacity`]).
+    KvHeadroom,
 }
 
 impl Fallback {
     /// Every fallback, in the order messages list them.
-    pub const ALL: [Fallback; 4] = [
+    pub const ALL: [Fallback; 7] = [
         Fallback::Qps,
         Fallback::LeastInflight,
         Fallback::LocalInflight,
         Fallback::ScrapedPlusSent,
+        Fallback::LocalSlots,
+        Fallback::Slots,
+        Fallback::KvHeadroom,
     ];
 
     /// Name as written in scenarios.
@@ -177,7 +188,20 @@ impl Fallback {
             Fallback::LeastInflight => "leastinflight",
             Fallback::LocalInflight => "local_inflight",
             Fallback::ScrapedPlusSent => "scraped_plus_sent",
+            Fallback::LocalSlots => "local_slots",
+            Fallback::Slots => "slots",
+            Fallback::KvHeadroom => "kv_headroom",
         }
+    }
+
+    /// True if the rule divides by each endpoint's slots (`max_num_seqs`).
+    pub fn reads_slots(self) -> bool {
+        matches!(self, Fallback::LocalSlots | Fallback::Slots)
+    }
+
+    /// True if the rule records this router's dispatches since each scrape.
+    pub fn records_sent(self) -> bool {
+        matches!(self, Fallback::ScrapedPlusSent | Fallback::Slots | Fallback::KvHeadroom)
     }
 }
 

@@ -33,6 +33,7 @@
 //! that prompt went to (`fallback_follow`) instead of a new fallback pick, so a session stays
 //! where its first turn was placed, without session keys (same keying as `second_turn`).
 
+use super::capacity;
 use super::hashtrie::HashTrie;
 use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
 use super::leastinflight::{pick_in_band, scraped_loads};
@@ -81,6 +82,9 @@ pub struct FallbackOptions {
     pub insert: Insertion,
     /// A below-threshold continuation of a below-threshold prompt follows its endpoint.
     pub follow: bool,
+    /// Above the threshold, a request whose matched endpoint is full by the router's own
+    /// in-flight count, while another has a free slot, is re-placed by the fallback.
+    pub replace: bool,
 }
 
 impl FallbackOptions {
@@ -92,6 +96,7 @@ impl FallbackOptions {
             sample: 0,
             insert: Insertion::AtPick,
             follow: false,
+            replace: false,
         }
     }
 }
@@ -108,6 +113,8 @@ pub struct PrefixAware {
     /// The last below-threshold prompt of each session and where it went
     /// ([`FallbackOptions::follow`]).
     followed: FxHashMap<u64, BackendId>,
+    /// Slots per backend index (`max_num_seqs`), for the capacity rules and `replace`.
+    max_num_seqs: Vec<u32>,
     /// Scratch: the endpoints of the request being routed.
     available: Vec<BackendId>,
 }
@@ -128,8 +135,15 @@ impl PrefixAware {
             sent: SentSinceScrape::default(),
             pending: FxHashSet::default(),
             followed: FxHashMap::default(),
+            max_num_seqs: Vec::new(),
             available: Vec::new(),
         }
+    }
+
+    /// The same router told each backend's slots (by backend index).
+    pub fn with_slots(mut self, max_num_seqs: Vec<u32>) -> Self {
+        self.max_num_seqs = max_num_seqs;
+        self
     }
 
     /// The same router with tie rule `tie` inside the fallback's band.
@@ -174,6 +188,7 @@ fn extends_pending(pending: &mut FxHashSet<u64>, chunks: &[u64]) -> bool {
 fn fallback_pick(
     fallback: Fallback,
     opts: FallbackOptions,
+    max_num_seqs: &[u32],
     sent: &mut SentSinceScrape,
     view: &RouterView,
     rng: &mut SimRng,
@@ -183,6 +198,9 @@ fn fallback_pick(
         Fallback::LeastInflight => scraped_loads(view)?,
         Fallback::LocalInflight => local_loads(view),
         Fallback::ScrapedPlusSent => sent.loads(view)?,
+        Fallback::LocalSlots => capacity::local_slot_loads(view, max_num_seqs),
+        Fallback::Slots => capacity::slot_loads(view, max_num_seqs, sent)?,
+        Fallback::KvHeadroom => capacity::kv_headroom_loads(view, sent)?,
     };
     let n = loads.len();
     let d = opts.sample as usize;
@@ -213,6 +231,7 @@ impl RoutingPolicy for PrefixAware {
         let (min_match, fallback, opts) = (self.min_match_chars, self.fallback, self.opts);
         let sent = &mut self.sent;
         let followed = &mut self.followed;
+        let max_num_seqs = &self.max_num_seqs[..];
         let full_chunks = (req.prompt_chars / u64::from(req.chunk_chars.max(1))) as usize;
         // Only lets the trie walk start from the session's previous path (a speed-up,
         // never a different answer; the router upstream walks from the root).
@@ -233,7 +252,7 @@ impl RoutingPolicy for PrefixAware {
                 };
                 let picked = match earlier {
                     Some(pos) => (pos, Branch::FallbackFollow),
-                    None => match fallback_pick(fallback, opts, sent, view, rng) {
+                    None => match fallback_pick(fallback, opts, max_num_seqs, sent, view, rng) {
                         Some(pos) if fallback == Fallback::Qps => (pos, Branch::FallbackQps),
                         // Every load-based fallback reports as `fallback_leastinflight`.
                         Some(pos) => (pos, Branch::FallbackLeastInflight),
@@ -253,7 +272,15 @@ impl RoutingPolicy for PrefixAware {
                     .iter()
                     .position(|x| *x == b)
                     .expect("matched set is a subset of available");
-                (pos, Branch::PrefixMatch)
+                // Re-placement: the matched endpoint is full and another has a free slot;
+                // reported as a fallback pick whose match is above the threshold.
+                let moved = (opts.replace && capacity::over_capacity(view, max_num_seqs, pos))
+                    .then(|| fallback_pick(fallback, opts, max_num_seqs, sent, view, rng))
+                    .flatten();
+                match moved {
+                    Some(to) => (to, Branch::FallbackLeastInflight),
+                    None => (pos, Branch::PrefixMatch),
+                }
             };
             Decision {
                 pos,
@@ -288,7 +315,7 @@ impl RoutingPolicy for PrefixAware {
                 d
             }
         };
-        if self.fallback == Fallback::ScrapedPlusSent {
+        if self.fallback.records_sent() {
             self.sent.record(view.endpoints[d.pos].backend.index(), view.now);
         }
         self.available = available;
@@ -322,6 +349,13 @@ pub struct Params {
     /// fix of production-stack #1073; needs `insert = "at_pick"`).
     #[serde(default)]
     follow: bool,
+    /// Above the threshold, move a request whose matched endpoint is full (own in-flight >=
+    /// its slots) while another has a free slot (not upstream).
+    #[serde(default)]
+    replace: bool,
+    /// Slots per URL in discovery order (`--static-max-num-seqs`, proposed); default: the
+    /// fleet's.
+    max_num_seqs: Option<Vec<i64>>,
 }
 
 fn default_fallback() -> String {
@@ -329,7 +363,7 @@ fn default_fallback() -> String {
 }
 
 /// The validated configuration.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// `--prefix-min-match-length`, in characters (upstream default 0: threshold off).
     pub prefix_min_match_length: u64,
@@ -346,6 +380,10 @@ pub struct Config {
     /// A below-threshold request extending a whole earlier below-threshold prompt goes
     /// where that prompt went (not upstream; off by default).
     pub follow: bool,
+    /// Re-placement above the threshold (not upstream; off by default).
+    pub replace: bool,
+    /// Slots per backend index (the fleet's unless given).
+    pub max_num_seqs: Vec<u32>,
 }
 
 impl PolicyKind for Kind {
@@ -364,7 +402,9 @@ impl PolicyKind for Kind {
                 "fallback",
                 "\"qps\"",
                 "below the threshold: \"qps\" (upstream), \"leastinflight\" (PR #1089, scraped), \
-                 \"local_inflight\" (router's own in-flight, fresh) or \"scraped_plus_sent\" (scrape + own dispatches since)",
+                 \"local_inflight\" (router's own in-flight, fresh), \"scraped_plus_sent\" (scrape + own dispatches since), \
+                 \"local_slots\" / \"slots\" (the same divided by each URL's max_num_seqs) or \"kv_headroom\" (scraped KV usage); \
+                 all but qps and leastinflight are not upstream",
             ),
             param("band", "1", "load-based fallbacks: candidates are loads <= min + band"),
             param(
@@ -387,16 +427,28 @@ impl PolicyKind for Kind {
                 "false",
                 "true: a below-threshold continuation of a below-threshold prompt goes where it went (not upstream)",
             ),
+            param(
+                "replace",
+                "false",
+                "true: above the threshold, a request whose endpoint is full (own in-flight >= slots) moves by the fallback \
+                 when another has a free slot; costs that turn's cache hit (not upstream)",
+            ),
+            param(
+                "max_num_seqs",
+                "(auto)",
+                "slots per URL in discovery order for local_slots / slots / replace, as a proposed \
+                 --static-max-num-seqs flag would give them (default: the fleet's)",
+            ),
         ],
     };
     type Params = Params;
     type Config = Config;
-    fn validate(p: Params, _: &Fleet) -> Result<Config, ParamError> {
+    fn validate(p: Params, fleet: &Fleet) -> Result<Config, ParamError> {
         let Some(fallback) = Fallback::ALL.into_iter().find(|f| f.as_str() == p.fallback) else {
             return Err(ParamError::new(
                 "fallback",
                 format!(
-                    "unknown fallback `{}`; expected `qps` (upstream), `leastinflight` (PR #1089), `local_inflight` or `scraped_plus_sent`",
+                    "unknown fallback `{}`; expected `qps` (upstream), `leastinflight` (PR #1089), `local_inflight`, `scraped_plus_sent`, `local_slots`, `slots` or `kv_headroom`",
                     p.fallback
                 ),
             ));
@@ -433,6 +485,8 @@ impl PolicyKind for Kind {
             sample: count(p.sample, "sample", 0)?,
             insert,
             follow: p.follow,
+            replace: p.replace,
+            max_num_seqs: capacity::max_num_seqs_list(p.max_num_seqs, fleet)?,
         })
     }
     fn describe(c: &Config) -> String {
@@ -444,11 +498,14 @@ impl PolicyKind for Kind {
             Insertion::AtPick => "",
             Insertion::SecondTurn => ", insert = second_turn",
         };
-        let insert = if c.follow {
+        let mut insert = if c.follow {
             format!("{insert}, follow = true")
         } else {
             insert.to_string()
         };
+        if c.replace {
+            insert.push_str(", replace = true");
+        }
         let min = c.prefix_min_match_length;
         match c.fallback {
             Fallback::Qps => format!("prefix_min_match_length = {min}, fallback = qps{insert}"),
@@ -461,30 +518,39 @@ impl PolicyKind for Kind {
         }
     }
     fn build(c: &Config) -> Box<dyn RoutingPolicy> {
-        Box::new(PrefixAware::with_options(
-            c.prefix_min_match_length,
-            c.fallback,
-            FallbackOptions {
-                band: c.band,
-                tie: c.tie,
-                sample: c.sample,
-                insert: c.insert,
-                follow: c.follow,
-            },
-        ))
+        Box::new(
+            PrefixAware::with_options(
+                c.prefix_min_match_length,
+                c.fallback,
+                FallbackOptions {
+                    band: c.band,
+                    tie: c.tie,
+                    sample: c.sample,
+                    insert: c.insert,
+                    follow: c.follow,
+                    replace: c.replace,
+                },
+            )
+            .with_slots(c.max_num_seqs.clone()),
+        )
     }
     fn production_stack(c: &Config) -> Option<StackFlags> {
         let mut f = StackFlags {
             reads_request_stats: true,
             ..StackFlags::default()
         };
-        if c.sample > 0 || c.insert != Insertion::AtPick || c.follow {
+        if c.sample > 0 || c.insert != Insertion::AtPick || c.follow || c.replace {
             f.notes.push(format!(
-                "sample = {}, insert = {}, follow = {}: fleetsim candidate fixes of the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
+                "sample = {}, insert = {}, follow = {}, replace = {}: fleetsim candidate fixes of the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
                 c.sample,
                 c.insert.as_str(),
-                c.follow
+                c.follow,
+                c.replace
             ));
+        }
+        if c.fallback.reads_slots() || c.replace {
+            f.args.extend(capacity::static_flag(&c.max_num_seqs));
+            f.notes.push(capacity::FLAG_NOTE.into());
         }
         f.args.extend([
             "--prefix-min-match-length".into(),
@@ -506,8 +572,12 @@ impl PolicyKind for Kind {
                     ));
                 }
             }
-            Fallback::LocalInflight | Fallback::ScrapedPlusSent => {
-                f.reads_engine_stats = c.fallback == Fallback::ScrapedPlusSent;
+            Fallback::LocalInflight
+            | Fallback::ScrapedPlusSent
+            | Fallback::LocalSlots
+            | Fallback::Slots
+            | Fallback::KvHeadroom => {
+                f.reads_engine_stats = c.fallback.records_sent();
                 f.notes.push(format!(
                     "fallback = {}: a fleetsim candidate fix for the sub-threshold fallback (docs/burst8-atlas.md); no upstream flag, this needs a patch",
                     c.fallback.as_str()

@@ -22,6 +22,7 @@ pub static REGISTRY: &[&dyn Entry] = &[
     &Registered::<super::kvaware::LoadBalancedKind>::ENTRY,
     &Registered::<super::loadaware::Kind>::ENTRY,
     &Registered::<super::dynamo::Kind>::ENTRY,
+    &Registered::<super::capacity::Kind>::ENTRY,
 ];
 
 /// The entry of `kind`, if there is one.

@@ -63,6 +63,9 @@ fn upstream_defaults() {
             sample: 0,
             insert: fleetsim_core::policy::prefixaware::Insertion::AtPick,
             follow: false,
+            replace: false,
+            // vLLM's default --max-num-seqs on each of the two backends.
+            max_num_seqs: vec![1024, 1024],
         }),
         "prefix_min_match_length defaults to 0 upstream; QPS is upstream's fallback"
     );
@@ -104,6 +107,9 @@ fn overrides_apply_before_validation() {
             sample: 0,
             insert: fleetsim_core::policy::prefixaware::Insertion::AtPick,
             follow: false,
+            replace: false,
+            // vLLM's default --max-num-seqs on each of the two backends.
+            max_num_seqs: vec![1024, 1024],
         })
     );
     assert_eq!(s.sim.router.engine_stats_interval.0, 10 * NS_PER_S);

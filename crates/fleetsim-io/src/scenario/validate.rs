@@ -30,6 +30,14 @@ pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
         kv_blocks: fleet_b.kv_blocks,
         // Validated below; clamped here so a bad value is reported under its own key.
         chars_per_token: r.chars_per_token.clamp(1, 64) as u32,
+        max_num_seqs: fleet_b
+            .models
+            .iter()
+            .map(|m| match m {
+                BackendModel::Vllm(c) => c.max_num_seqs,
+                BackendModel::Queueing { slots } => *slots,
+            })
+            .collect(),
     };
     let policy = policy(r.policy.as_ref(), fleet)?;
     let router = RouterConfig {

@@ -1,6 +1,6 @@
 //! The trace model every reader builds and every consumer reads: [`Trace`] and its compact
 //! [`TraceRow`]s, the recorded per-call timing of session-shaped formats ([`Calls`]), the
-//! one error type, and the [`Builder`] through which each reader pushes rows (dense block
+//! one error type, and the `Builder` through which each reader pushes rows (dense block
 //! ids, interned sessions, the memory budget, `skip_bad_rows` accounting). It names no
 //! reader: the readers import it, and [`super::read`] dispatches to them.
 

@@ -1,5 +1,5 @@
 //! Readers of request-level traces: the native CSV, Mooncake JSONL, Azure LLM 2023 CSV
-//! and BurstGPT CSV. Each reader turns rows into compact [`TraceRow`]s (no strings kept per
+//! and BurstGPT CSV. Each reader turns rows into compact [`TraceRow`](super::model::TraceRow)s (no strings kept per
 //! row: session ids are interned, block hash ids are remapped to dense `u32`s stored in one
 //! arena). A malformed row is an error naming the file, the line and the column; with
 //! `skip_bad_rows` it is counted and reported instead (nothing is dropped silently).

@@ -1,0 +1,700 @@
+//! `sim load`: a scenario's workload replayed in real time against any OpenAI-compatible
+//! endpoint (a real router in front of `sim serve`, or anything else), streaming, with each
+//! request's send, first-token and last-token times and the backend that served it.
+//!
+//! The sessions are the ones `sim run` simulates (the same generated [`Workload`]: groups,
+//! bursts, closed-loop think times, replayed traces with happens-before pacing), paced on
+//! the wall clock at `speed` simulated seconds per wall second, and sent as the content
+//! model says ([`text`]). Times in the outputs are simulated seconds from the start (wall
+//! time x speed), so they line up with a `sim run` of the same scenario.
+//!
+//! The async runtime lives here and in `sim serve`, never in the core.
+
+pub mod side_by_side;
+pub mod text;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use crate::ids::SessionId;
+use crate::metrics::{Percentiles, percentiles, round6};
+use crate::workload::{RequestApi, Workload};
+
+/// The response header naming the backend that served a request (`sim serve` sets it).
+pub const BACKEND_HEADER: &str = "x-fleetsim-backend";
+/// Prefix of `system_fingerprint` naming the backend (for routers that drop headers).
+pub const FINGERPRINT_PREFIX: &str = "fleetsim:";
+/// The session key headers sent with a group's requests when it sends its key:
+/// production-stack's session router (`--session-key`, commonly `x-user-id`) and the
+/// `x-session-id` read by vllm-project/router's and SGLang's consistent hashing.
+pub const SESSION_HEADERS: [&str; 2] = ["x-user-id", "x-session-id"];
+
+/// How to drive the target.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// Base URL (`http://127.0.0.1:8000`), no trailing slash.
+    pub target: String,
+    /// Model name sent in every request.
+    pub model: String,
+    /// Simulated seconds per wall second.
+    pub speed: f64,
+    /// Most requests sent.
+    pub max_requests: usize,
+    /// Wall-clock bound on the whole run.
+    pub duration: Duration,
+    /// Wall-clock bound on one request.
+    pub request_timeout: Duration,
+    /// Characters per token of the rendered text (the scenario's `router.chars_per_token`).
+    pub chars_per_token: u32,
+    /// Most requests in flight at once (a bound on sockets).
+    pub max_in_flight: usize,
+}
+
+/// How one request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Streamed to its end (`[DONE]` or end of body) with a 2xx status.
+    Finished,
+    /// A non-2xx status.
+    HttpError,
+    /// The connection failed or the stream broke.
+    Failed,
+    /// `--request-timeout` elapsed.
+    TimedOut,
+    /// Still in flight when `--duration` elapsed.
+    Cut,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Finished => "finished",
+            Outcome::HttpError => "http_error",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Cut => "cut",
+        }
+    }
+}
+
+/// One request as the client saw it; times are simulated seconds from the start.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// Session key.
+    pub session: String,
+    /// Turn index in the session.
+    pub turn: u32,
+    /// Planned prompt tokens.
+    pub prompt_tokens: u32,
+    /// Planned output tokens.
+    pub output_tokens: u32,
+    /// Backend that served it (header or fingerprint), empty if unknown.
+    pub backend: String,
+    /// HTTP status (0: none).
+    pub status: u16,
+    /// Sent.
+    pub t_send_s: f64,
+    /// First token.
+    pub t_first_token_s: Option<f64>,
+    /// Last token.
+    pub t_last_token_s: Option<f64>,
+    /// End of the response.
+    pub t_done_s: Option<f64>,
+    /// Prompt tokens the server reported (`usage`).
+    pub usage_prompt_tokens: Option<u64>,
+    /// Output tokens the server reported (`usage`).
+    pub usage_completion_tokens: Option<u64>,
+    /// Prompt tokens served from the prefix cache (`usage.prompt_tokens_details`).
+    pub cached_tokens: Option<u64>,
+    /// Text chunks received.
+    pub chunks: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// What went wrong, one line.
+    pub error: String,
+}
+
+/// What a load run measured.
+#[derive(Debug)]
+pub struct LoadRun {
+    /// Every request sent, in order of sending.
+    pub records: Vec<Record>,
+    /// Requests the workload plans.
+    pub planned: usize,
+    /// Requests never sent (`--max-requests`, `--duration`, or an earlier turn failed).
+    pub not_sent: usize,
+    /// Wall time of the run.
+    pub wall: Duration,
+    /// The model sent.
+    pub model: String,
+}
+
+/// Checks that `target` answers HTTP at all and finds the model: `GET /v1/models`' first id
+/// unless `model` is given. An unreachable target is one error naming it.
+pub async fn probe(client: &reqwest::Client, target: &str, model: Option<&str>) -> Result<String> {
+    let url = format!("{target}/v1/models");
+    let resp = client
+        .get(&url)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("--target {target}: cannot reach it ({})", root_cause(&e)))?;
+    if let Some(m) = model {
+        return Ok(m.to_string());
+    }
+    let status = resp.status();
+    anyhow::ensure!(
+        status.is_success(),
+        "--target {target}: GET /v1/models answered {status}; name the model with --model"
+    );
+    let v: serde_json::Value = resp
+        .json()
+        .await
+        .with_context(|| format!("--target {target}: GET /v1/models is not JSON; name the model with --model"))?;
+    v["data"][0]["id"]
+        .as_str()
+        .map(str::to_string)
+        .with_context(|| format!("--target {target}: GET /v1/models lists no model; name it with --model"))
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    crate::quote::one_line(&cur.to_string()).into_owned()
+}
+
+struct Ctx {
+    workload: Arc<Workload>,
+    cfg: LoadConfig,
+    client: reqwest::Client,
+    t0: Instant,
+    deadline: Instant,
+    sent: AtomicUsize,
+    records: std::sync::Mutex<Vec<Record>>,
+    in_flight: tokio::sync::Semaphore,
+    /// Received outputs per session and turn (for the next turns' assistant messages).
+    replies: Vec<std::sync::Mutex<Vec<Option<String>>>>,
+}
+
+impl Ctx {
+    fn sim_s(&self, t: Instant) -> f64 {
+        round6(t.duration_since(self.t0).as_secs_f64() * self.cfg.speed)
+    }
+
+    fn wall(&self, sim_ns: u64) -> Duration {
+        Duration::from_secs_f64(sim_ns as f64 / 1e9 / self.cfg.speed)
+    }
+}
+
+/// Replays `workload` against `cfg.target` on a runtime of its own; returns when every
+/// session ended or `cfg.duration` elapsed.
+pub fn run(workload: Workload, cfg: LoadConfig, model_given: Option<String>) -> Result<LoadRun> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(run_async(workload, cfg, model_given))
+}
+
+async fn run_async(workload: Workload, mut cfg: LoadConfig, model_given: Option<String>) -> Result<LoadRun> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(cfg.max_in_flight)
+        .build()
+        .context("building the HTTP client")?;
+    cfg.model = probe(&client, &cfg.target, model_given.as_deref()).await?;
+    let planned = workload.total_requests();
+    let n_sessions = workload.sessions.len();
+    let t0 = Instant::now();
+    let ctx = Arc::new(Ctx {
+        deadline: t0 + cfg.duration,
+        in_flight: tokio::sync::Semaphore::new(cfg.max_in_flight),
+        workload: Arc::new(workload),
+        cfg,
+        client,
+        t0,
+        sent: AtomicUsize::new(0),
+        records: std::sync::Mutex::new(Vec::with_capacity(planned.min(1 << 20))),
+        replies: (0..n_sessions).map(|_| std::sync::Mutex::new(Vec::new())).collect(),
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    for &s in &ctx.workload.open_order {
+        tasks.spawn(drive_session(ctx.clone(), s));
+    }
+    let deadline = tokio::time::Instant::from_std(ctx.deadline);
+    let all = async { while tasks.join_next().await.is_some() {} };
+    let timed_out = tokio::time::timeout_at(deadline, all).await.is_err();
+    // Requests still in flight at the deadline: their tasks are dropped, their rows stay
+    // with no end.
+    let wall = t0.elapsed();
+    let mut records = std::mem::take(&mut *ctx.records.lock().unwrap_or_else(|e| e.into_inner()));
+    if timed_out {
+        for r in records.iter_mut().filter(|r| r.outcome == Outcome::Cut) {
+            r.error = format!(
+                "in flight when --duration ({} s) elapsed",
+                ctx.cfg.duration.as_secs_f64()
+            );
+        }
+    }
+    records.sort_by(|a, b| {
+        a.t_send_s
+            .total_cmp(&b.t_send_s)
+            .then(a.session.cmp(&b.session))
+            .then(a.turn.cmp(&b.turn))
+    });
+    Ok(LoadRun {
+        not_sent: planned - records.len(),
+        planned,
+        records,
+        wall,
+        model: ctx.cfg.model.clone(),
+    })
+}
+
+/// Sends session `s`'s turns as the simulation paces them (see `sim::requests`).
+async fn drive_session(ctx: Arc<Ctx>, s: SessionId) {
+    let plan = &ctx.workload.sessions[s.index()];
+    tokio::time::sleep_until((ctx.t0 + ctx.wall(plan.open_at.0)).into()).await;
+    if let Some(rp) = plan.replay.as_deref().filter(|r| r.paced()) {
+        // Happens-before: call 0 now, the other roots at their offsets, each further call
+        // the recorded gap after the call it waits for completes.
+        let mut set = tokio::task::JoinSet::new();
+        for &t in rp.roots_after_first() {
+            let d = ctx.wall(plan.turns[t as usize].think_before.0);
+            set.spawn(paced_call(ctx.clone(), s, t, d));
+        }
+        set.spawn(paced_call(ctx.clone(), s, 0, Duration::ZERO));
+        while set.join_next().await.is_some() {}
+        return;
+    }
+    if plan.open_loop {
+        // Open loop: each turn follows the previous one's sending.
+        let mut set = tokio::task::JoinSet::new();
+        let mut at = Instant::now();
+        for (t, turn) in plan.turns.iter().enumerate() {
+            if t > 0 {
+                at += ctx.wall(turn.think_before.0);
+                tokio::time::sleep_until(at.into()).await;
+            }
+            let c = ctx.clone();
+            set.spawn(async move {
+                send(&c, s, t as u32).await;
+            });
+        }
+        while set.join_next().await.is_some() {}
+        return;
+    }
+    for (t, turn) in plan.turns.iter().enumerate() {
+        if t > 0 {
+            tokio::time::sleep(ctx.wall(turn.think_before.0)).await;
+        }
+        if !send(&ctx, s, t as u32).await {
+            // A closed-loop session whose turn failed ends there, as in the simulation
+            // once its retries are spent.
+            return;
+        }
+    }
+}
+
+/// Call `t` of a paced session after `delay`, then the calls waiting for it.
+fn paced_call(ctx: Arc<Ctx>, s: SessionId, t: u32, delay: Duration) -> futures_util::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        tokio::time::sleep(delay).await;
+        if !send(&ctx, s, t).await {
+            return;
+        }
+        let plan = &ctx.workload.sessions[s.index()];
+        let rp = plan.replay.as_deref().expect("paced");
+        let mut set = tokio::task::JoinSet::new();
+        for &w in rp.waiting_for(t) {
+            let d = ctx.wall(plan.turns[w as usize].think_before.0);
+            set.spawn(paced_call(ctx.clone(), s, w, d));
+        }
+        while set.join_next().await.is_some() {}
+    })
+}
+
+/// Sends turn `t` of session `s`, streams the answer and records it; true if it finished.
+async fn send(ctx: &Ctx, s: SessionId, t: u32) -> bool {
+    if Instant::now() >= ctx.deadline || ctx.sent.fetch_add(1, Ordering::Relaxed) >= ctx.cfg.max_requests {
+        return false;
+    }
+    let Ok(_permit) = ctx.in_flight.acquire().await else {
+        return false;
+    };
+    let w = &ctx.workload;
+    let plan = &w.sessions[s.index()];
+    let content = w.content(s, t as usize);
+    let msgs = text::turn_messages(w, s, t as usize);
+    let rendered = {
+        let replies = ctx.replies[s.index()].lock().unwrap_or_else(|e| e.into_inner());
+        text::render(&msgs, &replies, ctx.cfg.chars_per_token)
+    };
+    let api = plan.api;
+    let body = text::request_body(api, &ctx.cfg.model, &rendered, content.output_tokens);
+    let path = match api {
+        RequestApi::Chat => "/v1/chat/completions",
+        RequestApi::Completions => "/v1/completions",
+    };
+    let mut req = ctx
+        .client
+        .post(format!("{}{path}", ctx.cfg.target))
+        .timeout(ctx.cfg.request_timeout)
+        .json(&body);
+    if plan.sends_key {
+        for h in SESSION_HEADERS {
+            req = req.header(h, plan.key.as_str());
+        }
+    }
+    let sent_at = Instant::now();
+    let idx = {
+        let mut recs = ctx.records.lock().unwrap_or_else(|e| e.into_inner());
+        recs.push(Record {
+            session: plan.key.clone(),
+            turn: t,
+            prompt_tokens: content.prompt_tokens,
+            output_tokens: content.output_tokens,
+            backend: String::new(),
+            status: 0,
+            t_send_s: ctx.sim_s(sent_at),
+            t_first_token_s: None,
+            t_last_token_s: None,
+            t_done_s: None,
+            usage_prompt_tokens: None,
+            usage_completion_tokens: None,
+            cached_tokens: None,
+            chunks: 0,
+            outcome: Outcome::Cut,
+            error: String::new(),
+        });
+        recs.len() - 1
+    };
+    let mut rec = Streamed::default();
+    let outcome = stream_response(req, ctx, &mut rec, api).await;
+    let ok = outcome.is_ok();
+    {
+        let mut recs = ctx.records.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut recs[idx];
+        r.backend = rec.backend;
+        r.status = rec.status;
+        r.t_first_token_s = rec.first.map(|i| ctx.sim_s(i));
+        r.t_last_token_s = rec.last.map(|i| ctx.sim_s(i));
+        r.usage_prompt_tokens = rec.usage_prompt;
+        r.usage_completion_tokens = rec.usage_completion;
+        r.cached_tokens = rec.cached;
+        r.chunks = rec.chunks;
+        match outcome {
+            Ok(()) => {
+                r.t_done_s = Some(ctx.sim_s(Instant::now()));
+                r.outcome = Outcome::Finished;
+            }
+            Err((o, e)) => {
+                r.outcome = o;
+                r.error = crate::quote::one_line(&e).into_owned();
+            }
+        }
+    }
+    if ok {
+        let mut replies = ctx.replies[s.index()].lock().unwrap_or_else(|e| e.into_inner());
+        if replies.len() <= t as usize {
+            replies.resize(t as usize + 1, None);
+        }
+        replies[t as usize] = Some(rec.text);
+    }
+    ok
+}
+
+#[derive(Default)]
+struct Streamed {
+    backend: String,
+    status: u16,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    usage_prompt: Option<u64>,
+    usage_completion: Option<u64>,
+    cached: Option<u64>,
+    chunks: u64,
+    text: String,
+}
+
+async fn stream_response(
+    req: reqwest::RequestBuilder,
+    ctx: &Ctx,
+    rec: &mut Streamed,
+    api: RequestApi,
+) -> std::result::Result<(), (Outcome, String)> {
+    let failed = |e: reqwest::Error| {
+        if e.is_timeout() {
+            (
+                Outcome::TimedOut,
+                format!(
+                    "no answer within --request-timeout ({} s)",
+                    ctx.cfg.request_timeout.as_secs_f64()
+                ),
+            )
+        } else {
+            (Outcome::Failed, root_cause(&e))
+        }
+    };
+    let resp = req.send().await.map_err(failed)?;
+    rec.status = resp.status().as_u16();
+    if let Some(b) = resp.headers().get(BACKEND_HEADER).and_then(|v| v.to_str().ok()) {
+        rec.backend = b.to_string();
+    }
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let body = resp.text().await.unwrap_or_default();
+        let msg = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| {
+                v["error"]["message"]
+                    .as_str()
+                    .or(v["message"].as_str())
+                    .map(str::to_string)
+            })
+            .unwrap_or(body);
+        let msg: String = msg.chars().take(200).collect();
+        return Err((Outcome::HttpError, format!("HTTP {status}: {msg}")));
+    }
+    let mut events = resp.bytes_stream().eventsource();
+    while let Some(ev) = events.next().await {
+        let ev = ev.map_err(|e| match e {
+            eventsource_stream::EventStreamError::Transport(e) => failed(e),
+            other => (Outcome::Failed, other.to_string()),
+        })?;
+        if ev.data.trim() == "[DONE]" {
+            break;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&ev.data) else {
+            continue;
+        };
+        if rec.backend.is_empty()
+            && let Some(fp) = v["system_fingerprint"]
+                .as_str()
+                .and_then(|f| f.strip_prefix(FINGERPRINT_PREFIX))
+        {
+            rec.backend = fp.to_string();
+        }
+        let piece = match api {
+            RequestApi::Chat => v["choices"][0]["delta"]["content"].as_str(),
+            RequestApi::Completions => v["choices"][0]["text"].as_str(),
+        };
+        if let Some(p) = piece.filter(|p| !p.is_empty()) {
+            let now = Instant::now();
+            rec.first.get_or_insert(now);
+            rec.last = Some(now);
+            rec.chunks += 1;
+            rec.text.push_str(p);
+        }
+        let u = &v["usage"];
+        if u.is_object() {
+            rec.usage_prompt = u["prompt_tokens"].as_u64();
+            rec.usage_completion = u["completion_tokens"].as_u64();
+            rec.cached = u["prompt_tokens_details"]["cached_tokens"].as_u64();
+        }
+    }
+    if rec.first.is_none() {
+        return Err((Outcome::Failed, "the stream ended without a token".into()));
+    }
+    Ok(())
+}
+
+/// Requests per backend, in order of name.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendShare {
+    /// Backend name (`""`: not named by the response).
+    pub name: String,
+    /// Finished requests it served.
+    pub requests: u64,
+    /// Its share of the finished requests.
+    pub share: f64,
+}
+
+/// Counts of a load run's requests.
+#[derive(Clone, Debug, Serialize)]
+pub struct Counts {
+    /// Planned by the workload.
+    pub planned: u64,
+    /// Sent.
+    pub sent: u64,
+    /// Streamed to the end.
+    pub finished: u64,
+    /// Answered with a non-2xx status.
+    pub http_error: u64,
+    /// Broken connection or stream.
+    pub failed: u64,
+    /// Past `--request-timeout`.
+    pub timed_out: u64,
+    /// In flight at `--duration`.
+    pub cut: u64,
+    /// Never sent.
+    pub not_sent: u64,
+}
+
+/// `summary.json` of a load run.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadSummary {
+    /// Always `"load"`: `sim compare` tells a load run from a simulated one by it.
+    pub kind: &'static str,
+    /// Scenario name.
+    pub scenario: String,
+    /// Master seed of the workload.
+    pub seed: u64,
+    /// The endpoint driven.
+    pub target: String,
+    /// Model sent.
+    pub model: String,
+    /// Simulated seconds per wall second.
+    pub speed: f64,
+    /// Wall seconds of the run.
+    pub wall_s: f64,
+    /// Simulated seconds (wall x speed).
+    pub sim_time_s: f64,
+    /// Request counts.
+    pub requests: Counts,
+    /// Finished requests per wall second.
+    pub throughput_rps_wall: f64,
+    /// Time to first token, simulated seconds, finished requests.
+    pub ttft_s: Percentiles,
+    /// Send to last byte, simulated seconds, finished requests.
+    pub e2e_s: Percentiles,
+    /// Cached prompt tokens over prompt tokens, where the server reported cached tokens.
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// Output tokens the server reported, over the planned output tokens (finished requests).
+    pub output_tokens_ratio: Option<f64>,
+    /// Finished requests per backend.
+    pub backends: Vec<BackendShare>,
+}
+
+/// Summarises a run.
+pub fn summarize(run: &LoadRun, scenario: &str, seed: u64, cfg: &LoadConfig) -> LoadSummary {
+    let fin: Vec<&Record> = run.records.iter().filter(|r| r.outcome == Outcome::Finished).collect();
+    let count = |o: Outcome| run.records.iter().filter(|r| r.outcome == o).count() as u64;
+    let mut by: std::collections::BTreeMap<&str, u64> = Default::default();
+    for r in &fin {
+        *by.entry(r.backend.as_str()).or_default() += 1;
+    }
+    let n = fin.len().max(1) as f64;
+    let (mut cached, mut prompt, mut reported) = (0u64, 0u64, false);
+    let (mut out_rep, mut out_plan, mut out_known) = (0u64, 0u64, false);
+    for r in &fin {
+        if let Some(c) = r.cached_tokens {
+            reported = true;
+            cached += c;
+            prompt += r.usage_prompt_tokens.unwrap_or(u64::from(r.prompt_tokens));
+        }
+        if let Some(c) = r.usage_completion_tokens {
+            out_known = true;
+            out_rep += c;
+            out_plan += u64::from(r.output_tokens);
+        }
+    }
+    let wall_s = run.wall.as_secs_f64();
+    LoadSummary {
+        kind: "load",
+        scenario: scenario.to_string(),
+        seed,
+        target: cfg.target.clone(),
+        model: cfg.model.clone(),
+        speed: cfg.speed,
+        wall_s: round6(wall_s),
+        sim_time_s: round6(wall_s * cfg.speed),
+        requests: Counts {
+            planned: run.planned as u64,
+            sent: run.records.len() as u64,
+            finished: fin.len() as u64,
+            http_error: count(Outcome::HttpError),
+            failed: count(Outcome::Failed),
+            timed_out: count(Outcome::TimedOut),
+            cut: count(Outcome::Cut),
+            not_sent: run.not_sent as u64,
+        },
+        throughput_rps_wall: round6(fin.len() as f64 / wall_s.max(1e-9)),
+        ttft_s: percentiles(
+            fin.iter()
+                .filter_map(|r| Some(r.t_first_token_s? - r.t_send_s))
+                .collect(),
+        ),
+        e2e_s: percentiles(fin.iter().filter_map(|r| Some(r.t_done_s? - r.t_send_s)).collect()),
+        prefix_cache_hit_rate: (reported && prompt > 0).then(|| round6(cached as f64 / prompt as f64)),
+        output_tokens_ratio: (out_known && out_plan > 0).then(|| round6(out_rep as f64 / out_plan as f64)),
+        backends: by
+            .into_iter()
+            .map(|(name, requests)| BackendShare {
+                name: name.to_string(),
+                requests,
+                share: round6(requests as f64 / n),
+            })
+            .collect(),
+    }
+}
+
+/// The columns of a load run's `requests.csv`.
+pub const CSV_HEADER: [&str; 18] = [
+    "request_id",
+    "session",
+    "turn",
+    "backend",
+    "outcome",
+    "status",
+    "prompt_tokens",
+    "output_tokens",
+    "usage_prompt_tokens",
+    "usage_completion_tokens",
+    "cached_tokens",
+    "t_send_s",
+    "t_first_token_s",
+    "t_last_token_s",
+    "t_done_s",
+    "ttft_s",
+    "e2e_s",
+    "error",
+];
+
+/// Writes `requests.csv` (one row per request sent, in order of sending).
+pub fn write_requests_csv(path: &std::path::Path, run: &LoadRun) -> Result<()> {
+    let opt = |x: Option<f64>| x.map(|v| round6(v).to_string()).unwrap_or_default();
+    let optu = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_default();
+    crate::atomic::write_atomic(path, |buf| {
+        let mut w = csv::Writer::from_writer(buf);
+        w.write_record(CSV_HEADER)?;
+        for (i, r) in run.records.iter().enumerate() {
+            let ttft = r
+                .t_first_token_s
+                .filter(|_| r.outcome == Outcome::Finished)
+                .map(|f| f - r.t_send_s);
+            let e2e = r.t_done_s.map(|d| d - r.t_send_s);
+            w.write_record([
+                i.to_string(),
+                r.session.clone(),
+                r.turn.to_string(),
+                r.backend.clone(),
+                r.outcome.as_str().to_string(),
+                r.status.to_string(),
+                r.prompt_tokens.to_string(),
+                r.output_tokens.to_string(),
+                optu(r.usage_prompt_tokens),
+                optu(r.usage_completion_tokens),
+                optu(r.cached_tokens),
+                round6(r.t_send_s).to_string(),
+                opt(r.t_first_token_s),
+                opt(r.t_last_token_s),
+                opt(r.t_done_s),
+                opt(ttft),
+                opt(e2e),
+                r.error.clone(),
+            ])?;
+        }
+        w.flush()?;
+        Ok(())
+    })
+}

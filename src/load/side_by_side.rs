@@ -1,0 +1,188 @@
+//! A served or loaded run beside a simulated one: request share per backend, prefix hit
+//! rate, idle-while-queued and latency percentiles, from each folder's `requests.csv` and
+//! `summary.json` (what a folder lacks shows as `-`).
+//!
+//! A folder is a `sim run` output, a `sim load` output (`"kind": "load"`) or a `sim serve`
+//! output (`"kind": "serve"`); `requests.csv` needs `backend`, `ttft_s` and `e2e_s` columns
+//! (a backend given as a number is the index into `summary.json`'s `backends`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::metrics::{Percentiles, percentiles};
+
+/// What one folder shows.
+#[derive(Clone, Debug, Default)]
+pub struct Side {
+    /// `run`, `load` or `serve`.
+    pub kind: String,
+    /// Finished requests (a row with an `e2e_s`).
+    pub finished: u64,
+    /// Finished requests per backend name.
+    pub per_backend: BTreeMap<String, u64>,
+    /// Prefix-cache hit rate, if reported.
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// Time some backend idled while another queued, if measured.
+    pub idle_while_queued_s: Option<f64>,
+    /// Time to first token.
+    pub ttft_s: Percentiles,
+    /// End to end.
+    pub e2e_s: Percentiles,
+}
+
+/// Whether `dir` is a served or loaded run (its `summary.json` says `"kind": "load"` or
+/// `"serve"`).
+pub fn is_live(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| matches!(v["kind"].as_str(), Some("load" | "serve")))
+}
+
+/// Reads one folder.
+pub fn read(dir: &Path) -> Result<Side> {
+    let sp = dir.join("summary.json");
+    let text = std::fs::read_to_string(&sp).with_context(|| format!("reading {}", sp.display()))?;
+    let summary: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", sp.display()))?;
+    let names: Vec<String> = summary["backends"]
+        .as_array()
+        .map(|a| a.iter().map(|b| b["name"].as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default();
+    let rp = dir.join("requests.csv");
+    let mut rdr = csv::Reader::from_path(&rp).with_context(|| format!("reading {}", rp.display()))?;
+    let headers = rdr
+        .headers()
+        .with_context(|| format!("{}: no header", rp.display()))?
+        .clone();
+    let col = |name: &str| {
+        headers
+            .iter()
+            .position(|h| h == name)
+            .with_context(|| format!("{}: no `{name}` column", rp.display()))
+    };
+    let (cb, ct, ce) = (col("backend")?, col("ttft_s")?, col("e2e_s")?);
+    let mut side = Side {
+        kind: summary["kind"].as_str().unwrap_or("run").to_string(),
+        prefix_cache_hit_rate: summary["prefix_cache_hit_rate"].as_f64(),
+        idle_while_queued_s: summary["idle_while_queued_s"].as_f64(),
+        ..Side::default()
+    };
+    let (mut ttft, mut e2e) = (Vec::new(), Vec::new());
+    for (i, row) in rdr.records().enumerate() {
+        let row = row.with_context(|| format!("{}: row {}", rp.display(), i + 2))?;
+        let num = |c: usize| row.get(c).and_then(|v| v.parse::<f64>().ok());
+        let Some(e) = num(ce) else { continue };
+        side.finished += 1;
+        e2e.push(e);
+        if let Some(t) = num(ct) {
+            ttft.push(t);
+        }
+        let b = row.get(cb).unwrap_or("");
+        let name = match b.parse::<usize>() {
+            Ok(i) if i < names.len() => names[i].clone(),
+            _ => b.to_string(),
+        };
+        *side.per_backend.entry(name).or_default() += 1;
+    }
+    side.ttft_s = percentiles(ttft);
+    side.e2e_s = percentiles(e2e);
+    Ok(side)
+}
+
+/// The side-by-side table, Markdown.
+pub fn render(a: &Side, la: &str, b: &Side, lb: &str) -> String {
+    let mut rows: Vec<(String, String, String)> = Vec::new();
+    let f = |x: Option<f64>, d: usize| x.map_or("-".to_string(), |v| format!("{v:.d$}"));
+    rows.push((
+        "requests finished".into(),
+        a.finished.to_string(),
+        b.finished.to_string(),
+    ));
+    let mut backends: Vec<&String> = a.per_backend.keys().chain(b.per_backend.keys()).collect();
+    backends.sort();
+    backends.dedup();
+    let share = |s: &Side, k: &str| {
+        let n = s.per_backend.get(k).copied().unwrap_or(0);
+        if s.finished == 0 {
+            "-".to_string()
+        } else {
+            format!("{n} ({:.1}%)", 100.0 * n as f64 / s.finished as f64)
+        }
+    };
+    for k in backends {
+        let label = if k.is_empty() { "(unnamed)" } else { k.as_str() };
+        rows.push((format!("share {label}"), share(a, k), share(b, k)));
+    }
+    rows.push((
+        "prefix_cache_hit_rate".into(),
+        f(a.prefix_cache_hit_rate, 3),
+        f(b.prefix_cache_hit_rate, 3),
+    ));
+    rows.push((
+        "idle_while_queued_s".into(),
+        f(a.idle_while_queued_s, 1),
+        f(b.idle_while_queued_s, 1),
+    ));
+    let p = |s: &Side, which: fn(&Percentiles) -> f64, ttft: bool| {
+        let ps = if ttft { &s.ttft_s } else { &s.e2e_s };
+        if ps.count == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.3}", which(ps))
+        }
+    };
+    for (name, which) in [
+        ("p50", (|p: &Percentiles| p.p50) as fn(&Percentiles) -> f64),
+        ("p90", |p: &Percentiles| p.p90),
+        ("p99", |p: &Percentiles| p.p99),
+    ] {
+        rows.push((format!("ttft_s {name}"), p(a, which, true), p(b, which, true)));
+    }
+    for (name, which) in [
+        ("p50", (|p: &Percentiles| p.p50) as fn(&Percentiles) -> f64),
+        ("p90", |p: &Percentiles| p.p90),
+        ("p99", |p: &Percentiles| p.p99),
+    ] {
+        rows.push((format!("e2e_s {name}"), p(a, which, false), p(b, which, false)));
+    }
+    let mut out = format!("| metric | {la} [{}] | {lb} [{}] |\n|---|---:|---:|\n", a.kind, b.kind);
+    for (m, x, y) in rows {
+        out.push_str(&format!("| {m} | {x} | {y} |\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(kind: &str, per: &[(&str, u64)]) -> Side {
+        Side {
+            kind: kind.into(),
+            finished: per.iter().map(|p| p.1).sum(),
+            per_backend: per.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+            prefix_cache_hit_rate: Some(0.5),
+            idle_while_queued_s: None,
+            ttft_s: percentiles(vec![1.0, 2.0, 3.0]),
+            e2e_s: Percentiles::default(),
+        }
+    }
+
+    #[test]
+    fn table_lists_every_backend_of_either_side() {
+        let t = render(
+            &side("load", &[("backend-0", 3), ("backend-1", 1)]),
+            "a",
+            &side("run", &[("backend-2", 2)]),
+            "b",
+        );
+        assert!(t.contains("| share backend-0 | 3 (75.0%) | 0 (0.0%) |"), "{t}");
+        assert!(t.contains("| share backend-2 | 0 (0.0%) | 2 (100.0%) |"), "{t}");
+        assert!(t.contains("| idle_while_queued_s | - | - |"), "{t}");
+        assert!(t.contains("| ttft_s p50 | 2.000 | 2.000 |"), "{t}");
+        assert!(t.contains("| e2e_s p99 | - | - |"), "{t}");
+    }
+}
