@@ -134,8 +134,9 @@ pub fn write_all(
     scenario_toml: &str,
     perf: &Perf,
     hints: &[crate::hints::Hint],
+    decisions: bool,
 ) -> Result<Vec<PathBuf>> {
-    write_all_as(dir, res, scenario_toml, perf, hints, Tables::Csv)
+    write_all_as(dir, res, scenario_toml, perf, hints, Tables::Csv, decisions)
 }
 
 /// Writes all files into `dir`, tables as `tables` says; returns their paths.
@@ -146,6 +147,7 @@ pub fn write_all_as(
     perf: &Perf,
     hints: &[crate::hints::Hint],
     tables: Tables,
+    decisions: bool,
 ) -> Result<Vec<PathBuf>> {
     fs::create_dir_all(dir).with_context(|| format!("creating results folder {}", dir.display()))?;
     let mut written = Vec::new();
@@ -156,13 +158,17 @@ pub fn write_all_as(
         Ok(())
     };
     file("summary.json", &|p| write_json(p, &res.summary))?;
+    // Per-decision files (`--no-decisions` leaves them out: on a 1 M-request run they are
+    // most of the output, decisions_long.csv alone about 1 GB).
     let columnar = if tables == Tables::Parquet {
-        columnar::write_parquet(dir, res)?
+        columnar::write_parquet(dir, res, decisions)?
     } else {
         file("requests.csv", &|p| write_requests(p, res))?;
         file("timeseries.csv", &|p| write_series(p, res))?;
-        file("decisions.csv", &|p| write_decisions(p, res))?;
-        file("decisions_long.csv", &|p| write_decisions_long(p, res))?;
+        if decisions {
+            file("decisions.csv", &|p| write_decisions(p, res))?;
+            file("decisions_long.csv", &|p| write_decisions_long(p, res))?;
+        }
         Vec::new()
     };
     file("scenario.toml", &|p| {

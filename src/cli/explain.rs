@@ -115,6 +115,12 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
     let stored = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("{}: not a results folder written by `sim run`", summary_path.display()))?;
     crate::atomic::verify(&a.dir)?;
+    if !a.dir.join("decisions.csv").exists() {
+        eprintln!(
+            "note: {} has no decision files (written with `sim run --no-decisions`); explain re-simulates the scenario from its scenario.toml, so every finding below is complete",
+            a.dir.display()
+        );
+    }
     let name = serde_json::from_str::<serde_json::Value>(&stored)
         .ok()
         .and_then(|v| v.get("scenario").and_then(|n| n.as_str()).map(str::to_string))

@@ -126,8 +126,10 @@ enum Command {
     ///
     /// Example: sim bench scenarios/bench-10k.toml --runs 5
     Bench(bench::BenchArgs),
-    /// Inspect or convert request traces (native CSV, Mooncake JSONL, Azure 2023 CSV,
-    /// BurstGPT CSV).
+    /// Inspect or convert request traces in every format fleetsim reads: native CSV,
+    /// Mooncake JSONL, Azure 2023 CSV, BurstGPT CSV, Dynamo agent JSONL
+    /// (dynamo.request.trace.v1), OpenTelemetry GenAI spans (OTLP/JSON) and any per-call
+    /// CSV or JSONL through a column mapping (sessions).
     ///
     /// Example: sim trace inspect traces/mooncake_conversation_sample.jsonl --json
     #[command(subcommand)]
@@ -173,6 +175,13 @@ enum Command {
     ///
     /// Example: sim schema > scenario.schema.json
     Schema,
+    /// Print a shell completion script for sim (bash, zsh, fish, elvish, powershell).
+    ///
+    /// Example: sim completions bash > ~/.local/share/bash-completion/completions/sim
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Serve the scenario's fleet as vLLM servers over HTTP, one loopback port per backend,
     /// each with the engine model of `sim run` behind it, on a clock --speed times faster
     /// than real time; point a real router at the URLs (docs/serve.md).
@@ -251,6 +260,13 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Alerts(a) => alerts::cmd_alerts(*a),
         Command::Observe(a) => observe::cmd_observe(*a),
         Command::Schema => reference::cmd_schema(),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "sim", &mut buf);
+            fleetsim_io::out!("{}", String::from_utf8_lossy(&buf))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Serve(a) => crate::serve::cmd_serve(*a),
     }
 }

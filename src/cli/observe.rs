@@ -98,9 +98,10 @@ pub(super) fn cmd_observe(a: ObserveArgs) -> Result<ExitCode> {
         let fig = crate::plot::series::BackendSeries::observed(
             // The source without its query, which would run into the legend.
             format!(
-                "{}: running and waiting requests per backend",
+                "observed {}: running + waiting per backend",
                 o.source.split(" (").next().unwrap_or("")
             ),
+            crate::observe::time_axis(&o),
             r.to_s - r.from_s,
             plot_data(&o, &r),
         );

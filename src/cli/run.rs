@@ -33,6 +33,10 @@ pub(super) struct RunArgs {
     /// Print nothing on success (files are still written).
     #[arg(long, short)]
     pub(super) quiet: bool,
+    /// Show what the run is doing with the time elapsed, on stderr: a spinner on a terminal
+    /// (shown there anyway unless --quiet), plain lines in a log. Never in an output file.
+    #[arg(long)]
+    pub(super) progress: bool,
     /// Also store a compact golden summary (flattened metrics) as DIR/<scenario>.json,
     /// for `sim compare` (DIR defaults to out/golden).
     #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "out/golden")]
@@ -40,6 +44,11 @@ pub(super) struct RunArgs {
     /// Also explain the stranded capacity (as `sim explain` does) and write explain.md/json.
     #[arg(long)]
     pub(super) explain: bool,
+    /// Leave out the per-decision files (decisions.csv, decisions_long.csv), most of a long
+    /// run's output (about 1 GB per million requests); everything else is written, and
+    /// `sim explain` still works (it re-simulates the scenario).
+    #[arg(long)]
+    pub(super) no_decisions: bool,
     /// Also write timeline.json: every request's queued, prefill and decode phases per
     /// backend in Chrome trace event format (open in https://ui.perfetto.dev).
     #[arg(long)]
@@ -87,6 +96,21 @@ impl From<TableFormat> for crate::export::Tables {
     }
 }
 
+/// A spinner on stderr naming the phase with the time elapsed (a run has no fraction done
+/// to show: the event loop does not know how many events are left), redrawn five times a
+/// second; hidden unless `show`.
+fn phase_bar(show: bool) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        b.set_style(style);
+    }
+    b.enable_steady_tick(std::time::Duration::from_millis(200));
+    b
+}
+
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if !(a.metrics_step.is_finite() && a.metrics_step >= 0.001 && a.metrics_step <= 86_400.0) {
         anyhow::bail!(
@@ -116,7 +140,26 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     };
     let seed = scenario.sim.seed;
     let file = a.scenario.scenario.display().to_string();
-    let (res, wall) = match crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into()) {
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let bar = phase_bar((a.progress || !a.quiet) && tty);
+    let doing = format!(
+        "simulating {} ({} sessions planned)",
+        scenario.sim.name,
+        workload.sessions.len()
+    );
+    // Not a terminal (a log file): plain lines, and only when asked for.
+    let lines = a.progress && !tty;
+    if lines {
+        eprintln!("{doing} ...");
+    }
+    bar.set_message(doing);
+    let started = std::time::Instant::now();
+    let ran = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into());
+    bar.finish_and_clear();
+    if lines {
+        eprintln!("simulated in {:.1} s; writing results", started.elapsed().as_secs_f64());
+    }
+    let (res, wall) = match ran {
         Ok(r) => r,
         Err(e @ SimError::Invariant(..)) => {
             eprintln!("error: {file}: {e}\nreproduce with: sim run {file} --seed {seed} --invariants");
@@ -150,7 +193,15 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let dir = a.out.clone().unwrap_or_else(|| default_out(&scenario.sim.name));
         // Whole or absent: written into a staging folder, moved into place when complete.
         let stage = crate::atomic::Staging::new(&dir)?;
-        let mut written = write_all_as(stage.path(), &res, &effective, &perf, &hints, a.format.into())?;
+        let mut written = write_all_as(
+            stage.path(),
+            &res,
+            &effective,
+            &perf,
+            &hints,
+            a.format.into(),
+            !a.no_decisions,
+        )?;
         let fig = BackendSeries::new(&res.summary, &res.series);
         written.extend(save(&fig, &stage.path().join("timeseries"), a.plot.dpi)?);
         if a.timeline {

@@ -466,7 +466,7 @@ pub fn decisions_long_rows(res: &RunResult, s: &mut impl RowSink) -> Result<()> 
 
 /// The run's tables as Parquet files in `dir` (the four files in parallel); returns
 /// their paths.
-pub fn write_parquet(dir: &Path, res: &RunResult) -> Result<Vec<std::path::PathBuf>> {
+pub fn write_parquet(dir: &Path, res: &RunResult, decisions: bool) -> Result<Vec<std::path::PathBuf>> {
     type Rows = fn(&RunResult, &mut ParquetSink) -> Result<()>;
     let tables: [(&str, Vec<Column>, Rows); 4] = [
         ("requests.parquet", requests_schema(), requests_rows),
@@ -477,6 +477,7 @@ pub fn write_parquet(dir: &Path, res: &RunResult) -> Result<Vec<std::path::PathB
     use rayon::prelude::*;
     tables
         .into_par_iter()
+        .filter(|(name, _, _)| decisions || !name.starts_with("decisions"))
         .map(|(name, schema, rows)| {
             let p = dir.join(name);
             let mut s = ParquetSink::create(&p, &schema)?;

@@ -405,12 +405,12 @@ pub fn render(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "observed {}: {} backends, {} samples from {} s to {} s",
+        "observed {}: {} backends, {} samples from {} to {}",
         r.source,
         r.backends.len(),
         r.samples,
-        r.from_s,
-        r.to_s
+        when(r.from_s),
+        when(r.to_s)
     );
     let w = r.backends.iter().map(|b| b.instance.len()).max().unwrap_or(7).max(7);
     let _ = writeln!(
@@ -435,11 +435,41 @@ pub fn render(r: &Report) -> String {
             .zip(&wm.backends)
             .map(|(b, [run, wait])| format!("{} {run} running + {wait} waiting", b.instance))
             .collect();
-        let _ = writeln!(s, "worst moment        t = {} s: {}", wm.t_s, parts.join(" | "));
+        let _ = writeln!(s, "worst moment        {}: {}", when(wm.t_s), parts.join(" | "));
     }
     let _ = writeln!(s, "idle_while_queued_s {:.1}", r.idle_while_queued_s);
     let _ = writeln!(s, "stranded_slot_s     {:.1}", r.stranded_slot_s);
     s
+}
+
+/// Sample times from Prometheus or an OpenMetrics file are Unix seconds; a live `--scrape`
+/// counts seconds from its start. Anything after 1973-03-03 (10^8 s) is taken for Unix time.
+const UNIX_FROM_S: f64 = 1e8;
+
+/// A sample time for people: Unix seconds as UTC (`2026-01-05 10:00:41 UTC`, with
+/// milliseconds when it has them), seconds from the start of a live scrape as `t = 12.5 s`.
+pub fn when(t_s: f64) -> String {
+    if t_s >= UNIX_FROM_S && t_s.is_finite() {
+        let ms = (t_s * 1000.0).round() as i64;
+        if let Ok(ts) = jiff::Timestamp::from_millisecond(ms) {
+            let fmt = if ms % 1000 == 0 {
+                "%Y-%m-%d %H:%M:%S UTC"
+            } else {
+                "%Y-%m-%d %H:%M:%S%.3f UTC"
+            };
+            return ts.strftime(fmt).to_string();
+        }
+    }
+    format!("t = {} s", crate::sweep::table::fmt_stat(t_s))
+}
+
+/// What the plot's time axis measures: time since the first sample, named in UTC when the
+/// samples carry Unix time.
+pub fn time_axis(o: &Observed) -> String {
+    match o.times.first() {
+        Some(&t0) if t0 >= UNIX_FROM_S => format!("time since {}", when(t0)),
+        _ => "time since the first scrape".into(),
+    }
 }
 
 /// The per-backend plot's data: `(name, slots, [(t_s from the first sample, running,
@@ -467,6 +497,13 @@ pub fn plot_data(o: &Observed, r: &Report) -> Vec<crate::plot::series::Panel> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_read_as_utc_or_from_the_start() {
+        assert_eq!(when(1_767_607_241.0), "2026-01-05 10:00:41 UTC");
+        assert_eq!(when(1_767_607_241.5), "2026-01-05 10:00:41.500 UTC");
+        assert_eq!(when(41.2), "t = 41.2 s");
+    }
 
     fn body(series: &str) -> String {
         format!(r#"{{"status":"success","data":{{"resultType":"matrix","result":[{series}]}}}}"#)

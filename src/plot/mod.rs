@@ -34,19 +34,126 @@ fn register_font() {
     });
 }
 
-/// Tableau 10: distinguishable series colours.
-pub const PALETTE: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
+/// Okabe and Ito's colour-blind-safe palette (blue, orange, bluish green, vermillion,
+/// reddish purple, sky blue, yellow, black): every pair stays apart under protanopia,
+/// deuteranopia and tritanopia. Series beyond eight also change marker ([`MARKERS`]).
+pub const PALETTE: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(213, 94, 0),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(240, 228, 66),
+    RGBColor(0, 0, 0),
 ];
+
+/// Marker shapes, cycled with the colours so that series that share a colour (the ninth
+/// and the first) or sit on top of each other stay distinguishable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marker {
+    /// A filled circle.
+    Circle,
+    /// A filled square.
+    Square,
+    /// A filled triangle.
+    Triangle,
+    /// A diagonal cross.
+    Cross,
+    /// A filled diamond.
+    Diamond,
+}
+
+/// The marker sequence: series `s` gets `MARKERS[s % 5]` and `PALETTE[s % 8]`, so the first
+/// 40 series differ in colour or shape.
+pub const MARKERS: [Marker; 5] = [
+    Marker::Circle,
+    Marker::Square,
+    Marker::Triangle,
+    Marker::Diamond,
+    Marker::Cross,
+];
+
+/// Series `s`'s colour and marker.
+pub fn series_style(s: usize) -> (RGBColor, Marker) {
+    (PALETTE[s % PALETTE.len()], MARKERS[s % MARKERS.len()])
+}
+
+/// Draws marker `m` of radius `r` pixels at data point `at` on a chart.
+pub fn draw_marker<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<
+        'a,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    m: Marker,
+    at: (f64, f64),
+    r: i32,
+    c: RGBColor,
+) -> Result<()> {
+    let fill = c.filled();
+    let e = EmptyElement::at(at);
+    match m {
+        Marker::Circle => chart.draw_series(std::iter::once(e + Circle::new((0, 0), r, fill))),
+        Marker::Square => chart.draw_series(std::iter::once(e + Rectangle::new([(-r, -r), (r, r)], fill))),
+        Marker::Triangle => chart.draw_series(std::iter::once(
+            e + Polygon::new(vec![(0, -r - 1), (r + 1, r), (-r - 1, r)], fill),
+        )),
+        Marker::Diamond => chart.draw_series(std::iter::once(
+            e + Polygon::new(vec![(0, -r - 1), (r + 1, 0), (0, r + 1), (-r - 1, 0)], fill),
+        )),
+        Marker::Cross => chart.draw_series(std::iter::once(
+            e + PathElement::new(vec![(-r, -r), (r, r)], c.stroke_width(2))
+                + PathElement::new(vec![(-r, r), (r, -r)], c.stroke_width(2)),
+        )),
+    }
+    .map_err(pe)?;
+    Ok(())
+}
+
+/// A metric's name for people, with its unit once: `ttft_p99_s` -> `TTFT p99 (s)`,
+/// `idle_while_queued_s` -> `idle while queued (s)`, `prefix_cache_hit_rate` -> `prefix
+/// cache hit rate (fraction)`, `latched_sessions` -> `latched sessions (count)`.
+pub fn human_metric(metric: &str) -> String {
+    let (stem, unit) = crate::metrics::split_unit(metric);
+    let unit = match unit {
+        "_s" => "s",
+        "_rps" => "requests/s",
+        "_per_s" => "per s",
+        _ if metric.ends_with("_rate") => "fraction",
+        _ => "count",
+    };
+    format!("{} ({unit})", human_words(stem))
+}
+
+/// Underscores to spaces, with the acronyms people write in capitals.
+fn human_words(stem: &str) -> String {
+    stem.split('_')
+        .filter(|w| !w.is_empty())
+        .map(|w| match w {
+            "ttft" | "tpot" | "itl" | "kv" | "qps" | "cv" => w.to_uppercase(),
+            _ => w.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The unit a time axis spanning `span_s` seconds reads best in, and its length in seconds:
+/// seconds up to 10 minutes, minutes up to 3 hours, hours up to 3 days, then days.
+pub fn time_unit(span_s: f64) -> (&'static str, f64) {
+    if span_s <= 600.0 {
+        ("s", 1.0)
+    } else if span_s <= 3.0 * 3600.0 {
+        ("min", 60.0)
+    } else if span_s <= 3.0 * 86_400.0 {
+        ("h", 3600.0)
+    } else {
+        ("d", 86_400.0)
+    }
+}
+
+/// The PNG resolution drawn when `--dpi` is not given: twice the figures' own pixels.
+pub const DEFAULT_DPI: u32 = 2 * scaled::BASE_DPI;
 
 /// A picture that can be drawn on any plotters backend.
 pub trait Figure {
@@ -97,11 +204,11 @@ fn paint<DB: DrawingBackend>(fig: &impl Figure, backend: DB) -> Result<()> {
 /// `sim tune`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct PlotArgs {
-    /// PNG resolution in dots per inch: 96 draws each figure at its own pixel size; 192
-    /// doubles the pixels for high-DPI screens and slides, 300 is print. The picture is
-    /// the same (redrawn, not upscaled) and the PNG records its resolution; SVGs are not
-    /// affected.
-    #[arg(long, value_name = "DPI", default_value_t = scaled::BASE_DPI,
+    /// PNG resolution in dots per inch: 192 (the default) draws each figure at twice its
+    /// own pixel size, sharp on high-DPI screens and slides; 96 draws it at its pixel size,
+    /// 300 is print. The picture is the same (redrawn, not upscaled) and the PNG records
+    /// its resolution; SVGs are not affected.
+    #[arg(long, value_name = "DPI", default_value_t = DEFAULT_DPI,
           value_parser = clap::value_parser!(u32).range(24..=1200))]
     pub dpi: u32,
 }
@@ -119,7 +226,7 @@ fn encode_png(out: &mut Vec<u8>, rgb: &[u8], (w, h): (u32, u32), dpi: u32) -> Re
     enc.set_depth(png::BitDepth::Eight);
     if dpi != scaled::BASE_DPI {
         // pHYs, so a document or slide places the picture at its figure size, not at
-        // `dpi / 96` times it. (The 96-dpi default writes none and stays as committed.)
+        // `dpi / 96` times it. (96 dpi, the figure's own pixels, writes none.)
         let ppm = (f64::from(dpi) / 0.0254).round() as u32;
         enc.set_pixel_dims(Some(png::PixelDimensions {
             xppu: ppm,
@@ -172,29 +279,38 @@ pub fn clip(s: &str, max: usize) -> String {
     }
 }
 
-/// An axis title with the metric's unit: `ttft_p99_s (s)`, `throughput_rps (requests/s)`,
-/// `prefix_cache_hit_rate (fraction)`, `latched_sessions (count)`.
+/// An axis title for a metric: [`human_metric`].
 pub fn metric_label(metric: &str) -> String {
-    let (_, unit) = crate::metrics::split_unit(metric);
-    let unit = match unit {
-        "_s" => "s",
-        "_rps" => "requests/s",
-        "_per_s" => "per s",
-        _ if metric.ends_with("_rate") => "fraction",
-        _ => "count",
-    };
-    format!("{metric} ({unit})")
+    human_metric(metric)
 }
 
-/// A sweep axis title with its unit when its name carries one: `router.engine_stats_interval_s
-/// (s)`; axes of case labels (`fallback`, `setup`) and unitless values (`band`) keep their name.
+/// A sweep axis title in words with its unit when its name carries one:
+/// `router.engine_stats_interval_s` -> `engine stats interval (s)`; axes of case labels
+/// (`fallback`, `setup`) and unitless values (`router.policy.band`) keep their last name.
 pub fn axis_label(name: &str) -> String {
-    match crate::metrics::split_unit(name).1 {
-        "_s" => format!("{name} (s)"),
-        "_per_s" => format!("{name} (per s)"),
-        "_rps" => format!("{name} (requests/s)"),
-        _ => name.to_string(),
-    }
+    let last = name.rsplit('.').next().unwrap_or(name);
+    let (stem, unit) = crate::metrics::split_unit(last);
+    let unit = match unit {
+        "_s" => " (s)",
+        "_per_s" => " (per s)",
+        "_rps" => " (requests/s)",
+        _ => "",
+    };
+    format!("{}{unit}", human_words(stem))
+}
+
+/// A sweep axis at one value, in words, its unit after the value:
+/// `router.engine_stats_interval_s` at `10` -> `engine stats interval = 10 s`, `fallback` at
+/// `qps` -> `fallback = qps`.
+pub fn axis_value(name: &str, value: &str) -> String {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    let (stem, unit) = crate::metrics::split_unit(last);
+    let unit = match unit {
+        "_s" if value.parse::<f64>().is_ok() => " s",
+        "_per_s" if value.parse::<f64>().is_ok() => " per s",
+        _ => "",
+    };
+    format!("{} = {value}{unit}", human_words(stem))
 }
 
 /// The values a metric can take: every fleetsim metric is >= 0 (times, counts, rates),
@@ -239,6 +355,8 @@ pub enum Swatch {
     Dot(RGBColor),
     /// A filled box (an area).
     Area(RGBAColor),
+    /// A line through a marker (a series of a line or dot plot).
+    Series(RGBColor, Marker),
 }
 
 fn swatch<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: Swatch, (x, y): (i32, i32)) -> Result<()> {
@@ -246,6 +364,35 @@ fn swatch<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: Swatch, (x, y): 
         Swatch::Line(c, w) => area.draw(&PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(w))),
         Swatch::Dot(c) => area.draw(&Circle::new((x + 9, y), 4, c.filled())),
         Swatch::Area(c) => area.draw(&Rectangle::new([(x, y - 5), (x + 18, y + 5)], c.filled())),
+        Swatch::Series(c, m) => {
+            area.draw(&PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)))
+                .map_err(pe)?;
+            let (cx, r) = (x + 9, 4);
+            let f = c.filled();
+            match m {
+                Marker::Circle => area.draw(&Circle::new((cx, y), r, f)),
+                Marker::Square => area.draw(&Rectangle::new([(cx - r, y - r), (cx + r, y + r)], f)),
+                Marker::Triangle => area.draw(&Polygon::new(
+                    vec![(cx, y - r - 1), (cx + r + 1, y + r), (cx - r - 1, y + r)],
+                    f,
+                )),
+                Marker::Diamond => area.draw(&Polygon::new(
+                    vec![(cx, y - r - 1), (cx + r + 1, y), (cx, y + r + 1), (cx - r - 1, y)],
+                    f,
+                )),
+                Marker::Cross => area
+                    .draw(&PathElement::new(
+                        vec![(cx - r, y - r), (cx + r, y + r)],
+                        c.stroke_width(2),
+                    ))
+                    .and_then(|_| {
+                        area.draw(&PathElement::new(
+                            vec![(cx - r, y + r), (cx + r, y - r)],
+                            c.stroke_width(2),
+                        ))
+                    }),
+            }
+        }
     }
     .map_err(pe)
 }
@@ -302,20 +449,45 @@ mod tests {
         assert_eq!(readable_label(r#"{ kind = "roundrobin" }"#), "roundrobin");
         assert_eq!(readable_label(r#""qps""#), "qps");
         assert_eq!(readable_label("0.5"), "0.5");
-        assert_eq!(metric_label("ttft_p99_s"), "ttft_p99_s (s)");
+        // One unit each, in words: no "ttft_p99_s (s)".
+        assert_eq!(metric_label("ttft_p99_s"), "TTFT p99 (s)");
+        assert_eq!(metric_label("idle_while_queued_s"), "idle while queued (s)");
         assert_eq!(
             metric_label("prefix_cache_hit_rate"),
-            "prefix_cache_hit_rate (fraction)"
+            "prefix cache hit rate (fraction)"
         );
-        assert_eq!(metric_label("latched_sessions"), "latched_sessions (count)");
+        assert_eq!(metric_label("latched_sessions"), "latched sessions (count)");
         assert_eq!(
             axis_label("router.engine_stats_interval_s"),
-            "router.engine_stats_interval_s (s)"
+            "engine stats interval (s)"
         );
-        assert_eq!(axis_label("router.policy.band"), "router.policy.band");
+        assert_eq!(axis_label("router.policy.band"), "band");
+        assert_eq!(
+            axis_value("router.engine_stats_interval_s", "10"),
+            "engine stats interval = 10 s"
+        );
+        assert_eq!(axis_value("fallback", "qps (main)"), "fallback = qps (main)");
         assert_eq!(axis_label("fallback"), "fallback");
         assert_eq!(natural_bounds("prefix_cache_hit_rate"), (0.0, 1.0));
         assert_eq!(natural_bounds("idle_while_queued_s").0, 0.0);
+    }
+
+    #[test]
+    fn time_axes_pick_a_unit_for_their_span() {
+        assert_eq!(time_unit(252.0).0, "s");
+        assert_eq!(time_unit(1200.0).0, "min");
+        assert_eq!(time_unit(7200.0).0, "min");
+        assert_eq!(time_unit(425_000.0).0, "d");
+        assert_eq!(time_unit(36_000.0), ("h", 3600.0));
+    }
+
+    #[test]
+    fn palette_is_okabe_ito_and_markers_cycle() {
+        assert_eq!(PALETTE[0], RGBColor(0, 114, 178));
+        assert_eq!(PALETTE[1], RGBColor(230, 159, 0));
+        // The ninth series shares the first's colour but not its marker.
+        assert_eq!(series_style(8).0, series_style(0).0);
+        assert_ne!(series_style(8).1, series_style(0).1);
     }
 
     #[test]

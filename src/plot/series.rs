@@ -1,12 +1,13 @@
 //! `sim run`'s per-backend plot: running and waiting requests over time, one panel per
-//! backend, with the slot limit drawn, so the picture of burst8 (one backend idle while the
-//! other runs 4 and queues 4) is visible at a glance.
+//! backend, waiting stacked on running against the slot line, so the picture of burst8
+//! (one backend idle while the other runs 4 and queues 4) reads at a glance: the running
+//! area fills up to the slot line and the queue stands above it.
 
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::{Figure, PALETTE, Swatch, draw_legend_outside, font, pe};
+use super::{Figure, PALETTE, Swatch, draw_legend_outside, font, pe, time_unit};
 use crate::metrics::{Summary, TsRow};
 use crate::sweep::table::fmt_stat;
 use crate::time::ns_to_secs;
@@ -28,6 +29,8 @@ pub type Panel = (String, u32, Vec<(f64, u32, u32)>);
 pub struct BackendSeries {
     title: String,
     end_s: f64,
+    /// What the x axis measures, without its unit (`simulated time`).
+    x_desc: String,
     /// Per panel, the backend's profile or group (empty for a plain `[backends]` table).
     captions: Vec<String>,
     panels: Vec<(String, u32, Steps)>,
@@ -86,8 +89,14 @@ impl BackendSeries {
             String::new()
         };
         BackendSeries {
-            title: format!("{}: running and waiting requests per backend{more}", summary.scenario),
+            title: format!(
+                "{}: {}, seed {}{more}",
+                summary.scenario,
+                super::clip(&summary.policy, 96),
+                summary.seed
+            ),
             end_s,
+            x_desc: "simulated time".into(),
             // A grouped or profiled backend's panel says what it is.
             captions: summary
                 .backends
@@ -113,8 +122,9 @@ impl BackendSeries {
 
 impl BackendSeries {
     /// From observed series (`sim observe`): per backend its name, slot limit and
-    /// `(t_s, running, waiting)` samples in time order.
-    pub fn observed(title: String, end_s: f64, backends: Vec<Panel>) -> BackendSeries {
+    /// `(t_s, running, waiting)` samples in time order, `t_s` from the first sample, which
+    /// `x_desc` names (`time since 2026-01-05 10:00:00 UTC`).
+    pub fn observed(title: String, x_desc: String, end_s: f64, backends: Vec<Panel>) -> BackendSeries {
         let n = backends.len();
         let more = if n > MAX_BACKENDS {
             format!(" (first {MAX_BACKENDS} of {n} backends)")
@@ -124,6 +134,7 @@ impl BackendSeries {
         BackendSeries {
             title: format!("{title}{more}"),
             end_s,
+            x_desc,
             captions: vec![],
             panels: backends
                 .into_iter()
@@ -135,8 +146,32 @@ impl BackendSeries {
 }
 
 const PANEL_H: u32 = 150;
-const TOP: u32 = 36;
+const TOP: u32 = 48;
 const WIDTH: u32 = 1000;
+
+impl BackendSeries {
+    /// The y range every panel shares: the highest running + waiting of any backend, or the
+    /// slot line when it is within twice that (so a full backend shows where its queue
+    /// starts); a slot limit far above the data (1,024 slots, 3 in use) is left off the
+    /// scale, not drawn as a flat line at zero, and the panel says so.
+    fn y_top(&self) -> f64 {
+        let peak = self
+            .panels
+            .iter()
+            .flat_map(|p| p.2.iter().map(|s| s.1 + s.2))
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let slots_in_view = self
+            .panels
+            .iter()
+            .map(|p| p.1)
+            .filter(|&s| s <= 2 * peak)
+            .max()
+            .unwrap_or(0);
+        f64::from(peak.max(slots_in_view))
+    }
+}
 
 impl Figure for BackendSeries {
     fn size(&self) -> (u32, u32) {
@@ -146,33 +181,55 @@ impl Figure for BackendSeries {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
         let (title, body) = root.split_vertically(TOP);
         title
-            .draw(&Text::new(self.title.clone(), (10, 10), font(16.0)))
+            .draw(&Text::new(super::clip(&self.title, 124), (10, 6), font(15.0)))
             .map_err(pe)?;
-        let (run_c, wait_c, slot_c) = (PALETTE[0], PALETTE[1], RGBColor(60, 60, 60));
+        let (run_c, wait_c, slot_c) = (PALETTE[0], PALETTE[3], RGBColor(0, 0, 0));
         // One legend for the figure, in the title strip (outside every panel's data).
         let legend = [
-            ("running".to_string(), Swatch::Area(run_c.mix(0.45))),
-            ("waiting".to_string(), Swatch::Line(wait_c, 2)),
-            ("slots (max_num_seqs)".to_string(), Swatch::Line(slot_c, 1)),
+            ("running".to_string(), Swatch::Area(run_c.mix(0.55))),
+            ("waiting (stacked)".to_string(), Swatch::Area(wait_c.mix(0.75))),
+            ("slots".to_string(), Swatch::Line(slot_c, 1)),
         ];
         let (w, _) = title.dim_in_pixel();
-        draw_legend_outside(&title, &legend, (w as i32 - 12, 18), true)?;
+        draw_legend_outside(&title, &legend, (w as i32 - 12, 36), true)?;
+        title
+            .draw(&Text::new(
+                "requests per backend over time".to_string(),
+                (10, 36),
+                font(11.0).pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Left,
+                    plotters::style::text_anchor::VPos::Center,
+                )),
+            ))
+            .map_err(pe)?;
         let areas = body.split_evenly((self.panels.len().max(1), 1));
         let last = self.panels.len().saturating_sub(1);
+        let top = self.y_top();
+        let (unit, per) = time_unit(self.end_s);
+        let end_u = (self.end_s / per).max(1e-9);
         for (k, ((name, slots, steps), area)) in self.panels.iter().zip(&areas).enumerate() {
-            if let Some(c) = self.captions.get(k).filter(|c| !c.is_empty()) {
-                area.draw(&Text::new(c.clone(), (62, 3), font(11.0))).map_err(pe)?;
+            let mut caption: Vec<String> = self
+                .captions
+                .get(k)
+                .filter(|c| !c.is_empty())
+                .cloned()
+                .into_iter()
+                .collect();
+            if f64::from(*slots) > top {
+                caption.push(format!("slot limit {slots}, above the scale"));
             }
-            // Each backend on its own scale: its slots (or its peak, if it queued more).
-            let top = steps.iter().map(|p| p.1.max(p.2)).max().unwrap_or(0).max(*slots).max(1) as f64;
             let mut chart = ChartBuilder::on(area)
                 .margin(4)
+                .margin_right(12)
                 .x_label_area_size(if k == last { 34 } else { 4 })
-                .y_label_area_size(50)
-                .build_cartesian_2d(0f64..self.end_s.max(1e-9), 0f64..top * 1.12)
+                .y_label_area_size(56)
+                .build_cartesian_2d(0f64..end_u, 0f64..top * 1.12)
                 .map_err(pe)?;
             let mut mesh = chart.configure_mesh();
+            // The same vertical and horizontal grid in every panel; only the last one
+            // prints the time labels.
             mesh.y_labels(5)
+                .x_labels(10)
                 .y_label_formatter(&|v| {
                     if v.fract() == 0.0 {
                         format!("{v:.0}")
@@ -180,51 +237,58 @@ impl Figure for BackendSeries {
                         String::new()
                     }
                 })
-                .y_desc(format!("{name} (requests)"))
+                .y_desc(format!("{} (requests)", super::clip(name, 16)))
                 .label_style(font(11.0))
                 .axis_desc_style(font(12.0))
                 .light_line_style(TRANSPARENT)
                 .bold_line_style(RGBColor(225, 225, 225));
             if k == last {
-                mesh.x_desc("simulated time (s)").x_label_formatter(&|v| fmt_stat(*v));
+                mesh.x_desc(format!("{} ({unit})", self.x_desc))
+                    .x_label_formatter(&|v| fmt_stat(*v));
             } else {
-                mesh.x_labels(0);
+                mesh.x_label_formatter(&|_| String::new());
             }
             mesh.draw().map_err(pe)?;
-            let step_path = |pick: fn(&(f64, u32, u32)) -> u32| step_path(steps, pick, self.end_s);
-            // Running as a filled area, waiting as a line over it: at the slot line (4
-            // running + 4 waiting) both stay visible.
-            let running = step_path(|p| p.1);
-            let x_px = |t: f64| chart.backend_coord(&(t, 0.0)).0;
-            let (run_edge, waiting) = (
-                split_close_verticals(&running, x_px, 3),
-                split_close_verticals(&step_path(|p| p.2), x_px, 3),
-            );
+            if !caption.is_empty() {
+                chart
+                    .plotting_area()
+                    .strip_coord_spec()
+                    .draw(&Text::new(caption.join("; "), (6, 3), font(11.0)))
+                    .map_err(pe)?;
+            }
+            let to_u =
+                |pts: Vec<(f64, f64)>| -> Vec<(f64, f64)> { pts.into_iter().map(|(t, v)| (t / per, v)).collect() };
+            // Running as an area from 0, waiting as an area stacked on it: 4 running + 4
+            // waiting fills to the slot line and doubles it, with no line drawn on another.
+            let running = to_u(step_path(steps, |p| p.1, self.end_s));
+            let total = to_u(step_path(steps, |p| p.1 + p.2, self.end_s));
+            let band: Vec<(f64, f64)> = total.iter().copied().chain(running.iter().rev().copied()).collect();
+            if steps.iter().any(|p| p.2 > 0) {
+                chart
+                    .draw_series(std::iter::once(Polygon::new(band, wait_c.mix(0.75).filled())))
+                    .map_err(pe)?;
+            }
             chart
-                .draw_series(AreaSeries::new(running, 0.0, run_c.mix(0.45)))
+                .draw_series(AreaSeries::new(running.clone(), 0.0, run_c.mix(0.55)))
                 .map_err(pe)?;
+            let x_px = |t: f64| chart.backend_coord(&(t, 0.0)).0;
+            let edge = split_close_verticals(&running, x_px, 3);
             chart
                 .draw_series(
-                    run_edge
-                        .into_iter()
+                    edge.into_iter()
                         .map(|piece| PathElement::new(piece, run_c.stroke_width(1))),
                 )
                 .map_err(pe)?;
-            chart
-                .draw_series(
-                    waiting
-                        .into_iter()
-                        .map(|piece| PathElement::new(piece, wait_c.stroke_width(2))),
-                )
-                .map_err(pe)?;
-            chart
-                .draw_series(DashedLineSeries::new(
-                    [(0.0, *slots as f64), (self.end_s, *slots as f64)],
-                    6,
-                    4,
-                    slot_c.stroke_width(1),
-                ))
-                .map_err(pe)?;
+            if f64::from(*slots) <= top {
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        [(0.0, f64::from(*slots)), (end_u, f64::from(*slots))],
+                        6,
+                        4,
+                        slot_c.stroke_width(1),
+                    ))
+                    .map_err(pe)?;
+            }
         }
         Ok(())
     }

@@ -1,7 +1,11 @@
 //! Sweep plots: a heatmap of a metric over two axes and a line plot over one axis with one
-//! line per level of a series axis and 95% CI bands. Axes not on the plot become panels
+//! line per level of a series axis and its 95% CIs. Axes not on the plot become panels
 //! (small multiples) sharing one colour scale or y range, so panels compare at a glance.
-//! Axis values are placed at equal spacing in the order they were swept (ordinal axes).
+//! Axis values are placed at equal spacing in the order they were swept (ordinal axes);
+//! an axis of names (policies, fleets) is drawn as categories, never joined by lines.
+//! Series differ in colour (Okabe-Ito) and marker and are dodged sideways, so identical
+//! series stay visible; up to [`MAX_BANDS`] series get CI bands, more get error bars. A
+//! metric whose values span [`LOG_SPAN`] or more (all positive) is drawn on a log scale.
 
 use std::path::{Path, PathBuf};
 
@@ -12,14 +16,20 @@ use plotters::style::colors::colormaps::ViridisRGB;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::plot::{
-    Figure, PALETTE, Swatch, axis_label, clip, draw_legend_outside, font, grid_shape, legend_width, metric_label,
-    natural_bounds, pe, readable_label, save,
+    Figure, Swatch, axis_label, axis_value, clip, draw_legend_outside, draw_marker, font, grid_shape, human_metric,
+    legend_width, metric_label, natural_bounds, pe, readable_label, save, series_style,
 };
 use crate::sweep::spec::Plan;
 use crate::sweep::table::{Aggregate, Meta, Stat, fmt_stat};
 
 /// At most this many panels per figure; the rest are left out and the title says so.
 const MAX_PANELS: usize = 36;
+/// Above this many series a line plot draws error bars, not CI bands (nine overlapping
+/// bands are unreadable).
+pub const MAX_BANDS: usize = 3;
+/// The ratio of the largest to the smallest value from which a metric is drawn on a log
+/// scale (two decades).
+pub const LOG_SPAN: f64 = 100.0;
 
 /// Panels: for every combination of the axes not in `used`, in grid order, its caption and
 /// a function from the used axes' level indices to a point.
@@ -36,7 +46,12 @@ fn facets(plan: &Plan, used: &[usize]) -> Vec<(String, Vec<usize>)> {
             }
             let caption = others
                 .iter()
-                .map(|&i| format!("{}={}", plan.axes[i].name, plan.axes[i].levels[coords[i]].label))
+                .map(|&i| {
+                    axis_value(
+                        &plan.axes[i].name,
+                        &readable_label(&plan.axes[i].levels[coords[i]].label),
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ");
             (caption, coords)
@@ -79,8 +94,9 @@ fn title_of(meta: &Meta, metric: &str, what: &str, shown: usize, total: usize) -
         String::new()
     };
     format!(
-        "{}: {metric}, {what} over {} seeds{more}",
+        "{}: {}, {what} over {} seeds{more}",
         meta.scenario,
+        human_metric(metric),
         meta.plan.seeds.len()
     )
 }
@@ -344,7 +360,10 @@ pub struct Lines {
     series_labels: Vec<String>,
     /// Caption and stats `[series][x]`.
     panels: Vec<(String, Vec<Vec<Option<Stat>>>)>,
+    /// The value axis range, in log10 units when `log`.
     range: (f64, f64),
+    /// Values span [`LOG_SPAN`] or more, all positive: the value axis is log10.
+    log: bool,
 }
 
 const LN_PANEL: (u32, u32) = (440, 320);
@@ -360,6 +379,7 @@ impl Lines {
         let total = all.len();
         let n_series = series.map_or(1, |s| plan.axes[s].levels.len());
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        let mut mean_lo = f64::INFINITY;
         let bounds = natural_bounds(metric);
         let mut clipped = false;
         let mut panels = Vec::new();
@@ -378,6 +398,7 @@ impl Lines {
                         clipped |= a > st.mean - ci_of(&st) || b < st.mean + ci_of(&st);
                         lo = lo.min(a);
                         hi = hi.max(b);
+                        mean_lo = mean_lo.min(st.mean);
                     }
                     line.push(st);
                 }
@@ -389,12 +410,17 @@ impl Lines {
         if !lo.is_finite() {
             (lo, hi) = (0.0, 1.0);
         }
+        // On the means: an interval reaching 0 is cut at the axis's lowest decade.
+        let log = mean_lo > 0.0 && hi / mean_lo >= LOG_SPAN;
         let pad = ((hi - lo) * 0.08).max(1e-9);
-        let what = if clipped {
+        let mut what = if clipped {
             format!("mean ± 95% CI (clipped {})", bounds_text(bounds))
         } else {
             "mean ± 95% CI".to_string()
         };
+        if log {
+            what.push_str(", log scale");
+        }
         Some(Lines {
             title: title_of(meta, metric, &what, shown, total),
             bounds,
@@ -406,20 +432,61 @@ impl Lines {
                 |s| {
                     labels(plan, s)
                         .into_iter()
-                        .map(|l| format!("{}={l}", plan.axes[s].name))
+                        .map(|l| axis_value(&plan.axes[s].name, &l))
                         .collect()
                 },
             ),
             panels,
-            range: (
-                (lo - pad).min(if lo >= 0.0 { 0.0 } else { lo - pad }).max(bounds.0),
-                (hi + pad).min(if bounds.1.is_finite() {
-                    bounds.1 + pad
-                } else {
-                    f64::INFINITY
-                }),
-            ),
+            range: if log {
+                // Whole decades around the data, so the ticks are 1, 10, 100, ...
+                (mean_lo.log10().floor(), hi.log10().ceil())
+            } else {
+                (
+                    (lo - pad).min(if lo >= 0.0 { 0.0 } else { lo - pad }).max(bounds.0),
+                    (hi + pad).min(if bounds.1.is_finite() {
+                        bounds.1 + pad
+                    } else {
+                        f64::INFINITY
+                    }),
+                )
+            },
+            log,
         })
+    }
+
+    /// A value in axis units (log10 on a log axis, where values below the axis sit on it).
+    fn at(&self, v: f64) -> f64 {
+        if self.log {
+            if v > 0.0 {
+                v.log10().max(self.range.0)
+            } else {
+                self.range.0
+            }
+        } else {
+            v
+        }
+    }
+
+    /// An axis tick's label: the value, or on a log axis the power of ten at whole decades
+    /// (and nothing between them).
+    fn tick(&self, v: f64) -> String {
+        if !self.log {
+            return fmt_stat(v);
+        }
+        if (v - v.round()).abs() < 1e-9 {
+            fmt_stat(10f64.powi(v.round() as i32))
+        } else {
+            String::new()
+        }
+    }
+
+    /// Sideways offset of series `s` of `k` sharing a position, in category units: the
+    /// series of one position spread over at most 0.4 of the gap to the next.
+    fn dodge(s: usize, k: usize) -> f64 {
+        if k < 2 {
+            return 0.0;
+        }
+        (s as f64 - (k as f64 - 1.0) / 2.0) * (0.4 / k as f64).min(0.08)
     }
 
     fn draw_panel<DB: DrawingBackend>(
@@ -448,7 +515,7 @@ impl Lines {
                     String::new()
                 }
             })
-            .y_label_formatter(&|v| fmt_stat(*v))
+            .y_label_formatter(&|v| self.tick(*v))
             .y_desc(metric_label(&self.metric))
             .x_desc(self.x_name.clone())
             .label_style(font(11.0))
@@ -457,39 +524,60 @@ impl Lines {
             .bold_line_style(RGBColor(225, 225, 225))
             .draw()
             .map_err(pe)?;
+        let k = lines.len();
         for (s, line) in lines.iter().enumerate() {
-            let colour = PALETTE[s % PALETTE.len()];
-            // CI band: one polygon through every point that has data.
+            let (colour, marker) = series_style(s);
+            let dx = Self::dodge(s, k);
             let pts: Vec<(f64, Stat)> = line
                 .iter()
                 .enumerate()
-                .filter_map(|(i, st)| st.map(|st| (i as f64, st)))
+                .filter_map(|(i, st)| st.map(|st| (i as f64 + dx, st)))
                 .collect();
-            let band: Vec<(f64, f64)> = pts
-                .iter()
-                .map(|(x, st)| (*x, ci_ends(st, self.bounds).1))
-                .chain(pts.iter().rev().map(|(x, st)| (*x, ci_ends(st, self.bounds).0)))
-                .collect();
-            if band.len() >= 4 {
+            let ends = |st: &Stat| {
+                let (a, b) = ci_ends(st, self.bounds);
+                (self.at(a), self.at(b))
+            };
+            if k <= MAX_BANDS {
+                // CI band: one polygon through every point that has data.
+                let band: Vec<(f64, f64)> = pts
+                    .iter()
+                    .map(|(x, st)| (*x, ends(st).1))
+                    .chain(pts.iter().rev().map(|(x, st)| (*x, ends(st).0)))
+                    .collect();
+                if band.len() >= 4 {
+                    chart
+                        .draw_series(std::iter::once(Polygon::new(band, colour.mix(0.15).filled())))
+                        .map_err(pe)?;
+                }
+            } else {
+                // Error bars: one whisker per point, dodged with its marker.
                 chart
-                    .draw_series(std::iter::once(Polygon::new(band, colour.mix(0.18).filled())))
+                    .draw_series(pts.iter().map(|(x, st)| {
+                        let (a, b) = ends(st);
+                        PathElement::new(vec![(*x, a), (*x, b)], colour.mix(0.8).stroke_width(1))
+                    }))
                     .map_err(pe)?;
             }
             chart
                 .draw_series(LineSeries::new(
-                    pts.iter().map(|(x, st)| (*x, st.mean)),
-                    colour.stroke_width(2),
+                    pts.iter().map(|(x, st)| (*x, self.at(st.mean))),
+                    colour.stroke_width(if k <= MAX_BANDS { 2 } else { 1 }),
                 ))
                 .map_err(pe)?;
-            chart
-                .draw_series(pts.iter().map(|(x, st)| Circle::new((*x, st.mean), 3, colour.filled())))
-                .map_err(pe)?;
+            for (x, st) in &pts {
+                draw_marker(&mut chart, marker, (*x, self.at(st.mean)), 4, colour)?;
+            }
             // A clipped interval end is marked with a short bar at the bound.
             chart
                 .draw_series(
                     pts.iter()
                         .flat_map(|(x, st)| clipped_ends(st, self.bounds).map(move |b| (*x, b)))
-                        .map(|(x, b)| PathElement::new(vec![(x - 0.08, b), (x + 0.08, b)], colour.stroke_width(2))),
+                        .map(|(x, b)| {
+                            PathElement::new(
+                                vec![(x - 0.06, self.at(b)), (x + 0.06, self.at(b))],
+                                colour.stroke_width(2),
+                            )
+                        }),
                 )
                 .map_err(pe)?;
         }
@@ -535,7 +623,7 @@ impl Lines {
                     String::new()
                 }
             })
-            .x_label_formatter(&|v| fmt_stat(*v))
+            .x_label_formatter(&|v| self.tick(*v))
             .x_desc(metric_label(&self.metric))
             .label_style(font(11.0))
             .axis_desc_style(font(12.0))
@@ -545,7 +633,7 @@ impl Lines {
             .map_err(pe)?;
         let k = lines.len().max(1) as f64;
         for (s, line) in lines.iter().enumerate() {
-            let colour = PALETTE[s % PALETTE.len()];
+            let (colour, marker) = series_style(s);
             // Several series share a row, offset slightly so they do not hide each other.
             let dy = if k > 1.0 {
                 (s as f64 - (k - 1.0) / 2.0) * 0.6 / k
@@ -560,19 +648,24 @@ impl Lines {
             chart
                 .draw_series(pts.iter().map(|(y, st)| {
                     let (a, b) = ci_ends(st, self.bounds);
-                    PathElement::new(vec![(a, *y), (b, *y)], colour.stroke_width(2))
+                    PathElement::new(vec![(self.at(a), *y), (self.at(b), *y)], colour.stroke_width(2))
                 }))
                 .map_err(pe)?;
             chart
                 .draw_series(
                     pts.iter()
                         .flat_map(|(y, st)| clipped_ends(st, self.bounds).map(move |b| (*y, b)))
-                        .map(|(y, b)| PathElement::new(vec![(b, y - 0.12), (b, y + 0.12)], colour.stroke_width(2))),
+                        .map(|(y, b)| {
+                            PathElement::new(
+                                vec![(self.at(b), y - 0.12), (self.at(b), y + 0.12)],
+                                colour.stroke_width(2),
+                            )
+                        }),
                 )
                 .map_err(pe)?;
-            chart
-                .draw_series(pts.iter().map(|(y, st)| Circle::new((st.mean, *y), 4, colour.filled())))
-                .map_err(pe)?;
+            for (y, st) in &pts {
+                draw_marker(&mut chart, marker, (self.at(st.mean), *y), 4, colour)?;
+            }
         }
         Ok(())
     }
@@ -588,13 +681,8 @@ impl Lines {
             .iter()
             .enumerate()
             .map(|(s, l)| {
-                let c = PALETTE[s % PALETTE.len()];
-                let sw = if self.numeric() {
-                    Swatch::Line(c, 2)
-                } else {
-                    Swatch::Dot(c)
-                };
-                (clip(l, 40), sw)
+                let (c, m) = series_style(s);
+                (clip(l, 40), Swatch::Series(c, m))
             })
             .collect()
     }

@@ -351,7 +351,9 @@ pub fn fmt_mean_ci(mean: f64, ci: f64) -> String {
     if ci.is_nan() {
         return fmt_stat(mean);
     }
-    if ci == 0.0 || !ci.is_finite() {
+    // An interval below a billionth of the mean is rounding noise of identical seeds: it
+    // reads `± 0`, not as twelve zeros (`0.005521000000 ± 0.000000000000`).
+    if ci == 0.0 || !ci.is_finite() || ci < 1e-9 * mean.abs() || ci < 1e-12 {
         return format!("{} ± 0", fmt_stat(mean));
     }
     let decimals = (1 - ci.abs().log10().floor() as i32).clamp(0, 12) as usize;
@@ -746,6 +748,9 @@ mod tests {
         assert_eq!(fmt_mean_ci(663.64, 32.4638), "664 ± 32");
         assert_eq!(fmt_mean_ci(6.75, f64::NAN), "6.75");
         assert_eq!(fmt_mean_ci(2.0, 0.0), "2 ± 0");
+        // Rounding noise of identical seeds reads as no interval, like an exact zero.
+        assert_eq!(fmt_mean_ci(0.005521, 3e-19), "0.005521 ± 0");
+        assert_eq!(fmt_mean_ci(0.147053, 0.0), "0.147053 ± 0");
     }
 
     #[test]

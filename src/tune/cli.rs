@@ -57,6 +57,15 @@ pub struct TuneArgs {
     /// Seeds per candidate in the screening round (at least 2).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
     screen_seeds: u64,
+    /// Only configurations upstream routers ship today (production-stack main, SGLang,
+    /// llm-d, AIBrix, Dynamo, with their flags): candidates that need a patch or an open PR
+    /// are left out (the scenario's own configuration stays, as the baseline).
+    #[arg(long)]
+    upstream_only: bool,
+    /// How the winner is chosen among the candidates the seeds cannot separate from the
+    /// leader.
+    #[arg(long, value_enum, default_value_t = report::TieBreak::Upstream)]
+    tie_break: report::TieBreak,
     /// Run every candidate on BUDGET / candidates seeds instead of halving (the exhaustive
     /// sweep to check successive halving against).
     #[arg(long)]
@@ -122,7 +131,24 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
         }
         None => (space::default_space(), false),
     };
-    let (cands, dropped) = space::resolve(&src, space, strict).map_err(|m| anyhow!(m))?;
+    let (mut cands, mut dropped) = space::resolve(&src, space, strict).map_err(|m| anyhow!(m))?;
+    if a.upstream_only {
+        let all = std::mem::take(&mut cands);
+        for (i, c) in all.into_iter().enumerate() {
+            if i == 0 || super::upstream::of_candidate(&src, &c).is_some() {
+                cands.push(c);
+            } else {
+                dropped.push(space::Dropped {
+                    label: c.label,
+                    reason: "--upstream-only: no released router ships it (needs a patch or an open PR)".into(),
+                });
+            }
+        }
+        anyhow::ensure!(
+            cands.len() > 1,
+            "--upstream-only: no candidate of the space is shipped upstream"
+        );
+    }
     if a.list {
         for (i, c) in cands.iter().enumerate() {
             fleetsim_io::outln!("{i}\t{}", c.label)?;
@@ -183,7 +209,7 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
         }
         Outcome::Done { executed, wall } => (executed, wall),
     };
-    let rep = report::build(&src, &base.sim.name, &cands, &dropped, &search, &pareto);
+    let rep = report::build(&src, &base.sim.name, &cands, &dropped, &search, &pareto, a.tie_break);
     let written = super::write(&dir, &rep, a.plot.dpi(a.no_plots))?;
     if !a.quiet {
         fleetsim_io::out!("{}", report::render(&rep, a.top))?;

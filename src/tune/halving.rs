@@ -77,7 +77,16 @@ pub enum Stop {
     Budget,
     /// Every candidate ran every seed (exhaustive mode).
     Exhaustive,
+    /// Seed-to-seed variance is negligible: every candidate of the round scored within
+    /// [`NEGLIGIBLE_CI`] on all its seeds (deterministic runs being the extreme case), so
+    /// more seeds cannot change the ranking.
+    Negligible,
 }
+
+/// The 95% CI half-width of a candidate's score (objective units: the scenario's own
+/// configuration scores about the sum of the weights) below which more seeds are not run:
+/// 0.001, a thousandth of the scenario's score under the default objective.
+pub const NEGLIGIBLE_CI: f64 = 1e-3;
 
 /// One round as run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -246,8 +255,14 @@ impl Search {
             kept: Vec::new(),
         });
         let confident = test.is_some_and(|t| t.p < 1.0 - self.settings.confidence) && self.feasible(ranking[0]);
+        let negligible = candidates.iter().all(|&c| {
+            let s = Stat::of(&self.scores(c));
+            s.n >= 2 && (s.ci95 < NEGLIGIBLE_CI || s.std == 0.0)
+        });
         if self.settings.exhaustive {
             self.stop = Some(Stop::Exhaustive);
+        } else if negligible {
+            self.stop = Some(Stop::Negligible);
         } else if r >= 1 && confident {
             self.stop = Some(Stop::Confident);
         } else if r + 1 >= self.planned || ranking.len() < 2 {
@@ -399,6 +414,25 @@ mod tests {
         assert!(s.rounds[1].candidates.len() < 9);
         // Candidates 2 and 3 differ by 0.2 on every seed (up to the wobble): confident.
         assert_eq!(s.stop, Some(Stop::Confident));
+    }
+
+    #[test]
+    fn deterministic_runs_stop_after_the_screen() {
+        // Every seed gives every candidate the same score (a deterministic replay): the
+        // screen's two seeds show no variance, and no more seeds are run.
+        let o = Objective::parse("ttft_s.p99").unwrap();
+        let mut s = Search::new(9, settings(200), o, vec![], 1).unwrap();
+        while let Some((cands, seeds)) = s.next() {
+            let rows = cands
+                .iter()
+                .map(|&c| seeds.iter().map(|_| row(truth(c, 0), c)).collect())
+                .collect();
+            s.absorb(&cands, &seeds, rows);
+        }
+        assert_eq!(s.stop, Some(Stop::Negligible));
+        assert_eq!(s.rounds.len(), 1);
+        assert!(s.used < 200 / 2, "{} runs", s.used);
+        assert_eq!(s.final_ranking()[0], 2);
     }
 
     #[test]

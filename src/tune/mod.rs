@@ -5,7 +5,8 @@
 //! * [`objective`]: the weighted objective, constraints and the Pareto front;
 //! * [`halving`]: successive halving over seeds with paired comparisons (pure bookkeeping);
 //! * [`report`]: the ranked table, why the winner wins, the TOML snippet, the files;
-//! * [`flags`]: the winner as production-stack router flags.
+//! * [`flags`]: the winner as production-stack router flags;
+//! * [`upstream`]: which configurations upstream routers ship, with their flags.
 //!
 //! Each round of the search is a sweep (one `candidate` axis, the round's new seeds) run by
 //! the sweep machinery, so it is parallel, byte-identical for any `--jobs`, and shardable:
@@ -25,6 +26,7 @@ pub mod objective;
 pub mod pareto;
 pub mod report;
 pub mod space;
+pub mod upstream;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,12 +1,15 @@
-//! The `sim tune` Pareto plot: every candidate's mean over the screening seeds on the first
-//! two Pareto metrics, the non-dominated ones joined and labelled, the winner and the
-//! scenario's own configuration marked.
+//! The `sim tune` Pareto plot: every candidate's means over the seeds it ran (the ranked
+//! table's numbers) on the first two Pareto metrics, the non-dominated ones joined and
+//! labelled where a label fits without overlapping another, the winner and the scenario's
+//! own configuration marked by shape as well as colour (Okabe-Ito). An axis whose values
+//! span two decades or more is drawn on a log scale, so a crowd near zero spreads out.
 
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::plot::{Figure, PALETTE, clip, draw_legend, font, pe};
+use crate::plot::{Figure, PALETTE, clip, draw_legend, font, human_metric, pe};
 use crate::sweep::table::fmt_stat;
 use crate::tune::report::Report;
 use crate::tune::space::OWN;
@@ -38,16 +41,39 @@ impl ParetoPlot {
             .map_or(String::new(), |m| format!(" (front also over {m})"));
         ParetoPlot {
             title: format!(
-                "{}: {} candidates, means over {} screening seeds{third}",
+                "{}: {} candidates, means over each one's seeds (as ranked){third}",
                 r.scenario,
                 p.points.len(),
-                p.seeds.len()
             ),
             x_name: p.metrics[0].clone(),
             y_name: p.metrics[1].clone(),
             points,
             winner: r.winner.clone(),
         }
+    }
+}
+
+/// A log axis when every value is positive and they span [`crate::sweep::plot::LOG_SPAN`].
+fn is_log(xs: impl Iterator<Item = f64> + Clone) -> bool {
+    let lo = xs.clone().fold(f64::INFINITY, f64::min);
+    let hi = xs.fold(f64::NEG_INFINITY, f64::max);
+    lo > 0.0 && hi / lo >= crate::sweep::plot::LOG_SPAN
+}
+
+fn axis(v: f64, log: bool) -> f64 {
+    if log { v.log10() } else { v }
+}
+
+fn tick(v: f64, log: bool) -> String {
+    if !log {
+        return fmt_stat(v);
+    }
+    // Decades and their 2x and 5x marks.
+    let p = 10f64.powf(v);
+    let m = p / 10f64.powf(v.floor());
+    match [1.0, 2.0, 5.0, 10.0].iter().find(|k| (m - *k).abs() < 0.03 * *k) {
+        Some(k) => fmt_stat(k * 10f64.powf(v.floor())),
+        None => String::new(),
     }
 }
 
@@ -66,21 +92,34 @@ impl Figure for ParetoPlot {
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
-        let (x0, x1) = range(self.points.iter().map(|p| p.1));
-        let (y0, y1) = range(self.points.iter().map(|p| p.2));
+        let lx = is_log(self.points.iter().map(|p| p.1));
+        let ly = is_log(self.points.iter().map(|p| p.2));
+        let pt = |p: &(String, f64, f64, bool)| (axis(p.1, lx), axis(p.2, ly));
+        let (x0, x1) = range(self.points.iter().map(|p| axis(p.1, lx)));
+        let (y0, y1) = range(self.points.iter().map(|p| axis(p.2, ly)));
+        let scale = |name: &str, log: bool| {
+            if log {
+                format!("{}, log scale", human_metric(name))
+            } else {
+                human_metric(name)
+            }
+        };
         let mut chart = ChartBuilder::on(root)
             .caption(clip(&self.title, 100), font(15.0))
             .margin(12)
+            .margin_right(24)
             .x_label_area_size(44)
             .y_label_area_size(70)
             .build_cartesian_2d(x0..x1, y0..y1)
             .map_err(pe)?;
         chart
             .configure_mesh()
-            .x_desc(format!("{} (mean, lower is better unless a rate)", self.x_name))
-            .y_desc(self.y_name.clone())
-            .x_label_formatter(&|v| fmt_stat(*v))
-            .y_label_formatter(&|v| fmt_stat(*v))
+            .x_desc(format!("{}, mean", scale(&self.x_name, lx)))
+            .y_desc(format!("{}, mean", scale(&self.y_name, ly)))
+            .x_labels(if lx { 40 } else { 10 })
+            .y_labels(if ly { 40 } else { 10 })
+            .x_label_formatter(&|v| tick(*v, lx))
+            .y_label_formatter(&|v| tick(*v, ly))
             .label_style(font(11.0))
             .axis_desc_style(font(12.0))
             .light_line_style(TRANSPARENT)
@@ -93,7 +132,7 @@ impl Figure for ParetoPlot {
                 self.points
                     .iter()
                     .filter(|p| !p.3)
-                    .map(|p| Circle::new((p.1, p.2), 3, grey.filled())),
+                    .map(|p| Circle::new(pt(p), 3, grey.filled())),
             )
             .map_err(pe)?
             .label("dominated")
@@ -102,59 +141,109 @@ impl Figure for ParetoPlot {
         front.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)));
         let blue = PALETTE[0];
         chart
-            .draw_series(LineSeries::new(front.iter().map(|p| (p.1, p.2)), blue.stroke_width(1)))
+            .draw_series(LineSeries::new(front.iter().map(|p| pt(p)), blue.stroke_width(1)))
             .map_err(pe)?;
         chart
-            .draw_series(front.iter().map(|p| Circle::new((p.1, p.2), 5, blue.filled())))
+            .draw_series(front.iter().map(|p| Circle::new(pt(p), 5, blue.filled())))
             .map_err(pe)?
             .label("Pareto front")
             .legend(move |(x, y)| Circle::new((x, y), 5, blue.filled()));
-        // Label at most 12 front points (the first ones along x), each position once with
-        // a count of the candidates that share it, to keep the plot legible.
-        let mut labelled: Vec<(f64, f64)> = Vec::new();
+        let (winner_c, own_c) = (PALETTE[3], RGBColor(0, 0, 0));
+        let mut taken: Vec<(i32, i32, i32, i32)> = Vec::new();
+        let mut mark = |at: (f64, f64), r: i32| {
+            let (x, y) = chart.backend_coord(&at);
+            taken.push((x - r, y - r, x + r, y + r));
+        };
+        for p in self.points.iter().filter(|p| p.3 || p.0 == self.winner || p.0 == OWN) {
+            mark(pt(p), 6);
+        }
+        if let Some(p) = self.points.iter().find(|p| p.0 == self.winner) {
+            chart
+                .draw_series(std::iter::once(TriangleMarker::new(pt(p), 10, winner_c.filled())))
+                .map_err(pe)?
+                .label(format!("winner: {}", clip(&p.0, 50)))
+                .legend(move |(x, y)| TriangleMarker::new((x, y), 6, winner_c.filled()));
+        }
+        if let Some(p) = self.points.iter().find(|p| p.0 == OWN) {
+            let (x, y) = pt(p);
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at((x, y)) + Rectangle::new([(-6, -6), (6, 6)], own_c.filled()),
+                ))
+                .map_err(pe)?
+                .label("scenario's own")
+                .legend(move |(x, y)| Rectangle::new([(x - 5, y - 5), (x + 5, y + 5)], own_c.filled()));
+        }
+        // Labels: the front's points (at most 12, each position once with a count of the
+        // candidates sharing it), then the winner's and the scenario's; each placed at the
+        // first of four corners around its point where it overlaps no marker and no earlier
+        // label, and left out where none is free.
+        let area = chart.plotting_area().strip_coord_spec();
+        let (aw, ah) = area.dim_in_pixel();
+        let mut wanted: Vec<(String, (f64, f64))> = Vec::new();
+        let mut seen: Vec<(f64, f64)> = Vec::new();
         for p in &front {
-            if labelled.len() == 12 || labelled.contains(&(p.1, p.2)) {
+            if seen.len() == 12 || seen.contains(&(p.1, p.2)) {
                 continue;
             }
-            labelled.push((p.1, p.2));
+            seen.push((p.1, p.2));
             let same = front.iter().filter(|q| (q.1, q.2) == (p.1, p.2)).count();
             let text = if same > 1 {
-                format!("{} (+{} at the same point)", clip(&p.0, 40), same - 1)
+                format!("{} (+{} here)", clip(&p.0, 36), same - 1)
             } else {
                 clip(&p.0, 44)
             };
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    text,
-                    (p.1, p.2),
-                    font(10.0).pos(plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Left,
-                        plotters::style::text_anchor::VPos::Bottom,
-                    )),
-                )))
-                .map_err(pe)?;
+            wanted.push((text, pt(p)));
         }
-        let red = PALETTE[3];
-        let green = PALETTE[2];
-        for (label, colour, name) in [
-            (&self.winner, red, "winner"),
-            (&OWN.to_string(), green, "scenario's own"),
-        ] {
-            if let Some(p) = self.points.iter().find(|p| p.0 == *label) {
-                let name = if name == "winner" {
-                    format!("winner: {}", clip(&p.0, 50))
-                } else {
-                    name.to_string()
-                };
-                chart
-                    .draw_series(std::iter::once(TriangleMarker::new((p.1, p.2), 9, colour.filled())))
-                    .map_err(pe)?
-                    .label(name)
-                    .legend(move |(x, y)| TriangleMarker::new((x, y), 6, colour.filled()));
+        for name in [&self.winner, &OWN.to_string()] {
+            if let Some(p) = self.points.iter().find(|p| p.0 == *name && !p.3) {
+                wanted.push((clip(&p.0, 44), pt(p)));
+            }
+        }
+        let (ox, oy) = chart.plotting_area().get_base_pixel();
+        let f = font(10.0);
+        for (text, at) in wanted {
+            let (px, py) = chart.backend_coord(&at);
+            let (tw, th) = area.estimate_text_size(&text, &f).map_err(pe)?;
+            let (tw, th) = (tw as i32, th as i32);
+            let boxes = [
+                (px + 7, py - 7 - th),
+                (px + 7, py + 7),
+                (px - 7 - tw, py - 7 - th),
+                (px - 7 - tw, py + 7),
+            ];
+            let free = boxes.into_iter().find(|&(x, y)| {
+                let b = (x, y, x + tw, y + th);
+                let inside = b.0 >= ox && b.1 >= oy && b.2 <= ox + aw as i32 && b.3 <= oy + ah as i32;
+                inside && !taken.iter().any(|t| b.0 < t.2 && t.0 < b.2 && b.1 < t.3 && t.1 < b.3)
+            });
+            if let Some((x, y)) = free {
+                taken.push((x, y, x + tw, y + th));
+                area.draw(&Text::new(
+                    text,
+                    (x - ox, y - oy),
+                    f.clone().pos(Pos::new(HPos::Left, VPos::Top)),
+                ))
+                .map_err(pe)?;
             }
         }
         // Lower right: with two metrics to minimize, the front is lower left and the worst
         // candidates upper right.
         draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_axes_for_values_spanning_decades() {
+        assert!(is_log([3.0, 12.0, 660.0].into_iter()));
+        assert!(!is_log([0.0, 12.0, 660.0].into_iter()), "a zero forbids a log axis");
+        assert!(!is_log([1.2, 6.3].into_iter()));
+        assert_eq!(tick(2.0, true), "100");
+        assert_eq!(tick(2f64.log10() + 1.0, true), "20");
+        assert_eq!(tick(0.15, true), "");
     }
 }

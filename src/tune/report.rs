@@ -9,9 +9,10 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::flags::{Flags, production_stack};
-use super::halving::{Paired, Search, Settings, Stop, paired};
+use super::halving::{NEGLIGIBLE_CI, Paired, Search, Settings, Stop, paired};
 use super::objective::{maximize, pareto_front};
 use super::space::{Candidate, Dropped, OWN};
+use super::upstream::{Upstream, of_candidate, settings_changed};
 use crate::scenario::Source;
 use crate::sweep::table::{Stat, fmt_mean_ci, fmt_stat};
 
@@ -38,6 +39,43 @@ impl MeanCi {
     }
 }
 
+/// How the winner is chosen among the candidates the seeds cannot separate (`--tie-break`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TieBreak {
+    /// A configuration an upstream router ships today first, then the best score.
+    Upstream,
+    /// The best mean score (the statistical leader).
+    Score,
+    /// The highest prefix-cache hit rate.
+    PrefixHit,
+    /// The fewest settings changed from the policy's upstream defaults.
+    Simple,
+}
+
+impl TieBreak {
+    fn describe(self) -> &'static str {
+        match self {
+            TieBreak::Upstream => "upstream-ready first, then score",
+            TieBreak::Score => "best score",
+            TieBreak::PrefixHit => "highest prefix-cache hit rate",
+            TieBreak::Simple => "fewest settings changed",
+        }
+    }
+}
+
+/// A p-value to two significant digits (`p < 0.001` below that).
+pub fn fmt_p(p: f64) -> String {
+    if p.is_nan() {
+        return "p = n/a".into();
+    }
+    if p < 0.001 {
+        return "p < 0.001".into();
+    }
+    let d = (1 - p.log10().floor() as i32).clamp(1, 3) as usize;
+    format!("p = {p:.d$}")
+}
+
 /// One ranked candidate.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
@@ -55,6 +93,10 @@ pub struct Row {
     pub score: MeanCi,
     /// The shown metrics, in [`Report::metrics`] order.
     pub metrics: Vec<MeanCi>,
+    /// The seeds cannot separate it from the leader (paired, at `--confidence`).
+    pub tie: bool,
+    /// The upstream router that ships this configuration, and how; `None`: needs a patch.
+    pub upstream: Option<Upstream>,
 }
 
 /// One metric of a paired comparison.
@@ -89,12 +131,12 @@ pub struct Comparison {
     pub metrics: Vec<Diff>,
 }
 
-/// The Pareto front on the screening seeds (which every candidate ran).
+/// The Pareto front on each candidate's means over the seeds it ran (the ranked table's).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Pareto {
     /// Its metrics.
     pub metrics: Vec<String>,
-    /// Seeds the means are over.
+    /// The screening seeds, which every candidate ran (finalists ran more).
     pub seeds: Vec<u64>,
     /// `(candidate, means)` for every candidate, in candidate order.
     pub points: Vec<(String, Vec<f64>)>,
@@ -138,10 +180,19 @@ pub struct Report {
     pub rounds: Vec<RoundSummary>,
     /// The metrics of the table.
     pub metrics: Vec<String>,
-    /// Ranked candidates.
+    /// Ranked candidates, by mean score (constraint-breakers last).
     pub ranked: Vec<Row>,
+    /// The statistical leader: the best mean score among the candidates that ran the most
+    /// seeds (the last round's).
+    pub leader: String,
+    /// The candidates the seeds cannot separate from the leader, leader first.
+    pub tie: Vec<String>,
+    /// How the winner was chosen among them.
+    pub tie_break: TieBreak,
     /// The recommendation.
     pub winner: String,
+    /// The upstream router that ships the winner, and how.
+    pub winner_upstream: Option<Upstream>,
     /// Against the runner-up.
     pub vs_runner_up: Option<Comparison>,
     /// Against the scenario's own configuration (absent when it wins).
@@ -255,6 +306,7 @@ pub fn build(
     dropped: &[Dropped],
     search: &Search,
     pareto_metrics: &[String],
+    tie_break: TieBreak,
 ) -> Report {
     let mut metrics: Vec<String> = Vec::new();
     let wanted = search
@@ -270,7 +322,48 @@ pub fn build(
             metrics.push(m);
         }
     }
-    let order = search.final_ranking();
+    let ran: Vec<usize> = (0..cands.len()).filter(|&c| !search.runs[c].is_empty()).collect();
+    let order = search.rank(&ran);
+    let ups: Vec<Option<Upstream>> = cands.iter().map(|c| of_candidate(src, c)).collect();
+    // The leader: the best of the candidates with the most seeds (the last round's).
+    let most = ran.iter().map(|&c| search.runs[c].len()).max().unwrap_or(0);
+    let finalists: Vec<usize> = ran.iter().copied().filter(|&c| search.runs[c].len() == most).collect();
+    let leader = search.rank(&finalists)[0];
+    // The tie: every candidate the leader does not beat at --confidence on their common
+    // seeds (one-sided paired test), on the same side of the constraints.
+    let lead_scores = search.scores(leader);
+    let alpha = 1.0 - search.settings.confidence;
+    let tied = |c: usize| {
+        if c == leader {
+            return true;
+        }
+        let s = search.scores(c);
+        let n = s.len().min(lead_scores.len());
+        let d = paired(&lead_scores[..n], &s[..n]);
+        search.feasible(c) == search.feasible(leader) && n >= 2 && (d.p >= alpha || d.mean.abs() < NEGLIGIBLE_CI)
+    };
+    let tie: Vec<usize> = std::iter::once(leader)
+        .chain(order.iter().copied().filter(|&c| c != leader && tied(c)))
+        .collect();
+    let mean_of = |c: usize, m: &str| Stat::of(&search.values(c, m)).mean;
+    let score_of = |c: usize| Stat::of(&search.scores(c)).mean;
+    let mut pick = tie.clone();
+    pick.sort_by(|&a, &b| {
+        let base = (a != leader)
+            .cmp(&(b != leader))
+            .then(score_of(a).total_cmp(&score_of(b)));
+        match tie_break {
+            TieBreak::Score => base,
+            TieBreak::Upstream => ups[a].is_none().cmp(&ups[b].is_none()).then(base),
+            TieBreak::PrefixHit => mean_of(b, "prefix_cache_hit_rate")
+                .total_cmp(&mean_of(a, "prefix_cache_hit_rate"))
+                .then(base),
+            TieBreak::Simple => settings_changed(&cands[a].policy, &cands[a].router)
+                .cmp(&settings_changed(&cands[b].policy, &cands[b].router))
+                .then(base),
+        }
+    });
+    let w = pick[0];
     let ranked: Vec<Row> = order
         .iter()
         .enumerate()
@@ -282,18 +375,21 @@ pub fn build(
             feasible: search.feasible(c),
             score: MeanCi::of(&search.scores(c)),
             metrics: metrics.iter().map(|m| MeanCi::of(&search.values(c, m))).collect(),
+            tie: tie.contains(&c),
+            upstream: ups[c].clone(),
         })
         .collect();
-    let w = order[0];
-    let runner = order.get(1).copied();
-    let screen = search.rounds.first().map_or(0, |r| r.seeds.len());
+    // The runner-up: the best-ranked other candidate.
+    let runner = order.iter().copied().find(|&c| c != w);
+    // Each candidate's means over all the seeds it ran: the numbers of the ranked table, so
+    // the winner's point is the winner's row (not a screening estimate of it).
     let points: Vec<(String, Vec<f64>)> = cands
         .iter()
         .enumerate()
         .map(|(c, cand)| {
             let v = pareto_metrics
                 .iter()
-                .map(|m| Stat::of(&search.values(c, m)[..screen.min(search.runs[c].len())]).mean)
+                .map(|m| Stat::of(&search.values(c, m)).mean)
                 .collect();
             (cand.label.clone(), v)
         })
@@ -327,7 +423,11 @@ pub fn build(
             })
             .collect(),
         ranked,
+        leader: cands[leader].label.clone(),
+        tie: tie.iter().map(|&c| cands[c].label.clone()).collect(),
+        tie_break,
         winner: cands[w].label.clone(),
+        winner_upstream: ups[w].clone(),
         vs_runner_up: runner.map(|r| compare(search, cands, src, &metrics, w, r)),
         vs_scenario: (w != 0).then(|| compare(search, cands, src, &metrics, w, 0)),
         pareto: Pareto {
@@ -345,12 +445,11 @@ pub fn build(
 fn why(out: &mut String, c: &Comparison, against: &str) {
     let _ = writeln!(
         out,
-        "\nAgainst {against} `{}` ({} common seeds; the winner's objective lead {} ± {}, paired, p = {}):",
+        "\nAgainst {against} `{}` ({} common seeds; the winner's objective lead {}, paired, {}):",
         c.other,
         c.seeds,
-        fmt_stat(c.score.mean),
-        fmt_stat(c.score.ci95),
-        fmt_stat(c.score.p)
+        fmt_mean_ci(c.score.mean, c.score.ci95),
+        fmt_p(c.score.p)
     );
     if c.config.is_empty() {
         let _ = writeln!(out, "- configuration: identical router settings");
@@ -365,14 +464,27 @@ fn why(out: &mut String, c: &Comparison, against: &str) {
     for d in sig {
         let _ = writeln!(
             out,
-            "- {}: {} vs {} ({} {}, paired 95% CI ± {})",
+            "- {}: {} vs {} ({} {}, paired 95% CI)",
             d.metric,
-            fmt_stat(d.winner),
-            fmt_stat(d.other),
+            fmt_sig(d.winner),
+            fmt_sig(d.other),
             if d.favours_winner { "better by" } else { "worse by" },
-            fmt_stat(d.diff.mean.abs()),
-            fmt_stat(d.diff.ci95)
+            fmt_mean_ci(d.diff.mean.abs(), d.diff.ci95),
         );
+    }
+}
+
+/// A single value to 4 significant digits (whole numbers from 1,000 up).
+pub fn fmt_sig(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return fmt_stat(x);
+    }
+    let d = (3 - x.abs().log10().floor() as i32).clamp(0, 12) as usize;
+    let s = format!("{x:.d$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
     }
 }
 
@@ -390,6 +502,9 @@ pub fn render(r: &Report, top: usize) -> String {
             r.settings.confidence * 100.0
         ),
         Some(Stop::Exhaustive) => "exhaustive: every candidate on every seed".into(),
+        Some(Stop::Negligible) => format!(
+            "stopped: seed-to-seed variance negligible (every candidate's score 95% CI below {NEGLIGIBLE_CI}), more seeds cannot change the ranking"
+        ),
         _ => "stopped: budget spent".into(),
     };
     let _ = writeln!(
@@ -404,9 +519,9 @@ pub fn render(r: &Report, top: usize) -> String {
     for (i, rd) in r.rounds.iter().enumerate() {
         let p = rd.leader_vs_runner_up.map_or(String::new(), |p| {
             format!(
-                ", ahead of the runner-up by {} (p = {})",
-                fmt_stat(p.mean),
-                fmt_stat(p.p)
+                ", ahead of the runner-up by {} ({})",
+                fmt_mean_ci(p.mean, p.ci95),
+                fmt_p(p.p)
             )
         });
         let seeds = match (rd.seeds.first(), rd.seeds.last()) {
@@ -422,8 +537,11 @@ pub fn render(r: &Report, top: usize) -> String {
             rd.leader
         );
     }
-    let _ = writeln!(out, "\n## Ranking (mean ± 95% CI over each candidate's seeds)\n");
-    let mut head = vec!["rank", "candidate", "seeds", "score"];
+    let _ = writeln!(
+        out,
+        "\n## Ranking by score (mean ± 95% CI over each candidate's seeds; tie: not separable from the leader)\n"
+    );
+    let mut head = vec!["rank", "candidate", "seeds", "tie", "upstream", "score"];
     head.extend(r.metrics.iter().map(String::as_str));
     let _ = writeln!(out, "| {} |", head.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
@@ -436,6 +554,14 @@ pub fn render(r: &Report, top: usize) -> String {
                 if row.feasible { "" } else { " (violates constraints)" }
             ),
             row.seeds.to_string(),
+            if row.candidate == r.winner {
+                "winner".into()
+            } else if row.tie {
+                "tie".into()
+            } else {
+                String::new()
+            },
+            row.upstream.as_ref().map_or("patch".into(), |u| u.router.to_string()),
             row.score.text(),
         ];
         cells.extend(row.metrics.iter().map(MeanCi::text));
@@ -445,6 +571,39 @@ pub fn render(r: &Report, top: usize) -> String {
         let _ = writeln!(out, "\n({} more in tune.md and tune.csv)", r.ranked.len() - top);
     }
     let _ = writeln!(out, "\n## Winner: `{}`", r.winner);
+    if r.tie.len() > 1 {
+        let _ = writeln!(
+            out,
+            "\nStatistical tie: {} candidates cannot be separated from the leader `{}` at {}% (paired on common seeds); tie-break `{}` ({}) picks `{}`. The tie: {}.",
+            r.tie.len(),
+            r.leader,
+            r.settings.confidence * 100.0,
+            serde_json::to_value(r.tie_break)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            r.tie_break.describe(),
+            r.winner,
+            {
+                let mut names: Vec<String> = r.tie.iter().take(8).map(|t| format!("`{t}`")).collect();
+                if r.tie.len() > 8 {
+                    names.push(format!("and {} more marked `tie` in the table", r.tie.len() - 8));
+                }
+                names.join(", ")
+            }
+        );
+    }
+    match &r.winner_upstream {
+        Some(u) => {
+            let _ = writeln!(out, "\nUpstream: {} ships it today: `{}`", u.router, u.how);
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "\nUpstream: no released router ships this configuration (it needs a patch or an open PR); `--tie-break upstream` or `--upstream-only` asks for one that does."
+            );
+        }
+    }
     if let Some(c) = &r.vs_runner_up {
         why(&mut out, c, "the runner-up");
     }
@@ -467,7 +626,7 @@ pub fn render(r: &Report, top: usize) -> String {
     }
     let _ = writeln!(
         out,
-        "\n## Pareto front ({}; means over the screening seeds)\n",
+        "\n## Pareto front ({}; means over each candidate's seeds, as ranked)\n",
         r.pareto.metrics.join(", ")
     );
     for &i in &r.pareto.front {
@@ -477,7 +636,7 @@ pub fn render(r: &Report, top: usize) -> String {
             .metrics
             .iter()
             .zip(v)
-            .map(|(m, x)| format!("{m} {}", fmt_stat(*x)))
+            .map(|(m, x)| format!("{m} {}", fmt_sig(*x)))
             .collect();
         let _ = writeln!(out, "- `{label}`: {}", vals.join(", "));
     }

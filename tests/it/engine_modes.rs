@@ -40,7 +40,7 @@ fn outputs_counted(s: &Scenario, w: &Workload, mode: EngineMode, dir: &Path) -> 
     };
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
     let hints = fleetsim::hints::hints(&res.decisions, &names, 1.0);
-    let files = write_all(dir, &res, "", &perf, &hints).map_err(|e| e.to_string())?;
+    let files = write_all(dir, &res, "", &perf, &hints, true).map_err(|e| e.to_string())?;
     let mut out: Vec<(String, Vec<u8>)> = files
         .iter()
         .filter(|p| p.file_name().is_some_and(|n| n != "perf.json"))

@@ -29,6 +29,7 @@ mod explain;
 mod exports;
 mod family;
 mod faults;
+mod first_hour;
 mod fleet;
 mod fuzz;
 mod guarantees;

@@ -41,19 +41,22 @@ fn ink(rgb: &[u8]) -> f64 {
 fn dpi_redraws_pngs_and_leaves_svgs_and_defaults_alone() {
     let t = tempfile::tempdir().unwrap();
     let (base, hi) = (t.path().join("base"), t.path().join("hi"));
-    run_into(&base, &[]);
-    run_into(&hi, &["--dpi", "192"]);
+    run_into(&base, &["--dpi", "96"]);
+    run_into(&hi, &[]);
     let (w, h, ppm, rgb) = png(&base.join("timeseries.png"));
-    assert_eq!(ppm, None, "the default PNG records no resolution");
+    assert_eq!(
+        ppm, None,
+        "a 96-dpi PNG (the figure's own pixels) records no resolution"
+    );
     let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/burst8/timeseries.png");
     assert_eq!(
-        std::fs::read(base.join("timeseries.png")).unwrap(),
+        std::fs::read(hi.join("timeseries.png")).unwrap(),
         std::fs::read(committed).unwrap(),
-        "the default is the committed picture"
+        "the default (192 dpi, twice the pixels) is the committed picture"
     );
     let (w2, h2, ppm2, rgb2) = png(&hi.join("timeseries.png"));
     assert_eq!((w2, h2), (2 * w, 2 * h));
-    assert_eq!(ppm2, Some(7559), "192 dpi = 7559 pixels per metre");
+    assert_eq!(ppm2, Some(7559), "192 dpi (the default) = 7559 pixels per metre");
     // The same picture redrawn: text, lines and areas cover the same share of the canvas
     // (a blank or mis-scaled drawing would not), within 10% for line-width rounding.
     let (a, b) = (ink(&rgb), ink(&rgb2));
@@ -100,5 +103,80 @@ fn heatmap_keeps_every_column_label() {
             svg.contains(&format!(">\n{policy}\n</text>")),
             "{policy} missing from the heatmap"
         );
+    }
+}
+
+/// The time series a design doc can use: the title names the scenario, the policy and the
+/// seed; waiting is stacked on running (an area, not a line over the running area), so 4
+/// running + 4 waiting stands above the slot line; every panel has the same grid; the y axis
+/// follows the data, not a slot limit far above it; time is in the unit its span needs.
+#[test]
+fn time_series_reads_at_a_glance() {
+    let t = tempfile::tempdir().unwrap();
+    run_into(t.path(), &[]);
+    let svg = std::fs::read_to_string(t.path().join("timeseries.svg")).unwrap();
+    assert!(
+        svg.contains("burst8: prefixaware (prefix_min_match_length = 16384, fallback = qps), seed 1"),
+        "title with scenario, policy and seed"
+    );
+    assert!(svg.contains("waiting (stacked)"));
+    // The waiting band is a filled polygon in its own colour (Okabe-Ito vermillion).
+    assert!(
+        svg.contains("<polygon") && svg.contains("#D55E00"),
+        "waiting drawn as a stacked area"
+    );
+    // The y axis reaches 8 (4 running + 4 waiting), which a slot-scaled axis (4) would not.
+    assert!(svg.contains(">\n8\n</text>"), "y scaled to running + waiting");
+    assert!(svg.contains("simulated time (s)"));
+    // Vertical grid lines in both panels: the 50 s tick's line is drawn once per panel.
+    let grid = svg.matches(r##"stroke="#E1E1E1""##).count();
+    assert!(grid >= 2 * 10, "grid in every panel ({grid} grid lines)");
+    // A replay-like fleet with 1,024 slots and a handful of requests: the axis follows the
+    // data and the panel says where the slot limit went.
+    let t2 = tempfile::tempdir().unwrap();
+    run_into(t2.path(), &["--set", "backends.max_num_seqs=1024"]);
+    let svg = std::fs::read_to_string(t2.path().join("timeseries.svg")).unwrap();
+    assert!(svg.contains("slot limit 1024, above the scale"));
+    assert!(!svg.contains(">\n1000\n</text>"), "no tick near 1,024");
+}
+
+fn sweep_into(dir: &Path, scenario: &str) {
+    sim()
+        .args(["sweep", scenario, "--seeds", "2", "--quiet", "--out"])
+        .arg(dir)
+        .assert()
+        .success();
+}
+
+/// Sweep line plots: labels in words with one unit; five series drawn with error bars and
+/// distinct markers, not five overlapping CI bands; a policy axis drawn as categories; a
+/// metric spanning decades on a log scale.
+#[test]
+fn sweep_plots_tell_series_apart_and_label_once() {
+    let t = tempfile::tempdir().unwrap();
+    sweep_into(t.path(), "scenarios/compare-replicas.toml");
+    let svg = std::fs::read_to_string(t.path().join("line_idle_while_queued_s.svg")).unwrap();
+    assert!(svg.contains("idle while queued (s)"), "human label");
+    assert!(!svg.contains("idle_while_queued_s (s)"), "no doubled unit");
+    assert!(svg.contains("policy = least_request"), "legend in words");
+    assert!(!svg.contains(r#"opacity="0.15""#), "five series: error bars, no bands");
+    // Markers other than circles: triangles and diamonds are polygons.
+    assert!(svg.matches("<polygon").count() >= 8, "distinct marker shapes");
+    let t2 = tempfile::tempdir().unwrap();
+    sweep_into(t2.path(), "scenarios/compare-agent-burst.toml");
+    let svg = std::fs::read_to_string(t2.path().join("line_idle_while_queued_s.svg")).unwrap();
+    // 3 s to 400 s idle while queued: two decades, so a log axis with decade ticks.
+    assert!(svg.contains("log scale"), "values spanning decades on a log scale");
+    assert!(svg.contains(">\n100\n</text>") && svg.contains(">\n10\n</text>"));
+    // Policies as categories: one label per policy, no line joining them.
+    assert!(svg.contains(">\nleast_request\n</text>"));
+    // Series lines are CI bars of two points each: nothing joins one policy to the next.
+    for line in svg
+        .split("<polyline")
+        .skip(1)
+        .filter(|l| l.contains(r##"stroke="#0072B2""##))
+    {
+        let pts = line.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        assert_eq!(pts.split_whitespace().count(), 2, "categories are not joined: {pts}");
     }
 }

@@ -324,3 +324,91 @@ fn list_prints_the_candidates_without_running() {
     assert!(out.contains("\tdynamo overlap_score_weight=1.0\n"));
     assert!(out.contains("(left out: the same router configuration as `scenario`)"));
 }
+
+/// The ranked table is sorted by score; the seeds' tie is named and the tie-break picks
+/// within it; `--upstream-only` keeps only what upstream routers ship, with their flags.
+#[test]
+fn ranks_follow_the_score_ties_are_named_and_upstream_only_keeps_shipped_routers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let space = write(
+        tmp.path(),
+        "space.toml",
+        r#"
+[[policy]]
+kind = "prefixaware"
+prefix_min_match_length = 16384
+fallback = "local_inflight"
+band = 0
+follow = true
+
+[[policy]]
+kind = "least_request"
+tie = ["random", "first"]
+
+[[policy]]
+kind = "dynamo"
+overlap_score_weight = [0.5, 1.0]
+
+[[policy]]
+kind = "loadaware"
+"#,
+    );
+    let all = tmp.path().join("all");
+    small_tune(&space, &all, &["--tie-break", "upstream"]).success();
+    let r = report(&all);
+    let scores: Vec<f64> = r["ranked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["feasible"] == true)
+        .map(|x| x["score"]["mean"].as_f64().unwrap())
+        .collect();
+    assert!(
+        scores.windows(2).all(|w| w[0] <= w[1]),
+        "ranks sorted by score: {scores:?}"
+    );
+    let tie: Vec<&str> = r["tie"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(tie.contains(&r["leader"].as_str().unwrap()));
+    assert!(
+        tie.contains(&r["winner"].as_str().unwrap()),
+        "the winner comes from the tie"
+    );
+    // upstream tie-break: an upstream-ready member of the tie wins when there is one.
+    let ups = |name: &str| {
+        r["ranked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["candidate"] == name)
+            .unwrap()["upstream"]
+            .is_object()
+    };
+    if tie.iter().any(|t| ups(t)) {
+        assert!(ups(r["winner"].as_str().unwrap()), "{r:#}");
+    }
+    let md = std::fs::read_to_string(all.join("tune.md")).unwrap();
+    assert!(md.contains("| rank | candidate | seeds | tie | upstream | score |"));
+    assert!(!md.contains("000000000"), "no runs of zeros in the formatting");
+    // --upstream-only: loadaware (PR #1035) and the local_inflight fix are left out.
+    let up = tmp.path().join("up");
+    small_tune(&space, &up, &["--upstream-only"]).success();
+    let r = report(&up);
+    let dropped = r["dropped"].to_string();
+    assert!(
+        dropped.contains("loadaware") && dropped.contains("local_inflight"),
+        "{dropped}"
+    );
+    for row in r["ranked"].as_array().unwrap() {
+        assert!(row["upstream"].is_object(), "{row}");
+    }
+    let how = r["winner_upstream"]["how"].as_str().unwrap();
+    assert!(
+        how.contains("--kv-overlap-score-weight") || how.contains("least-request") || how.contains("vllm-router"),
+        "{how}"
+    );
+}

@@ -37,8 +37,12 @@ pub const MANIFEST: &str = "run.json";
 /// Files left out of the manifest: they vary from run to run by design.
 const UNLISTED: [&str; 2] = [MANIFEST, "perf.json"];
 
-/// The files every `sim run` folder holds: a folder read as a run must list them all in its
-/// manifest (a manifest of `"files": {}` describes no run).
+/// The per-decision files, which `sim run --no-decisions` leaves out (both together).
+pub const DECISION_FILES: [&str; 2] = ["decisions.csv", "decisions_long.csv"];
+
+/// The files every `sim run` folder holds (the decision files unless `--no-decisions`): a
+/// folder read as a run must list them all in its manifest (a manifest of `"files": {}`
+/// describes no run).
 pub const RUN_FILES: [&str; 7] = [
     "summary.json",
     "requests.csv",
@@ -476,7 +480,13 @@ pub fn verify(dir: &Path) -> Result<Manifest> {
     let m = read_manifest(dir)?;
     let p = dir.join(MANIFEST);
     let listed = |f: &str| m.files.contains_key(f) || columnar_twin(f).is_some_and(|t| m.files.contains_key(&t));
-    if let Some(missing) = RUN_FILES.iter().find(|f| !listed(f)) {
+    // The per-decision files are left out together by `sim run --no-decisions`.
+    let no_decisions = !DECISION_FILES.iter().any(|f| listed(f));
+    if let Some(missing) = RUN_FILES
+        .iter()
+        .filter(|f| !(no_decisions && DECISION_FILES.contains(*f)))
+        .find(|f| !listed(f))
+    {
         bail!(
             "{}: does not list {missing}, which every run writes; the folder does not hold one whole run",
             p.display()

@@ -27,6 +27,7 @@ mod overrides;
 mod router;
 mod schema;
 mod source;
+pub mod suggest;
 mod traces;
 mod validate;
 mod values;

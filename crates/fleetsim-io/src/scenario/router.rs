@@ -20,7 +20,17 @@ pub(super) fn policy(t: Option<&toml::Table>, fleet: Fleet) -> Res<PolicyConfig>
     let Some(entry) = find(kind) else {
         return Err(FieldError::new(
             format!("{path}.kind"),
-            format!("unknown policy `{kind}`; expected one of {}", policy_kinds()),
+            format!(
+                "unknown policy `{kind}`; expected one of {}{}",
+                policy_kinds(),
+                super::suggest::hint(
+                    kind,
+                    &fleetsim_core::policy::registry::REGISTRY
+                        .iter()
+                        .map(|e| e.kind())
+                        .collect::<Vec<_>>()
+                )
+            ),
         ));
     };
     entry.parse(param_value(&without(t, "kind")), &fleet).map_err(|e| {
@@ -31,7 +41,7 @@ pub(super) fn policy(t: Option<&toml::Table>, fleet: Fleet) -> Res<PolicyConfig>
         } else {
             format!("{path}.{}", e.key)
         };
-        FieldError::new(at, e.message)
+        FieldError::new(at, super::suggest::unknown_field(&e.message))
     })
 }
 

@@ -16,7 +16,7 @@ pub(super) fn from_value<T: DeserializeOwned>(v: &toml::Value, path: &str) -> Re
         } else {
             format!("{path}.{inner}")
         };
-        FieldError::new(p, e.into_inner().message().trim().to_string())
+        FieldError::new(p, super::suggest::unknown_field(e.into_inner().message().trim()))
     })
 }
 
