@@ -91,6 +91,9 @@ pub struct GroupFile {
     pub block_size_tokens: Option<i64>,
     /// Automatic prefix caching (default on).
     pub prefix_caching: Option<bool>,
+    /// vLLM's `scheduler_reserve_full_isl`: admit a request only when its whole prompt's
+    /// KV blocks are free (vLLM 0.19's default; default here: the profile file's, else off).
+    pub reserve_full_isl: Option<bool>,
     /// Step-time model coefficients (override the profile's).
     pub step_time: Option<StepTimeFile>,
     /// Servers per backend (queueing model only).
@@ -128,7 +131,7 @@ pub(super) struct Fleet {
 }
 
 impl GroupFile {
-    fn vllm_only(&self) -> [(&'static str, bool); 11] {
+    fn vllm_only(&self) -> [(&'static str, bool); 12] {
         [
             ("profile", self.profile.is_some()),
             ("max_num_seqs", self.max_num_seqs.is_some()),
@@ -141,6 +144,7 @@ impl GroupFile {
             ("block_size_tokens", self.block_size_tokens.is_some()),
             ("prefix_caching", self.prefix_caching.is_some()),
             ("step_time", self.step_time.is_some()),
+            ("reserve_full_isl", self.reserve_full_isl.is_some()),
         ]
     }
 
@@ -459,5 +463,6 @@ fn engine(g: &GroupFile, profile: Option<&Profile>, at: &dyn Fn(&str) -> String)
         block_size_tokens,
         prefix_caching: g.prefix_caching.unwrap_or(true),
         step_time,
+        reserve_full_isl: g.reserve_full_isl.unwrap_or(false),
     })
 }

@@ -337,6 +337,7 @@ impl VllmEngine {
         if m == 0 {
             return;
         }
+        self.sampled += u64::from(m) * self.running.len() as u64;
         for &s in &self.running {
             let sl = self.slots[s as usize].as_mut().expect("dangling slot");
             sl.computed += m;
@@ -402,7 +403,7 @@ mod tests {
         let mut kv = Vec::new();
         e.drain_kv_events(&mut kv);
         format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?} used={} steps={} run={} wait={} {kv:?}",
+            "{:?} {:?} {:?} {:?} {:?} {:?} used={} steps={} run={} wait={} sampled={} {kv:?}",
             ev.admitted,
             ev.first_tokens,
             ev.finished,
@@ -413,6 +414,7 @@ mod tests {
             e.steps(),
             e.running(),
             e.waiting(),
+            e.tokens_sampled(),
         )
     }
 
@@ -424,6 +426,7 @@ mod tests {
             block_size_tokens: block,
             prefix_caching: caching,
             step_time: StepTimeModel::default(),
+            reserve_full_isl: false,
         }
     }
 
