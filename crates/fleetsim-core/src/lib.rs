@@ -75,7 +75,7 @@ mod walls {
     ];
 
     /// Crates that belong to the front end or to file formats, never to the core.
-    const FRONT_END: [&str; 12] = [
+    const FRONT_END: [&str; 14] = [
         "clap",
         "plotters",
         "png",
@@ -88,6 +88,8 @@ mod walls {
         "toml_edit",
         "csv",
         "fleetsim-io",
+        "argmin",
+        "argmin-math",
     ];
 
     /// `crate::NAME` paths in `text` before its first `#[cfg(test)]`, comments left out.

@@ -330,6 +330,7 @@ impl VllmEngine {
         let mut budget = self.cfg.max_num_batched_tokens;
         let mut prefill_tokens = 0u32;
         let mut decode_tokens = 0u32;
+        let mut context_tokens = 0u64;
         let mut preempted_any = false;
 
         // RUNNING.
@@ -371,6 +372,7 @@ impl VllmEngine {
             } else {
                 prefill_tokens += n;
             }
+            context_tokens += u64::from(end);
             self.batch.push(s);
             budget -= n;
             i += 1;
@@ -419,6 +421,7 @@ impl VllmEngine {
                     ev.admitted.push((self.slot(s).id, computed));
                 }
                 prefill_tokens += n;
+                context_tokens += u64::from(computed + n);
                 self.running.push(s);
                 self.batch.push(s);
                 budget -= n;
@@ -428,7 +431,11 @@ impl VllmEngine {
         assert!(!self.batch.is_empty(), "engine with work scheduled nothing");
         self.stepping = true;
         self.steps += 1;
-        Some(self.cfg.step_time.step(prefill_tokens, decode_tokens))
+        Some(
+            self.cfg
+                .step_time
+                .step_with_context(prefill_tokens, decode_tokens, context_tokens),
+        )
     }
 
     /// Applies the step's results at `now` (the step's end): tokens computed, tokens

@@ -103,7 +103,9 @@ impl VllmEngine {
     /// steps can run before a request finishes. Called with the inbox drained.
     pub(super) fn enter_stretch(&mut self) -> bool {
         let r = self.running.len() as u32;
+        // A context term makes every decode step longer than the last: no constant stretch.
         if !self.coalesce
+            || self.cfg.step_time.beta3_us != 0.0
             || !self.decode_ready
             || r == 0
             || r > self.cfg.max_num_batched_tokens
