@@ -48,12 +48,16 @@ pub struct Setup {
 
 /// `vllm serve` flags as `name -> value` (`None` for a bare switch).
 pub fn parse_engine_args(s: &str) -> Result<BTreeMap<String, Option<String>>> {
-    let words = shlex::split(s).ok_or_else(|| anyhow!("--engine-args: unbalanced quotes in {}", crate::quote::quote(s)))?;
+    let words =
+        shlex::split(s).ok_or_else(|| anyhow!("--engine-args: unbalanced quotes in {}", crate::quote::quote(s)))?;
     let mut out = BTreeMap::new();
     let mut i = 0;
     while i < words.len() {
         let w = &words[i];
-        let Some(flag) = w.strip_prefix("--").or_else(|| w.strip_prefix('-').filter(|f| *f == "tp")) else {
+        let Some(flag) = w
+            .strip_prefix("--")
+            .or_else(|| w.strip_prefix('-').filter(|f| *f == "tp"))
+        else {
             // `vllm serve MODEL`: the positional model.
             out.insert("model".to_string(), Some(w.clone()));
             i += 1;
@@ -97,12 +101,12 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<S
         match flags.get(name) {
             None => Ok(None),
             Some(None) => bail!("--engine-args: --{name} needs a value"),
-            Some(Some(v)) => v
-                .parse::<u32>()
-                .ok()
-                .filter(|&x| x >= 1)
-                .map(Some)
-                .ok_or_else(|| anyhow!("--engine-args: --{name} {}: not a positive whole number", crate::quote::quote(v))),
+            Some(Some(v)) => v.parse::<u32>().ok().filter(|&x| x >= 1).map(Some).ok_or_else(|| {
+                anyhow!(
+                    "--engine-args: --{name} {}: not a positive whole number",
+                    crate::quote::quote(v)
+                )
+            }),
         }
     };
     let mut pick = |key: &str, flag: Option<u32>, meta: Option<u32>, needed: &str| -> Result<u32> {
@@ -127,11 +131,7 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<S
     let block_size = num("block-size")?.or(e.block_size).unwrap_or(16);
     prov.push(format!("block_size_tokens = {block_size}"));
     let tp = num("tensor-parallel-size")?.or(num("tp")?).or(e.tensor_parallel_size);
-    let model = flags
-        .get("model")
-        .cloned()
-        .flatten()
-        .or_else(|| e.model.clone());
+    let model = flags.get("model").cloned().flatten().or_else(|| e.model.clone());
     let switch = |on: &str, off: &str| -> Option<bool> {
         if flags.contains_key(off) {
             Some(false)
@@ -151,9 +151,15 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<S
         .unwrap_or_else(|| e.vllm_version.as_deref().is_some_and(version_at_least_0_19));
     prov.push(format!("reserve_full_isl = {reserve}"));
     let (kv_blocks, kv_from) = if let Some(b) = num("num-gpu-blocks-override")? {
-        (b.saturating_sub(1).max(1), "--num-gpu-blocks-override (less vLLM's null block)".to_string())
+        (
+            b.saturating_sub(1).max(1),
+            "--num-gpu-blocks-override (less vLLM's null block)".to_string(),
+        )
     } else if let Some(b) = e.num_gpu_blocks {
-        (b.saturating_sub(1).max(1), format!("num_gpu_blocks {b} recorded (less vLLM's null block)"))
+        (
+            b.saturating_sub(1).max(1),
+            format!("num_gpu_blocks {b} recorded (less vLLM's null block)"),
+        )
     } else {
         derive_kv(m, model.as_deref(), tp, block_size, &flags, opts)?
     };
@@ -207,9 +213,12 @@ fn derive_kv(
             anyhow!("{src}: num_gpu_blocks and the GPU's memory are not recorded; give --gpu-memory-gib G or --engine-args \"--num-gpu-blocks-override N\"")
         })?;
     let util = match flags.get("gpu-memory-utilization") {
-        Some(Some(v)) => v
-            .parse::<f64>()
-            .map_err(|_| anyhow!("--engine-args: --gpu-memory-utilization {}: not a number", crate::quote::quote(v)))?,
+        Some(Some(v)) => v.parse::<f64>().map_err(|_| {
+            anyhow!(
+                "--engine-args: --gpu-memory-utilization {}: not a number",
+                crate::quote::quote(v)
+            )
+        })?,
         _ => m.engine.gpu_memory_utilization.unwrap_or(0.9),
     };
     let dtype = match flags.get("kv-cache-dtype").cloned().flatten().as_deref() {
@@ -302,10 +311,12 @@ pub struct Target {
 /// The measured series on the replay grid (sample `k` ends at `origin + (k + 1) x
 /// interval`); rows off the grid are placed on the nearest sample.
 pub fn target(m: &Measurement, w: &Workload) -> Result<Target> {
-    let s = m
-        .series
-        .as_ref()
-        .ok_or_else(|| anyhow!("{}: no engine series to fit to (give --series)", crate::quote::escape(&m.source)))?;
+    let s = m.series.as_ref().ok_or_else(|| {
+        anyhow!(
+            "{}: no engine series to fit to (give --series)",
+            crate::quote::escape(&m.source)
+        )
+    })?;
     let dt = w.opts.interval.as_secs_f64();
     let n = s
         .rows
@@ -599,7 +610,10 @@ mod tests {
 
     #[test]
     fn engine_args_parse_like_vllm_serve() {
-        let f = parse_engine_args("meta-llama/Llama-3.1-8B --max-num-seqs 8 --max_num_batched_tokens=512 --no-enable-prefix-caching -tp 2").unwrap();
+        let f = parse_engine_args(
+            "meta-llama/Llama-3.1-8B --max-num-seqs 8 --max_num_batched_tokens=512 --no-enable-prefix-caching -tp 2",
+        )
+        .unwrap();
         assert_eq!(f["model"].as_deref(), Some("meta-llama/Llama-3.1-8B"));
         assert_eq!(f["max-num-seqs"].as_deref(), Some("8"));
         assert_eq!(f["max-num-batched-tokens"].as_deref(), Some("512"));

@@ -111,7 +111,10 @@ impl Figure for ValidationFigure<'_> {
                 .y_labels(6)
                 .draw()
                 .map_err(pe)?;
-            for (series, color, label) in [(&p.measured, PALETTE[0], "measured"), (&p.simulated, PALETTE[1], "simulated")] {
+            for (series, color, label) in [
+                (&p.measured, PALETTE[0], "measured"),
+                (&p.simulated, PALETTE[1], "simulated"),
+            ] {
                 chart
                     .draw_series(LineSeries::new(series.iter().copied(), color.stroke_width(2)))
                     .map_err(pe)?

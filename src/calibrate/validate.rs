@@ -176,7 +176,10 @@ impl Validation {
             );
         }
         if !self.gauges.is_empty() {
-            let _ = writeln!(s, "\n| gauge | measured mean | simulated mean | RMSE |\n|---|---:|---:|---:|");
+            let _ = writeln!(
+                s,
+                "\n| gauge | measured mean | simulated mean | RMSE |\n|---|---:|---:|---:|"
+            );
             for g in &self.gauges {
                 let _ = writeln!(
                     s,
@@ -192,11 +195,7 @@ impl Validation {
 fn latency(name: &'static str, pairs: Vec<(f64, f64)>) -> Latency {
     let meas: Vec<f64> = pairs.iter().map(|p| p.0).collect();
     let sim: Vec<f64> = pairs.iter().map(|p| p.1).collect();
-    let mut errs: Vec<f64> = pairs
-        .iter()
-        .filter(|p| p.0 > 0.0)
-        .map(|p| pct(p.1, p.0))
-        .collect();
+    let mut errs: Vec<f64> = pairs.iter().filter(|p| p.0 > 0.0).map(|p| pct(p.1, p.0)).collect();
     let mape = errs.iter().map(|e| e.abs()).sum::<f64>() / errs.len().max(1) as f64;
     errs.sort_by(f64::total_cmp);
     Latency {
@@ -259,13 +258,7 @@ pub fn validate(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) 
                     )
                 })
                 .collect();
-            let mean = |i: usize| {
-                points
-                    .iter()
-                    .map(|p| if i == 1 { p.1 } else { p.2 })
-                    .sum::<f64>()
-                    / n as f64
-            };
+            let mean = |i: usize| points.iter().map(|p| if i == 1 { p.1 } else { p.2 }).sum::<f64>() / n as f64;
             let rmse = (points.iter().map(|p| (p.1 - p.2).powi(2)).sum::<f64>() / n as f64).sqrt();
             gauges.push(Gauge {
                 name,
@@ -326,12 +319,13 @@ impl Bound {
             .find(|o| t.contains(o))
             .ok_or_else(|| anyhow!("--check {}: no comparison (<, <=, >, >=)", crate::quote::quote(t)))?;
         let (lhs, rhs) = t.split_once(op).expect("found above");
-        let bound: f64 = rhs
-            .trim()
-            .parse()
-            .ok()
-            .filter(|b: &f64| b.is_finite())
-            .ok_or_else(|| anyhow!("--check {}: {} is not a number", crate::quote::quote(t), crate::quote::quote(rhs.trim())))?;
+        let bound: f64 = rhs.trim().parse().ok().filter(|b: &f64| b.is_finite()).ok_or_else(|| {
+            anyhow!(
+                "--check {}: {} is not a number",
+                crate::quote::quote(t),
+                crate::quote::quote(rhs.trim())
+            )
+        })?;
         let lhs = lhs.trim();
         let (abs, metric) = match lhs.strip_prefix("abs(").and_then(|x| x.strip_suffix(')')) {
             Some(inner) => (true, inner.trim()),
@@ -384,7 +378,12 @@ mod tests {
         let b = Bound::parse("abs(e2e_mean_err_pct) <= 3", &m).unwrap();
         assert_eq!(b.eval(&m), (2.5, true));
         assert!(!Bound::parse("e2e_mean_err_pct > 0", &m).unwrap().eval(&m).1);
-        assert!(Bound::parse("nope < 3", &m).unwrap_err().to_string().contains("unknown metric"));
+        assert!(
+            Bound::parse("nope < 3", &m)
+                .unwrap_err()
+                .to_string()
+                .contains("unknown metric")
+        );
         assert!(Bound::parse("e2e_mean_err_pct", &m).is_err());
     }
 }

@@ -95,6 +95,9 @@ pub(super) fn cmd_calibrate(a: CalibrateArgs) -> Result<ExitCode> {
     let f = calibrate::fit(&s.cfg, &w, &t)?;
     let name = a.name.clone().unwrap_or_else(|| stem(&a.m.measurements));
     let file = calibrate::profile_file(&name, &m, &s, &f);
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
+    }
     crate::atomic::write_atomic(&a.out, |b| {
         b.extend_from_slice(file.to_toml().as_bytes());
         Ok(())
@@ -159,9 +162,13 @@ pub(super) struct ValidateArgs {
 
 pub(super) fn cmd_validate(a: ValidateArgs) -> Result<ExitCode> {
     let m = a.m.load()?;
-    let p = a.profile.strip_prefix(crate::profiles::file::FILE_PREFIX).unwrap_or(&a.profile);
+    let p = a
+        .profile
+        .strip_prefix(crate::profiles::file::FILE_PREFIX)
+        .unwrap_or(&a.profile);
     let (cfg, name) = if std::path::Path::new(p).is_file() {
-        let f = crate::profiles::file::ProfileFile::read(std::path::Path::new(p)).map_err(|e| anyhow!("--profile: {e}"))?;
+        let f =
+            crate::profiles::file::ProfileFile::read(std::path::Path::new(p)).map_err(|e| anyhow!("--profile: {e}"))?;
         let cfg = crate::backend::vllm::VllmConfig {
             max_num_seqs: f.engine.max_num_seqs,
             max_num_batched_tokens: f.engine.max_num_batched_tokens,
@@ -216,7 +223,13 @@ pub(super) fn cmd_validate(a: ValidateArgs) -> Result<ExitCode> {
     })?;
     crate::atomic::write_atomic(&dir.join("requests.csv"), |b| {
         let mut wtr = csv::Writer::from_writer(b);
-        wtr.write_record(["id", "ttft_measured_s", "ttft_simulated_s", "e2e_measured_s", "e2e_simulated_s"])?;
+        wtr.write_record([
+            "id",
+            "ttft_measured_s",
+            "ttft_simulated_s",
+            "e2e_measured_s",
+            "e2e_simulated_s",
+        ])?;
         let ttft = &v.latencies[0].pairs;
         let e2e = &v.latencies[v.latencies.len() - 1].pairs;
         for (i, r) in m.requests.iter().enumerate() {
@@ -232,7 +245,11 @@ pub(super) fn cmd_validate(a: ValidateArgs) -> Result<ExitCode> {
         Ok(())
     })?;
     if let Some(dpi) = a.plot.dpi(a.no_plots) {
-        crate::plot::save(&calibrate::plot::ValidationFigure { v: &v }, &dir.join("validation"), dpi)?;
+        crate::plot::save(
+            &calibrate::plot::ValidationFigure { v: &v },
+            &dir.join("validation"),
+            dpi,
+        )?;
     }
     super::out::out!("{md}")?;
     let mut failed = false;

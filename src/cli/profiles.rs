@@ -24,7 +24,11 @@ pub fn cli(a: &ProfilesArgs) -> anyhow::Result<std::process::ExitCode> {
     let files = a
         .files
         .iter()
-        .map(|p| ProfileFile::read(p).map(|f| (p.display().to_string(), f)).map_err(|e| anyhow!("{e}")))
+        .map(|p| {
+            ProfileFile::read(p)
+                .map(|f| (p.display().to_string(), f))
+                .map_err(|e| anyhow!("{e}"))
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     if a.json {
         let mut rows = match profiles::json() {

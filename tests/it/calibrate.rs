@@ -74,7 +74,12 @@ fn the_rtx4090_run_calibrates_and_validates_within_the_targets() {
     assert_eq!((f.engine.kv_blocks, f.engine.max_num_seqs), (2587, 256));
     assert!(f.engine.reserve_full_isl, "vLLM 0.19's resolved config says so");
     assert!(f.fit.loss < 0.15, "fit loss {}", f.fit.loss);
-    let (o, v) = validate(RTX4090, &p, &d.path().join("v"), &["--check", "abs(e2e_mean_err_pct) <= 3"]);
+    let (o, v) = validate(
+        RTX4090,
+        &p,
+        &d.path().join("v"),
+        &["--check", "abs(e2e_mean_err_pct) <= 3"],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("PASS abs(e2e_mean_err_pct) <= 3"));
     assert_targets(&v, RTX4090);
@@ -101,7 +106,12 @@ fn the_qwen3_32b_run_calibrates_with_a_derived_kv_cache_and_a_context_term() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_targets(&v, QWEN);
     // A bound that fails exits 1.
-    let (o, _) = validate(QWEN, &p, &d.path().join("v2"), &["--check", "abs(e2e_mean_err_pct) < 0.01"]);
+    let (o, _) = validate(
+        QWEN,
+        &p,
+        &d.path().join("v2"),
+        &["--check", "abs(e2e_mean_err_pct) < 0.01"],
+    );
     assert_eq!(o.status.code(), Some(1));
 }
 
@@ -128,7 +138,11 @@ fn a_profile_file_serves_a_scenario_and_is_listed() {
     let res = crate::common::run_full(&sc, &w);
     assert_eq!(res.summary.requests.finished, 6);
     // Not found: one line naming the key.
-    let bad = write(d.path(), "bad.toml", &std::fs::read_to_string(&s).unwrap().replace("p.toml", "nope.toml"));
+    let bad = write(
+        d.path(),
+        "bad.toml",
+        &std::fs::read_to_string(&s).unwrap().replace("p.toml", "nope.toml"),
+    );
     let o = sim().arg("run").arg(&bad).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -145,7 +159,12 @@ fn broken_run(d: &Path, f: impl Fn(&str) -> String) -> PathBuf {
     for n in ["meta.json", "timeseries.csv"] {
         std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join(RTX4090).join(n), run.join(n)).unwrap();
     }
-    let req = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(RTX4090).join("requests.jsonl")).unwrap();
+    let req = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(RTX4090)
+            .join("requests.jsonl"),
+    )
+    .unwrap();
     std::fs::write(run.join("requests.jsonl"), f(&req)).unwrap();
     run
 }
@@ -175,16 +194,33 @@ fn bad_measurements_are_one_line_errors_naming_file_line_and_field() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let cases: Vec<(&str, Box<dyn Fn(&str) -> String>, &str)> = vec![
-        ("missing field", Box::new(|l: &str| l.replace("\"first_token_ts\"", "\"first_tok\"")), "column `first_token_ts`"),
-        ("zero-length", Box::new(|l: &str| l.replace("\"output_toks\": 769", "\"output_toks\": 0")), "column `output_toks`"),
-        ("NaN", Box::new(|l: &str| l.replace("\"input_toks\": 1320", "\"input_toks\": NaN")), ":3"),
+    type Edit = Box<dyn Fn(&str) -> String>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "missing field",
+            Box::new(|l: &str| l.replace("\"first_token_ts\"", "\"first_tok\"")),
+            "column `first_token_ts`",
+        ),
+        (
+            "zero-length",
+            Box::new(|l: &str| l.replace("\"output_toks\": 769", "\"output_toks\": 0")),
+            "column `output_toks`",
+        ),
+        (
+            "NaN",
+            Box::new(|l: &str| l.replace("\"input_toks\": 1320", "\"input_toks\": NaN")),
+            ":3",
+        ),
         (
             "inconsistent clock",
             Box::new(|l: &str| l.replace("\"last_token_ts\": 27562.305334095", "\"last_token_ts\": 27537.0")),
             "column `last_token`",
         ),
-        ("unsorted", Box::new(|l: &str| l.replace("\"queued_ts\": 27537.221809715", "\"queued_ts\": 27530.0")), "column `queued_ts`"),
+        (
+            "unsorted",
+            Box::new(|l: &str| l.replace("\"queued_ts\": 27537.221809715", "\"queued_ts\": 27530.0")),
+            "column `queued_ts`",
+        ),
     ];
     for (i, (what, g, want)) in cases.into_iter().enumerate() {
         let sub = d.path().join(format!("c{i}"));
@@ -199,7 +235,13 @@ fn bad_measurements_are_one_line_errors_naming_file_line_and_field() {
         "bench.json",
         r#"{"input_lens":[10,20],"output_lens":[5],"ttfts":[0.1,0.2],"itls":[[],[]],"start_times":[0,1]}"#,
     );
-    let e = refused(&b, &["--engine-args", "--max-num-seqs 4 --max-num-batched-tokens 512 --num-gpu-blocks-override 100"]);
+    let e = refused(
+        &b,
+        &[
+            "--engine-args",
+            "--max-num-seqs 4 --max-num-batched-tokens 512 --num-gpu-blocks-override 100",
+        ],
+    );
     assert!(e.contains("bench.json") && e.contains("column `output_lens`"), "{e}");
     let q = write(
         d.path(),
@@ -255,7 +297,10 @@ fn a_vllm_bench_serve_result_is_read_with_its_token_series() {
     calibrate(
         b.to_str().unwrap(),
         &p,
-        &["--engine-args", "--max-num-seqs 8 --max-num-batched-tokens 2048 --num-gpu-blocks-override 1000"],
+        &[
+            "--engine-args",
+            "--max-num-seqs 8 --max-num-batched-tokens 2048 --num-gpu-blocks-override 1000",
+        ],
     );
     assert!(fleetsim::profiles::file::ProfileFile::read(&p).is_ok());
 }
@@ -279,7 +324,15 @@ fn an_openmetrics_dump_gives_the_engine_series() {
     assert!(s.rows.iter().all(|r| r.gen_tps == Some(100.0)));
     assert_eq!(s.rows[3].running, Some(4.0));
     // Two engines' series are refused.
-    let two = write(d.path(), "two.txt", &format!("{text}vllm:num_requests_running{{engine=\"1\"}} 1 1700000009\n"));
-    let e = fleetsim::measure::load(Path::new(env!("CARGO_MANIFEST_DIR")).join(RTX4090).as_path(), Some(&two)).unwrap_err();
+    let two = write(
+        d.path(),
+        "two.txt",
+        &format!("{text}vllm:num_requests_running{{engine=\"1\"}} 1 1700000009\n"),
+    );
+    let e = fleetsim::measure::load(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(RTX4090).as_path(),
+        Some(&two),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("select one engine"), "{e}");
 }

@@ -1,5 +1,5 @@
-//! Step-time model: `step = beta0 + beta1 * prefill_tokens + beta2 * decode_tokens
-//! + beta3 * context_tokens` (µs), where `context_tokens` sums, over the step's scheduled
+//! Step-time model: `step = beta0 + beta1 * prefill_tokens + beta2 * decode_tokens +
+//! beta3 * context_tokens` (µs), where `context_tokens` sums, over the step's scheduled
 //! requests, the tokens each one's attention reads (its computed tokens plus those
 //! scheduled). `beta3` is zero in every published profile; `sim calibrate` fits it where
 //! the measured engine's decode cost grows with context (attention's KV reads).

@@ -203,10 +203,7 @@ fn bin(points: &[(SimTime, u64, u64, u32, u32, u32)], interval: SimDuration) -> 
     let mut gauges = (0, 0, 0);
     for k in 1..=n {
         let t = SimTime(k * interval.0);
-        let mut s = Sample {
-            t,
-            ..Sample::default()
-        };
+        let mut s = Sample { t, ..Sample::default() };
         while j < points.len() && points[j].0 <= t {
             let p = points[j];
             s.prompt_tokens += p.1;
@@ -236,6 +233,7 @@ mod tests {
                 beta0_us: 1000.0,
                 beta1_us: 10.0,
                 beta2_us: 0.0,
+                beta3_us: 0.0,
             },
             reserve_full_isl: true,
         }

@@ -15,7 +15,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::{
-    Client, EngineMeta, Measurement, MeasuredRequest, TraceError, check_clock, err, finite, read_bounded,
+    Client, EngineMeta, MeasuredRequest, Measurement, TraceError, check_clock, err, finite, read_bounded,
     series_from_tokens, tokens,
 };
 
@@ -38,9 +38,14 @@ fn array<'a>(file: &str, o: &'a Value, field: &str) -> Result<&'a Vec<Value>, Tr
 
 fn f(file: &str, i: usize, field: &str, v: &Value) -> Result<f64, TraceError> {
     let line = i as u64 + 1;
-    let x = v
-        .as_f64()
-        .ok_or_else(|| err(file, Some(line), Some(field), format!("not a number ({v}) (entry {line})")))?;
+    let x = v.as_f64().ok_or_else(|| {
+        err(
+            file,
+            Some(line),
+            Some(field),
+            format!("not a number ({v}) (entry {line})"),
+        )
+    })?;
     finite(file, line, field, x)
 }
 
@@ -51,7 +56,12 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
     let o: Value = serde_json::from_str(&read_bounded(path)?)
         .map_err(|e| err(&file, Some(e.line() as u64), None, format!("not JSON: {e}")))?;
     if !o.is_object() {
-        return Err(err(&file, None, None, "not a JSON object (a `vllm bench serve` result)"));
+        return Err(err(
+            &file,
+            None,
+            None,
+            "not a JSON object (a `vllm bench serve` result)",
+        ));
     }
     if o.get("status").is_some() && o.get("data").is_some() {
         return Err(err(
@@ -68,7 +78,12 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
     let starts = array(&file, &o, "start_times")?;
     let errors = o.get("errors").and_then(Value::as_array);
     let n = input.len();
-    for (name, a) in [("output_lens", output), ("ttfts", ttfts), ("itls", itls), ("start_times", starts)] {
+    for (name, a) in [
+        ("output_lens", output),
+        ("ttfts", ttfts),
+        ("itls", itls),
+        ("start_times", starts),
+    ] {
         if a.len() != n {
             return Err(err(
                 &file,
@@ -102,7 +117,12 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
         for g in gaps {
             let g = f(&file, i, "itls", g)?;
             if g < 0.0 {
-                return Err(err(&file, Some(line), Some("itls"), format!("negative gap {g}: inconsistent clock")));
+                return Err(err(
+                    &file,
+                    Some(line),
+                    Some("itls"),
+                    format!("negative gap {g}: inconsistent clock"),
+                ));
             }
             times.push(times[times.len() - 1] + g);
         }
@@ -120,7 +140,9 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
         check_clock(&file, &r)?;
         // One time per output token: chunks of several tokens share the chunk's time.
         let per = times.len();
-        let token_times = (0..out as usize).map(|k| times[(k * per / out as usize).min(per - 1)]).collect();
+        let token_times = (0..out as usize)
+            .map(|k| times[(k * per / out as usize).min(per - 1)])
+            .collect();
         rows.push((r, token_times));
     }
     if rows.is_empty() {
@@ -141,8 +163,14 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
         Some(v) => Client::Closed(
             v.as_u64()
                 .filter(|&c| c >= 1 && c <= u64::from(u32::MAX))
-                .ok_or_else(|| err(&file, None, Some("max_concurrency"), format!("not a positive whole number ({v})")))?
-                as u32,
+                .ok_or_else(|| {
+                    err(
+                        &file,
+                        None,
+                        Some("max_concurrency"),
+                        format!("not a positive whole number ({v})"),
+                    )
+                })? as u32,
         ),
     };
     let mut notes = vec![

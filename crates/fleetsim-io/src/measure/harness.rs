@@ -20,7 +20,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::{
-    Client, EngineMeta, Measurement, MeasuredRequest, Series, SeriesRow, TraceError, check_clock, err, finite,
+    Client, EngineMeta, MeasuredRequest, Measurement, Series, SeriesRow, TraceError, check_clock, err, finite,
     read_bounded, tokens,
 };
 
@@ -37,7 +37,14 @@ pub fn read(dir: &Path) -> Result<Measurement, TraceError> {
         .ok_or_else(|| err(&meta_file, None, Some("started_at"), "missing (an ISO 8601 time)"))?;
     let started_unix = started
         .parse::<jiff::Timestamp>()
-        .map_err(|e| err(&meta_file, None, Some("started_at"), format!("not an ISO 8601 time ({e})")))?
+        .map_err(|e| {
+            err(
+                &meta_file,
+                None,
+                Some("started_at"),
+                format!("not an ISO 8601 time ({e})"),
+            )
+        })?
         .as_nanosecond() as f64
         / 1e9;
     let tick = match meta.get("tick_seconds") {
@@ -88,7 +95,14 @@ fn u32_at(file: &str, v: &Value, path: &[&str]) -> Result<Option<u32>, TraceErro
     cur.as_u64()
         .filter(|&x| x >= 1 && x <= u64::from(u32::MAX))
         .map(|x| Some(x as u32))
-        .ok_or_else(|| err(file, None, Some(&path.join(".")), format!("must be a positive whole number, got {cur}")))
+        .ok_or_else(|| {
+            err(
+                file,
+                None,
+                Some(&path.join(".")),
+                format!("must be a positive whole number, got {cur}"),
+            )
+        })
 }
 
 fn bool_at(v: &Value, path: &[&str]) -> Option<bool> {
@@ -115,7 +129,10 @@ fn engine_meta(file: &str, meta: &Value) -> Result<EngineMeta, TraceError> {
             .get("kv_cache")
             .and_then(|k| k.get("gpu_memory_utilization"))
             .and_then(Value::as_f64),
-        reserve_full_isl: bool_at(meta, &["resolved_config", "scheduler_config", "scheduler_reserve_full_isl"]),
+        reserve_full_isl: bool_at(
+            meta,
+            &["resolved_config", "scheduler_config", "scheduler_reserve_full_isl"],
+        ),
         async_scheduling: bool_at(meta, &["resolved_config", "scheduler_config", "async_scheduling"]),
         started_at: s(&["started_at"]),
     })
@@ -229,7 +246,13 @@ fn read_series(path: &Path, tick: f64) -> Result<Series, TraceError> {
         col("waiting"),
         col("kv_cache_pct"),
     ];
-    let names = ["prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct"];
+    let names = [
+        "prompt_throughput",
+        "gen_throughput",
+        "running",
+        "waiting",
+        "kv_cache_pct",
+    ];
     let mut rows = Vec::new();
     let mut prev = f64::NEG_INFINITY;
     for (i, rec) in rdr.records().enumerate() {
@@ -239,10 +262,14 @@ fn read_series(path: &Path, tick: f64) -> Result<Series, TraceError> {
             let s = rec
                 .get(c)
                 .ok_or_else(|| err(&file, Some(line), Some(name), "missing"))?;
-            let x: f64 = s
-                .trim()
-                .parse()
-                .map_err(|_| err(&file, Some(line), Some(name), format!("not a number: {}", crate::quote::quote(s))))?;
+            let x: f64 = s.trim().parse().map_err(|_| {
+                err(
+                    &file,
+                    Some(line),
+                    Some(name),
+                    format!("not a number: {}", crate::quote::quote(s)),
+                )
+            })?;
             let x = finite(&file, line, name, x)?;
             if x < 0.0 {
                 return Err(err(&file, Some(line), Some(name), format!("negative ({x})")));

@@ -188,7 +188,11 @@ pub(crate) fn read_bounded(path: &Path) -> Result<String, TraceError> {
             &file,
             None,
             None,
-            format!("{} bytes, more than the {} a measurement may have", meta.len(), MAX_FILE_BYTES),
+            format!(
+                "{} bytes, more than the {} a measurement may have",
+                meta.len(),
+                MAX_FILE_BYTES
+            ),
         ));
     }
     let bytes = std::fs::read(path).map_err(|e| err(&file, None, None, e.to_string()))?;
@@ -232,7 +236,10 @@ pub(crate) fn check_clock(file: &str, r: &MeasuredRequest) -> Result<(), TraceEr
                 file,
                 Some(r.line),
                 Some(name),
-                format!("{name} ({t:.6}) is before {} ({:.6}): inconsistent clock", prev.0, prev.1),
+                format!(
+                    "{name} ({t:.6}) is before {} ({:.6}): inconsistent clock",
+                    prev.0, prev.1
+                ),
             ));
         }
         prev = (name, t);

@@ -57,7 +57,12 @@ fn query_range(file: &str, text: &str) -> Result<Raw, TraceError> {
     let v: Value =
         serde_json::from_str(text).map_err(|e| err(file, Some(e.line() as u64), None, format!("not JSON: {e}")))?;
     if v.get("status").and_then(Value::as_str) != Some("success") {
-        return Err(err(file, None, Some("status"), "not \"success\" (a query_range answer)"));
+        return Err(err(
+            file,
+            None,
+            Some("status"),
+            "not \"success\" (a query_range answer)",
+        ));
     }
     let result = v
         .get("data")
@@ -95,9 +100,21 @@ fn query_range(file: &str, text: &str) -> Result<Raw, TraceError> {
             .ok_or_else(|| err(file, None, Some(&at("values")), "missing"))?;
         let mut pts = Vec::with_capacity(values.len());
         for (k, p) in values.iter().enumerate() {
-            let bad = || err(file, None, Some(&format!("data.result[{i}].values[{k}]")), "not [time, \"value\"]");
+            let bad = || {
+                err(
+                    file,
+                    None,
+                    Some(&format!("data.result[{i}].values[{k}]")),
+                    "not [time, \"value\"]",
+                )
+            };
             let t = p.get(0).and_then(Value::as_f64).ok_or_else(bad)?;
-            let x: f64 = p.get(1).and_then(Value::as_str).ok_or_else(bad)?.parse().map_err(|_| bad())?;
+            let x: f64 = p
+                .get(1)
+                .and_then(Value::as_str)
+                .ok_or_else(bad)?
+                .parse()
+                .map_err(|_| bad())?;
             push(file, None, &format!("data.result[{i}].values[{k}]"), &mut pts, t, x)?;
         }
         raw.insert(name.to_string(), pts);
@@ -105,14 +122,26 @@ fn query_range(file: &str, text: &str) -> Result<Raw, TraceError> {
     Ok(raw)
 }
 
-fn push(file: &str, line: Option<u64>, field: &str, pts: &mut Vec<(f64, f64)>, t: f64, x: f64) -> Result<(), TraceError> {
+fn push(
+    file: &str,
+    line: Option<u64>,
+    field: &str,
+    pts: &mut Vec<(f64, f64)>,
+    t: f64,
+    x: f64,
+) -> Result<(), TraceError> {
     if !t.is_finite() || !x.is_finite() {
         return Err(err(file, line, Some(field), format!("not a finite number ({t}, {x})")));
     }
     if let Some(&(p, _)) = pts.last()
         && t <= p
     {
-        return Err(err(file, line, Some(field), format!("time {t} does not follow {p}: samples must be in time order")));
+        return Err(err(
+            file,
+            line,
+            Some(field),
+            format!("time {t} does not follow {p}: samples must be in time order"),
+        ));
     }
     pts.push((t, x));
     Ok(())
@@ -150,7 +179,14 @@ fn openmetrics(file: &str, text: &str) -> Result<Raw, TraceError> {
             .ok_or_else(|| err(file, Some(line), Some(name), "no value"))?;
         let ts: f64 = parts
             .next()
-            .ok_or_else(|| err(file, Some(line), Some(name), "no timestamp: a dump of several scrapes needs one per sample"))?
+            .ok_or_else(|| {
+                err(
+                    file,
+                    Some(line),
+                    Some(name),
+                    "no timestamp: a dump of several scrapes needs one per sample",
+                )
+            })?
             .parse()
             .map_err(|_| err(file, Some(line), Some(name), "timestamp not a number"))?;
         // Prometheus text gives milliseconds, OpenMetrics seconds.
@@ -165,7 +201,14 @@ fn openmetrics(file: &str, text: &str) -> Result<Raw, TraceError> {
                 format!("a second label set {{{set}}} (first {{{prev}}}): select one engine's series"),
             ));
         }
-        push(file, Some(line), name, raw.entry(name.to_string()).or_default(), t, value)?;
+        push(
+            file,
+            Some(line),
+            name,
+            raw.entry(name.to_string()).or_default(),
+            t,
+            value,
+        )?;
     }
     Ok(raw)
 }
@@ -211,11 +254,7 @@ pub fn align((file, raw): (String, Raw), m: &Measurement, _path: &Path) -> Resul
         .find(|r| r.prompt_tps.is_some_and(|x| x > 0.0) || r.gen_tps.is_some_and(|x| x > 0.0))
         .map(|r| r.t_s)
         .ok_or_else(|| err(&file, None, None, "the token counters never rise"))?;
-    let f0 = m
-        .requests
-        .iter()
-        .map(|r| r.first_token_s)
-        .fold(f64::INFINITY, f64::min);
+    let f0 = m.requests.iter().map(|r| r.first_token_s).fold(f64::INFINITY, f64::min);
     let shift = first_prompt - interval / 2.0 - f0;
     rows.iter_mut().for_each(|r| r.t_s -= shift);
     Ok(Series {

@@ -234,7 +234,11 @@ mod tests {
         let text = p.to_toml();
         assert_eq!(ProfileFile::parse(&text, "p.toml").unwrap(), p);
         let bad = text.replace("beta1_us = 2.0", "beta1_us = -2.0");
-        assert!(ProfileFile::parse(&bad, "p.toml").unwrap_err().contains("step_time.beta1_us"));
+        assert!(
+            ProfileFile::parse(&bad, "p.toml")
+                .unwrap_err()
+                .contains("step_time.beta1_us")
+        );
         let bad = text.replace("kv_blocks = 3", "kv_blockz = 3");
         let e = ProfileFile::parse(&bad, "p.toml").unwrap_err();
         assert!(e.starts_with("p.toml:") && e.contains("kv_blockz"), "{e}");

@@ -291,7 +291,10 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
                     .map_err(|m| FieldError::new(at("profile"), m))?;
                 (None, Some(f))
             }
-            Some(id) => (Some(profiles::find(id).map_err(|m| FieldError::new(at("profile"), m))?), None),
+            Some(id) => (
+                Some(profiles::find(id).map_err(|m| FieldError::new(at("profile"), m))?),
+                None,
+            ),
             None => (None, None),
         };
         let model = if b.top.model == "vllm" {
@@ -316,7 +319,11 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
         };
         let block = g
             .block_size_tokens
-            .unwrap_or(file_profile.as_ref().map_or(16, |f| i64::from(f.engine.block_size_tokens)))
+            .unwrap_or(
+                file_profile
+                    .as_ref()
+                    .map_or(16, |f| i64::from(f.engine.block_size_tokens)),
+            )
             .clamp(1, i64::from(u32::MAX)) as u32;
         if gi == 0 {
             fleet.block_size_tokens = block;
@@ -537,9 +544,7 @@ fn engine(
         )?,
         kv_blocks,
         block_size_tokens,
-        prefix_caching: g
-            .prefix_caching
-            .unwrap_or(file.is_none_or(|f| f.engine.prefix_caching)),
+        prefix_caching: g.prefix_caching.unwrap_or(file.is_none_or(|f| f.engine.prefix_caching)),
         step_time,
         reserve_full_isl: g
             .reserve_full_isl
