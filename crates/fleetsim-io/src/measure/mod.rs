@@ -5,7 +5,7 @@
 //! * [`harness`]: a run folder of LLMServingSim's vLLM harness (`meta.json`,
 //!   `requests.jsonl`, `timeseries.csv`): per-request queue, schedule, first- and
 //!   last-token times and per-second engine series;
-//! * [`bench`]: `vllm bench serve --save-result --save-detailed` JSON
+//! * [`bench`](mod@bench): `vllm bench serve --save-result --save-detailed` JSON
 //!   (`vllm/benchmarks/serve.py`): per-request start, prompt and output lengths, TTFT and
 //!   inter-token gaps; the token series follow from the token times;
 //! * [`prom`]: an engine's series as a Prometheus `query_range` answer or an OpenMetrics
