@@ -93,7 +93,7 @@ pub(super) fn read_trace(a: &TraceReadArgs) -> Result<crate::trace::Trace> {
     anyhow::ensure!(a.block_tokens != Some(0), "--block-tokens must be at least 1");
     let agent = crate::trace::agent_cfg::cli_read_options(a.columns.as_deref(), &a.session_attributes)
         .map_err(|m| anyhow::anyhow!("--columns: {m}"))?;
-    let t = crate::trace::calls::read(
+    let t = crate::trace::reader::read_with(
         &a.file,
         crate::trace::ReadOptions {
             format,
@@ -109,7 +109,7 @@ pub(super) fn read_trace(a: &TraceReadArgs) -> Result<crate::trace::Trace> {
 
 /// Tokens per block id: the flag, else what the trace says, else its format's default.
 pub(super) fn block_tokens_of(a: &TraceReadArgs, t: &crate::trace::Trace) -> u32 {
-    a.block_tokens.unwrap_or_else(|| crate::trace::calls::block_tokens(t))
+    a.block_tokens.unwrap_or_else(|| crate::trace::model::block_tokens(t))
 }
 
 pub(super) fn cmd_trace(t: TraceCommand) -> Result<ExitCode> {

@@ -85,11 +85,9 @@ pub struct Content {
     pub prompt_tokens: u32,
     /// Output length in tokens.
     pub output_tokens: u32,
-    /// The API the request uses.
-    pub api: RequestApi,
     /// A chat-completions request's token positions where its messages end (sorted; those
     /// at or beyond the prompt's end are ignored); `None` for a completions request, one
-    /// `prompt` string.
+    /// `prompt` string. The API is told by this alone ([`Content::api`]).
     pub message_ends: Option<Arc<[u32]>>,
     /// The session's block-hash memo, shared by its turns (see [`ChainMemo`]); it only
     /// saves work, never changes a hash, and takes no part in equality.
@@ -214,7 +212,6 @@ impl Content {
             segments,
             prompt_tokens,
             output_tokens,
-            api: RequestApi::Completions,
             message_ends: None,
             memo: MemoLink::default(),
         };
@@ -224,9 +221,17 @@ impl Content {
 
     /// The same content sent as a chat completion whose messages end at `message_ends`.
     pub fn with_chat(mut self, message_ends: Arc<[u32]>) -> Content {
-        self.api = RequestApi::Chat;
         self.message_ends = Some(message_ends);
         self
+    }
+
+    /// The API the request uses: chat completions exactly when it has messages.
+    pub fn api(&self) -> RequestApi {
+        if self.message_ends.is_some() {
+            RequestApi::Chat
+        } else {
+            RequestApi::Completions
+        }
     }
 
     /// The same content, sharing the block-hash memo `memo` with its session's other turns.
@@ -292,7 +297,6 @@ impl Content {
             segments,
             prompt_tokens,
             output_tokens,
-            api: RequestApi::Completions,
             message_ends: None,
             memo: MemoLink::default(),
         };
@@ -749,8 +753,7 @@ mod tests {
                 segments,
                 prompt_tokens: total - out_tokens,
                 output_tokens: out_tokens,
-                api: RequestApi::Completions,
-                message_ends: None,
+                    message_ends: None,
                 memo: MemoLink::default(),
             };
             let c = if chat { c.with_chat(Arc::from(ends)) } else { c };

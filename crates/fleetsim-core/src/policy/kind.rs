@@ -71,8 +71,9 @@ pub struct StackFlags {
     pub reads_request_stats: bool,
 }
 
-/// One policy's declaration: implement it for a marker type in the policy's module and add
-/// one line to [`REGISTRY`](crate::policy::registry::REGISTRY).
+/// One policy's declaration: implement it (or [`ParamlessKind`], for a policy without
+/// parameters) for a marker type in the policy's module and add one line to
+/// [`REGISTRY`](crate::policy::registry::REGISTRY).
 pub trait PolicyKind: Send + Sync + 'static {
     /// `router.policy.kind`.
     const KIND: &'static str;
@@ -99,6 +100,41 @@ pub trait PolicyKind: Send + Sync + 'static {
     /// routers.
     fn production_stack(_c: &Self::Config) -> Option<StackFlags> {
         None
+    }
+}
+
+/// A policy without parameters (`[router.policy]` holds `kind` alone): its kind, catalogue
+/// entry and builder; its [`PolicyKind`] follows, with no parameters to validate or describe.
+pub trait ParamlessKind: Send + Sync + 'static {
+    /// `router.policy.kind`.
+    const KIND: &'static str;
+    /// What `sim policies` prints.
+    const DOC: Doc;
+    /// Instantiates the policy.
+    fn build() -> Box<dyn RoutingPolicy>;
+    /// production-stack's command line for it; `None`: not one of production-stack's
+    /// routers.
+    fn production_stack() -> Option<StackFlags> {
+        None
+    }
+}
+
+impl<K: ParamlessKind> PolicyKind for K {
+    const KIND: &'static str = K::KIND;
+    const DOC: Doc = K::DOC;
+    type Params = super::params::NoParams;
+    type Config = ();
+    fn validate(_: super::params::NoParams, _: &Fleet) -> Result<(), ParamError> {
+        Ok(())
+    }
+    fn describe(_: &()) -> String {
+        String::new()
+    }
+    fn build(_: &()) -> Box<dyn RoutingPolicy> {
+        K::build()
+    }
+    fn production_stack(_: &()) -> Option<StackFlags> {
+        K::production_stack()
     }
 }
 

@@ -2,8 +2,7 @@
 //! baseline every load-aware policy should beat; it needs no signal, so it cannot be misled
 //! by a stale one.
 
-use super::kind::{Doc, Fleet, PolicyKind};
-use super::params::{NoParams, ParamError};
+use super::kind::{Doc, ParamlessKind};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
@@ -25,22 +24,14 @@ impl RoutingPolicy for Random {
 /// This policy's registry entry ([`super::registry`]).
 pub struct Kind;
 
-impl PolicyKind for Kind {
+impl ParamlessKind for Kind {
     const KIND: &'static str = "random";
     const DOC: Doc = Doc {
         source: "SGLang random, AIBrix random",
         signals: "none",
         params: &[],
     };
-    type Params = NoParams;
-    type Config = ();
-    fn validate(_: NoParams, _: &Fleet) -> Result<(), ParamError> {
-        Ok(())
-    }
-    fn describe(_: &()) -> String {
-        String::new()
-    }
-    fn build(_: &()) -> Box<dyn RoutingPolicy> {
+    fn build() -> Box<dyn RoutingPolicy> {
         Box::new(Random)
     }
 }

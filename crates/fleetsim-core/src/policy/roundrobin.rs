@@ -6,8 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::kind::{Doc, Fleet, PolicyKind, StackFlags};
-use super::params::{NoParams, ParamError};
+use super::kind::{Doc, ParamlessKind, StackFlags};
 use super::{Branch, Decision, EndpointInfo, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 
@@ -56,25 +55,17 @@ impl RoutingPolicy for RoundRobin {
 /// This policy's registry entry ([`super::registry`]).
 pub struct Kind;
 
-impl PolicyKind for Kind {
+impl ParamlessKind for Kind {
     const KIND: &'static str = "roundrobin";
     const DOC: Doc = Doc {
         source: "vLLM production-stack RoundRobinRouter (src/vllm_router/routers/routing_logic.py)",
         signals: "none (a counter over the URL-sorted endpoint list)",
         params: &[],
     };
-    type Params = NoParams;
-    type Config = ();
-    fn validate(_: NoParams, _: &Fleet) -> Result<(), ParamError> {
-        Ok(())
-    }
-    fn describe(_: &()) -> String {
-        String::new()
-    }
-    fn build(_: &()) -> Box<dyn RoutingPolicy> {
+    fn build() -> Box<dyn RoutingPolicy> {
         Box::new(RoundRobin::default())
     }
-    fn production_stack(_: &()) -> Option<StackFlags> {
+    fn production_stack() -> Option<StackFlags> {
         Some(StackFlags::default())
     }
 }

@@ -3,8 +3,7 @@
 //! request); requests without a key go to `_qps_routing`. Load is never consulted.
 
 use super::hashring::HashRing;
-use super::kind::{Doc, Fleet, PolicyKind, StackFlags};
-use super::params::{NoParams, ParamError};
+use super::kind::{Doc, ParamlessKind, StackFlags};
 use super::qps::qps_routing;
 use super::{Branch, Decision, EndpointInfo, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
@@ -45,25 +44,17 @@ impl RoutingPolicy for Session {
 /// This policy's registry entry ([`super::registry`]).
 pub struct Kind;
 
-impl PolicyKind for Kind {
+impl ParamlessKind for Kind {
     const KIND: &'static str = "session";
     const DOC: Doc = Doc {
         source: "production-stack SessionRouter: uhashring consistent hash of the session header",
         signals: "session key; without one, _qps_routing on router-local request stats",
         params: &[],
     };
-    type Params = NoParams;
-    type Config = ();
-    fn validate(_: NoParams, _: &Fleet) -> Result<(), ParamError> {
-        Ok(())
-    }
-    fn describe(_: &()) -> String {
-        String::new()
-    }
-    fn build(_: &()) -> Box<dyn RoutingPolicy> {
+    fn build() -> Box<dyn RoutingPolicy> {
         Box::new(Session::default())
     }
-    fn production_stack(_: &()) -> Option<StackFlags> {
+    fn production_stack() -> Option<StackFlags> {
         Some(StackFlags {
             args: vec!["--session-key".into(), "<header>".into()],
             notes: vec!["--session-key: the request header that carries your session id".into()],

@@ -93,6 +93,9 @@ pub struct Router {
     kv: Option<KvFeed>,
     /// Age of the oldest engine-stats entry in the last decision's view (None: no entries).
     last_view_age: Option<SimDuration>,
+    /// The last decision's time and the newest `read_at` in its view, for the invariant
+    /// that no view entry is read after the decision that uses it.
+    last_view_span: Option<(SimTime, SimTime)>,
     /// Draws scrape-interval jitter.
     jitter_rng: SimRng,
 }
@@ -120,6 +123,7 @@ impl Router {
             kv: policy.needs_kv_events().then(|| KvFeed::new(n, cfg.kv_event_lag)),
             blocks: Vec::new(),
             last_view_age: None,
+            last_view_span: None,
             jitter_rng: stream(seed, "router.scrape_jitter", u64::from(replica.0)),
             policy,
             rng: stream(seed, "router.policy", u64::from(replica.0)),
@@ -189,6 +193,20 @@ impl Router {
         self.last_view_age
     }
 
+    /// The invariant that a view's age is never negative, for the last decision: an error
+    /// naming the decision and the entry read after it. (The recorded age saturates at
+    /// zero, so a negative age would otherwise pass as a fresh view.)
+    pub fn check_view_age(&self) -> Result<(), String> {
+        match self.last_view_span {
+            Some((decided, newest)) if newest > decided => Err(format!(
+                "a decision at {} s saw an engine-stats entry read at {} s, after it",
+                decided.as_secs_f64(),
+                newest.as_secs_f64()
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// True if the policy consumes engine KV events (the simulation then publishes them).
     pub fn wants_kv_events(&self) -> bool {
         self.kv.is_some()
@@ -232,6 +250,13 @@ impl Router {
             .flatten()
             .map(|e| SimDuration(now.0.saturating_sub(e.read_at.0)))
             .max();
+        self.last_view_span = self
+            .engine_view
+            .iter()
+            .flatten()
+            .map(|e| e.read_at)
+            .max()
+            .map(|r| (now, r));
         let chunk_chars = self.policy.prompt_chunk_chars();
         let join = self.policy.joins_chat_messages();
         match chunk_chars {
@@ -259,7 +284,7 @@ impl Router {
             prompt_chunks: &self.chunks,
             chunk_chars: chunk_chars.unwrap_or(CHUNK_CHARS),
             prompt_chars: content.prompt_chars(self.cfg.chars_per_token, join),
-            api: content.api,
+            api: content.api(),
         };
         let d = self.policy.route(&req, &view, &mut self.rng);
         assert!(d.pos < self.endpoints.len(), "policy returned an endpoint out of range");
@@ -330,5 +355,67 @@ impl Router {
     /// Request-stats lag.
     pub fn request_stats_lag(&self) -> SimDuration {
         self.cfg.request_stats_lag
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router() -> Router {
+        let policy = PolicyConfig::new::<crate::policy::roundrobin::Kind>(());
+        let cfg = RouterConfig {
+            engine_stats_interval: SimDuration::from_secs_f64(30.0),
+            scrape_duration: SimDuration(0),
+            request_stats_window: SimDuration::from_secs_f64(60.0),
+            request_stats_lag: SimDuration(0),
+            chars_per_token: 4,
+            kv_event_lag: SimDuration(0),
+            block_size_tokens: 16,
+            replicas: 1,
+            front: front::FrontBalancer::RoundRobin,
+            scrape_jitter: SimDuration(0),
+            engine_stats_phase: 0.0,
+            fresh_signals: false,
+            policy,
+        };
+        let fleet = (0..2)
+            .map(|i| EndpointInfo {
+                backend: BackendId::from_index(i),
+                url: format!("http://b{i}"),
+            })
+            .collect();
+        Router::new(cfg, fleet, &[true, true], 1, ReplicaId(0))
+    }
+
+    fn stats(read_at: SimTime) -> EngineStatsEntry {
+        EngineStatsEntry {
+            running: 1,
+            waiting: 0,
+            kv_used_blocks: 0,
+            kv_total_blocks: 1000,
+            read_at,
+        }
+    }
+
+    #[test]
+    fn a_view_read_before_its_decision_passes_and_one_read_after_it_is_named() {
+        let mut r = router();
+        let content = Content::session_turn(None, 1, 8, 1);
+        let at = |s: u64| SimTime(s * 1_000_000_000);
+        assert_eq!(r.check_view_age(), Ok(()), "no decision yet");
+        r.scraper.set_published(BackendId::from_index(0), stats(at(2)));
+        r.scraper.set_published(BackendId::from_index(1), stats(at(5)));
+        r.route(at(5), RequestId::from_index(0), None, &content, None);
+        assert_eq!(r.check_view_age(), Ok(()), "an age of zero is allowed");
+        assert_eq!(r.last_view_age(), Some(SimDuration::from_secs_f64(3.0)));
+        // A scrape stamped in the future: the recorded age saturates to 3 s, the check names it.
+        r.scraper.set_published(BackendId::from_index(1), stats(at(9)));
+        r.route(at(6), RequestId::from_index(1), None, &content, None);
+        assert_eq!(r.last_view_age(), Some(SimDuration::from_secs_f64(4.0)));
+        assert_eq!(
+            r.check_view_age(),
+            Err("a decision at 6 s saw an engine-stats entry read at 9 s, after it".into())
+        );
     }
 }

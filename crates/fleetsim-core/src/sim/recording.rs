@@ -17,6 +17,9 @@ impl Simulation<'_> {
                 .check()
                 .map_err(|e| format!("backend {i}: {e}"))?;
         }
+        for (i, r) in self.routers.iter().enumerate() {
+            r.check_view_age().map_err(|e| format!("router replica {i}: {e}"))?;
+        }
         let arrived = self.log.requests.len();
         let failed = self.log.requests.iter().filter(|r| r.t_failed.is_some()).count();
         let in_flight = self

@@ -282,7 +282,7 @@ pub fn from_trace(path: &Path) -> Result<Measurement, TraceError> {
             "records no latencies: a measurement needs per-request first- and last-token times (a harness folder, a `vllm bench serve` JSON, or a Dynamo/OTel/sessions trace with TTFT and ends)",
         ));
     };
-    let none = crate::trace::calls::NONE;
+    let none = crate::trace::model::NONE;
     let t0 = t.rows.iter().map(|r| r.t_ns).min().unwrap_or(0);
     let mut requests = Vec::new();
     let mut skipped = 0u64;

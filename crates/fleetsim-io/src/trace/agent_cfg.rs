@@ -2,8 +2,8 @@
 //! OTel session attributes, `session_arrival` for traces of offsets, and content without
 //! hashes (`context`, `shared_prefix_tokens`).
 
-use super::calls::{AgentReadOptions, NONE};
-use super::parse::{Format, NO_SESSION, Trace};
+use super::model::{Format, NO_SESSION, NONE, Trace};
+use super::reader::AgentReadOptions;
 use super::session_log::ColumnMap;
 use fleetsim_core::rng::stream;
 use fleetsim_core::workload::{Arrival, arrival_times};

@@ -2,12 +2,10 @@
 
 use serde::Serialize;
 
-use super::calls::NONE;
+use super::model::{NONE, Trace, prefix_chain};
 use super::pacing::{PacingCounts, ROOT, pace};
-use super::parse::Trace;
 use super::quantiles::Quantiles;
 use super::sessions::Sessions;
-use fleetsim_core::content::mix;
 
 /// Quantiles of a duration, seconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -146,11 +144,9 @@ fn cross_session(trace: &Trace, sessions: &Sessions, block_tokens: u32, st: &mut
             continue;
         }
         let b = trace.rows[r as usize].blocks(&trace.blocks);
-        let mut h = 0x6A09_E667_F3BC_C908u64;
         let mut run = true;
         let mut run_blocks = 0u64;
-        for &x in b {
-            h = mix(h, u64::from(x));
+        for h in prefix_chain(b) {
             blocks += 1;
             let from = *seen.entry(h).or_insert(s);
             if run && from != s {

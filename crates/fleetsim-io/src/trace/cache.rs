@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
-use super::calls::AgentReadOptions;
-use super::parse::{Format, ReadOptions, Trace, TraceError};
+use super::model::{Format, Trace, TraceError};
+use super::reader::{AgentReadOptions, ReadOptions};
 
 /// A file's identity on disk: what changes when its content is rewritten.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl TraceCache {
     pub fn read(&self, path: &Path, opts: ReadOptions, agent: &AgentReadOptions) -> Result<Arc<Trace>, TraceError> {
         let read = || {
             self.reads.fetch_add(1, Ordering::Relaxed);
-            super::calls::read(path, opts, agent).map(Arc::new)
+            super::reader::read_with(path, opts, agent).map(Arc::new)
         };
         let Some(id) = FileId::of(path) else {
             return read();
@@ -192,7 +192,7 @@ mod tests {
         let p = dir.path().join("absent.csv");
         let cache = TraceCache::new();
         let e = cache.read(&p, opts(), &AgentReadOptions::default()).unwrap_err();
-        let direct = super::super::calls::read(&p, opts(), &AgentReadOptions::default()).unwrap_err();
+        let direct = super::super::reader::read_with(&p, opts(), &AgentReadOptions::default()).unwrap_err();
         assert_eq!(e, direct);
     }
 }

@@ -7,7 +7,7 @@
 
 use std::io::Write;
 
-use super::parse::Trace;
+use super::model::{NO_SESSION, Trace};
 use super::replay::{SessionMode, arrival_order, group_sessions};
 use super::sessions::{InferConfig, SynthConfig};
 
@@ -51,14 +51,14 @@ pub fn write_native(
         }
     }
     let mut w = csv::WriterBuilder::new().from_writer(out);
-    w.write_record(super::parse::NATIVE_COLUMNS)?;
+    w.write_record(super::requests::NATIVE_COLUMNS)?;
     let mut blocks = String::new();
     for &r in &order {
         let row = &trace.rows[r as usize];
         let (s, k) = label[r as usize];
         let (sid, turn) = if s == u32::MAX {
             (String::new(), String::new())
-        } else if keep_ids && row.session != super::parse::NO_SESSION {
+        } else if keep_ids && row.session != NO_SESSION {
             (trace.session_names[row.session as usize].clone(), k.to_string())
         } else {
             (format!("s{s}"), k.to_string())
@@ -86,7 +86,8 @@ pub fn write_native(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::parse::{Format, read_from};
+    use crate::trace::model::Format;
+    use crate::trace::reader::read_from;
 
     #[test]
     fn seconds_format() {

@@ -14,8 +14,8 @@ use std::io::Read;
 
 use serde::Deserialize;
 
-use super::calls::{Calls, NONE, Obj, Timing, for_each_line, ms_ns, parse_json, push_call};
-use super::parse::{Builder, NO_SESSION, TraceError};
+use super::jsonl::{Obj, for_each_line, parse_json};
+use super::model::{Builder, Calls, NO_SESSION, NONE, Timing, TraceError, ms_ns, push_call};
 
 /// Largest `replay.trace_block_size` read (tokens per block hash): vLLM's KV blocks are
 /// 1 to a few hundred tokens; a block beyond this cannot be a prompt's unit.
@@ -162,7 +162,7 @@ pub(super) fn read(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
                         }
                         None => calls
                             .block_tokens
-                            .unwrap_or(super::parse::Format::Dynamo.default_block_tokens()),
+                            .unwrap_or(super::model::Format::Dynamo.default_block_tokens()),
                     };
                     // One hash per whole or partial block of the prompt, no more.
                     let most = req.input_tokens.div_ceil(u64::from(bs));
@@ -229,7 +229,8 @@ pub(super) fn read(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::trace::parse::{Format, read_from};
+    use crate::trace::model::Format;
+    use crate::trace::reader::read_from;
 
     fn ev(session: &str, start_ms: u64, input: u64, total_ms: f64, hashes: &[u64]) -> String {
         format!(

@@ -2,11 +2,10 @@
 
 use serde::Serialize;
 
-use super::parse::Trace;
+use super::model::{Trace, prefix_chain};
 pub use super::quantiles::Quantiles;
 use super::replay::{SessionMode, arrival_order, group_sessions};
 use super::sessions::{InferConfig, InferStats, SynthConfig};
-use fleetsim_core::content::mix;
 
 /// Prefix-sharing statistics (traces with block ids).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -102,10 +101,8 @@ pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspect
             if !first.insert(b[0]) {
                 st.rows_sharing_first_block += 1;
             }
-            let mut h = 0x6A09_E667_F3BC_C908u64;
             let mut all_seen = true;
-            for &x in b {
-                h = mix(h, u64::from(x));
+            for h in prefix_chain(b) {
                 let new = seen.insert(h);
                 if all_seen && !new {
                     reused += 1;
@@ -218,7 +215,8 @@ pub fn render(x: &Inspection) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::parse::{Format, read_from};
+    use crate::trace::model::Format;
+    use crate::trace::reader::read_from;
 
     #[test]
     fn quantiles_and_burstiness() {

@@ -10,7 +10,7 @@
 
 use std::io::{self, BufRead, BufReader, Read};
 
-use super::parse::TraceError;
+use super::model::{TraceError, stream_err};
 
 /// Longest line a trace may hold (a Mooncake row of 100k prompt blocks is ~1 MiB).
 pub const MAX_LINE_BYTES: usize = 16 << 20;
@@ -182,12 +182,12 @@ pub fn io_error(file: &str, e: io::Error) -> TraceError {
 }
 
 /// An error of the stream while reading line `line`: the line cap (naming the line), else
-/// a corrupt or truncated gzip member or an I/O error (see [`super::calls::stream_err`]).
+/// a corrupt or truncated gzip member or an I/O error (see [`stream_err`]).
 pub fn read_error(file: &str, line: u64, e: io::Error) -> TraceError {
     if is_line_cap(&e) {
         io_error(file, e)
     } else {
-        super::calls::stream_err(file, line, false, &e)
+        stream_err(file, line, false, &e)
     }
 }
 

@@ -15,8 +15,11 @@ use std::io::Read;
 
 use serde::Deserialize;
 
-use super::calls::{Calls, DEFAULT_SESSION_ATTRIBUTES, NONE, Obj, Timing, for_each_line, parse_json, push_call};
-use super::parse::{Builder, TraceError};
+use super::jsonl::{Obj, for_each_line, parse_json};
+use super::model::{Builder, Calls, NONE, Timing, TraceError, push_call};
+
+/// The session attributes tried by default (then the trace id).
+pub const DEFAULT_SESSION_ATTRIBUTES: [&str; 2] = ["gen_ai.conversation.id", "session.id"];
 
 /// Reader options.
 #[derive(Clone, Debug, PartialEq)]
@@ -269,7 +272,8 @@ fn span(
 
 #[cfg(test)]
 mod tests {
-    use crate::trace::parse::{Format, read_from};
+    use crate::trace::model::Format;
+    use crate::trace::reader::read_from;
 
     fn span(op: &str, conv: &str, start: u64, end: u64, input: &str) -> String {
         format!(

@@ -1,7 +1,7 @@
 //! Builds the happens-before pacing of recorded agent sessions
 //! ([`fleetsim_core::workload::pacing`] holds the plan and the rule it follows).
 
-use super::calls::Calls;
+use super::model::Calls;
 pub use fleetsim_core::workload::pacing::{NONE, PacingCounts, ROOT, ReplayPlan};
 
 /// Paces one session: `rows` are its calls in order, `start` their recorded starts (ns,

@@ -17,8 +17,9 @@
 use std::path::PathBuf;
 
 use super::agent_cfg::{AgentConfig, Context};
+use super::model::{Format, NONE, Trace};
 use super::pacing::{PacingCounts, ROOT, ReplayPlan, pace};
-use super::parse::{Format, ReadOptions, Trace};
+use super::reader::ReadOptions;
 use super::sessions::{self, InferConfig, InferStats, Sessions, SynthConfig};
 use fleetsim_core::content::source_id;
 use fleetsim_core::dist::Dist;
@@ -275,7 +276,7 @@ pub fn append_trace(
         Scale::Factor(f) => f,
         Scale::TargetRate(r) => (m as f64 / (span as f64 / 1e9)) / r,
     };
-    let block_tokens = g.block_tokens.unwrap_or_else(|| super::calls::block_tokens(trace));
+    let block_tokens = g.block_tokens.unwrap_or_else(|| super::model::block_tokens(trace));
     let calls = trace.calls.as_deref();
     // Closed loop by happens-before when the trace records ends or think times.
     let paced = g.mode == Mode::Closed && calls.is_some_and(|c| c.has_ends() || c.has_think());
@@ -462,7 +463,7 @@ pub fn append_trace(
                     p.recorded_e2e_ns = rows
                         .iter()
                         .map(|&r| match c.end_ns[r as usize] {
-                            super::calls::NONE => super::calls::NONE,
+                            NONE => NONE,
                             e => e - trace.rows[r as usize].t_ns,
                         })
                         .collect();
@@ -543,7 +544,7 @@ pub fn append_trace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::parse::read_from;
+    use crate::trace::reader::read_from;
 
     fn empty() -> Workload {
         fleetsim_core::workload::generate(&[], 1, None).unwrap()
@@ -637,7 +638,7 @@ mod tests {
         super::super::agent_cfg::apply(&mut g.agent, None, Some(&cols), None, Some(&sp), None).unwrap();
         let text = "s,t,i,o,m\na,0,300,5,m1\nb,1,200,5,m1\na,2,400,5,m1\nc,3,50,5,m1\nd,4,300,5,m2\n";
         let t =
-            super::super::calls::read_any(text.as_bytes(), "s.csv", Format::Sessions, false, &g.agent.read).unwrap();
+            super::super::reader::read_any(text.as_bytes(), "s.csv", Format::Sessions, false, &g.agent.read).unwrap();
         let mut w = empty();
         append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
         let c = |s: u32, k: usize| w.content(fleetsim_core::ids::SessionId(s), k);

@@ -15,15 +15,16 @@
 //!
 //! The CSV is strict: a row with more or fewer fields than the header is an error (never a
 //! shifted read), a mapped column missing from the header or present twice is an error,
-//! and a line longer than [`super::calls::MAX_LINE_BYTES`] stops the read.
+//! and a line longer than [`super::jsonl::MAX_LINE_BYTES`] stops the read.
 
 use std::io::Read;
 
 use serde::Deserialize;
 
-use super::calls::{Calls, MAX_LINE_BYTES, NONE, Timing, for_each_line, parse_json, push_call, s_ns};
+use super::jsonl::{MAX_LINE_BYTES, for_each_line, parse_json};
 use super::lines::Capped;
-use super::parse::{Builder, NO_SESSION, TraceError};
+use super::model::{Builder, NO_SESSION, TraceError};
+use super::model::{Calls, NONE, Timing, push_call, s_ns, stream_err};
 
 /// Which column holds what (`columns = { ... }`; the key names are fixed).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -274,7 +275,7 @@ struct Rec<'a> {
 /// Reads a mapped per-call log (CSV, or JSONL when the first non-blank byte is `{`).
 pub(super) fn read(r: impl Read, b: &mut Builder, cols: &ColumnMap) -> Result<(), TraceError> {
     let mut r = std::io::BufReader::with_capacity(1 << 16, r);
-    let head = std::io::BufRead::fill_buf(&mut r).map_err(|e| super::calls::stream_err(&b.trace.file, 1, false, &e))?;
+    let head = std::io::BufRead::fill_buf(&mut r).map_err(|e| stream_err(&b.trace.file, 1, false, &e))?;
     let json = head
         .iter()
         .copied()
@@ -552,8 +553,8 @@ fn row(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::calls::{AgentReadOptions, read_any};
-    use crate::trace::parse::Format;
+    use crate::trace::model::Format;
+    use crate::trace::reader::{AgentReadOptions, read_any};
 
     fn cols(t: &str) -> ColumnMap {
         ColumnMap::from_toml(&toml::from_str::<toml::Table>(&format!("c = {{ {t} }}")).unwrap()["c"]).unwrap()

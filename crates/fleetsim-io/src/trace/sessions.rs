@@ -22,8 +22,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::parse::{NO_SESSION, Trace};
-use fleetsim_core::content::mix;
+use super::model::{NO_SESSION, Trace, prefix_chain};
 use fleetsim_core::rng::SimRng;
 
 /// Session reconstruction settings.
@@ -208,11 +207,7 @@ pub fn infer(trace: &Trace, rows_in_order: &[u32], block_tokens: u32, cfg: &Infe
         let row = &trace.rows[r as usize];
         let blocks = row.blocks(&trace.blocks);
         prefix.clear();
-        let mut h = 0x6A09_E667_F3BC_C908u64;
-        for &b in blocks {
-            h = mix(h, u64::from(b));
-            prefix.push(h);
-        }
+        prefix.extend(prefix_chain(blocks));
         let mut parent = None;
         let mut hit_limit = false;
         let mut not_grown = false;
@@ -297,7 +292,8 @@ pub fn synthesize(trace: &Trace, rows_in_order: &[u32], cfg: &SynthConfig, rng: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::parse::{Format, read_from};
+    use crate::trace::model::Format;
+    use crate::trace::reader::read_from;
 
     fn mooncake(rows: &[(u64, u32, &[u64])]) -> Trace {
         let text: String = rows

@@ -1,536 +1,15 @@
-//! Streaming readers for request traces: the native CSV, Mooncake JSONL, Azure LLM 2023 CSV
+//! Readers of request-level traces: the native CSV, Mooncake JSONL, Azure LLM 2023 CSV
 //! and BurstGPT CSV. Each reader turns rows into compact [`TraceRow`]s (no strings kept per
 //! row: session ids are interned, block hash ids are remapped to dense `u32`s stored in one
 //! arena). A malformed row is an error naming the file, the line and the column; with
 //! `skip_bad_rows` it is counted and reported instead (nothing is dropped silently).
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::io::Read;
 
-use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
 use super::lines::{Capped, Lines, check_header, check_width, io_error};
-
-/// A trace file format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// fleetsim's own CSV (`arrival_s,session_id,turn,input_tokens,output_tokens,block_ids`).
-    Native,
-    /// Mooncake FAST'25 JSONL (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
-    Mooncake,
-    /// Azure LLM inference trace 2023 CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`).
-    Azure,
-    /// BurstGPT CSV (`Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`).
-    BurstGpt,
-    /// NVIDIA Dynamo agent request trace `dynamo.request.trace.v1` (JSONL, plain or gzip).
-    Dynamo,
-    /// OpenTelemetry GenAI spans, OTLP/JSON as the Collector's file exporter writes them.
-    Otel,
-    /// Any per-call CSV or JSONL, read through a `columns = { ... }` mapping.
-    Sessions,
-}
-
-/// Every format, for messages.
-pub const FORMAT_NAMES: &str = "`native`, `mooncake`, `azure`, `burstgpt`, `dynamo`, `otel` or `sessions`";
-
-impl Format {
-    /// Name as written in scenarios and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Format::Native => "native",
-            Format::Mooncake => "mooncake",
-            Format::Azure => "azure",
-            Format::BurstGpt => "burstgpt",
-            Format::Dynamo => "dynamo",
-            Format::Otel => "otel",
-            Format::Sessions => "sessions",
-        }
-    }
-
-    /// Parses a format name.
-    pub fn parse(s: &str) -> Result<Format, String> {
-        match s {
-            "native" => Ok(Format::Native),
-            "mooncake" => Ok(Format::Mooncake),
-            "azure" => Ok(Format::Azure),
-            "burstgpt" => Ok(Format::BurstGpt),
-            "dynamo" => Ok(Format::Dynamo),
-            "otel" => Ok(Format::Otel),
-            "sessions" => Ok(Format::Sessions),
-            other => Err(format!("unknown trace format `{other}`; expected {FORMAT_NAMES}")),
-        }
-    }
-
-    /// Tokens per prefix block id when the format has them (Mooncake: 512; Dynamo: 16, its
-    /// `replay.trace_block_size`).
-    pub fn default_block_tokens(self) -> u32 {
-        match self {
-            Format::Dynamo => 16,
-            _ => 512,
-        }
-    }
-}
-
-/// No session id.
-pub const NO_SESSION: u32 = u32::MAX;
-
-/// One request of a trace, compactly.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TraceRow {
-    /// Arrival in ns from the format's time origin (not yet relative to the first row).
-    pub t_ns: u64,
-    /// Prompt tokens (the whole prompt, including any shared prefix).
-    pub input: u32,
-    /// Output tokens.
-    pub output: u32,
-    /// Interned session id, or [`NO_SESSION`].
-    pub session: u32,
-    /// Turn number within the session as written, or `u32::MAX`.
-    pub turn: u32,
-    /// Offset of this row's block ids in [`Trace::blocks`].
-    pub blocks_off: u32,
-    /// Number of block ids.
-    pub blocks_len: u32,
-    /// 1-based line of the row in its file.
-    pub line: u32,
-}
-
-impl TraceRow {
-    /// This row's dense block ids.
-    pub fn blocks<'a>(&self, arena: &'a [u32]) -> &'a [u32] {
-        &arena[self.blocks_off as usize..(self.blocks_off + self.blocks_len) as usize]
-    }
-}
-
-/// A parsed trace.
-#[derive(Clone, Debug, Default)]
-pub struct Trace {
-    /// The file, as named to the reader.
-    pub file: String,
-    /// Detected or given format.
-    pub format: Option<Format>,
-    /// Rows in file order.
-    pub rows: Vec<TraceRow>,
-    /// Dense block ids of every row, concatenated.
-    pub blocks: Vec<u32>,
-    /// Raw block id of each dense id (for conversion back to a file).
-    pub raw_blocks: Vec<u64>,
-    /// Session names by interned id.
-    pub session_names: Vec<String>,
-    /// Rows skipped as malformed (`skip_bad_rows`).
-    pub skipped: u64,
-    /// The first few skip messages.
-    pub skip_messages: Vec<String>,
-    /// Rows whose output of 0 tokens was replayed as 1 (a request must produce a token).
-    pub zero_output_rows: u64,
-    /// Recorded per-call timing of session-shaped formats (`dynamo`, `otel`, `sessions`).
-    pub calls: Option<Box<super::calls::Calls>>,
-}
-
-impl Trace {
-    /// Whether any row carries prefix block ids.
-    pub fn has_blocks(&self) -> bool {
-        !self.blocks.is_empty()
-    }
-
-    /// Whether any row carries a session id.
-    pub fn has_sessions(&self) -> bool {
-        !self.session_names.is_empty()
-    }
-
-    /// Notes about rows not replayed as written.
-    pub fn notes(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if self.skipped > 0 {
-            let mut s = format!("{}: skipped {} malformed rows", self.file, self.skipped);
-            if let Some(m) = self.skip_messages.first() {
-                s.push_str(&format!(" (first: {m})"));
-            }
-            out.push(s);
-        }
-        if self.zero_output_rows > 0 {
-            out.push(format!(
-                "{}: {} rows with 0 output tokens are replayed with 1",
-                self.file, self.zero_output_rows
-            ));
-        }
-        out
-    }
-}
-
-/// A malformed row or unreadable file.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{}{}: {}", crate::quote::escape(file), match (line, column) {
-    (Some(l), Some(c)) => format!(":{l}: column {}", crate::quote::quote(c)),
-    (Some(l), None) => format!(":{l}"),
-    (None, Some(c)) => format!(": column {}", crate::quote::quote(c)),
-    _ => String::new(),
-}, crate::quote::escape(message))]
-pub struct TraceError {
-    /// File.
-    pub file: String,
-    /// 1-based line.
-    pub line: Option<u64>,
-    /// Column (field) name.
-    pub column: Option<String>,
-    /// What is wrong.
-    pub message: String,
-}
-
-/// Reader options.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ReadOptions {
-    /// Format; detected from the first line when `None`.
-    pub format: Option<Format>,
-    /// Count and report malformed rows instead of failing.
-    pub skip_bad_rows: bool,
-}
-
-/// Most skip messages kept.
-const KEEP_MESSAGES: usize = 5;
-
-pub(super) struct Builder {
-    pub(super) trace: Trace,
-    /// Dense id by raw id for small raw ids (Mooncake's are `0..n`): a plain table lookup.
-    direct: Vec<u32>,
-    /// Dense id by raw id for the others.
-    dense: FxHashMap<u64, u32>,
-    sessions: FxHashMap<String, u32>,
-    skip: bool,
-    /// Memory the parsed trace may take (the default of `limits.max_memory_gib`): an
-    /// endless stream of valid rows is refused instead of growing until an abort.
-    budget_bytes: u64,
-    /// Bytes held outside the arenas: interned session names (twice: list and map) and
-    /// what the agent readers keep per call and per tool event ([`Builder::charge`]).
-    extra_bytes: u64,
-}
-
-/// Bytes per dense-map entry (a `(u64, u32)` slot padded to 16 bytes, its control byte, and
-/// the 1/8 of slack hashbrown keeps free), generously.
-const MAP_ENTRY_BYTES: u64 = 20;
-
-/// The capacity a `Vec` of capacity `cap` has once it holds `need` elements.
-fn grown(cap: usize, need: usize) -> u64 {
-    if need <= cap {
-        cap as u64
-    } else {
-        need.max(cap.saturating_mul(2)) as u64
-    }
-}
-
-impl Builder {
-    pub(super) fn new(file: &str, format: Format, skip: bool) -> Self {
-        Builder {
-            trace: Trace {
-                file: file.to_string(),
-                format: Some(format),
-                ..Trace::default()
-            },
-            direct: Vec::new(),
-            dense: FxHashMap::default(),
-            sessions: FxHashMap::default(),
-            skip,
-            budget_bytes: crate::preflight::Budget::new(None).map_or(u64::MAX, |b| b.bytes),
-            extra_bytes: 0,
-        }
-    }
-
-    pub(super) fn err(&self, line: u64, column: Option<&str>, message: impl Into<String>) -> TraceError {
-        TraceError {
-            file: self.trace.file.clone(),
-            line: Some(line),
-            column: column.map(str::to_string),
-            message: message.into(),
-        }
-    }
-
-    /// Fails, or counts the row as skipped.
-    pub(super) fn bad(&mut self, e: TraceError) -> Result<(), TraceError> {
-        if !self.skip {
-            return Err(e);
-        }
-        self.trace.skipped += 1;
-        if self.trace.skip_messages.len() < KEEP_MESSAGES {
-            self.trace.skip_messages.push(e.to_string());
-        }
-        Ok(())
-    }
-
-    pub(super) fn session(&mut self, name: &str) -> u32 {
-        if name.is_empty() {
-            return NO_SESSION;
-        }
-        if let Some(&id) = self.sessions.get(name) {
-            return id;
-        }
-        let id = self.trace.session_names.len() as u32;
-        self.extra_bytes = self.extra_bytes.saturating_add(2 * (name.len() as u64 + 32));
-        self.trace.session_names.push(name.to_string());
-        self.sessions.insert(name.to_string(), id);
-        id
-    }
-
-    fn block(&mut self, raw: u64) -> u32 {
-        let next = self.trace.raw_blocks.len() as u32;
-        // The direct table grows only while it stays proportional to the ids seen.
-        let limit = (1u64 << 20).max(16 * (u64::from(next) + 1));
-        if raw < limit && self.dense.is_empty() {
-            let i = raw as usize;
-            if i >= self.direct.len() {
-                self.direct.resize((i + 1).next_power_of_two(), u32::MAX);
-            }
-            if self.direct[i] == u32::MAX {
-                self.direct[i] = next;
-                self.trace.raw_blocks.push(raw);
-            }
-            return self.direct[i];
-        }
-        if self.dense.is_empty() {
-            // Leave the table for the map, once and for all.
-            for (i, &d) in self.direct.iter().enumerate() {
-                if d != u32::MAX {
-                    self.dense.insert(i as u64, d);
-                }
-            }
-            self.direct = Vec::new();
-        }
-        let id = *self.dense.entry(raw).or_insert(next);
-        if id == next {
-            self.trace.raw_blocks.push(raw);
-        }
-        id
-    }
-
-    /// Bytes the parsed trace takes once a row with `new_blocks` block ids is added: every
-    /// arena at the capacity it grows to (a `Vec` doubles), the dense map as if every id
-    /// were new, and [`Builder::extra_bytes`].
-    fn bytes_with(&self, new_blocks: usize) -> u64 {
-        let t = &self.trace;
-        let rows = grown(t.rows.capacity(), t.rows.len() + 1) * std::mem::size_of::<TraceRow>() as u64;
-        let arena = grown(t.blocks.capacity(), t.blocks.len() + new_blocks) * 4;
-        let raw = grown(t.raw_blocks.capacity(), t.raw_blocks.len() + new_blocks) * 8;
-        let map = if self.dense.is_empty() && new_blocks == 0 {
-            0
-        } else {
-            grown(self.dense.capacity(), self.dense.len() + new_blocks) * MAP_ENTRY_BYTES
-        };
-        let direct = self.direct.capacity() as u64 * 4;
-        rows.saturating_add(arena)
-            .saturating_add(raw)
-            .saturating_add(map)
-            .saturating_add(direct)
-            .saturating_add(self.extra_bytes)
-    }
-
-    /// The error of a trace beyond the memory budget, at `line`.
-    fn over_budget(&self, line: u64, bytes: u64) -> TraceError {
-        self.err(
-            line,
-            None,
-            format!(
-                "the trace would take {} of memory with this row ({} rows and {} block ids read so far), above the default limits.max_memory_gib ({}: half this machine's memory); cut the file",
-                crate::preflight::human(bytes),
-                self.trace.rows.len(),
-                self.trace.blocks.len(),
-                crate::preflight::human(self.budget_bytes),
-            ),
-        )
-    }
-
-    /// Counts `bytes` more held by a reader (per call or per tool event), refusing beyond
-    /// the budget before the reader allocates them.
-    pub(super) fn charge(&mut self, line: u64, bytes: u64) -> Result<(), TraceError> {
-        self.extra_bytes = self.extra_bytes.saturating_add(bytes);
-        let need = self.bytes_with(0);
-        if need > self.budget_bytes {
-            return Err(self.over_budget(line, need));
-        }
-        Ok(())
-    }
-
-    /// Adds one request. Checked before anything is allocated: its tokens, its block ids
-    /// (at most one per prompt token; a reader that knows its block size checks the exact
-    /// bound first) and the memory the trace takes with it (every row, against the
-    /// budget, with the capacities the arenas grow to).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn push(
-        &mut self,
-        line: u64,
-        t_ns: u64,
-        input: u64,
-        output: u64,
-        session: u32,
-        turn: u32,
-        blocks: &[u64],
-    ) -> Result<(), TraceError> {
-        let (in_col, out_col, blocks_col) = match self.trace.format {
-            Some(Format::Mooncake) => ("input_length", "output_length", "hash_ids"),
-            Some(Format::Azure) => ("ContextTokens", "GeneratedTokens", "block_ids"),
-            Some(Format::BurstGpt) => ("Request tokens", "Response tokens", "block_ids"),
-            Some(Format::Dynamo) => (
-                "event.request.input_tokens",
-                "event.request.output_tokens",
-                "event.request.replay.input_sequence_hashes",
-            ),
-            Some(Format::Sessions) => ("input_tokens", "output_tokens", "block_hashes"),
-            _ => ("input_tokens", "output_tokens", "block_ids"),
-        };
-        if input == 0 {
-            return self.bad(self.err(line, Some(in_col), "a request needs at least 1 prompt token, got 0"));
-        }
-        if input > u64::from(u32::MAX) || output > u64::from(u32::MAX) || input + output > u64::from(u32::MAX) {
-            let col = if input > u64::from(u32::MAX) { in_col } else { out_col };
-            return self.bad(self.err(
-                line,
-                Some(col),
-                format!("{input} + {output} tokens is above the 2^32 - 1 a request may hold"),
-            ));
-        }
-        if blocks.len() as u64 > input {
-            return self.bad(self.err(
-                line,
-                Some(blocks_col),
-                format!(
-                    "{} block ids for a prompt of {input} tokens: a block holds at least one token",
-                    blocks.len()
-                ),
-            ));
-        }
-        if self.trace.blocks.len() + blocks.len() > u32::MAX as usize || self.trace.rows.len() >= u32::MAX as usize - 1
-        {
-            return Err(self.err(line, None, "the trace is too large (more than 2^32 rows or block ids)"));
-        }
-        let need = self.bytes_with(blocks.len());
-        if need > self.budget_bytes {
-            return Err(self.over_budget(line, need));
-        }
-        let output = if output == 0 {
-            self.trace.zero_output_rows += 1;
-            1
-        } else {
-            output
-        };
-        let off = self.trace.blocks.len();
-        for &b in blocks {
-            let d = self.block(b);
-            self.trace.blocks.push(d);
-        }
-        let len = self.trace.blocks.len() - off;
-        self.trace.rows.push(TraceRow {
-            t_ns,
-            input: input as u32,
-            output: output as u32,
-            session,
-            turn,
-            blocks_off: off as u32,
-            blocks_len: len as u32,
-            line: line.min(u64::from(u32::MAX)) as u32,
-        });
-        Ok(())
-    }
-}
-
-fn open(path: &Path) -> Result<BufReader<File>, TraceError> {
-    let f = File::open(path).map_err(|e| TraceError {
-        file: path.display().to_string(),
-        line: None,
-        column: None,
-        message: format!("cannot read the trace: {e}"),
-    })?;
-    Ok(BufReader::with_capacity(1 << 16, f))
-}
-
-/// Detects the format from the first non-empty line.
-pub fn detect(first_line: &str) -> Option<Format> {
-    let l = first_line.trim_start_matches('\u{feff}').trim();
-    if l.starts_with('{') {
-        if l.contains("dynamo.request.trace") {
-            return Some(Format::Dynamo);
-        }
-        if l.contains("\"resourceSpans\"") {
-            return Some(Format::Otel);
-        }
-        return (l.contains("\"input_length\"") || l.contains("\"hash_ids\"")).then_some(Format::Mooncake);
-    }
-    let cols: Vec<&str> = l.split(',').map(|c| c.trim().trim_matches('"')).collect();
-    let has = |c: &str| cols.iter().any(|x| x.eq_ignore_ascii_case(c));
-    if has("ContextTokens") && has("GeneratedTokens") {
-        Some(Format::Azure)
-    } else if has("Request tokens") && has("Response tokens") {
-        Some(Format::BurstGpt)
-    } else if has("arrival_s") && has("input_tokens") {
-        Some(Format::Native)
-    } else {
-        None
-    }
-}
-
-/// Reads a trace file.
-pub fn read(path: &Path, opts: ReadOptions) -> Result<Trace, TraceError> {
-    let file = path.display().to_string();
-    let (r, format) = open_detected(path, opts.format)?;
-    read_from(r, &file, format, opts.skip_bad_rows)
-}
-
-/// Opens a trace (gzip-compressed or not, told by its magic bytes) and detects its format
-/// from the first non-empty line unless `format` is given.
-pub fn open_detected(path: &Path, format: Option<Format>) -> Result<(Box<dyn BufRead>, Format), TraceError> {
-    let file = path.display().to_string();
-    let mut raw = open(path)?;
-    let gzip = raw
-        .fill_buf()
-        .map_err(|e| io_error(&file, e))?
-        .starts_with(&[0x1f, 0x8b]);
-    let mut r: Box<dyn BufRead> = if gzip {
-        Box::new(BufReader::with_capacity(
-            1 << 16,
-            flate2::bufread::MultiGzDecoder::new(raw),
-        ))
-    } else {
-        Box::new(raw)
-    };
-    let format = match format {
-        Some(f) => f,
-        None => {
-            let buf = r.fill_buf().map_err(|e| super::calls::stream_err(&file, 1, gzip, &e))?;
-            let text = String::from_utf8_lossy(&buf[..buf.len().min(4096)]).into_owned();
-            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            detect(first).ok_or_else(|| TraceError {
-                file: file.clone(),
-                line: Some(1),
-                column: None,
-                message: format!(
-                    "cannot tell the trace format from the first line; set format = {FORMAT_NAMES} (native CSV needs the columns arrival_s and input_tokens; Azure: TIMESTAMP,ContextTokens,GeneratedTokens; BurstGPT: Timestamp,...,Request tokens,Response tokens; Mooncake: JSON lines with input_length; Dynamo: dynamo.request.trace.v1 events; OTel: resourceSpans; any other per-call log: format = \"sessions\" with columns = {{ ... }})"
-                ),
-            })?
-        }
-    };
-    Ok((r, format))
-}
-
-/// Reads a trace of a known format from any reader (`file` names it in messages).
-pub fn read_from(r: impl Read, file: &str, format: Format, skip: bool) -> Result<Trace, TraceError> {
-    let mut b = Builder::new(file, format, skip);
-    match format {
-        Format::Mooncake => read_mooncake(r, &mut b)?,
-        Format::Native => read_native(r, &mut b)?,
-        Format::Azure => read_azure(r, &mut b)?,
-        Format::BurstGpt => read_burstgpt(r, &mut b)?,
-        Format::Dynamo => super::dynamo::read(r, &mut b)?,
-        Format::Otel => super::otel::read(r, &mut b, &super::otel::OtelOptions::default())?,
-        Format::Sessions => {
-            return Err(TraceError {
-                file: file.to_string(),
-                line: None,
-                column: None,
-                message: "format = \"sessions\" needs a `columns = { ... }` mapping".into(),
-            });
-        }
-    }
-    Ok(b.trace)
-}
+use super::model::{Builder, NO_SESSION, TraceError};
 
 #[derive(Deserialize)]
 struct MooncakeRow {
@@ -541,17 +20,17 @@ struct MooncakeRow {
     hash_ids: Vec<u64>,
 }
 
-/// Milliseconds to ns: the range every reader shares ([`super::calls::ms_ns`]; 1e15 ms,
+/// Milliseconds to ns: the range every reader shares ([`super::model::ms_ns`]; 1e15 ms,
 /// the bound before, was clamped to 2^64 ns without a word).
 fn ms_to_ns(ms: f64) -> Option<u64> {
-    super::calls::ms_ns(ms)
+    super::model::ms_ns(ms)
 }
 
 fn secs_to_ns(s: f64) -> Option<u64> {
     (0.0..=1e10).contains(&s).then(|| (s * 1e9).round() as u64)
 }
 
-fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
+pub(super) fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
     let mut lines = Lines::new(r, &b.trace.file);
     while let Some((n, line)) = lines.next_line()? {
         let line = match line {
@@ -566,7 +45,7 @@ fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
             continue;
         }
         // An object, never an array read field by field in order.
-        let row: MooncakeRow = match serde_json::from_str::<super::calls::Obj<MooncakeRow>>(l) {
+        let row: MooncakeRow = match serde_json::from_str::<super::jsonl::Obj<MooncakeRow>>(l) {
             Ok(row) => row.0,
             Err(e) => {
                 let msg = e.to_string();
@@ -738,7 +217,7 @@ pub const NATIVE_COLUMNS: [&str; 6] = [
     "block_ids",
 ];
 
-fn read_native(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
+pub(super) fn read_native(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
     let mut c = Csv::new(r, &b.trace.file, Some(&NATIVE_COLUMNS))?;
     let file = b.trace.file.clone();
     let arrival = c.col("arrival_s", &file)?;
@@ -799,7 +278,7 @@ pub fn parse_datetime(s: &str) -> Option<u64> {
     u64::try_from(ts.as_nanosecond()).ok()
 }
 
-fn read_azure(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
+pub(super) fn read_azure(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
     let mut c = Csv::new(r, &b.trace.file, None)?;
     let file = b.trace.file.clone();
     let ts = c.col("TIMESTAMP", &file)?;
@@ -820,7 +299,7 @@ fn read_azure(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
     })
 }
 
-fn read_burstgpt(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
+pub(super) fn read_burstgpt(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
     let mut c = Csv::new(r, &b.trace.file, None)?;
     let file = b.trace.file.clone();
     let ts = c.col("Timestamp", &file)?;
@@ -837,6 +316,8 @@ fn read_burstgpt(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::model::{Format, Trace};
+    use crate::trace::reader::{detect, read_from};
 
     fn parse(text: &str, f: Format) -> Result<Trace, TraceError> {
         read_from(text.as_bytes(), "t", f, false)
@@ -1049,30 +530,7 @@ mod tests {
     }
 
     #[test]
-    fn memory_budget_is_checked_on_every_row_before_the_arenas_grow() {
-        // Checked every 65,536 rows, rows of millions of block ids would allocate gigabytes
-        // first: every row is checked with the capacity the arenas grow to, before they grow.
-        let mut b = Builder::new("t", Format::Native, false);
-        b.budget_bytes = 8 << 20;
-        let ids: Vec<u64> = (0..100_000).collect();
-        let mut kept = 0;
-        let mut err = None;
-        for i in 0..100 {
-            match b.push(i + 2, 0, 200_000, 1, NO_SESSION, u32::MAX, &ids) {
-                Ok(()) => kept += 1,
-                Err(e) => {
-                    err = Some(e);
-                    break;
-                }
-            }
-        }
-        let e = err.expect("refused within 100 rows");
-        assert!((1..10).contains(&kept), "{kept}");
-        assert!(
-            e.message.contains("would take") && e.message.contains("cut the file"),
-            "{e}"
-        );
-        assert!(b.bytes_with(0) <= 8 << 20);
+    fn more_block_ids_than_prompt_tokens_is_a_bad_row() {
         // More block ids than prompt tokens: a bad row naming the column.
         let e = parse(
             "arrival_s,input_tokens,output_tokens,block_ids\n0,2,1,1 2 3\n",
