@@ -56,5 +56,6 @@ pub mod observe;
 pub mod plot;
 pub mod reference;
 pub mod report;
+pub mod serve;
 pub mod sweep;
 pub mod tune;

@@ -20,7 +20,8 @@
 //! * `sim alerts`: Prometheus rules on vLLM's series and their promtool proof on a run
 //!   (`alerts.rs`, logic in `crate::alerts`);
 //! * `sim observe`: the stranding figures on a real fleet's series (`observe.rs`, logic in
-//!   `crate::observe`).
+//!   `crate::observe`);
+//! * `sim serve`: the fleet as vLLM servers over HTTP (`crate::serve`).
 //!
 //! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
 //! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
@@ -165,6 +166,12 @@ enum Command {
     ///
     /// Example: sim schema > scenario.schema.json
     Schema,
+    /// Serve the scenario's fleet as vLLM servers over HTTP, one loopback port per backend,
+    /// each with the engine model of `sim run` behind it, on a clock --speed times faster
+    /// than real time; point a real router at the URLs (docs/serve.md).
+    ///
+    /// Example: sim serve scenarios/burst8.toml --speed 10 --out out/burst8-served
+    Serve(Box<crate::serve::ServeArgs>),
 }
 
 /// Parses arguments and runs; never panics on user input.
@@ -237,5 +244,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Calibrate(a) => calibrate::cmd_calibrate(*a),
         Command::Validate(a) => calibrate::cmd_validate(*a),
         Command::Schema => reference::cmd_schema(),
+        Command::Serve(a) => crate::serve::cmd_serve(*a),
     }
 }

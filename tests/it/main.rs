@@ -40,6 +40,7 @@ mod prometheus;
 mod queueing;
 mod readme;
 mod reference;
+mod serve;
 mod sweep;
 mod trace;
 mod tune;

@@ -304,6 +304,43 @@ impl Content {
         c
     }
 
+    /// A request whose token blocks are named by `keys`, one per full block of
+    /// `block_tokens` tokens from the start of its prompt-then-output sequence (a live
+    /// server keys each block by a hash of its text, so two requests share exactly the
+    /// blocks whose text they share, in the engine's chained hashes). Tokens past the keyed
+    /// blocks are a source of their own, `tail`. Keys beyond the sequence's full blocks are
+    /// ignored.
+    pub fn keyed_blocks(keys: &[u64], block_tokens: u32, tail: u64, prompt_tokens: u32, output_tokens: u32) -> Content {
+        let bt = block_tokens.max(1);
+        let total = prompt_tokens + output_tokens;
+        let whole = keys.len().min((total / bt) as usize);
+        let mut segments = SmallVec::with_capacity(whole + 1);
+        for &k in &keys[..whole] {
+            segments.push(Segment {
+                source: k,
+                start: 0,
+                len: bt,
+            });
+        }
+        let rest = total - whole as u32 * bt;
+        if rest > 0 {
+            segments.push(Segment {
+                source: tail,
+                start: 0,
+                len: rest,
+            });
+        }
+        let c = Content {
+            segments,
+            prompt_tokens,
+            output_tokens,
+            message_ends: None,
+            memo: MemoLink::default(),
+        };
+        c.assert_consistent();
+        c
+    }
+
     /// Total tokens (prompt + output).
     pub fn total_tokens(&self) -> u32 {
         self.prompt_tokens + self.output_tokens

@@ -75,7 +75,7 @@ mod walls {
     ];
 
     /// Crates that belong to the front end or to file formats, never to the core.
-    const FRONT_END: [&str; 14] = [
+    const FRONT_END: [&str; 19] = [
         "clap",
         "plotters",
         "png",
@@ -88,6 +88,11 @@ mod walls {
         "toml_edit",
         "csv",
         "fleetsim-io",
+        "tokio",
+        "axum",
+        "hyper",
+        "hyper-util",
+        "reqwest",
         "argmin",
         "argmin-math",
     ];

@@ -205,6 +205,128 @@ pub const CACHE_CONFIG_INFO: Metric = Metric {
     buckets: &[],
 };
 
+/// `vllm:gpu_cache_usage_perc`: the name `vllm:kv_cache_usage_perc` replaced (deprecated
+/// in vLLM 0.9, still exported at the cited commit, and read by older routers). Its HELP
+/// text is vLLM's two string literals joined as Python joins them, without a space.
+pub const GPU_CACHE_USAGE_PERC: Metric = Metric {
+    name: "vllm:gpu_cache_usage_perc",
+    help: "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+    kind: Kind::Gauge,
+    extra_labels: &[],
+    buckets: &[],
+};
+
+/// `vllm:gpu_prefix_cache_queries`: the deprecated name of `vllm:prefix_cache_queries`.
+pub const GPU_PREFIX_CACHE_QUERIES: Metric = Metric {
+    name: "vllm:gpu_prefix_cache_queries",
+    help: "GPU prefix cache queries, in terms of number of queriedtokens. DEPRECATED: Use vllm:prefix_cache_queries instead.",
+    kind: Kind::Counter,
+    extra_labels: &[],
+    buckets: &[],
+};
+
+/// `vllm:gpu_prefix_cache_hits`: the deprecated name of `vllm:prefix_cache_hits`.
+pub const GPU_PREFIX_CACHE_HITS: Metric = Metric {
+    name: "vllm:gpu_prefix_cache_hits",
+    help: "GPU prefix cache hits, in terms of number of cached tokens. DEPRECATED: Use vllm:prefix_cache_hits instead.",
+    kind: Kind::Counter,
+    extra_labels: &[],
+    buckets: &[],
+};
+
+/// `vllm:time_per_output_token_seconds`: one observation per output token after the
+/// first, the gap since the token before it (`IterationStats.time_per_output_tokens_iter`).
+pub const TIME_PER_OUTPUT_TOKEN: Metric = Metric {
+    name: "vllm:time_per_output_token_seconds",
+    help: "Histogram of time per output token in seconds.",
+    kind: Kind::Histogram,
+    extra_labels: &[],
+    buckets: &[
+        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    ],
+};
+
+/// `FinishReason` in `vllm/v1/engine/__init__.py`, as `str(reason)` writes it: every
+/// `vllm:request_success` series exists from the start, one per reason.
+pub const FINISH_REASONS: &[&str] = &["stop", "length", "abort"];
+
+/// A number as Python's `prometheus_client` writes a sample value or a bucket bound
+/// (`utils.floatToGoString`): Python's shortest `repr`, switched to Go's exponent form
+/// above six integer digits (`1234567.0` is `1.234567e+06`).
+pub fn go_float(x: f64) -> String {
+    if x == f64::INFINITY {
+        return "+Inf".into();
+    }
+    if x == f64::NEG_INFINITY {
+        return "-Inf".into();
+    }
+    if x.is_nan() {
+        return "NaN".into();
+    }
+    // Rust's `{:?}` is the shortest round-trip form, as Python's repr, and switches to an
+    // exponent at the same magnitudes (below 1e-4, from 1e16); Python writes the exponent
+    // with a sign and at least two digits.
+    let mut s = format!("{x:?}");
+    if let Some(e) = s.find('e') {
+        let (m, exp) = s.split_at(e);
+        let exp = &exp[1..];
+        let (sign, digits) = exp.strip_prefix('-').map_or(("+", exp), |d| ("-", d));
+        s = format!("{m}e{sign}{digits:0>2}");
+        return s;
+    }
+    let dot = s.find('.').unwrap_or(s.len());
+    if x > 0.0 && dot > 6 {
+        let frac = s.get(dot + 1..).unwrap_or("");
+        let mantissa = format!("{}.{}{}", &s[..1], &s[1..dot], frac);
+        let mantissa = mantissa.trim_end_matches(['0', '.']);
+        return format!("{mantissa}e+0{}", dot - 1);
+    }
+    s
+}
+
+/// Appends the `# HELP` and `# TYPE` lines of metric `m` exported under the family name
+/// `name` (`m.name`, or the same under another prefix), as `prometheus_client`'s
+/// `generate_latest` writes them (a counter's family is named with `_total` there).
+pub fn write_header(out: &mut String, name: &str, m: &Metric) {
+    use std::fmt::Write;
+    let name = match m.kind {
+        Kind::Counter => format!("{name}_total"),
+        _ => name.to_string(),
+    };
+    let help = m.help.replace('\\', r"\\").replace('\n', r"\n");
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {}", m.kind.as_str());
+}
+
+/// Appends one sample line: `name{label="value",...} value`, label values escaped as the
+/// exposition format requires.
+pub fn write_sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(k);
+            out.push_str("=\"");
+            for c in v.chars() {
+                match c {
+                    '\\' => out.push_str(r"\\"),
+                    '"' => out.push_str("\\\""),
+                    '\n' => out.push_str(r"\n"),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    out.push_str(&go_float(value));
+    out.push('\n');
+}
+
 /// The `CacheConfig` fields fleetsim models, as `vllm:cache_config_info` labels.
 pub const CACHE_CONFIG_LABELS: &[&str] = &["block_size", "enable_prefix_caching", "num_gpu_blocks"];
 
@@ -250,5 +372,37 @@ mod tests {
             "vllm:e2e_request_latency_seconds_count"
         );
         assert_eq!(NUM_REQUESTS_RUNNING.sample_name(), "vllm:num_requests_running");
+    }
+
+    #[test]
+    fn numbers_are_written_as_prometheus_client_writes_them() {
+        for (x, want) in [
+            (0.0, "0.0"),
+            (1.0, "1.0"),
+            (0.001, "0.001"),
+            (2560.0, "2560.0"),
+            (0.00001, "1e-05"),
+            (123456.0, "123456.0"),
+            (1234567.0, "1.234567e+06"),
+            (10000000.0, "1e+07"),
+            (1.5e16, "1.5e+16"),
+            (f64::INFINITY, "+Inf"),
+        ] {
+            assert_eq!(go_float(x), want, "{x}");
+        }
+        let mut s = String::new();
+        write_header(&mut s, NUM_PREEMPTIONS.name, &NUM_PREEMPTIONS);
+        write_sample(
+            &mut s,
+            "vllm:num_preemptions_total",
+            &[("model_name", "a\"b"), ("engine", "0")],
+            3.0,
+        );
+        assert_eq!(
+            s,
+            "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.\n\
+             # TYPE vllm:num_preemptions_total counter\n\
+             vllm:num_preemptions_total{model_name=\"a\\\"b\",engine=\"0\"} 3.0\n"
+        );
     }
 }

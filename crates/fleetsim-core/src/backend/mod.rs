@@ -7,6 +7,7 @@
 //! own state only, and the same arrivals give the same steps.
 
 pub mod kv;
+pub mod live;
 pub mod perf;
 pub mod queueing;
 pub mod replay;

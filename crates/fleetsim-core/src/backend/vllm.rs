@@ -78,6 +78,9 @@ pub struct StepEvents {
     /// `(gap_ns, tokens)`: the time from each output token after the first to the one
     /// before it (a gap spans any preemption in between).
     pub itl_runs: Vec<(u64, u32)>,
+    /// Every request that sampled a token in the step, in batch order; filled only when
+    /// the engine reports tokens ([`VllmEngine::set_report_tokens`], for live serving).
+    pub sampled: Vec<RequestId>,
 }
 
 impl StepEvents {
@@ -88,6 +91,7 @@ impl StepEvents {
         self.finished.clear();
         self.preempted.clear();
         self.itl_runs.clear();
+        self.sampled.clear();
     }
 }
 
@@ -159,6 +163,8 @@ pub struct VllmEngine {
     decode_ready: bool,
     /// The pure-decode stretch in progress, if any.
     stretch: coalesce::Stretch,
+    /// Report every sampled token in [`StepEvents::sampled`].
+    report_tokens: bool,
 }
 
 impl VllmEngine {
@@ -191,7 +197,52 @@ impl VllmEngine {
             coalesce: false,
             decode_ready: false,
             stretch: coalesce::Stretch::default(),
+            report_tokens: false,
         }
+    }
+
+    /// Reports every sampled token in [`StepEvents::sampled`] (a live server streams
+    /// them). Per-step only: a coalesced stretch defers its tokens, so coalescing must be
+    /// off.
+    pub fn set_report_tokens(&mut self, on: bool) {
+        assert!(!(on && self.coalesce), "token reports need per-step stepping");
+        self.report_tokens = on;
+    }
+
+    /// Aborts request `id` between steps, as vLLM's engine core does with an abort from
+    /// the front end (a client that went away): it leaves the running list, the waiting
+    /// queue or the inbox, and frees its blocks, tail first. Returns false if the engine
+    /// does not hold it (finished already). The gauges are published again, so an idle
+    /// engine does not keep serving the aborted request in `/metrics`.
+    pub fn abort(&mut self, id: RequestId) -> bool {
+        assert!(
+            !self.stepping,
+            "abort during a step (the engine core aborts between steps)"
+        );
+        if self.stretch.active {
+            self.settle();
+        }
+        let Some(s) = self
+            .slots
+            .iter()
+            .position(|sl| sl.as_ref().is_some_and(|sl| sl.id == id))
+        else {
+            return false;
+        };
+        let s = s as u32;
+        self.running.retain(|&x| x != s);
+        self.waiting.retain(|&x| x != s);
+        self.inbox.retain(|&x| x != s);
+        if self.slot(s).held > 0 {
+            self.kv.release(s);
+        }
+        // The cache may hold this request's lookup for its admission: forget it.
+        self.kv.clear_hits();
+        self.slots[s as usize] = None;
+        self.free_slots.push(s);
+        self.decode_ready = false;
+        self.publish_gauges();
+        true
     }
 
     /// The configuration.
@@ -473,6 +524,9 @@ impl VllmEngine {
                     }
                 }
                 sl.last_token_ns = now.0;
+                if self.report_tokens {
+                    ev.sampled.push(sl.id);
+                }
                 if sl.generated == sl.output_tokens {
                     any_finished = true;
                 }

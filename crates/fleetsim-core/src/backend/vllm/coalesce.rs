@@ -89,6 +89,7 @@ impl VllmEngine {
     /// takes the per-step path (the reference mode).
     pub fn set_coalescing(&mut self, on: bool) {
         assert!(!self.stretch.active, "coalescing switched during a stretch");
+        assert!(!(on && self.report_tokens), "token reports need per-step stepping");
         self.coalesce = on;
     }
 

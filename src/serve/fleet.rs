@@ -1,0 +1,818 @@
+//! The engine thread: every backend's [`LiveEngine`] on one simulated clock mapped to wall
+//! time, fed by the HTTP handlers through a channel, sending each request's tokens back to
+//! its handler as the engine samples them, and keeping what `sim run` would record (request
+//! records, the fleet tracker, the metrics `/metrics` exports).
+//!
+//! One synchronous thread, no async runtime: it sleeps on its channel until the next step
+//! end (`recv_timeout`, microsecond-accurate on Linux, where a tokio timer rounds to the
+//! millisecond), then advances every engine to the clock's simulated now.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc::UnboundedSender, watch};
+
+use crate::backend::Gauges;
+use crate::backend::live::{Emission, LiveCounters, LiveEngine, Slowdown};
+use crate::backend::vllm::VllmConfig;
+use crate::content::Content;
+use crate::decision::Branch;
+use crate::faults::{Fault, FaultKind};
+use crate::fleet::{FleetEvent, FleetEventKind, Membership};
+use crate::ids::{BackendId, RequestId, SessionId};
+use crate::metrics::{FleetTracker, RequestRec, TsRow};
+use crate::time::{SimDuration, SimTime};
+use crate::vllm_metrics as vm;
+
+/// Simulated time against wall time: `speed` simulated seconds per wall second.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    /// Wall time of simulated zero.
+    pub start: Instant,
+    /// Simulated seconds per wall second.
+    pub speed: f64,
+}
+
+impl Clock {
+    /// Simulated now.
+    pub fn sim_now(&self) -> SimTime {
+        self.sim_at(Instant::now())
+    }
+
+    /// The simulated time of wall instant `w`.
+    pub fn sim_at(&self, w: Instant) -> SimTime {
+        let ns = w.saturating_duration_since(self.start).as_nanos() as f64 * self.speed;
+        SimTime(ns.min(u64::MAX as f64 / 2.0) as u64)
+    }
+
+    /// The wall instant of simulated time `t`.
+    pub fn wall_of(&self, t: SimTime) -> Instant {
+        self.start + Duration::from_nanos((t.0 as f64 / self.speed).min(1e18) as u64)
+    }
+}
+
+/// Why a request ended, as vLLM's `finish_reason` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The model stopped (an EOS before `max_tokens`).
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+}
+
+impl Reason {
+    /// `finish_reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Stop => "stop",
+            Reason::Length => "length",
+        }
+    }
+}
+
+/// What the engine thread tells a request's handler.
+#[derive(Clone, Copy, Debug)]
+pub enum Ev {
+    /// One output token, sampled at simulated `at`.
+    Token {
+        /// The step's end.
+        at: SimTime,
+    },
+    /// The last token has been sent: the request is finished.
+    Done {
+        /// The step's end.
+        at: SimTime,
+    },
+    /// The backend was killed (restart or leave) while it held the request.
+    Failed,
+}
+
+/// A request for the engine thread.
+pub struct Submit {
+    /// Backend index.
+    pub backend: usize,
+    /// Unique over the server's life.
+    pub id: RequestId,
+    /// Tokens and blocks.
+    pub content: Content,
+    /// When the HTTP request arrived (simulated).
+    pub arrival: SimTime,
+    /// The session key header, if any (for the per-session figures).
+    pub session: Option<String>,
+    /// `stop` or `length` when the last token comes.
+    pub reason: Reason,
+    /// Where tokens go.
+    pub tx: UnboundedSender<Ev>,
+}
+
+/// Commands to the engine thread.
+pub enum Cmd {
+    /// A request arrives.
+    Submit(Box<Submit>),
+    /// The client went away: abort.
+    Abort {
+        /// Backend index.
+        backend: usize,
+        /// The request.
+        id: RequestId,
+    },
+    /// Stop and hand back the records.
+    Stop(std::sync::mpsc::Sender<Records>),
+}
+
+/// A histogram as vLLM keeps it: per-bucket counts (the last is `+Inf`), sum and count.
+#[derive(Clone, Debug)]
+pub struct Hist {
+    /// Upper bounds.
+    pub bounds: &'static [f64],
+    /// Non-cumulative counts, `bounds.len() + 1` of them.
+    pub counts: Vec<u64>,
+    /// Sum of the observations.
+    pub sum: f64,
+}
+
+impl Hist {
+    fn new(m: &vm::Metric) -> Hist {
+        Hist {
+            bounds: m.buckets,
+            counts: vec![0; m.buckets.len() + 1],
+            sum: 0.0,
+        }
+    }
+
+    fn observe(&mut self, x: f64) {
+        let i = self.bounds.partition_point(|&b| b < x);
+        self.counts[i] += 1;
+        self.sum += x;
+    }
+}
+
+/// What one backend's `/metrics` exports, as of the engine thread's latest advance.
+#[derive(Clone, Debug)]
+pub struct MetricsState {
+    /// Gauges as published at the latest step end.
+    pub gauges: Gauges,
+    /// Engine counters.
+    pub counters: LiveCounters,
+    /// `vllm:prompt_tokens`.
+    pub prompt_tokens: u64,
+    /// `vllm:generation_tokens`.
+    pub generation_tokens: u64,
+    /// `vllm:request_success` by [`vm::FINISH_REASONS`].
+    pub success: [u64; 3],
+    /// `vllm:time_to_first_token_seconds`.
+    pub ttft: Hist,
+    /// `vllm:time_per_output_token_seconds`.
+    pub tpot: Hist,
+    /// `vllm:e2e_request_latency_seconds`.
+    pub e2e: Hist,
+    /// `vllm:request_queue_time_seconds`.
+    pub queue: Hist,
+    /// Gauges published at each step end over the longest `extra_lag` of this backend
+    /// (with the time), for a lagged scrape.
+    pub history: VecDeque<(SimTime, Gauges)>,
+    /// Frozen values by fault index (the first read in a `frozen_stats` window).
+    pub frozen: HashMap<usize, Gauges>,
+}
+
+impl Default for MetricsState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MetricsState {
+    /// Nothing observed yet.
+    pub fn new() -> MetricsState {
+        MetricsState {
+            gauges: Gauges::default(),
+            counters: LiveCounters::default(),
+            prompt_tokens: 0,
+            generation_tokens: 0,
+            success: [0; 3],
+            ttft: Hist::new(&vm::TIME_TO_FIRST_TOKEN),
+            tpot: Hist::new(&vm::TIME_PER_OUTPUT_TOKEN),
+            e2e: Hist::new(&vm::E2E_REQUEST_LATENCY),
+            queue: Hist::new(&vm::REQUEST_QUEUE_TIME),
+            history: VecDeque::new(),
+            frozen: HashMap::new(),
+        }
+    }
+
+    /// The gauges published at or before `t` (the oldest kept if none).
+    pub fn gauges_at(&self, t: SimTime) -> Gauges {
+        let i = self.history.partition_point(|(at, _)| *at <= t);
+        if i == 0 {
+            self.history.front().map_or(self.gauges, |h| h.1)
+        } else {
+            self.history[i - 1].1
+        }
+    }
+}
+
+/// One backend as the HTTP side sees it.
+pub struct BackendShared {
+    /// Name (`backend-0`).
+    pub name: String,
+    /// Metrics.
+    pub metrics: Mutex<MetricsState>,
+    /// Membership, set by the engine thread as the scenario's fleet events happen.
+    pub membership: watch::Sender<Membership>,
+    /// Tokens the engine can hold for one request (`max_model_len`).
+    pub max_model_len: u32,
+    /// Engine settings (for `vllm:cache_config_info` and `/get_server_info`).
+    pub cfg: VllmConfig,
+}
+
+/// Everything the HTTP handlers share.
+pub struct Shared {
+    /// The clock.
+    pub clock: Clock,
+    /// Per backend.
+    pub backends: Vec<BackendShared>,
+    /// The scenario's faults.
+    pub faults: Vec<Fault>,
+    /// Request ids.
+    pub next_id: AtomicU32,
+    /// To the engine thread.
+    pub cmd: Sender<Cmd>,
+    /// Served model name.
+    pub model: String,
+    /// Token counting.
+    pub tokenizer: super::text::Tokenizer,
+    /// Accepted request body size, bytes.
+    pub max_body_bytes: usize,
+    /// Lateness of streamed tokens (wall time written minus the engine's schedule), µs.
+    pub lateness_us: Mutex<Vec<u32>>,
+}
+
+impl Shared {
+    /// A fresh request id.
+    pub fn request_id(&self) -> RequestId {
+        RequestId(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// What the engine thread recorded, handed back at the end.
+pub struct Records {
+    /// One per request that reached an engine.
+    pub requests: Vec<RequestRec>,
+    /// Session keys by session id.
+    pub session_keys: Vec<String>,
+    /// Per-backend running/waiting rows.
+    pub series: Vec<TsRow>,
+    /// The fleet tracker, finished at `end`.
+    pub tracker: FleetTracker,
+    /// Engine counters per backend (summed over restarts).
+    pub counters: Vec<LiveCounters>,
+    /// Inter-token gaps, ns -> count.
+    pub itl_ns: BTreeMap<u64, u64>,
+    /// Simulated end.
+    pub end: SimTime,
+    /// Requests in flight at the end.
+    pub in_flight: u64,
+    /// Sessions whose first turn went to a backend with more requests outstanding than the
+    /// least loaded one in service, and whose turns all stayed there.
+    pub latched_sessions: u64,
+}
+
+struct Live {
+    backend: usize,
+    tx: UnboundedSender<Ev>,
+    rec: usize,
+    reason: Reason,
+    last_token: Option<SimTime>,
+}
+
+struct Node {
+    engine: LiveEngine,
+    membership: Membership,
+    outstanding: u32,
+    retired: LiveCounters,
+    restart_at: Option<SimTime>,
+}
+
+/// The engine thread's state.
+pub struct Fleet {
+    shared: Arc<Shared>,
+    cfgs: Vec<VllmConfig>,
+    nodes: Vec<Node>,
+    live: HashMap<RequestId, Live>,
+    records: Vec<RequestRec>,
+    sessions: HashMap<String, (SessionId, u32)>,
+    session_keys: Vec<String>,
+    first_suboptimal: Vec<bool>,
+    tracker: FleetTracker,
+    events: Vec<FleetEvent>,
+    next_event: usize,
+    itl_ns: BTreeMap<u64, u64>,
+    max_lag: Vec<SimDuration>,
+    scratch: Vec<Emission>,
+    merged: Vec<(SimTime, usize, Emission)>,
+}
+
+fn add(a: LiveCounters, b: LiveCounters) -> LiveCounters {
+    LiveCounters {
+        steps: a.steps + b.steps,
+        preemptions: a.preemptions + b.preemptions,
+        cache: crate::backend::vllm::PrefixCacheStats {
+            query_tokens: a.cache.query_tokens + b.cache.query_tokens,
+            hit_tokens: a.cache.hit_tokens + b.cache.hit_tokens,
+        },
+        aborted: a.aborted + b.aborted,
+    }
+}
+
+impl Fleet {
+    /// The fleet at simulated zero, each backend in its membership at time zero.
+    pub fn new(shared: Arc<Shared>, cfgs: Vec<VllmConfig>, initial: &[Membership], events: Vec<FleetEvent>) -> Fleet {
+        let n = cfgs.len();
+        let slots: Vec<u32> = cfgs.iter().map(|c| c.max_num_seqs).collect();
+        let mut tracker = FleetTracker::new(&slots, true);
+        let nodes = cfgs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if initial[i] != Membership::Active {
+                    tracker.set_in_service(SimTime(0), BackendId::from_index(i), false);
+                }
+                Node {
+                    engine: fresh(c, &shared.faults, i),
+                    membership: initial[i],
+                    outstanding: 0,
+                    retired: LiveCounters::default(),
+                    restart_at: None,
+                }
+            })
+            .collect();
+        let max_lag = (0..n)
+            .map(|i| {
+                shared
+                    .faults
+                    .iter()
+                    .filter(|f| f.backend.index() == i)
+                    .filter_map(|f| match f.kind {
+                        FaultKind::ExtraLag(l) => Some(l),
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(SimDuration(0))
+            })
+            .collect();
+        let mut events = events;
+        events.sort_by_key(|e| e.at);
+        Fleet {
+            shared,
+            cfgs,
+            nodes,
+            live: HashMap::new(),
+            records: Vec::new(),
+            sessions: HashMap::new(),
+            session_keys: Vec::new(),
+            first_suboptimal: Vec::new(),
+            tracker,
+            events,
+            next_event: 0,
+            itl_ns: BTreeMap::new(),
+            max_lag,
+            scratch: Vec::new(),
+            merged: Vec::new(),
+        }
+    }
+
+    /// Runs until [`Cmd::Stop`] or until every sender is gone.
+    pub fn run(mut self, rx: Receiver<Cmd>) {
+        loop {
+            let now = self.shared.clock.sim_now();
+            self.advance(now);
+            let next = self.next_wakeup();
+            let cmd = match next {
+                Some(t) => {
+                    let wall = self.shared.clock.wall_of(t);
+                    let wait = wall.saturating_duration_since(Instant::now());
+                    if wait.is_zero() {
+                        rx.try_recv().ok()
+                    } else {
+                        match rx.recv_timeout(wait) {
+                            Ok(c) => Some(c),
+                            Err(RecvTimeoutError::Timeout) => None,
+                            Err(RecvTimeoutError::Disconnected) => return,
+                        }
+                    }
+                }
+                None => match rx.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => return,
+                },
+            };
+            let Some(cmd) = cmd else { continue };
+            let now = self.shared.clock.sim_now();
+            self.advance(now);
+            match cmd {
+                Cmd::Submit(s) => self.submit(now, *s),
+                Cmd::Abort { backend, id } => self.abort(now, backend, id),
+                Cmd::Stop(reply) => {
+                    let _ = reply.send(self.finish(now));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn next_wakeup(&self) -> Option<SimTime> {
+        let steps = self.nodes.iter().filter_map(|n| n.engine.next_event()).min();
+        let fleet = self.events.get(self.next_event).map(|e| e.at);
+        let restarts = self.nodes.iter().filter_map(|n| n.restart_at).min();
+        [steps, fleet, restarts].into_iter().flatten().min()
+    }
+
+    fn submit(&mut self, now: SimTime, s: Submit) {
+        let b = s.backend;
+        let node = &self.nodes[b];
+        if node.membership != Membership::Active {
+            // Left or restarted between the handler's check and now: refused.
+            let _ = s.tx.send(Ev::Failed);
+            return;
+        }
+        let least = self
+            .nodes
+            .iter()
+            .filter(|n| n.membership == Membership::Active)
+            .map(|n| n.outstanding)
+            .min()
+            .unwrap_or(0);
+        let (session, turn) = match s.session {
+            Some(key) => match self.sessions.get_mut(&key) {
+                Some((sid, turns)) => {
+                    *turns += 1;
+                    (*sid, *turns - 1)
+                }
+                None => {
+                    let sid = SessionId::from_index(self.session_keys.len());
+                    self.session_keys.push(key.clone());
+                    self.sessions.insert(key, (sid, 1));
+                    self.first_suboptimal.push(node.outstanding > least);
+                    (sid, 0)
+                }
+            },
+            None => {
+                let sid = SessionId::from_index(self.session_keys.len());
+                self.session_keys.push(format!("request-{}", s.id.0));
+                self.first_suboptimal.push(node.outstanding > least);
+                (sid, 0)
+            }
+        };
+        let rec = self.records.len();
+        self.records.push(RequestRec {
+            session,
+            turn,
+            backend: BackendId::from_index(b),
+            branch: Branch::RoundRobin,
+            prompt_tokens: s.content.prompt_tokens,
+            output_tokens: s.content.output_tokens,
+            t_router: s.arrival.min(now),
+            t_engine: Some(now),
+            t_admit: None,
+            t_first_token: None,
+            t_first_chunk: None,
+            t_finish_engine: None,
+            t_done: None,
+            t_failed: None,
+            cached_tokens: 0,
+            preemptions: 0,
+        });
+        self.live.insert(
+            s.id,
+            Live {
+                backend: b,
+                tx: s.tx,
+                rec,
+                reason: s.reason,
+                last_token: None,
+            },
+        );
+        self.nodes[b].outstanding += 1;
+        self.nodes[b].engine.submit(now, s.id, s.content);
+        self.collect(b);
+        self.dispatch();
+    }
+
+    fn abort(&mut self, now: SimTime, b: usize, id: RequestId) {
+        if !self.live.contains_key(&id) {
+            return;
+        }
+        self.nodes[b].engine.abort(now, id);
+        // Between steps the engine dropped it already; during a step it drops it at the
+        // step's end. Either way the server is done with it now.
+        let l = self.live.remove(&id).expect("checked");
+        self.records[l.rec].t_failed = Some(now);
+        self.nodes[b].outstanding -= 1;
+        let mut m = self.shared.backends[b]
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        m.success[2] += 1;
+        drop(m);
+        self.collect(b);
+        self.dispatch();
+        self.maybe_drained(now, b);
+    }
+
+    /// Runs every engine and fleet event up to `now`, in time order.
+    fn advance(&mut self, now: SimTime) {
+        loop {
+            // Fleet events and restart returns due before `now`, each after the steps
+            // that end before it.
+            let ev_at = self.events.get(self.next_event).map(|e| e.at);
+            let back_at = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| n.restart_at.map(|t| (t, i)))
+                .min();
+            let due = [ev_at.map(|t| (t, usize::MAX)), back_at].into_iter().flatten().min();
+            match due {
+                Some((t, who)) if t <= now => {
+                    self.advance_engines(t);
+                    if who == usize::MAX {
+                        let e = self.events[self.next_event];
+                        self.next_event += 1;
+                        self.fleet_event(t, e);
+                    } else {
+                        self.nodes[who].restart_at = None;
+                        self.join(t, who);
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.advance_engines(now);
+    }
+
+    fn advance_engines(&mut self, t: SimTime) {
+        for b in 0..self.nodes.len() {
+            if self.nodes[b].engine.next_event().is_some_and(|e| e <= t) {
+                self.nodes[b].engine.advance(t);
+                self.collect(b);
+            }
+        }
+        self.dispatch();
+    }
+
+    /// Moves backend `b`'s emissions into the merge buffer.
+    fn collect(&mut self, b: usize) {
+        self.scratch.clear();
+        self.nodes[b].engine.drain(&mut self.scratch);
+        for &e in &self.scratch {
+            self.merged.push((LiveEngine::at(&e), b, e));
+        }
+    }
+
+    /// Applies the merged emissions of all backends in time order.
+    fn dispatch(&mut self) {
+        if self.merged.is_empty() {
+            return;
+        }
+        let mut merged = std::mem::take(&mut self.merged);
+        merged.sort_by_key(|&(at, b, _)| (at, b));
+        let mut touched = vec![false; self.nodes.len()];
+        for &(at, b, e) in &merged {
+            touched[b] = true;
+            match e {
+                Emission::State {
+                    running,
+                    waiting,
+                    kv_used_blocks,
+                    ..
+                } => {
+                    if self.nodes[b].membership != Membership::Absent {
+                        self.tracker
+                            .set(at, BackendId::from_index(b), running, waiting, kv_used_blocks);
+                    }
+                }
+                Emission::Admitted { id, at, cached_tokens } => {
+                    if let Some(l) = self.live.get(&id) {
+                        let r = &mut self.records[l.rec];
+                        if r.t_admit.is_none() {
+                            r.t_admit = Some(at);
+                            r.cached_tokens = cached_tokens;
+                            let q = (at - r.t_engine.unwrap_or(at)).as_secs_f64();
+                            self.lock(b).queue.observe(q);
+                        }
+                    }
+                }
+                Emission::Preempted { .. } => {}
+                Emission::Token { id, at } => {
+                    let Some(l) = self.live.get_mut(&id) else { continue };
+                    let r = &mut self.records[l.rec];
+                    let first = l.last_token.is_none();
+                    let gap = l.last_token.map(|p| (at - p).0);
+                    l.last_token = Some(at);
+                    if first {
+                        r.t_first_token = Some(at);
+                        r.t_first_chunk = Some(at);
+                    }
+                    let (arrival, prompt) = (r.t_router, r.prompt_tokens);
+                    if l.tx.send(Ev::Token { at }).is_err() {
+                        // The handler is gone without an abort (it panicked or was
+                        // cancelled): abort here.
+                        self.pending_abort(b, id);
+                        continue;
+                    }
+                    if let Some(g) = gap {
+                        *self.itl_ns.entry(g).or_insert(0) += 1;
+                    }
+                    let mut m = self.lock(b);
+                    m.generation_tokens += 1;
+                    if first {
+                        m.prompt_tokens += u64::from(prompt);
+                        m.ttft.observe((at - arrival).as_secs_f64());
+                    } else if let Some(g) = gap {
+                        m.tpot.observe(g as f64 / 1e9);
+                    }
+                }
+                Emission::Finished { id, at, preemptions } => {
+                    let Some(l) = self.live.remove(&id) else { continue };
+                    let r = &mut self.records[l.rec];
+                    r.t_finish_engine = Some(at);
+                    r.t_done = Some(at);
+                    r.preemptions = preemptions;
+                    let e2e = (at - r.t_router).as_secs_f64();
+                    let _ = l.tx.send(Ev::Done { at });
+                    self.nodes[l.backend].outstanding -= 1;
+                    let mut m = self.lock(b);
+                    m.e2e.observe(e2e);
+                    m.success[if l.reason == Reason::Stop { 0 } else { 1 }] += 1;
+                }
+            }
+        }
+        merged.clear();
+        self.merged = merged;
+        for (b, t) in touched.into_iter().enumerate() {
+            if t {
+                self.publish(b);
+                let now = self.nodes[b].engine.now();
+                self.maybe_drained(now, b);
+            }
+        }
+    }
+
+    /// Aborts `id` at backend `b`'s current time (its handler vanished).
+    fn pending_abort(&mut self, b: usize, id: RequestId) {
+        let now = self.nodes[b].engine.now();
+        if let Some(l) = self.live.remove(&id) {
+            self.records[l.rec].t_failed = Some(now);
+            self.nodes[b].outstanding -= 1;
+            self.nodes[b].engine.abort(now, id);
+        }
+    }
+
+    fn lock(&self, b: usize) -> std::sync::MutexGuard<'_, MetricsState> {
+        self.shared.backends[b]
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Copies backend `b`'s gauges and counters into what `/metrics` reads.
+    fn publish(&mut self, b: usize) {
+        let n = &self.nodes[b];
+        let g = n.engine.gauges();
+        let c = add(n.retired, n.engine.counters());
+        let at = n.engine.now();
+        let lag = self.max_lag[b];
+        let mut m = self.lock(b);
+        m.counters = c;
+        if m.gauges != g || m.history.is_empty() {
+            m.gauges = g;
+            if lag.0 > 0 {
+                m.history.push_back((at, g));
+                while m.history.len() > 1 && m.history[1].0.0 + lag.0 < at.0 {
+                    m.history.pop_front();
+                }
+            }
+        }
+    }
+
+    fn fleet_event(&mut self, at: SimTime, e: FleetEvent) {
+        let b = e.backend.index();
+        match e.kind {
+            FleetEventKind::Join => self.join(at, b),
+            FleetEventKind::Leave => self.kill(at, b, None),
+            FleetEventKind::Drain => {
+                self.nodes[b].membership = Membership::Draining;
+                self.tracker.set_in_service(at, e.backend, false);
+                self.shared.backends[b].membership.send_replace(Membership::Draining);
+                self.maybe_drained(at, b);
+            }
+            FleetEventKind::Restart { downtime } => self.kill(at, b, Some(at + downtime)),
+        }
+    }
+
+    fn join(&mut self, at: SimTime, b: usize) {
+        if self.nodes[b].membership == Membership::Absent {
+            let old = std::mem::replace(&mut self.nodes[b].engine, fresh(&self.cfgs[b], &self.shared.faults, b));
+            self.nodes[b].retired = add(self.nodes[b].retired, old.counters());
+            self.nodes[b].engine.advance(at);
+        }
+        self.nodes[b].membership = Membership::Active;
+        self.tracker.set_in_service(at, BackendId::from_index(b), true);
+        self.shared.backends[b].membership.send_replace(Membership::Active);
+        self.publish(b);
+    }
+
+    /// Kills backend `b`: its requests fail; back at `back` if a restart.
+    fn kill(&mut self, at: SimTime, b: usize, back: Option<SimTime>) {
+        let ids: Vec<RequestId> = self
+            .live
+            .iter()
+            .filter(|(_, l)| l.backend == b)
+            .map(|(&id, _)| id)
+            .collect();
+        let mut ids = ids;
+        ids.sort();
+        for id in ids {
+            let l = self.live.remove(&id).expect("listed");
+            self.records[l.rec].t_failed = Some(at);
+            let _ = l.tx.send(Ev::Failed);
+        }
+        self.nodes[b].outstanding = 0;
+        let old = std::mem::replace(&mut self.nodes[b].engine, fresh(&self.cfgs[b], &self.shared.faults, b));
+        self.nodes[b].retired = add(self.nodes[b].retired, old.counters());
+        self.nodes[b].engine.advance(at);
+        self.nodes[b].membership = Membership::Absent;
+        self.nodes[b].restart_at = back;
+        self.tracker.set(at, BackendId::from_index(b), 0, 0, 0);
+        self.tracker.set_in_service(at, BackendId::from_index(b), false);
+        self.shared.backends[b].membership.send_replace(Membership::Absent);
+        self.publish(b);
+    }
+
+    fn maybe_drained(&mut self, at: SimTime, b: usize) {
+        if self.nodes[b].membership == Membership::Draining && self.nodes[b].outstanding == 0 {
+            self.nodes[b].membership = Membership::Absent;
+            self.shared.backends[b].membership.send_replace(Membership::Absent);
+            let _ = at;
+        }
+    }
+
+    fn finish(mut self, now: SimTime) -> Records {
+        self.advance(now);
+        let end = self.tracker_end(now);
+        self.tracker.finish(end);
+        let series = self.tracker.take_series();
+        let counters = self.nodes.iter().map(|n| add(n.retired, n.engine.counters())).collect();
+        // Latched: first turn to a busier backend than the least loaded, every turn there.
+        let mut stayed = vec![true; self.session_keys.len()];
+        let mut first = vec![None; self.session_keys.len()];
+        for r in &self.records {
+            let s = r.session.index();
+            match first[s] {
+                None => first[s] = Some(r.backend),
+                Some(b) if b != r.backend => stayed[s] = false,
+                _ => {}
+            }
+        }
+        let latched = (0..stayed.len())
+            .filter(|&s| stayed[s] && self.first_suboptimal[s] && first[s].is_some())
+            .count() as u64;
+        Records {
+            in_flight: self.live.len() as u64,
+            requests: self.records,
+            session_keys: self.session_keys,
+            series,
+            tracker: self.tracker,
+            counters,
+            itl_ns: self.itl_ns,
+            end,
+            latched_sessions: latched,
+        }
+    }
+
+    fn tracker_end(&self, now: SimTime) -> SimTime {
+        now
+    }
+}
+
+/// A fresh engine for backend `i`, with its slowdown windows.
+fn fresh(cfg: &VllmConfig, faults: &[Fault], i: usize) -> LiveEngine {
+    let mut e = LiveEngine::new(cfg.clone());
+    e.set_slowdowns(
+        faults
+            .iter()
+            .filter(|f| f.backend.index() == i)
+            .filter_map(|f| match f.kind {
+                FaultKind::Slowdown(x) => Some(Slowdown {
+                    from: f.from,
+                    until: f.until,
+                    factor: x,
+                }),
+                _ => None,
+            })
+            .collect(),
+    );
+    e
+}

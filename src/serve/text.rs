@@ -1,0 +1,223 @@
+//! Text to tokens and back, deterministically: a token is `chars_per_token` characters
+//! (the scenario's `router.chars_per_token`), the engine's cache blocks are keyed by the
+//! text of their tokens, and generated tokens are filler words of the same length. So two
+//! requests share exactly the cache blocks whose text they share, as with a real
+//! tokenizer and vLLM's chained block hashes, and a client that sends a reply back in its
+//! next prompt hits the blocks that reply filled.
+
+use crate::content::{Content, mix};
+use crate::ids::RequestId;
+
+/// FNV-1a over `bytes`, continuing from `h`.
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    h
+}
+
+const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+
+/// Tokenisation settings of one fleet.
+#[derive(Clone, Copy, Debug)]
+pub struct Tokenizer {
+    /// Characters per token.
+    pub chars_per_token: u32,
+    /// Tokens per KV-cache block of the engines.
+    pub block_tokens: u32,
+}
+
+impl Tokenizer {
+    /// Tokens of a prompt: one per `chars_per_token` characters, the last possibly
+    /// shorter; at least one (vLLM refuses an empty prompt, and so does the server).
+    pub fn count(&self, text: &str) -> u32 {
+        let chars = text.chars().count() as u64;
+        chars.div_ceil(u64::from(self.chars_per_token)).min(u64::from(u32::MAX)) as u32
+    }
+
+    /// Generated token `k` (from 0): `chars_per_token` characters, letters then a space
+    /// (one letter when a token is one character), the same for every request.
+    pub fn filler(&self, k: u32, out: &mut String) {
+        let cpt = self.chars_per_token;
+        for j in 0..cpt {
+            if j + 1 == cpt && cpt > 1 {
+                out.push(' ');
+            } else {
+                let x = (u64::from(k) * 7 + u64::from(j) * 3) % 26;
+                out.push(char::from(b'a' + x as u8));
+            }
+        }
+    }
+
+    /// The engine's view of a request: `prompt` then `output_tokens` filler tokens, each
+    /// full block keyed by a hash of its tokens' text (token boundaries included), the
+    /// partial last block by the request.
+    pub fn content(&self, prompt: &str, output_tokens: u32, id: RequestId) -> Content {
+        let cpt = self.chars_per_token as usize;
+        let bt = self.block_tokens;
+        let prompt_tokens = self.count(prompt);
+        let total = u64::from(prompt_tokens) + u64::from(output_tokens);
+        let full_blocks = (total / u64::from(bt)) as usize;
+        let mut keys = Vec::with_capacity(full_blocks);
+        let mut h = FNV_OFFSET;
+        let mut in_block = 0u32;
+        let mut push_token = |bytes: &[u8], keys: &mut Vec<u64>| {
+            h = fnv(h, bytes);
+            h = fnv(h, &[0xFF]);
+            in_block += 1;
+            if in_block == bt {
+                keys.push(mix(h, 0x5E4E));
+                h = FNV_OFFSET;
+                in_block = 0;
+            }
+        };
+        // Prompt tokens: `cpt` characters each (the last may be shorter).
+        let mut start = 0usize;
+        let mut n = 0usize;
+        for (i, _) in prompt.char_indices() {
+            if n == cpt {
+                push_token(&prompt.as_bytes()[start..i], &mut keys);
+                start = i;
+                n = 0;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            push_token(&prompt.as_bytes()[start..], &mut keys);
+        }
+        // Output tokens, only as far as they fill whole blocks.
+        let mut word = String::with_capacity(cpt);
+        let mut k = 0u32;
+        while keys.len() < full_blocks && k < output_tokens {
+            word.clear();
+            self.filler(k, &mut word);
+            push_token(word.as_bytes(), &mut keys);
+            k += 1;
+        }
+        Content::keyed_blocks(
+            &keys,
+            bt,
+            mix(0x7A11_5EED, u64::from(id.0)),
+            prompt_tokens,
+            output_tokens,
+        )
+    }
+}
+
+impl Tokenizer {
+    /// Token ids of `text` (for `/tokenize` and the render endpoints): each token's id is
+    /// a hash of its characters below 128,000 (Llama 3's vocabulary), so equal text gives
+    /// equal ids.
+    pub fn token_ids(&self, text: &str) -> Vec<u32> {
+        let cpt = self.chars_per_token as usize;
+        let mut ids = Vec::with_capacity(text.len() / cpt.max(1) + 1);
+        let mut start = 0usize;
+        let mut n = 0usize;
+        let id = |b: &[u8]| (mix(fnv(FNV_OFFSET, b), 0x1D) % 128_000) as u32;
+        for (i, _) in text.char_indices() {
+            if n == cpt {
+                ids.push(id(&text.as_bytes()[start..i]));
+                start = i;
+                n = 0;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            ids.push(id(&text.as_bytes()[start..]));
+        }
+        ids
+    }
+}
+
+/// How many tokens a request generates when the client lets the model stop (no
+/// `ignore_eos`): a length in 64..=512 from a hash of the prompt, so the same prompt
+/// always stops at the same token.
+pub fn natural_length(prompt: &str) -> u32 {
+    64 + (mix(fnv(FNV_OFFSET, prompt.as_bytes()), 0xE05) % 449) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::block_hashes;
+
+    fn tok(cpt: u32) -> Tokenizer {
+        Tokenizer {
+            chars_per_token: cpt,
+            block_tokens: 4,
+        }
+    }
+
+    #[test]
+    fn counts_characters_not_bytes() {
+        let t = tok(4);
+        assert_eq!(t.count(""), 0);
+        assert_eq!(t.count("abcd"), 1);
+        assert_eq!(t.count("abcde"), 2);
+        assert_eq!(t.count("ééééé"), 2);
+    }
+
+    #[test]
+    fn filler_tokens_are_chars_per_token_long() {
+        for cpt in 1..6 {
+            let mut s = String::new();
+            for k in 0..50 {
+                tok(cpt).filler(k, &mut s);
+            }
+            assert_eq!(s.chars().count(), 50 * cpt as usize);
+        }
+    }
+
+    /// Shared text gives shared chained block hashes, as far as the text is shared, and a
+    /// reply sent back as the next prompt hits the blocks the reply filled.
+    #[test]
+    fn blocks_are_shared_exactly_as_far_as_the_text_is() {
+        let t = tok(4);
+        let hashes = |c: &Content| {
+            let mut out = Vec::new();
+            block_hashes(c, 4, (c.total_tokens() / 4) as usize, &mut out);
+            out
+        };
+        let a = "x".repeat(16 * 10);
+        let mut b = a.clone();
+        b.replace_range(16 * 6..16 * 6 + 1, "y");
+        let (ha, hb) = (
+            hashes(&t.content(&a, 0, RequestId(0))),
+            hashes(&t.content(&b, 0, RequestId(1))),
+        );
+        assert_eq!(ha.len(), 10);
+        assert_eq!(ha[..6], hb[..6]);
+        assert!(ha[6..].iter().zip(&hb[6..]).all(|(x, y)| x != y));
+        // Turn 1: 40 tokens of prompt, 24 generated; turn 2's prompt is turn 1's prompt,
+        // its reply and more.
+        let p1 = "q".repeat(160);
+        let c1 = t.content(&p1, 24, RequestId(2));
+        let mut reply = String::new();
+        for k in 0..24 {
+            t.filler(k, &mut reply);
+        }
+        let p2 = format!("{p1}{reply}next question");
+        let c2 = t.content(&p2, 5, RequestId(3));
+        let (h1, h2) = (hashes(&c1), hashes(&c2));
+        assert_eq!(h1.len(), 16);
+        assert_eq!(h1[..], h2[..16]);
+    }
+
+    #[test]
+    fn token_ids_are_one_per_token_and_follow_the_text() {
+        let t = tok(4);
+        let a = t.token_ids("abcdefghij");
+        assert_eq!(a.len(), t.count("abcdefghij") as usize);
+        assert_eq!(t.token_ids("abcdefgh")[..], a[..2]);
+    }
+
+    #[test]
+    fn natural_lengths_are_in_range_and_stable() {
+        for p in ["", "a", "hello world", &"z".repeat(1000)] {
+            let n = natural_length(p);
+            assert!((64..=512).contains(&n));
+            assert_eq!(n, natural_length(p));
+        }
+    }
+}
