@@ -42,9 +42,10 @@ pub use fleetsim_core::{
     backend, content, decision, dist, engine, faults, fleet, ids, metrics, policy, rng, router, sim, time, view,
     workload,
 };
-pub use fleetsim_io::{atomic, output, preflight, profiles, quote, scenario, trace, vllm_metrics};
+pub use fleetsim_io::{atomic, measure, output, preflight, profiles, quote, scenario, trace, vllm_metrics};
 
 pub mod alerts;
+pub mod calibrate;
 pub mod check;
 pub mod cli;
 pub mod explain;

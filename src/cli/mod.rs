@@ -18,6 +18,8 @@
 //! * `sim import`: a scenario from router flags, Helm values and `vllm serve` flags
 //!   (`crate::import`);
 //! * `sim reference`: the reference pages generated from the code (`reference.rs`);
+//! * `sim calibrate`, `sim validate`: a profile fitted to a real engine's series, and its
+//!   error on per-request latencies (`calibrate.rs`, logic in `crate::calibrate`);
 //! * `sim schema`: the scenario file's JSON Schema (`reference.rs`);
 //! * `sim alerts`: Prometheus rules on vLLM's series and their promtool proof on a run
 //!   (`alerts.rs`, logic in `crate::alerts`);
@@ -33,6 +35,7 @@ pub mod out;
 
 mod alerts;
 mod bench;
+mod calibrate;
 mod check;
 mod compare;
 mod explain;
@@ -171,6 +174,17 @@ enum Command {
     /// Example: sim observe --prometheus http://127.0.0.1:9090 --from 1700000000
     ///          --to 1700003600 --step 15 --slots 8
     Observe(Box<observe::ObserveArgs>),
+    /// Fit a profile's step-time coefficients to a real vLLM engine's own series by
+    /// replaying its measured requests through the engine model (Nelder-Mead); write the
+    /// profile file scenarios name as `profile = "file:PATH"` (docs/validation.md).
+    ///
+    /// Example: sim calibrate traces/vllm-runs/RTX4090_Llama-3.1-8B -o out/rtx4090.toml
+    Calibrate(Box<calibrate::CalibrateArgs>),
+    /// Replay a measurement's requests with a profile and report measured vs simulated
+    /// TTFT, TPOT, E2E and running/waiting, with a plot; --check bounds exit 1 when broken.
+    ///
+    /// Example: sim validate traces/vllm-runs/RTX4090_Llama-3.1-8B --profile out/rtx4090.toml
+    Validate(Box<calibrate::ValidateArgs>),
     /// Print the scenario file's JSON Schema (editors can validate scenarios against it).
     ///
     /// Example: sim schema > scenario.schema.json
@@ -259,6 +273,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Reference(a) => reference::cmd_reference(a),
         Command::Alerts(a) => alerts::cmd_alerts(*a),
         Command::Observe(a) => observe::cmd_observe(*a),
+        Command::Calibrate(a) => calibrate::cmd_calibrate(*a),
+        Command::Validate(a) => calibrate::cmd_validate(*a),
         Command::Schema => reference::cmd_schema(),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;

@@ -19,6 +19,7 @@ mod agents;
 mod atlas;
 mod batch;
 mod burst8;
+mod calibrate;
 mod check;
 mod cli;
 mod cli_pipe;

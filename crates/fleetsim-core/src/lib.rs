@@ -95,6 +95,8 @@ mod walls {
         "hyper-util",
         "reqwest",
         "eventsource-stream",
+        "argmin",
+        "argmin-math",
     ];
 
     /// `crate::NAME` paths in `text` before its first `#[cfg(test)]`, comments left out.

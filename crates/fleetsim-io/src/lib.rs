@@ -15,10 +15,13 @@
 //! * [`atomic`]: whole-or-absent files and run folders, manifests and their checks;
 //! * [`output`]: terminal tables and the print helpers that survive a closed pipe;
 //! * [`quote`]: user text in messages, control characters escaped (every message one line).
+//! * [`measure`]: measurements of a real vLLM engine (harness folders, `vllm bench serve`
+//!   JSON, Prometheus series, session traces' recorded latencies);
 //! * [`vllm_metrics`]: vLLM's Prometheus metric names, types, labels and buckets, for
 //!   everything that writes or reads engine series.
 
 pub mod atomic;
+pub mod measure;
 pub mod output;
 pub mod preflight;
 pub mod profiles;

@@ -308,6 +308,7 @@ mod tests {
             block_size_tokens: 16,
             prefix_caching: true,
             step_time: StepTimeModel::default(),
+            reserve_full_isl: false,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod kv;
 pub mod live;
 pub mod perf;
 pub mod queueing;
+pub mod replay;
 pub mod vllm;
 
 /// Upper bound (exclusive) on `kv_blocks`: the block pool counts ring positions modulo

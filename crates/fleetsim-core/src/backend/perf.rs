@@ -1,4 +1,8 @@
-//! Step-time model: `step = beta0 + beta1 * prefill_tokens + beta2 * decode_tokens` (µs).
+//! Step-time model: `step = beta0 + beta1 * prefill_tokens + beta2 * decode_tokens +
+//! beta3 * context_tokens` (µs), where `context_tokens` sums, over the step's scheduled
+//! requests, the tokens each one's attention reads (its computed tokens plus those
+//! scheduled). `beta3` is zero in every published profile; `sim calibrate` fits it where
+//! the measured engine's decode cost grows with context (attention's KV reads).
 //!
 //! The shipped default is BLIS's "blackbox" fit for Llama-3.1-8B-Instruct on one H100
 //! (vLLM 0.8.4, the pre-#553 fit in `defaults.yaml` of inference-sim/inference-sim @
@@ -17,6 +21,8 @@ pub struct StepTimeModel {
     pub beta1_us: f64,
     /// Cost per decode token scheduled in the step, µs.
     pub beta2_us: f64,
+    /// Cost per token of context the step's requests attend to, µs (0: no context term).
+    pub beta3_us: f64,
 }
 
 impl Default for StepTimeModel {
@@ -25,6 +31,7 @@ impl Default for StepTimeModel {
             beta0_us: 5752.7,
             beta1_us: 17.25,
             beta2_us: 6.00,
+            beta3_us: 0.0,
         }
     }
 }
@@ -34,6 +41,20 @@ impl StepTimeModel {
     #[inline]
     pub fn step(&self, prefill_tokens: u32, decode_tokens: u32) -> SimDuration {
         let us = self.beta0_us + self.beta1_us * f64::from(prefill_tokens) + self.beta2_us * f64::from(decode_tokens);
+        SimDuration(SimDuration::from_micros_f64(us).0.max(1))
+    }
+
+    /// Duration of a step whose requests attend to `context_tokens` tokens in all; the
+    /// same as [`StepTimeModel::step`] when `beta3_us` is zero.
+    #[inline]
+    pub fn step_with_context(&self, prefill_tokens: u32, decode_tokens: u32, context_tokens: u64) -> SimDuration {
+        if self.beta3_us == 0.0 {
+            return self.step(prefill_tokens, decode_tokens);
+        }
+        let us = self.beta0_us
+            + self.beta1_us * f64::from(prefill_tokens)
+            + self.beta2_us * f64::from(decode_tokens)
+            + self.beta3_us * context_tokens as f64;
         SimDuration(SimDuration::from_micros_f64(us).0.max(1))
     }
 }
@@ -48,5 +69,9 @@ mod tests {
         // 5752.7 + 17.25*1000 + 6*4 = 23026.7 us
         assert_eq!(m.step(1000, 4), SimDuration(23_026_700));
         assert_eq!(m.step(0, 0), SimDuration(5_752_700));
+        assert_eq!(m.step_with_context(1000, 4, 99_999), m.step(1000, 4));
+        let c = StepTimeModel { beta3_us: 0.5, ..m };
+        // 23026.7 + 0.5 * 2000 = 24026.7 us
+        assert_eq!(c.step_with_context(1000, 4, 2000), SimDuration(24_026_700));
     }
 }

@@ -46,6 +46,12 @@ pub struct VllmConfig {
     pub prefix_caching: bool,
     /// Step-time model.
     pub step_time: StepTimeModel,
+    /// Admit a waiting request only if the blocks for its whole sequence (not just the
+    /// first chunk) are free: vLLM's `scheduler_reserve_full_isl` (on by default from
+    /// 0.19: `Scheduler.schedule` passes `full_sequence_must_fit` to
+    /// `KVCacheManager.allocate_slots`, which refuses when the full `request.num_tokens`
+    /// needs more blocks than are free). Off, only the first chunk's blocks must fit.
+    pub reserve_full_isl: bool,
 }
 
 /// What the engine reports for a request when it finishes.
@@ -146,6 +152,8 @@ pub struct VllmEngine {
     gauges: super::Gauges,
     steps: u64,
     preemptions: u64,
+    /// Output tokens sampled so far, settled (a stretch's are added when it settles).
+    sampled: u64,
     cache_stats: PrefixCacheStats,
     /// Scratch: slots that finished in the step being applied.
     done: Vec<u32>,
@@ -183,6 +191,7 @@ impl VllmEngine {
             gauges: super::Gauges::default(),
             steps: 0,
             preemptions: 0,
+            sampled: 0,
             cache_stats: PrefixCacheStats::default(),
             done: Vec::new(),
             coalesce: false,
@@ -326,6 +335,12 @@ impl VllmEngine {
         self.preemptions
     }
 
+    /// Output tokens sampled so far, over every request (vLLM's
+    /// `generation_tokens` counter, before any request left).
+    pub fn tokens_sampled(&self) -> u64 {
+        self.sampled + u64::from(self.deferred_tokens()) * self.running.len() as u64
+    }
+
     /// Prefix-cache counters.
     pub fn cache_stats(&self) -> PrefixCacheStats {
         self.cache_stats
@@ -366,6 +381,7 @@ impl VllmEngine {
         let mut budget = self.cfg.max_num_batched_tokens;
         let mut prefill_tokens = 0u32;
         let mut decode_tokens = 0u32;
+        let mut context_tokens = 0u64;
         let mut preempted_any = false;
 
         // RUNNING.
@@ -407,6 +423,7 @@ impl VllmEngine {
             } else {
                 prefill_tokens += n;
             }
+            context_tokens += u64::from(end);
             self.batch.push(s);
             budget -= n;
             i += 1;
@@ -424,7 +441,12 @@ impl VllmEngine {
                 let computed = hit_blocks * bs;
                 let n = (num_tokens - computed).min(budget);
                 let need = self.blocks_for(computed + n) - hit_blocks;
-                if need + evictable > self.kv.num_free() {
+                let must_fit = if self.cfg.reserve_full_isl {
+                    self.blocks_for(num_tokens) - hit_blocks
+                } else {
+                    need
+                };
+                if must_fit + evictable > self.kv.num_free() {
                     break; // head-of-line blocking: do not look past the head
                 }
                 self.waiting.pop_front();
@@ -450,6 +472,7 @@ impl VllmEngine {
                     ev.admitted.push((self.slot(s).id, computed));
                 }
                 prefill_tokens += n;
+                context_tokens += u64::from(computed + n);
                 self.running.push(s);
                 self.batch.push(s);
                 budget -= n;
@@ -459,7 +482,11 @@ impl VllmEngine {
         assert!(!self.batch.is_empty(), "engine with work scheduled nothing");
         self.stepping = true;
         self.steps += 1;
-        Some(self.cfg.step_time.step(prefill_tokens, decode_tokens))
+        Some(
+            self.cfg
+                .step_time
+                .step_with_context(prefill_tokens, decode_tokens, context_tokens),
+        )
     }
 
     /// Applies the step's results at `now` (the step's end): tokens computed, tokens
@@ -485,6 +512,7 @@ impl VllmEngine {
             if sl.computed == sl.num_tokens {
                 // Caught up: the step sampled one token.
                 sl.generated += 1;
+                self.sampled += 1;
                 sl.num_tokens += 1;
                 if sl.generated == 1 {
                     ev.first_tokens.push(sl.id);
@@ -663,6 +691,7 @@ mod tests {
             block_size_tokens: 16,
             prefix_caching: true,
             step_time: StepTimeModel::default(),
+            reserve_full_isl: false,
         }
     }
 
@@ -768,6 +797,23 @@ mod tests {
             vec![RequestId(0), RequestId(1), RequestId(2)],
             "strict FCFS admission"
         );
+    }
+
+    #[test]
+    fn reserve_full_isl_admits_only_whole_prompts() {
+        // 9 blocks of 16, budget 64. A (40 tokens, 3 blocks) takes 40 of the budget; B's
+        // first chunk (24 of 100 tokens) needs 2 blocks and fits, its whole prompt needs
+        // 7 of the 6 free: vLLM 0.19 (`full_sequence_must_fit`) leaves it waiting.
+        for (reserve, admitted) in [(false, 2), (true, 1)] {
+            let mut c = cfg(4, 64, 9);
+            c.reserve_full_isl = reserve;
+            let mut e = VllmEngine::new(c);
+            e.enqueue(RequestId(0), req(1, 40, 5));
+            e.enqueue(RequestId(1), req(2, 100, 5));
+            let mut ev = StepEvents::default();
+            e.start_step(&mut ev).unwrap();
+            assert_eq!(ev.admitted.len(), admitted, "reserve_full_isl = {reserve}");
+        }
     }
 
     #[test]

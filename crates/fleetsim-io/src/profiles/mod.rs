@@ -16,6 +16,7 @@
 //! Owns: the profile table and the KV-capacity derivation. May not see: anything of a run.
 //! Invariant: each profile names its source and commit; numbers are never tuned to a result.
 
+pub mod file;
 pub mod kv;
 
 pub use kv::{KvInputs, kv_blocks};
@@ -73,7 +74,8 @@ impl ModelShape {
 }
 
 /// Model shapes from the models' published `config.json` (copies in BLIS
-/// `model_configs/*/config.json` @ [`BLIS_HEAD`]).
+/// `model_configs/*/config.json` @ [`BLIS_HEAD`]; Qwen3-32B from its Hugging Face
+/// `config.json`: untied embeddings, q/k norms).
 pub const MODELS: &[ModelShape] = &[
     ModelShape {
         name: "llama-3.1-8b",
@@ -112,6 +114,19 @@ pub const MODELS: &[ModelShape] = &[
         intermediate: 17408,
         vocab: 151_936,
         params: 14_768_307_200,
+        weight_bytes_per_param: 2,
+    },
+    ModelShape {
+        name: "qwen3-32b",
+        hf_repo: "Qwen/Qwen3-32B",
+        layers: 64,
+        hidden: 5120,
+        heads: 64,
+        kv_heads: 8,
+        head_dim: 128,
+        intermediate: 25600,
+        vocab: 151_936,
+        params: 32_762_123_264,
         weight_bytes_per_param: 2,
     },
     ModelShape {
@@ -365,6 +380,7 @@ pub fn roofline(m: &ModelShape, g: &Gpu, tp: u32) -> StepTimeModel {
         beta0_us: round2(m.weight_bytes() as f64 / tp / bw * 1e6),
         beta1_us: round2(2.0 * m.layer_matrix_params() as f64 / tp / (g.tflops * 1e12 * g.mfu_prefill) * 1e6),
         beta2_us: round2(kv_per_token * (ctx + 1.0) / tp / bw * 1e6),
+        beta3_us: 0.0,
     }
 }
 
@@ -394,6 +410,7 @@ pub fn all() -> Vec<Profile> {
                 beta0_us: b[0],
                 beta1_us: b[1],
                 beta2_us: b[2],
+                beta3_us: 0.0,
             },
             source: Source::Fitted {
                 commit,
@@ -536,7 +553,7 @@ mod tests {
             let hd = u64::from(m.head_dim);
             let extra = match m.name {
                 "qwen2.5-7b" => l * (u64::from(m.heads) * hd + 2 * u64::from(m.kv_heads) * hd),
-                "qwen3-14b" => l * 2 * hd,
+                "qwen3-14b" | "qwen3-32b" => l * 2 * hd,
                 _ => 0,
             };
             let total = 2 * m.vocab * m.hidden + m.layer_matrix_params() + l * 2 * m.hidden + m.hidden + extra;

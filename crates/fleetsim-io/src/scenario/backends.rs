@@ -71,7 +71,9 @@ pub struct GroupFile {
     pub count: Option<i64>,
     /// Explicit endpoint URLs, in discovery order (default `http://<name>-<i>:8000`).
     pub urls: Option<Vec<String>>,
-    /// `<model>/<gpu>/tp<N>` (see `sim profiles`): step time and model shape.
+    /// `<model>/<gpu>/tp<N>` (see `sim profiles`): step time and model shape; or
+    /// `file:PATH`, a profile `sim calibrate` wrote (relative to the scenario's folder):
+    /// step time and the measured engine's flags and KV blocks.
     pub profile: Option<String>,
     /// vLLM `--max-num-seqs` (default: `vllm serve`'s for the profile's GPU, else 1024).
     pub max_num_seqs: Option<i64>,
@@ -91,6 +93,9 @@ pub struct GroupFile {
     pub block_size_tokens: Option<i64>,
     /// Automatic prefix caching (default on).
     pub prefix_caching: Option<bool>,
+    /// vLLM's `scheduler_reserve_full_isl`: admit a request only when its whole prompt's
+    /// KV blocks are free (vLLM 0.19's default; default here: the profile file's, else off).
+    pub reserve_full_isl: Option<bool>,
     /// Step-time model coefficients (override the profile's).
     pub step_time: Option<StepTimeFile>,
     /// Servers per backend (queueing model only).
@@ -107,6 +112,9 @@ pub struct StepTimeFile {
     pub beta1_us: Option<f64>,
     /// µs per decode token.
     pub beta2_us: Option<f64>,
+    /// µs per token of context the step's requests attend to (default 0, or the profile
+    /// file's).
+    pub beta3_us: Option<f64>,
 }
 
 /// The validated fleet.
@@ -128,7 +136,7 @@ pub(super) struct Fleet {
 }
 
 impl GroupFile {
-    fn vllm_only(&self) -> [(&'static str, bool); 11] {
+    fn vllm_only(&self) -> [(&'static str, bool); 12] {
         [
             ("profile", self.profile.is_some()),
             ("max_num_seqs", self.max_num_seqs.is_some()),
@@ -141,6 +149,7 @@ impl GroupFile {
             ("block_size_tokens", self.block_size_tokens.is_some()),
             ("prefix_caching", self.prefix_caching.is_some()),
             ("step_time", self.step_time.is_some()),
+            ("reserve_full_isl", self.reserve_full_isl.is_some()),
         ]
     }
 
@@ -275,9 +284,18 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
                 ));
             }
         }
-        let profile = match &g.profile {
-            Some(id) => Some(profiles::find(id).map_err(|m| FieldError::new(at("profile"), m))?),
-            None => None,
+        let (profile, file_profile) = match &g.profile {
+            Some(id) if id.starts_with(profiles::file::FILE_PREFIX) => {
+                let path = &id[profiles::file::FILE_PREFIX.len()..];
+                let f = profiles::file::ProfileFile::read(std::path::Path::new(path))
+                    .map_err(|m| FieldError::new(at("profile"), m))?;
+                (None, Some(f))
+            }
+            Some(id) => (
+                Some(profiles::find(id).map_err(|m| FieldError::new(at("profile"), m))?),
+                None,
+            ),
+            None => (None, None),
         };
         let model = if b.top.model == "vllm" {
             if g.slots.is_some() {
@@ -286,7 +304,7 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
                     "only applies to model = \"queueing\"; vLLM backends use max_num_seqs",
                 ));
             }
-            BackendModel::Vllm(engine(g, profile.as_ref(), &at)?)
+            BackendModel::Vllm(engine(g, profile.as_ref(), file_profile.as_ref(), &at)?)
         } else {
             if let Some((k, _)) = g.vllm_only().into_iter().find(|(_, set)| *set) {
                 return Err(FieldError::new(at(k), "only applies to model = \"vllm\""));
@@ -299,7 +317,14 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
             )?;
             BackendModel::Queueing { slots }
         };
-        let block = g.block_size_tokens.unwrap_or(16).clamp(1, i64::from(u32::MAX)) as u32;
+        let block = g
+            .block_size_tokens
+            .unwrap_or(
+                file_profile
+                    .as_ref()
+                    .map_or(16, |f| i64::from(f.engine.block_size_tokens)),
+            )
+            .clamp(1, i64::from(u32::MAX)) as u32;
         if gi == 0 {
             fleet.block_size_tokens = block;
         } else if block != fleet.block_size_tokens {
@@ -322,7 +347,11 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
         }
         let label = Label {
             group: if named { name.clone() } else { String::new() },
-            profile: profile.as_ref().map(|p| p.id.clone()).unwrap_or_default(),
+            profile: match (&profile, &file_profile) {
+                (Some(p), _) => p.id.clone(),
+                (None, Some(f)) => format!("{}{}", profiles::file::FILE_PREFIX, f.profile.name),
+                (None, None) => String::new(),
+            },
         };
         for (i, url) in urls.into_iter().enumerate() {
             let bname = if named {
@@ -336,6 +365,36 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
         }
     }
     Ok(fleet)
+}
+
+/// Makes every `profile = "file:PATH"` of `[backends]` and its groups absolute, against
+/// the scenario's folder (as trace files are).
+pub(super) fn resolve_profile_files(table: &mut toml::Table, base: &std::path::Path) {
+    let Some(toml::Value::Table(b)) = table.get_mut("backends") else {
+        return;
+    };
+    let fix = |v: &mut toml::Value| {
+        if let toml::Value::String(s) = v
+            && let Some(rest) = s.strip_prefix(profiles::file::FILE_PREFIX)
+        {
+            let p = std::path::Path::new(rest);
+            let joined = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+            let abs = std::fs::canonicalize(&joined)
+                .or_else(|_| std::path::absolute(&joined))
+                .unwrap_or(joined);
+            *s = format!("{}{}", profiles::file::FILE_PREFIX, abs.display());
+        }
+    };
+    if let Some(v) = b.get_mut("profile") {
+        fix(v);
+    }
+    if let Some(toml::Value::Array(groups)) = b.get_mut("groups") {
+        for g in groups {
+            if let Some(v) = g.get_mut("profile") {
+                fix(v);
+            }
+        }
+    }
 }
 
 /// The first key set on a group (for an error message).
@@ -360,7 +419,12 @@ fn first_key(g: &GroupFile) -> &'static str {
 }
 
 /// A vLLM group's engine: explicit keys, else the profile, else the shipped defaults.
-fn engine(g: &GroupFile, profile: Option<&Profile>, at: &dyn Fn(&str) -> String) -> Res<VllmConfig> {
+fn engine(
+    g: &GroupFile,
+    profile: Option<&Profile>,
+    file: Option<&profiles::file::ProfileFile>,
+    at: &dyn Fn(&str) -> String,
+) -> Res<VllmConfig> {
     let st = g.step_time.as_ref();
     let coef = |v: Option<f64>, d: f64, k: &str| -> Res<f64> {
         let x = v.unwrap_or(d);
@@ -372,13 +436,23 @@ fn engine(g: &GroupFile, profile: Option<&Profile>, at: &dyn Fn(&str) -> String)
         }
         Ok(x)
     };
-    let def = profile.map(|p| p.step_time.clone()).unwrap_or_default();
+    let def = match (profile, file) {
+        (Some(p), _) => p.step_time.clone(),
+        (None, Some(f)) => f.step_time_model(),
+        (None, None) => StepTimeModel::default(),
+    };
     let step_time = StepTimeModel {
         beta0_us: coef(st.and_then(|s| s.beta0_us), def.beta0_us, "beta0_us")?,
         beta1_us: coef(st.and_then(|s| s.beta1_us), def.beta1_us, "beta1_us")?,
         beta2_us: coef(st.and_then(|s| s.beta2_us), def.beta2_us, "beta2_us")?,
+        beta3_us: coef(st.and_then(|s| s.beta3_us), def.beta3_us, "beta3_us")?,
     };
-    let block_size_tokens = count(g.block_size_tokens.unwrap_or(16), &at("block_size_tokens"), 1)?;
+    let block_size_tokens = count(
+        g.block_size_tokens
+            .unwrap_or(file.map_or(16, |f| i64::from(f.engine.block_size_tokens))),
+        &at("block_size_tokens"),
+        1,
+    )?;
     let memory_keys = [
         ("gpu_memory_gib", g.gpu_memory_gib.is_some()),
         ("gpu_memory_utilization", g.gpu_memory_utilization.is_some()),
@@ -386,6 +460,15 @@ fn engine(g: &GroupFile, profile: Option<&Profile>, at: &dyn Fn(&str) -> String)
         ("kv_cache_dtype", g.kv_cache_dtype.is_some()),
     ];
     let kv_blocks = match (g.kv_blocks, profile) {
+        (None, None) if file.is_some() => {
+            if let Some((key, _)) = memory_keys.iter().find(|(_, set)| *set) {
+                return Err(FieldError::new(
+                    at(key),
+                    "a profile file carries its measured kv_blocks; give kv_blocks to change it",
+                ));
+            }
+            file.map_or(1, |f| f.engine.kv_blocks)
+        }
         (Some(k), _) => {
             if let Some((key, _)) = memory_keys.iter().find(|(_, set)| *set) {
                 return Err(FieldError::new(
@@ -447,7 +530,11 @@ fn engine(g: &GroupFile, profile: Option<&Profile>, at: &dyn Fn(&str) -> String)
         ));
     }
     // `vllm serve` defaults for the profile's GPU; the H100-class ones without a profile.
-    let (d_tokens, d_seqs) = profile.map_or((8192, 1024), |p| p.gpu.vllm_batch_defaults());
+    let (d_tokens, d_seqs) = match (profile, file) {
+        (Some(p), _) => p.gpu.vllm_batch_defaults(),
+        (None, Some(f)) => (f.engine.max_num_batched_tokens, f.engine.max_num_seqs),
+        (None, None) => (8192, 1024),
+    };
     Ok(VllmConfig {
         max_num_seqs: count(g.max_num_seqs.unwrap_or(i64::from(d_seqs)), &at("max_num_seqs"), 1)?,
         max_num_batched_tokens: count(
@@ -457,7 +544,10 @@ fn engine(g: &GroupFile, profile: Option<&Profile>, at: &dyn Fn(&str) -> String)
         )?,
         kv_blocks,
         block_size_tokens,
-        prefix_caching: g.prefix_caching.unwrap_or(true),
+        prefix_caching: g.prefix_caching.unwrap_or(file.is_none_or(|f| f.engine.prefix_caching)),
         step_time,
+        reserve_full_isl: g
+            .reserve_full_isl
+            .unwrap_or(file.is_some_and(|f| f.engine.reserve_full_isl)),
     })
 }

@@ -154,6 +154,7 @@ impl Source {
         let mut t = self.table.clone();
         let base = Path::new(&self.file).parent().unwrap_or(Path::new(""));
         resolve_trace_files(&mut t, base);
+        super::backends::resolve_profile_files(&mut t, base);
         t
     }
 

@@ -185,6 +185,7 @@ impl Trace {
 #[error("{}{}: {}", crate::quote::escape(file), match (line, column) {
     (Some(l), Some(c)) => format!(":{l}: column {}", crate::quote::quote(c)),
     (Some(l), None) => format!(":{l}"),
+    (None, Some(c)) => format!(": column {}", crate::quote::quote(c)),
     _ => String::new(),
 }, crate::quote::escape(message))]
 pub struct TraceError {

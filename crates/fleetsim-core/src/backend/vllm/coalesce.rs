@@ -104,7 +104,9 @@ impl VllmEngine {
     /// steps can run before a request finishes. Called with the inbox drained.
     pub(super) fn enter_stretch(&mut self) -> bool {
         let r = self.running.len() as u32;
+        // A context term makes every decode step longer than the last: no constant stretch.
         if !self.coalesce
+            || self.cfg.step_time.beta3_us != 0.0
             || !self.decode_ready
             || r == 0
             || r > self.cfg.max_num_batched_tokens
@@ -338,6 +340,7 @@ impl VllmEngine {
         if m == 0 {
             return;
         }
+        self.sampled += u64::from(m) * self.running.len() as u64;
         for &s in &self.running {
             let sl = self.slots[s as usize].as_mut().expect("dangling slot");
             sl.computed += m;
@@ -403,7 +406,7 @@ mod tests {
         let mut kv = Vec::new();
         e.drain_kv_events(&mut kv);
         format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?} used={} steps={} run={} wait={} {kv:?}",
+            "{:?} {:?} {:?} {:?} {:?} {:?} used={} steps={} run={} wait={} sampled={} {kv:?}",
             ev.admitted,
             ev.first_tokens,
             ev.finished,
@@ -414,6 +417,7 @@ mod tests {
             e.steps(),
             e.running(),
             e.waiting(),
+            e.tokens_sampled(),
         )
     }
 
@@ -425,6 +429,7 @@ mod tests {
             block_size_tokens: block,
             prefix_caching: caching,
             step_time: StepTimeModel::default(),
+            reserve_full_isl: false,
         }
     }
 
