@@ -200,36 +200,31 @@ async fn get_load(State(a): State<App>) -> Response {
     .into_response()
 }
 
+/// The prompt text of a render or tokenize request (`prompt`, or `messages` rendered as a
+/// chat), or the error response.
+async fn prompt_text(a: &App, body: Body) -> Result<String, Response> {
+    let req = json_body(a, body).await.map_err(|e| e.into_response())?;
+    match (req.get("prompt"), req.get("messages")) {
+        (Some(Value::String(p)), _) => Ok(p.clone()),
+        (_, Some(Value::Array(ms))) => render_chat(ms).map_err(|e| e.into_response()),
+        _ => Err(bad_request("`prompt` (a string) or `messages` is required", Some("prompt")).into_response()),
+    }
+}
+
 /// vLLM's render endpoints (vllm-router's `cache_aware` calls them on every worker): the
 /// prompt's token ids, as the request would be tokenised.
 async fn render_prompt(State(a): State<App>, body: Body) -> Response {
-    let req = match json_body(&a, body).await {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    let text = match (req.get("prompt"), req.get("messages")) {
-        (Some(Value::String(p)), _) => p.clone(),
-        (_, Some(Value::Array(ms))) => match render_chat(ms) {
-            Ok(t) => t,
-            Err(e) => return e.into_response(),
-        },
-        _ => return bad_request("`prompt` (a string) or `messages` is required", Some("prompt")).into_response(),
+    let text = match prompt_text(&a, body).await {
+        Ok(t) => t,
+        Err(e) => return e,
     };
     axum::Json(json!({ "token_ids": a.shared.tokenizer.token_ids(&text) })).into_response()
 }
 
 async fn tokenize(State(a): State<App>, body: Body) -> Response {
-    let req = match json_body(&a, body).await {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    let text = match (req.get("prompt"), req.get("messages")) {
-        (Some(Value::String(p)), _) => p.clone(),
-        (_, Some(Value::Array(ms))) => match render_chat(ms) {
-            Ok(t) => t,
-            Err(e) => return e.into_response(),
-        },
-        _ => return bad_request("`prompt` (a string) or `messages` is required", Some("prompt")).into_response(),
+    let text = match prompt_text(&a, body).await {
+        Ok(t) => t,
+        Err(e) => return e,
     };
     let tokens = a.shared.tokenizer.token_ids(&text);
     axum::Json(json!({
