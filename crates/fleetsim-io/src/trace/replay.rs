@@ -661,7 +661,7 @@ mod tests {
         append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
         assert_eq!(w.sessions.len(), 2);
         let a = &w.sessions[0];
-        assert_eq!(a.key, "x-0");
+        assert_eq!(a.key, "a", "the trace's own session id");
         assert_eq!(a.open_at, SimTime::ZERO);
         assert!(a.open_loop);
         assert_eq!(a.turns[1].think_before, SimDuration(3_500_000_000));
