@@ -426,14 +426,19 @@ pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &m
     // the same tokens (a router hashing a prompt after the engine hashed prompt + output).
     let keep_stored = at.is_some_and(|i| stored_usable == chains[i].hashes.len() && stored_usable > n_blocks);
     if !keep_stored {
-        let chain = MemoChain {
-            block_size,
-            segments: content.segments.clone(),
-            hashes: out.clone(),
-        };
         match at {
-            Some(i) => chains[i] = chain,
-            None => chains.push(chain),
+            // Into the held chain's buffers: a session's turns reuse one allocation.
+            Some(i) => {
+                let c = &mut chains[i];
+                c.segments.clone_from(&content.segments);
+                c.hashes.clear();
+                c.hashes.extend_from_slice(out);
+            }
+            None => chains.push(MemoChain {
+                block_size,
+                segments: content.segments.clone(),
+                hashes: out.clone(),
+            }),
         }
     }
 }
