@@ -375,6 +375,26 @@ mod tests {
         assert_eq!(t.longest_prefix_match(&[1, 9], &[y, z], None), (2, vec![z]));
     }
 
+    #[test]
+    fn a_match_wider_than_the_inline_set_keeps_every_endpoint_in_order() {
+        // 40 matched endpoints: more than the 32 kept inline, some beyond the 64-bit mask.
+        let all: Vec<BackendId> = (0..40)
+            .map(|i| BackendId(if i % 2 == 0 { i } else { 100 + i }))
+            .collect();
+        let mut t = HashTrie::new();
+        for &b in all.iter().rev() {
+            t.insert(&[5, 6], b, None);
+        }
+        let mut chosen = None;
+        let d = t.match_then_insert(&[5, 6, 7], &all, None, |chunks, matched| {
+            chosen = Some((chunks, matched.to_vec()));
+            (all[3], 0)
+        });
+        assert_eq!(d, 0);
+        assert_eq!(chosen, Some((2, all.clone())));
+        assert_eq!(t.longest_prefix_match(&[5, 6, 7], &all, None), (3, vec![all[3]]));
+    }
+
     proptest::proptest! {
         /// Walks started from a session's memoised path give exactly what walks from the
         /// root give: sessions' prompts grow, shrink and diverge, sessions share prefixes
