@@ -1,9 +1,10 @@
 //! Health hints an operator could implement today, computed from a run's decision audit
 //! (what each policy saw, beside the truth) and printed when the run triggers them:
 //!
-//! * **zero-stats**: a backend's scraped load reads 0 in most views while the router
-//!   itself has requests in flight to it (production-stack issue #1074: a metric-name
-//!   prefix the router does not parse);
+//! * **zero-stats**: a backend's scraped load reads 0 in most views whose stats were read
+//!   while the router itself had requests in flight to it (production-stack issue #1074: a
+//!   metric-name prefix the router does not parse); a view read before the requests now in
+//!   flight were sent (the first scrape of a long interval) is no evidence;
 //! * **missing-stats**: a backend's engine stats are absent from views after the first
 //!   scrape pass (failed scrapes), which sends production-stack's least-in-flight fallback
 //!   back to `_qps_routing`;
@@ -67,8 +68,13 @@ pub fn hints(log: &DecisionLog, names: &[String], interval_s: f64) -> Vec<Hint> 
     let t = |x: SimTime| ns_to_secs(x.0);
     // First decision after which every listed backend has been scraped at least once.
     let warm = (0..rows.len()).find(|&i| log.detail(i).0.iter().all(|v| !v.listed || v.engine.is_some()));
+    // Per backend, the router's dispatches to it before each decision.
+    let mut sent = vec![0u32; rows.len() + 1];
     for (b, name) in names.iter().enumerate().take(n) {
-        // zero-stats: engine load 0 while the router has requests in flight to it.
+        for (i, r) in rows.iter().enumerate() {
+            sent[i + 1] = sent[i] + u32::from(r.backend.index() == b);
+        }
+        // zero-stats: engine load 0 read while the router had requests in flight to it.
         let (mut zero_busy, mut seen, mut peak, mut first, mut last) = (0usize, 0usize, 0u32, None, None);
         let (mut missing, mut mfirst, mut mlast) = (0usize, None, None);
         for (i, r) in rows.iter().enumerate() {
@@ -76,10 +82,18 @@ pub fn hints(log: &DecisionLog, names: &[String], interval_s: f64) -> Vec<Hint> 
             let local = v.requests.map_or(0, |q| q.in_prefill + q.in_decoding);
             match v.engine {
                 Some(e) => {
+                    // Of the requests in flight now, those dispatched after the stats were
+                    // read were not there to be counted (a scrape before the first dispatch
+                    // reads an honest 0 for a whole interval); the rest were in flight then.
+                    let after = sent[i] - sent[rows.partition_point(|x| x.t <= e.read_at).min(i)];
+                    let held = local.saturating_sub(after);
+                    if held == 0 {
+                        continue;
+                    }
                     seen += 1;
-                    if e.running + e.waiting == 0 && local > 0 {
+                    if e.running + e.waiting == 0 {
                         zero_busy += 1;
-                        peak = peak.max(local);
+                        peak = peak.max(held);
                         first.get_or_insert(r.t);
                         last = Some(r.t);
                     }
@@ -99,7 +113,7 @@ pub fn hints(log: &DecisionLog, names: &[String], interval_s: f64) -> Vec<Hint> 
                 from_s: t(first.expect("counted")),
                 until_s: t(last.expect("counted")),
                 message: format!(
-                    "{} reported zero load in {zero_busy} of {seen} views while the router itself had requests in flight to it (up to {peak}): its metrics are probably not being parsed (production-stack issue #1074: metric-name prefix), so load-based policies see it idle",
+                    "{} reported zero load in {zero_busy} of {seen} views read while the router itself had requests in flight to it (up to {peak}): its metrics are probably not being parsed (production-stack issue #1074: metric-name prefix), so load-based policies see it idle",
                     name
                 ),
             });

@@ -219,6 +219,15 @@ pub fn main() -> ExitCode {
             // One line whatever the message holds (user text is quoted with crate::quote at
             // its source; this is the net under it).
             eprintln!("error: {}", crate::quote::one_line(&format!("{e:#}")));
+            // A scenario file with several mistakes: the others, one line each, in file order.
+            if let Some(s) = e
+                .chain()
+                .find_map(|c| c.downcast_ref::<crate::scenario::ScenarioError>())
+            {
+                for line in s.lines().iter().skip(1) {
+                    eprintln!("error: {}", crate::quote::one_line(line));
+                }
+            }
             ExitCode::from(2)
         }
     }

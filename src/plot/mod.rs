@@ -2,7 +2,9 @@
 //!
 //! The font (DejaVu Sans, `assets/fonts/`) is compiled into the binary and registered with
 //! plotters' `ab_glyph` backend, so text is measured and rasterized identically on every
-//! machine and a fresh machine with no fonts installed draws the same pictures. Plot files
+//! machine and a fresh machine with no fonts installed draws the same pictures. The SVGs
+//! carry the text as the same font's glyph outlines (`glyphs.rs`), so they too render the
+//! same without the font installed. Plot files
 //! are deterministic: the same data gives byte-identical SVG and PNG.
 //!
 //! Plot code sees only result data (sweep aggregates, run time series), never the simulator.
@@ -10,6 +12,7 @@
 //! Owns: figure layout and rendering. May not see: the simulation; only summaries, series
 //! and sweep tables. Invariant: the same data gives the same bytes (fixed font, no clock).
 
+pub mod glyphs;
 pub mod scaled;
 pub mod series;
 
@@ -175,6 +178,8 @@ pub fn save(fig: &impl Figure, stem: &Path, dpi: u32) -> Result<Vec<PathBuf>> {
     let svg_path = stem.with_extension("svg");
     let mut svg = String::new();
     paint(fig, SVGBackend::with_string(&mut svg, size))?;
+    let font = ab_glyph::FontRef::try_from_slice(FONT_BYTES).map_err(pe)?;
+    let svg = glyphs::outline_text(&svg, &font);
     crate::atomic::write_atomic(&svg_path, |b| {
         b.extend_from_slice(svg.as_bytes());
         Ok(())

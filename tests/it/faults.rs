@@ -110,6 +110,33 @@ fn hints_of(name: &str, sets: &[(&str, &str)]) -> Vec<fleetsim::hints::Hint> {
     fleetsim::hints::hints(&res.decisions, &names, s.sim.router.engine_stats_interval.as_secs_f64())
 }
 
+/// A long scrape interval is no zero-stats fault: the first scrape reads an honest 0 before
+/// the first request is sent, and every view until the next scrape carries it while requests
+/// are in flight. Only stats read while requests were in flight count, so the hint stays
+/// quiet there and still names the backend that never exports, at every interval.
+#[test]
+fn zero_stats_hint_ignores_a_scrape_older_than_the_requests() {
+    for (seed, interval) in [("1", "30"), ("3", "15")] {
+        let h = hints_of(
+            "mixed-fleet-leastinflight.toml",
+            &[("seed", seed), ("router.engine_stats_interval_s", interval)],
+        );
+        assert!(
+            !h.iter().any(|h| h.kind == "zero-stats"),
+            "seed {seed}, {interval} s: {h:?}"
+        );
+    }
+    for interval in ["10", "15", "30"] {
+        let h = hints_of("fault-zero-stats.toml", &[("router.engine_stats_interval_s", interval)]);
+        let zero: Vec<&str> = h
+            .iter()
+            .filter(|h| h.kind == "zero-stats")
+            .map(|h| h.backend.as_str())
+            .collect();
+        assert_eq!(zero, ["backend-3"], "{interval} s: {h:?}");
+    }
+}
+
 /// The hints name the right backend and cause, and stay quiet on a healthy run.
 #[test]
 fn health_hints_name_the_cause() {

@@ -114,3 +114,82 @@ fn progress_goes_to_stderr_only() {
     };
     assert_eq!(strip(&plain.get_output().stdout), strip(&with.get_output().stdout));
 }
+
+/// Three mistakes whose checks run in another order than the file's (the unknown key at the
+/// end is found first, by the file's structure; the refused values after it, by their
+/// sections): every one is reported, one line each, in file order, exit 2.
+const THREE_MISTAKES: &str = r#"name = "three"
+
+[network]
+dispatch_latency_s = -1
+
+[backends]
+count = 2
+
+[router.policy]
+kind = "least-request"
+
+[[workload.groups]]
+name = "chat"
+sessions = 4
+arrival = { kind = "burst", at_s = 0 }
+turns = 2
+input_tokens = 100
+output_tokens = 10
+think_tme_s = 1
+"#;
+
+#[test]
+fn every_error_of_a_file_in_file_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = write(tmp.path(), "three.toml", THREE_MISTAKES);
+    let file = f.display().to_string();
+    for args in [vec!["run", "--no-files"], vec!["check"]] {
+        let out = sim().args(&args).arg(&f).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 3, "{args:?}: {err}");
+        for (line, (at, path, says)) in lines.iter().zip([
+            ("4:1", "network.dispatch_latency_s", "got -1"),
+            ("10:1", "router.policy.kind", "did you mean `least_request`?"),
+            ("19:1", "workload.groups[0].think_tme_s", "did you mean `think_time_s`?"),
+        ]) {
+            assert!(
+                line.starts_with(&format!("error: {file}:{at}: {path}: ")) && line.contains(says),
+                "{args:?}: {line}"
+            );
+        }
+    }
+    // A --set value has no line: its error comes after the file's.
+    sim()
+        .args(["run", "--no-files", "--set", "router.replicas=0"])
+        .arg(&f)
+        .assert()
+        .code(2)
+        .stderr(predicate::function(|s: &str| {
+            let l: Vec<&str> = s.lines().collect();
+            l.len() == 4 && l[3].contains("router.replicas") && l[3].ends_with("(value from --set)")
+        }));
+}
+
+#[test]
+fn a_file_with_many_errors_shows_the_first_twenty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys: String = (0..25).map(|i| format!("no_such_key_{i:02} = 1\n")).collect();
+    let text = std::fs::read_to_string("scenarios/first.toml").unwrap().replacen(
+        "[backends]",
+        &format!("[network]\n{keys}\n[backends]"),
+        1,
+    );
+    let f = write(tmp.path(), "many.toml", &text);
+    let out = sim().args(["run", "--no-files"]).arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 21, "{err}");
+    for (i, l) in lines[..20].iter().enumerate() {
+        assert!(l.contains(&format!("network.no_such_key_{i:02}: unknown field")), "{l}");
+    }
+    assert_eq!(lines[20], format!("error: and 5 more errors in {}", f.display()));
+}

@@ -106,6 +106,30 @@ fn heatmap_keeps_every_column_label() {
     }
 }
 
+/// The SVGs carry their text in the embedded font (DejaVu Sans, as the PNGs): each glyph's
+/// outline once, placed per character, and the text itself transparent for search, so a
+/// machine without the font renders the SVG as the PNG.
+#[test]
+fn svg_text_is_drawn_in_the_embedded_font() {
+    let t = tempfile::tempdir().unwrap();
+    run_into(t.path(), &[]);
+    let svg = std::fs::read_to_string(t.path().join("timeseries.svg")).unwrap();
+    let texts = svg.matches("<text ").count();
+    assert!(texts > 10, "{texts} labels");
+    assert_eq!(svg.matches("font-family=\"DejaVu Sans, sans-serif\"").count(), texts);
+    assert_eq!(
+        svg.matches("<text ").count(),
+        svg.matches(" opacity=\"0\" fill").count()
+    );
+    // "backend-0 (requests)" is drawn rotated: its glyphs are there, in the font's outline.
+    let glyphs = svg.matches("<path id=\"g").count();
+    assert!((20..100).contains(&glyphs), "{glyphs} distinct glyphs");
+    let uses = svg.matches("<use xlink:href=\"#g").count();
+    assert!(uses > 150, "{uses} glyphs placed");
+    assert!(svg.contains(" rotate(270) "), "the rotated axis labels");
+    assert!(svg.starts_with("<svg xmlns:xlink=\"http://www.w3.org/1999/xlink\" "));
+}
+
 /// The time series a design doc can use: the title names the scenario, the policy and the
 /// seed; waiting is stacked on running (an area, not a line over the running area), so 4
 /// running + 4 waiting stands above the slot line; every panel has the same grid; the y axis

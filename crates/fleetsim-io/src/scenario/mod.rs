@@ -1,5 +1,6 @@
 //! Scenario files: TOML in, a validated [`Scenario`] out, every error one line naming the
-//! file, line and key path.
+//! file, line and key path. A file with several mistakes reports all of them at once, in
+//! file order (see [`Source::scenario`]).
 //!
 //! Owns: the file format and its validation. Layers, in data-flow order:
 //! * `source.rs`: read and parse the file, apply `--set` overrides (`overrides.rs`), set the
@@ -57,6 +58,49 @@ pub struct ScenarioError {
     pub path: String,
     /// What is wrong and, where possible, how to fix it.
     pub message: String,
+    /// The file's further errors, after this one in file order (empty when it is the only
+    /// one). `Display` shows this error alone; [`ScenarioError::lines`] shows them all.
+    pub also: Vec<ScenarioError>,
+}
+
+/// Errors of one file shown at once; the rest are counted.
+pub const MAX_ERRORS_SHOWN: usize = 20;
+
+impl ScenarioError {
+    /// An error with no further ones.
+    pub fn one(
+        file: impl Into<String>,
+        location: Option<(usize, usize)>,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        ScenarioError {
+            file: file.into(),
+            location,
+            path: path.into(),
+            message: message.into(),
+            also: Vec::new(),
+        }
+    }
+
+    /// Every error of the file, one line each in file order: the first
+    /// [`MAX_ERRORS_SHOWN`], then `and N more errors in FILE` when there are more.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = std::iter::once(self)
+            .chain(&self.also)
+            .take(MAX_ERRORS_SHOWN)
+            .map(ToString::to_string)
+            .collect();
+        let total = 1 + self.also.len();
+        if total > MAX_ERRORS_SHOWN {
+            out.push(format!(
+                "and {} more errors in {}",
+                total - MAX_ERRORS_SHOWN,
+                crate::quote::escape(&self.file)
+            ));
+        }
+        out
+    }
 }
 
 impl std::fmt::Display for ScenarioError {

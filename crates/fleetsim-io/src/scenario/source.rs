@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 
 use super::schema::ScenarioFile;
 use super::traces::resolve_trace_files;
-use super::validate::validate;
+use super::validate::validate_all;
 use super::{FieldError, Scenario, ScenarioError, from_value, locate, overrides};
 use fleetsim_core::workload::Workload;
 
@@ -41,26 +41,21 @@ impl Source {
     /// Reads and parses `path`.
     pub fn read(path: &Path) -> Result<Source, ScenarioError> {
         let file = path.display().to_string();
-        let text =
-            crate::atomic::read_text(path, MAX_SCENARIO_BYTES, "the scenario").map_err(|(location, message)| {
-                ScenarioError {
-                    file: file.clone(),
-                    location,
-                    path: String::new(),
-                    message,
-                }
-            })?;
+        let text = crate::atomic::read_text(path, MAX_SCENARIO_BYTES, "the scenario")
+            .map_err(|(location, message)| ScenarioError::one(file.clone(), location, "", message))?;
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
         Source::parse(&text, &file, stem)
     }
 
     /// Parses `text` (`file` is used in messages).
     pub fn parse(text: &str, file: &str, stem: &str) -> Result<Source, ScenarioError> {
-        let mut table: toml::Table = toml::from_str(text).map_err(|e| ScenarioError {
-            file: file.to_string(),
-            location: e.span().map(|s| locate::line_col(text, s.start)),
-            path: String::new(),
-            message: format!("invalid TOML: {}", e.message().trim()),
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| {
+            ScenarioError::one(
+                file,
+                e.span().map(|s| locate::line_col(text, s.start)),
+                "",
+                format!("invalid TOML: {}", e.message().trim()),
+            )
         })?;
         let mut tools = toml::Table::new();
         for k in TOOL_TABLES {
@@ -90,11 +85,13 @@ impl Source {
             } else {
                 &mut self.table
             };
-            overrides::apply(table, k, v).map_err(|m| ScenarioError {
-                file: self.file.clone(),
-                location: None,
-                path: overrides::normalize(k),
-                message: format!("{origin}: {m}"),
+            overrides::apply(table, k, v).map_err(|m| {
+                ScenarioError::one(
+                    self.file.clone(),
+                    None,
+                    overrides::normalize(k),
+                    format!("{origin}: {m}"),
+                )
             })?;
             self.overridden.push((overrides::normalize(k), origin.to_string()));
         }
@@ -119,7 +116,18 @@ impl Source {
                 None => e.message,
             },
             path: e.path,
+            also: Vec::new(),
         }
+    }
+
+    /// Several errors of this file as one: sorted by their place in the file (errors of
+    /// `--set` values, which have none, last in the order found), the first carrying the rest.
+    fn errors(&self, found: Vec<FieldError>) -> ScenarioError {
+        let mut all: Vec<ScenarioError> = found.into_iter().map(|e| self.error(e)).collect();
+        all.sort_by_key(|e| (e.location.is_none(), e.location));
+        let mut first = all.remove(0);
+        first.also = all;
+        first
     }
 
     /// `file:line:col: path: message` for a key of this file.
@@ -127,13 +135,43 @@ impl Source {
         self.error(FieldError::new(path, message)).to_string()
     }
 
-    /// Validates the scenario without generating its workload.
+    /// Validates the scenario without generating its workload. A file with several
+    /// mistakes reports all of them (unknown keys, wrong types and refused values alike):
+    /// each check owns its key and stops at its first error, so after an error its key is
+    /// taken out of a copy of the table (the key's default takes its place) and the file is
+    /// checked again, until it passes or no key is left to take out. An error that is only
+    /// the echo of a key taken out (a required key, or a check over it) is not reported; its
+    /// own key is taken out in turn. The errors come back in file order.
     pub fn scenario(&self) -> Result<Scenario, ScenarioError> {
-        let raw: ScenarioFile = from_value(&toml::Value::Table(self.resolved_table()), "").map_err(|mut e| {
-            e.path = e.path.trim_start_matches('.').to_string();
-            self.error(e)
-        })?;
-        validate(raw, &self.stem).map_err(|e| self.error(e))
+        let mut table = self.resolved_table();
+        let mut round = match check(&table, &self.stem) {
+            Ok(s) => return Ok(s),
+            Err(errs) => errs,
+        };
+        let mut found: Vec<FieldError> = Vec::new();
+        let mut taken: Vec<String> = Vec::new();
+        // Each round takes at least one key out, so the rounds end; the bound is a net.
+        while found.len() < MAX_ERRORS_FOUND {
+            let mut took = false;
+            for e in round {
+                // The echo of a key taken out is not reported; its key goes too.
+                if !taken.iter().any(|t| related(t, &e.path)) {
+                    found.push(e.clone());
+                }
+                if take_out(&mut table, &e.path) {
+                    took = true;
+                    taken.push(e.path);
+                }
+            }
+            if !took {
+                break;
+            }
+            round = match check(&table, &self.stem) {
+                Ok(_) => break,
+                Err(errs) => errs,
+            };
+        }
+        Err(self.errors(found))
     }
 
     /// Validates and generates the workload; also returns the effective scenario text
@@ -175,6 +213,61 @@ impl Source {
             None => Ok(None),
             Some(v) => from_value(v, name).map(Some).map_err(|e| self.error(e)),
         }
+    }
+}
+
+/// Most errors collected from one file (a net: every round takes a key out of the file).
+const MAX_ERRORS_FOUND: usize = 1000;
+
+/// Deserializes and validates a scenario table: the first error of the file's structure
+/// (serde stops at it), or every section's first error.
+fn check(table: &toml::Table, stem: &str) -> Result<Scenario, Vec<FieldError>> {
+    let raw: ScenarioFile = from_value(&toml::Value::Table(table.clone()), "").map_err(|mut e| {
+        e.path = e.path.trim_start_matches('.').to_string();
+        vec![e]
+    })?;
+    validate_all(raw, stem)
+}
+
+/// Whether one key path is the other or lies under it (`a.b` and `a.b[0].c`): an error at a
+/// related path after its key was taken out may be the echo of that.
+fn related(a: &str, b: &str) -> bool {
+    let under =
+        |x: &str, y: &str| x == y || (x.starts_with(y) && matches!(x.as_bytes().get(y.len()), Some(b'.' | b'[')));
+    a.is_empty() || b.is_empty() || under(a, b) || under(b, a)
+}
+
+/// Takes the key at `path` out of `table` (for a path that ends at an array element, the
+/// array's key, so the other elements keep their indices). False when there is no such key.
+fn take_out(table: &mut toml::Table, path: &str) -> bool {
+    use super::overrides::{Seg, segments};
+    let Ok(mut segs) = segments(path) else {
+        return false;
+    };
+    while matches!(segs.last(), Some(Seg::Index(_))) {
+        segs.pop();
+    }
+    let Some(Seg::Key(leaf)) = segs.pop() else {
+        return false;
+    };
+    let t = table;
+    let mut at: Option<&mut toml::Value> = None;
+    for seg in &segs {
+        let next = match (at, seg) {
+            (None, Seg::Key(k)) => t.get_mut(k),
+            (Some(toml::Value::Table(x)), Seg::Key(k)) => x.get_mut(k),
+            (Some(toml::Value::Array(a)), Seg::Index(i)) => a.get_mut(*i),
+            _ => None,
+        };
+        let Some(next) = next else {
+            return false;
+        };
+        at = Some(next);
+    }
+    match at {
+        None => t.remove(&leaf).is_some(),
+        Some(toml::Value::Table(x)) => x.remove(&leaf).is_some(),
+        Some(_) => false,
     }
 }
 

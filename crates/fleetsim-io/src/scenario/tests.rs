@@ -280,8 +280,11 @@ fn queueing_model_rules() {
     );
     assert_eq!(s.sim.models[0], BackendModel::Queueing { slots: 2 });
     assert!(w.sessions[0].turns[0].service.0 > 0);
+    // Both errors: the group's (in the file) first, the `--set` value's (no line) after it.
     let e = load_err(&text, &[("backends.max_num_seqs", "4")]);
-    assert_eq!(e.path, "backends.max_num_seqs");
+    assert_eq!(e.path, "workload.groups[0]");
+    assert_eq!(e.also.len(), 1, "{:?}", e.also);
+    assert_eq!(e.also[0].path, "backends.max_num_seqs");
 }
 
 #[test]
