@@ -80,9 +80,15 @@ pub const DECISION_BATCH_ENTRIES: usize = 1 << 19;
 pub trait RecordSink {
     /// The next batch of decisions, in decision order: a [`DecisionLog`] holding only these
     /// (its indices start at 0; request ids are the run's). Called whenever a batch holds
-    /// [`DECISION_BATCH_ENTRIES`] view entries, and once at the end of the run with the rest
+    /// [`RecordSink::batch_entries`] view entries, and once at the end of the run with the rest
     /// (never with an empty batch).
     fn decisions(&mut self, batch: DecisionLog);
+
+    /// View entries (decisions x backends) a batch collects before it is handed over
+    /// (a batch always holds at least one decision).
+    fn batch_entries(&self) -> usize {
+        DECISION_BATCH_ENTRIES
+    }
 }
 
 /// The view of one decision: one [`ViewEntry`] per backend, decoded on access.

@@ -6,7 +6,7 @@ use super::{Event, STATS_COMPLETE, STATS_RECORDED, STATS_RESPONSE, Simulation};
 use crate::backend::Engine;
 use crate::fleet::Membership;
 use crate::ids::{BackendId, ReplicaId, RequestId, SessionId};
-use crate::metrics::{DECISION_BATCH_ENTRIES, DecisionRow, RequestRec};
+use crate::metrics::{DecisionRow, RequestRec};
 use crate::router::Router;
 use crate::router::engine_stats::EngineStatsEntry;
 use crate::time::SimTime;
@@ -92,8 +92,8 @@ impl Simulation<'_> {
                 branch: d.branch,
                 match_chars: d.match_chars,
             });
-            if self.decisions.views.len() >= DECISION_BATCH_ENTRIES
-                && let Some(sink) = self.sink.as_deref_mut()
+            if let Some(sink) = self.sink.as_deref_mut()
+                && self.decisions.views.len() >= sink.batch_entries()
             {
                 sink.decisions(self.decisions.take_batch());
             }
