@@ -113,7 +113,11 @@ struct LoadRun {
 fn reads_engine_load(b: Branch) -> bool {
     matches!(
         b,
-        Branch::FallbackLeastInflight | Branch::LeastInflight | Branch::LlmdScore | Branch::KvImbalanced | Branch::PowerOfD
+        Branch::FallbackLeastInflight
+            | Branch::LeastInflight
+            | Branch::LlmdScore
+            | Branch::KvImbalanced
+            | Branch::PowerOfD
     )
 }
 
@@ -173,7 +177,10 @@ impl HintScan {
             if reads_engine_load(r.branch) {
                 let same = self.run.as_ref().is_some_and(|run| {
                     run.backend == r.backend.index()
-                        && view.iter().zip(&run.read_at).all(|(v, at)| v.engine.map(|e| e.read_at) == *at)
+                        && view
+                            .iter()
+                            .zip(&run.read_at)
+                            .all(|(v, at)| v.engine.map(|e| e.read_at) == *at)
                 });
                 if same {
                     let run = self.run.as_mut().expect("checked");

@@ -215,9 +215,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             let sessions = &workload.sessions;
             let writer = scope.spawn(move || -> Result<(HintScan, Vec<PathBuf>)> {
                 let mut scan = HintScan::new(n, interval_s);
-                let mut files = files_dir
-                    .map(|d| DecisionFiles::create(&d, tables, n))
-                    .transpose()?;
+                let mut files = files_dir.map(|d| DecisionFiles::create(&d, tables, n)).transpose()?;
                 for batch in rx {
                     scan.add(&batch);
                     if let Some(f) = &mut files {

@@ -544,8 +544,12 @@ impl DecisionFiles {
     /// Completes both files; returns their paths.
     pub fn finish(self) -> Result<Vec<PathBuf>> {
         let [p1, p2] = self.paths;
-        self.wide.finish().with_context(|| format!("writing {}", p1.display()))?;
-        self.long.finish().with_context(|| format!("writing {}", p2.display()))?;
+        self.wide
+            .finish()
+            .with_context(|| format!("writing {}", p1.display()))?;
+        self.long
+            .finish()
+            .with_context(|| format!("writing {}", p2.display()))?;
         Ok(vec![p1, p2])
     }
 }

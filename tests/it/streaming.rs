@@ -89,7 +89,10 @@ fn same_streamed_as_held(name: &str, sets: &[(&str, &str)], entries: usize) {
     csv.finish().unwrap();
     parquet.finish().unwrap();
 
-    assert!(streamed.decisions.rows.is_empty(), "{name}: the streamed run kept decisions");
+    assert!(
+        streamed.decisions.rows.is_empty(),
+        "{name}: the streamed run kept decisions"
+    );
     assert!(streamed.decisions.views.is_empty() && streamed.decisions.truth.is_empty());
     assert_eq!(rows, held.decisions.rows.len(), "{name}: decisions handed out");
     assert!(batches >= 3, "{name}: {batches} batches, too few to test the cuts");
@@ -97,7 +100,12 @@ fn same_streamed_as_held(name: &str, sets: &[(&str, &str)], entries: usize) {
         most_rows <= entries.div_ceil(n),
         "{name}: a batch of {most_rows} decisions, more than {entries} entries / {n} backends"
     );
-    for f in ["decisions.csv", "decisions_long.csv", "pq/decisions.parquet", "pq/decisions_long.parquet"] {
+    for f in [
+        "decisions.csv",
+        "decisions_long.csv",
+        "pq/decisions.parquet",
+        "pq/decisions_long.parquet",
+    ] {
         assert!(read(&held_dir, f) == read(&streamed_dir, f), "{name}: {f} differs");
     }
     assert_eq!(
@@ -141,10 +149,20 @@ fn streamed_decisions_match_the_held_audit() {
 fn sim_run_writes_the_same_files_streamed_and_held() {
     let tmp = tempfile::tempdir().unwrap();
     for format in ["csv", "parquet"] {
-        let (a, b) = (tmp.path().join(format!("s-{format}")), tmp.path().join(format!("h-{format}")));
+        let (a, b) = (
+            tmp.path().join(format!("s-{format}")),
+            tmp.path().join(format!("h-{format}")),
+        );
         for (dir, extra) in [(&a, None), (&b, Some("--explain"))] {
             sim()
-                .args(["run", "scenarios/fault-scrape-failure.toml", "--quiet", "--format", format, "--out"])
+                .args([
+                    "run",
+                    "scenarios/fault-scrape-failure.toml",
+                    "--quiet",
+                    "--format",
+                    format,
+                    "--out",
+                ])
                 .arg(dir)
                 .args(extra)
                 .assert()
