@@ -273,12 +273,16 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         }
     }
     if let Some(stage) = stage {
-        let mut written = match decision_files {
-            Some(paths) => write_rest(stage.path(), &res, &effective, &perf, &hints, tables, paths)?,
-            None => write_all_as(stage.path(), &res, &effective, &perf, &hints, tables, !a.no_decisions)?,
-        };
-        let fig = BackendSeries::new(&res.summary, &res.series);
-        written.extend(save(&fig, &stage.path().join("timeseries"), a.plot.dpi)?);
+        // The tables and the plot at once (the plot is a few seconds of a long run).
+        let (files, plots) = rayon::join(
+            || match decision_files {
+                Some(paths) => write_rest(stage.path(), &res, &effective, &perf, &hints, tables, paths),
+                None => write_all_as(stage.path(), &res, &effective, &perf, &hints, tables, !a.no_decisions),
+            },
+            || save(&BackendSeries::new(&res.summary, &res.series), &stage.path().join("timeseries"), a.plot.dpi),
+        );
+        let mut written = files?;
+        written.extend(plots?);
         if a.timeline {
             let p = stage.path().join("timeline.json");
             crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;

@@ -179,7 +179,11 @@ impl RowSink for ParquetSink {
     fn str(&mut self, v: &str) {
         let c = self.column(true);
         match &mut c.values {
-            Values::Str(xs) => xs.push(ByteArray::from(v.as_bytes().to_vec())),
+            // A repeat of the value above (a branch name, a group) shares its bytes.
+            Values::Str(xs) => match xs.last() {
+                Some(last) if last.data() == v.as_bytes() => xs.push(last.clone()),
+                _ => xs.push(ByteArray::from(v.as_bytes().to_vec())),
+            },
             _ => panic!("a string pushed to a column of another type"),
         }
     }
