@@ -279,7 +279,13 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
                 Some(paths) => write_rest(stage.path(), &res, &effective, &perf, &hints, tables, paths),
                 None => write_all_as(stage.path(), &res, &effective, &perf, &hints, tables, !a.no_decisions),
             },
-            || save(&BackendSeries::new(&res.summary, &res.series), &stage.path().join("timeseries"), a.plot.dpi),
+            || {
+                save(
+                    &BackendSeries::new(&res.summary, &res.series),
+                    &stage.path().join("timeseries"),
+                    a.plot.dpi,
+                )
+            },
         );
         let mut written = files?;
         written.extend(plots?);
