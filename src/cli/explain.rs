@@ -45,6 +45,15 @@ pub(super) struct ExplainArgs {
     /// Print the explanation as JSON instead of text.
     #[arg(long)]
     pub(super) json: bool,
+    /// Tell one session's story instead, turn by turn: backend, branch, the router's view and
+    /// its age, the queue each turn met, and the pick a fresh load-aware router would have
+    /// made (a trace's own session id for a replay). Prints; writes nothing in RESULTS_DIR.
+    #[arg(long, value_name = "ID")]
+    pub(super) session: Option<String>,
+    /// With --session: also write the run's timeline (as `sim run --timeline`) with that
+    /// session's turns highlighted and drawn on their own track, to this file.
+    #[arg(long, value_name = "OUT.json", requires = "session")]
+    pub(super) timeline: Option<PathBuf>,
 }
 
 /// Explains `res` and adds the counterfactual re-runs (same scenario, seed and workload):
@@ -115,7 +124,7 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
     let stored = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("{}: not a results folder written by `sim run`", summary_path.display()))?;
     crate::atomic::verify(&a.dir)?;
-    if !a.dir.join("decisions.csv").exists() {
+    if !a.dir.join("decisions.csv").exists() && !a.dir.join("decisions.parquet").exists() {
         eprintln!(
             "note: {} has no decision files (written with `sim run --no-decisions`); explain re-simulates the scenario from its scenario.toml, so every finding below is complete",
             a.dir.display()
@@ -129,6 +138,10 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
     let text = std::fs::read_to_string(&scen_path).with_context(|| format!("reading {}", scen_path.display()))?;
     let src = Source::parse(&text, &scen_path.display().to_string(), &name)?;
     let (scenario, workload, _) = src.build()?;
+    let session = match &a.session {
+        Some(key) => Some(session_index(&workload, key, &a.dir)?),
+        None => None,
+    };
     let (res, _) = run(scenario.sim.clone(), &workload, crate::sim::RunOptions::default())
         .with_context(|| format!("re-running {}", scen_path.display()))?;
     let mut again = Vec::new();
@@ -141,6 +154,9 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
             scen_path.display()
         );
     }
+    if let Some(s) = session {
+        return journey_cmd(&a, &res, &scenario, &workload, &src, s);
+    }
     let x = explanation(&res, &scenario, &workload, &src, &a.opts)?;
     let written = write_explanation(&a.dir, &x)?;
     crate::atomic::add_to_manifest(&a.dir, &["explain.md", "explain.json"])?;
@@ -152,6 +168,113 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
             outln!("{l}")?;
         }
         outln!("\nwrote {}/{{{}}}", a.dir.display(), file_names(&written))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The index of the session keyed `key`, or one line naming the flag with the closest id.
+/// A key shared by several sessions (a trace replayed more than once keeps its own ids in
+/// every copy) is refused unless suffixed `#K`: the K-th of them in session order.
+fn session_index(workload: &Workload, key: &str, dir: &Path) -> Result<usize> {
+    let with = |k: &str| -> Vec<usize> {
+        (0..workload.sessions.len())
+            .filter(|&i| workload.sessions[i].key == k)
+            .collect()
+    };
+    let exact = with(key);
+    match exact.len() {
+        1 => return Ok(exact[0]),
+        0 => {}
+        n => anyhow::bail!(
+            "--session {}: {n} sessions in {} have this id (the same trace replayed {n} times); name one as {} to {}, in scenario order",
+            crate::quote::quote(key),
+            crate::quote::path(dir),
+            crate::quote::quote(&format!("{key}#1")),
+            crate::quote::quote(&format!("{key}#{n}")),
+        ),
+    }
+    if let Some((base, k)) = key.rsplit_once('#')
+        && let Ok(k) = k.parse::<usize>()
+    {
+        let all = with(base);
+        if all.len() > 1 {
+            return match k.checked_sub(1).and_then(|k| all.get(k)) {
+                Some(&i) => Ok(i),
+                None => anyhow::bail!(
+                    "--session {}: {} sessions have the id {}; K runs from 1 to {}",
+                    crate::quote::quote(key),
+                    all.len(),
+                    crate::quote::quote(base),
+                    all.len()
+                ),
+            };
+        }
+    }
+    let keys: Vec<&str> = workload.sessions.iter().map(|s| s.key.as_str()).collect();
+    let mut shown: Vec<String> = keys.iter().take(4).map(|k| crate::quote::quote(k)).collect();
+    if keys.len() > 4 {
+        shown.push(format!("... {} more", keys.len() - 4));
+    }
+    anyhow::bail!(
+        "--session {}: no such session in {} ({} sessions: {}){}",
+        crate::quote::quote(key),
+        crate::quote::path(dir),
+        keys.len(),
+        shown.join(", "),
+        crate::scenario::suggest::hint(key, &keys)
+    )
+}
+
+/// `sim explain DIR --session ID`: the session's journey, with the session re-run under
+/// fresh signals and each counterfactual policy.
+fn journey_cmd(
+    a: &ExplainArgs,
+    res: &crate::sim::RunResult,
+    scenario: &Scenario,
+    workload: &Workload,
+    src: &Source,
+    session: usize,
+) -> Result<ExitCode> {
+    use crate::explain::{journey, render_journey, session_outcome};
+    let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
+    let mut j = journey(res, &names, session);
+    if let Some(k) = &a.session {
+        // The id as given (with its #K when the trace was replayed more than once).
+        j.session = k.clone();
+    }
+    if !a.opts.no_counterfactual {
+        // Requests are always kept (the session's turns are read from them).
+        let opts = crate::sim::RunOptions::summary_only();
+        let (fresh, _) = run(scenario.sim.with_fresh_signals(), workload, opts).context("the fresh-signals re-run")?;
+        j.counterfactuals
+            .extend(session_outcome("fresh signals", &fresh, session));
+        let policies = if a.opts.policies.is_empty() {
+            vec!["{ kind = \"least_request\" }".to_string()]
+        } else {
+            a.opts.policies.clone()
+        };
+        for p in &policies {
+            let mut alt = src.clone();
+            alt.apply(&[("router.policy".to_string(), p.clone())], "--policy")?;
+            let s = alt.scenario()?;
+            let (r, _) = run(s.sim, workload, opts).with_context(|| format!("the re-run with --policy {p}"))?;
+            j.counterfactuals.extend(session_outcome("other policy", &r, session));
+        }
+    }
+    j.conclude();
+    if let Some(out) = &a.timeline {
+        crate::atomic::write_atomic(out, |buf| {
+            crate::export::timeline::write_highlighted(buf, res, Some(session))
+        })
+        .with_context(|| format!("writing {}", out.display()))?;
+    }
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&j)?)?;
+    } else {
+        out!("{}", render_journey(&j))?;
+        if let Some(out) = &a.timeline {
+            outln!("\nwrote {}", out.display())?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -24,6 +24,7 @@
 
 mod find;
 mod render;
+mod session;
 
 use serde::Serialize;
 
@@ -32,6 +33,10 @@ use crate::time::{SimDuration, SimTime, ns_to_secs};
 
 pub use find::explain;
 pub use render::render;
+pub use session::{
+    FreshPick, IdleWhile, Journey, JourneyTurn, Queue, SeenBackend, SessionCounterfactual, journey, render_journey,
+    session_outcome,
+};
 
 /// Knobs of the explanation.
 #[derive(Clone, Copy, Debug)]

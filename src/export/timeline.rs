@@ -83,6 +83,15 @@ pub fn write(p: &Path, res: &RunResult) -> Result<()> {
 
 /// The trace as bytes written to `out`.
 pub fn write_to(out: &mut impl Write, res: &RunResult) -> Result<()> {
+    write_highlighted(out, res, None)
+}
+
+/// The trace with session `highlight` (an index into `res.session_keys`) picked out: its
+/// slices on the backends' tracks are named `PHASE (SESSION)` (Perfetto colours slices by
+/// name, so they stand apart) and carry `"cname": "terrible"` (red in `chrome://tracing`),
+/// and a first track, `session SESSION`, holds one slice per turn from router arrival to
+/// completion (named after the backend and branch) with its phases nested inside.
+pub fn write_highlighted(out: &mut impl Write, res: &RunResult, highlight: Option<usize>) -> Result<()> {
     let names: Vec<&str> = res.summary.backends.iter().map(|b| b.name.as_str()).collect();
     let (lane, used) = lanes(res, names.len());
     out.write_all(b"{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n")?;
@@ -111,30 +120,75 @@ pub fn write_to(out: &mut impl Write, res: &RunResult) -> Result<()> {
             )?;
         }
     }
+    let key = |r: &RequestRec| res.session_keys[r.session.index()].as_str();
+    let track = names.len();
+    if let Some(s) = highlight {
+        let label = format!("session {}", res.session_keys[s]);
+        emit(
+            out,
+            json!({"ph": "M", "name": "process_name", "pid": track, "args": {"name": label}}),
+        )?;
+        emit(
+            out,
+            json!({"ph": "M", "name": "process_sort_index", "pid": track, "args": {"sort_index": -1}}),
+        )?;
+        emit(
+            out,
+            json!({"ph": "M", "name": "thread_name", "pid": track, "tid": 0, "args": {"name": "turns"}}),
+        )?;
+    }
     for (i, r) in res.requests.iter().enumerate() {
-        let Some(l) = lane[i] else { continue };
-        for (phase, start, stop) in phases(r) {
+        let mine = highlight == Some(r.session.index());
+        let args = json!({
+            "request_id": i,
+            "session": key(r),
+            "turn": r.turn,
+            "branch": r.branch.as_str(),
+            "prompt_tokens": r.prompt_tokens,
+            "cached_tokens": r.cached_tokens,
+            "output_tokens": r.output_tokens,
+        });
+        if mine {
+            let end = r.t_done.or(r.t_failed).unwrap_or(r.t_router);
+            let mut a = args.clone();
+            a["backend"] = json!(names[r.backend.index()]);
             emit(
                 out,
                 json!({
                     "ph": "X",
-                    "name": phase,
-                    "cat": "request",
-                    "pid": r.backend.index(),
-                    "tid": l,
-                    "ts": us(start),
-                    "dur": us(stop) - us(start),
-                    "args": {
-                        "request_id": i,
-                        "session": res.session_keys[r.session.index()],
-                        "turn": r.turn,
-                        "branch": r.branch.as_str(),
-                        "prompt_tokens": r.prompt_tokens,
-                        "cached_tokens": r.cached_tokens,
-                        "output_tokens": r.output_tokens,
-                    }
+                    "name": format!("turn {} -> {} ({})", r.turn, names[r.backend.index()], r.branch.as_str()),
+                    "cat": "session",
+                    "pid": track,
+                    "tid": 0,
+                    "ts": us(r.t_router),
+                    "dur": us(end) - us(r.t_router),
+                    "cname": "terrible",
+                    "args": a,
                 }),
             )?;
+        }
+        for (phase, start, stop) in phases(r) {
+            let mut ev = json!({
+                "ph": "X",
+                "name": phase,
+                "cat": "request",
+                "pid": r.backend.index(),
+                "tid": lane[i],
+                "ts": us(start),
+                "dur": us(stop) - us(start),
+                "args": args,
+            });
+            if mine {
+                ev["name"] = json!(format!("{phase} ({})", key(r)));
+                ev["cname"] = json!("terrible");
+                let mut nested = ev.clone();
+                nested["pid"] = json!(track);
+                nested["tid"] = json!(0);
+                emit(out, nested)?;
+            }
+            if lane[i].is_some() {
+                emit(out, ev)?;
+            }
         }
     }
     out.write_all(b"\n]}\n")?;

@@ -34,7 +34,7 @@ pub struct TuneArgs {
     #[arg(long, value_name = "SPACE.toml")]
     space: Option<PathBuf>,
     /// Weighted objective, lower is better: METRIC[=WEIGHT],... Each metric counts in units
-    /// of the scenario's own mean; hit rates and throughputs are maximized.
+    /// of the scenario's own mean; hit rates, throughputs and Jain's index are maximized.
     #[arg(long, default_value = DEFAULT_OBJECTIVE)]
     objective: String,
     /// A bound every recommendation must meet, in the [expect] syntax:

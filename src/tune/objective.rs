@@ -17,7 +17,11 @@ pub const DEFAULT_PARETO: &str = "ttft_p99_s,stranded_slot_s";
 
 /// Whether larger is better for `metric` (rates of useful work and of cache hits).
 pub fn maximize(metric: &str) -> bool {
-    metric.ends_with("hit_rate") || metric.starts_with("throughput") || metric.ends_with("tokens_per_s")
+    metric.ends_with("hit_rate")
+        || metric.starts_with("throughput")
+        || metric.ends_with("tokens_per_s")
+        // Jain's fairness index: 1 when every backend serves its share.
+        || metric.ends_with("jain_index")
 }
 
 /// One weighted term.
@@ -175,6 +179,14 @@ pub fn pareto_front(points: &[Vec<f64>], max: &[bool]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_higher_jain_index_is_better() {
+        assert!(maximize("request_jain_index"));
+        assert!(maximize("prefix_cache_hit_rate"));
+        assert!(!maximize("request_share_max_min_ratio"));
+        assert!(!maximize("ttft_p99_s"));
+    }
 
     #[test]
     fn parses_weights_and_rejects_bad_terms() {

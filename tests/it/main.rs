@@ -37,6 +37,7 @@ mod guarantees;
 mod hygiene;
 mod imbalance;
 mod invariants;
+mod journey;
 mod lags;
 mod links;
 mod plots;
