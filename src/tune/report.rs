@@ -93,10 +93,24 @@ pub struct Row {
     pub score: MeanCi,
     /// The shown metrics, in [`Report::metrics`] order.
     pub metrics: Vec<MeanCi>,
-    /// The seeds cannot separate it from the leader (paired, at `--confidence`).
+    /// It ran the last round's seeds and they cannot separate it from the leader (paired,
+    /// at `--confidence`).
     pub tie: bool,
     /// The upstream router that ships this configuration, and how; `None`: needs a patch.
     pub upstream: Option<Upstream>,
+}
+
+/// The best configuration upstream ships, named beside a winner that needs a patch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct UpstreamAlternative {
+    /// Candidate label.
+    pub candidate: String,
+    /// Seeds it ran.
+    pub seeds: usize,
+    /// Its score over those seeds.
+    pub score: MeanCi,
+    /// The router that ships it, and how.
+    pub upstream: Upstream,
 }
 
 /// One metric of a paired comparison.
@@ -185,7 +199,9 @@ pub struct Report {
     /// The statistical leader: the best mean score among the candidates that ran the most
     /// seeds (the last round's).
     pub leader: String,
-    /// The candidates the seeds cannot separate from the leader, leader first.
+    /// The candidates of the last round the seeds cannot separate from the leader, leader
+    /// first. A candidate cut earlier is never in it: its few seeds leave its interval wide
+    /// enough to overlap the leader's without saying it is as good.
     pub tie: Vec<String>,
     /// How the winner was chosen among them.
     pub tie_break: TieBreak,
@@ -193,6 +209,9 @@ pub struct Report {
     pub winner: String,
     /// The upstream router that ships the winner, and how.
     pub winner_upstream: Option<Upstream>,
+    /// When the winner needs a patch: the best-ranked feasible candidate an upstream router
+    /// ships, wherever the search cut it.
+    pub best_upstream: Option<UpstreamAlternative>,
     /// Against the runner-up.
     pub vs_runner_up: Option<Comparison>,
     /// Against the scenario's own configuration (absent when it wins).
@@ -329,13 +348,16 @@ pub fn build(
     let most = ran.iter().map(|&c| search.runs[c].len()).max().unwrap_or(0);
     let finalists: Vec<usize> = ran.iter().copied().filter(|&c| search.runs[c].len() == most).collect();
     let leader = search.rank(&finalists)[0];
-    // The tie: every candidate the leader does not beat at --confidence on their common
+    // The tie: every finalist the leader does not beat at --confidence on their common
     // seeds (one-sided paired test), on the same side of the constraints.
     let lead_scores = search.scores(leader);
     let alpha = 1.0 - search.settings.confidence;
     let tied = |c: usize| {
         if c == leader {
             return true;
+        }
+        if search.runs[c].len() < most {
+            return false;
         }
         let s = search.scores(c);
         let n = s.len().min(lead_scores.len());
@@ -364,6 +386,19 @@ pub fn build(
         }
     });
     let w = pick[0];
+    let best_upstream = match ups[w] {
+        Some(_) => None,
+        None => order
+            .iter()
+            .copied()
+            .find(|&c| ups[c].is_some() && search.feasible(c))
+            .map(|c| UpstreamAlternative {
+                candidate: cands[c].label.clone(),
+                seeds: search.runs[c].len(),
+                score: MeanCi::of(&search.scores(c)),
+                upstream: ups[c].clone().expect("filtered on upstream"),
+            }),
+    };
     let ranked: Vec<Row> = order
         .iter()
         .enumerate()
@@ -428,6 +463,7 @@ pub fn build(
         tie_break,
         winner: cands[w].label.clone(),
         winner_upstream: ups[w].clone(),
+        best_upstream,
         vs_runner_up: runner.map(|r| compare(search, cands, src, &metrics, w, r)),
         vs_scenario: (w != 0).then(|| compare(search, cands, src, &metrics, w, 0)),
         pareto: Pareto {
@@ -539,7 +575,7 @@ pub fn render(r: &Report, top: usize) -> String {
     }
     let _ = writeln!(
         out,
-        "\n## Ranking by score (mean ± 95% CI over each candidate's seeds; tie: not separable from the leader)\n"
+        "\n## Ranking by score (mean ± 95% CI over each candidate's seeds; tie: a last-round candidate not separable from the leader)\n"
     );
     let mut head = vec!["rank", "candidate", "seeds", "tie", "upstream", "score"];
     head.extend(r.metrics.iter().map(String::as_str));
@@ -574,7 +610,7 @@ pub fn render(r: &Report, top: usize) -> String {
     if r.tie.len() > 1 {
         let _ = writeln!(
             out,
-            "\nStatistical tie: {} candidates cannot be separated from the leader `{}` at {}% (paired on common seeds); tie-break `{}` ({}) picks `{}`. The tie: {}.",
+            "\nStatistical tie: {} candidates of the last round cannot be separated from the leader `{}` at {}% (paired on common seeds; a candidate cut earlier is never in the tie); tie-break `{}` ({}) picks `{}`. The tie: {}.",
             r.tie.len(),
             r.leader,
             r.settings.confidence * 100.0,
@@ -600,8 +636,23 @@ pub fn render(r: &Report, top: usize) -> String {
         None => {
             let _ = writeln!(
                 out,
-                "\nUpstream: no released router ships this configuration (it needs a patch or an open PR); `--tie-break upstream` or `--upstream-only` asks for one that does."
+                "\nUpstream: no released router ships this configuration (it needs a patch or an open PR)."
             );
+            if let Some(a) = &r.best_upstream {
+                let _ = writeln!(
+                    out,
+                    "The best configuration upstream ships is `{}` ({}: `{}`), rank {}, score {} over {} seeds; `--upstream-only` searches among those alone.",
+                    a.candidate,
+                    a.upstream.router,
+                    a.upstream.how,
+                    r.ranked
+                        .iter()
+                        .position(|x| x.candidate == a.candidate)
+                        .map_or(0, |i| i + 1),
+                    a.score.text(),
+                    a.seeds
+                );
+            }
         }
     }
     if let Some(c) = &r.vs_runner_up {

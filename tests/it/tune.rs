@@ -374,6 +374,27 @@ kind = "loadaware"
         .map(|t| t.as_str().unwrap())
         .collect();
     assert!(tie.contains(&r["leader"].as_str().unwrap()));
+    // Only last-round candidates tie: a candidate cut after a few seeds has an interval
+    // wide enough to overlap the leader's without being as good.
+    let most = r["ranked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["seeds"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    for row in r["ranked"].as_array().unwrap() {
+        if tie.contains(&row["candidate"].as_str().unwrap()) {
+            assert_eq!(row["seeds"].as_u64().unwrap(), most, "{row}");
+        }
+    }
+    if r["winner_upstream"].is_null() {
+        if let Some(a) = r["best_upstream"].as_object() {
+            assert!(a["upstream"].is_object() && a["seeds"].as_u64().unwrap() >= 1, "{a:?}");
+        }
+    } else {
+        assert!(r["best_upstream"].is_null());
+    }
     assert!(
         tie.contains(&r["winner"].as_str().unwrap()),
         "the winner comes from the tie"
