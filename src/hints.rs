@@ -59,174 +59,262 @@ pub const STALE_FACTOR: f64 = 1.5;
 /// Hints for a run whose decisions were recorded; `names` are the backends' names and
 /// `interval_s` the configured engine-stats interval.
 pub fn hints(log: &DecisionLog, names: &[String], interval_s: f64) -> Vec<Hint> {
-    let n = log.n_backends;
-    let rows = &log.rows;
-    let mut out = Vec::new();
-    if rows.is_empty() || n == 0 {
-        return out;
-    }
-    let t = |x: SimTime| ns_to_secs(x.0);
-    // First decision after which every listed backend has been scraped at least once.
-    let warm = (0..rows.len()).find(|&i| log.detail(i).0.iter().all(|v| !v.listed || v.engine.is_some()));
-    // Per backend, the router's dispatches to it before each decision.
-    let mut sent = vec![0u32; rows.len() + 1];
-    for (b, name) in names.iter().enumerate().take(n) {
-        for (i, r) in rows.iter().enumerate() {
-            sent[i + 1] = sent[i] + u32::from(r.backend.index() == b);
+    let mut scan = HintScan::new(log.n_backends, interval_s);
+    scan.add(log);
+    scan.finish(names)
+}
+
+/// The hint rules over a decision audit read once, in decision order, batch by batch
+/// ([`HintScan::add`]; a run that streams its audit to files never holds it whole). The
+/// hints are the same however the audit is cut into batches.
+pub struct HintScan {
+    n: usize,
+    interval_s: f64,
+    decisions: usize,
+    /// Every listed backend has been scraped at least once (from this decision on, a
+    /// missing entry counts).
+    warm: bool,
+    backends: Vec<BackendScan>,
+    piles: Vec<Option<Pile>>,
+    run: Option<LoadRun>,
+    stale: usize,
+    worst: f64,
+    sfirst: Option<SimTime>,
+    slast: Option<SimTime>,
+}
+
+/// Per backend: zero-stats and missing-stats counts with their first and last times.
+#[derive(Clone, Default)]
+struct BackendScan {
+    zero_busy: usize,
+    seen: usize,
+    peak: u32,
+    first: Option<SimTime>,
+    last: Option<SimTime>,
+    missing: usize,
+    mfirst: Option<SimTime>,
+    mlast: Option<SimTime>,
+    /// When the router dispatched to it, in decision order (8 bytes a decision: what tells
+    /// a view read before the requests now in flight from one read while they were).
+    sent: Vec<SimTime>,
+}
+
+/// Consecutive load-based decisions to one backend on the view of the first of them.
+struct LoadRun {
+    backend: usize,
+    t_first: SimTime,
+    /// When each entry of the first decision's view was read.
+    read_at: Vec<Option<SimTime>>,
+    /// The oldest entry's age at the first decision, seconds.
+    age: f64,
+    len: usize,
+    t_last: SimTime,
+    /// True outstanding counts at the last decision.
+    truth_last: Vec<u32>,
+}
+
+/// Whether a branch decided on engine load (a dogpile can only form on those).
+fn reads_engine_load(b: Branch) -> bool {
+    matches!(
+        b,
+        Branch::FallbackLeastInflight
+            | Branch::LeastInflight
+            | Branch::LlmdScore
+            | Branch::KvImbalanced
+            | Branch::PowerOfD
+    )
+}
+
+impl HintScan {
+    /// A scan of a fleet of `n_backends` with an engine-stats interval of `interval_s`.
+    pub fn new(n_backends: usize, interval_s: f64) -> HintScan {
+        HintScan {
+            n: n_backends,
+            interval_s,
+            decisions: 0,
+            warm: false,
+            backends: vec![BackendScan::default(); n_backends],
+            piles: vec![None; n_backends],
+            run: None,
+            stale: 0,
+            worst: 0.0,
+            sfirst: None,
+            slast: None,
         }
-        // zero-stats: engine load 0 read while the router had requests in flight to it.
-        let (mut zero_busy, mut seen, mut peak, mut first, mut last) = (0usize, 0usize, 0u32, None, None);
-        let (mut missing, mut mfirst, mut mlast) = (0usize, None, None);
-        for (i, r) in rows.iter().enumerate() {
-            let v = log.view(i).get(b);
-            let local = v.requests.map_or(0, |q| q.in_prefill + q.in_decoding);
-            match v.engine {
-                Some(e) => {
-                    // Of the requests in flight now, those dispatched after the stats were
-                    // read were not there to be counted (a scrape before the first dispatch
-                    // reads an honest 0 for a whole interval); the rest were in flight then.
-                    let after = sent[i] - sent[rows.partition_point(|x| x.t <= e.read_at).min(i)];
-                    let held = local.saturating_sub(after);
-                    if held == 0 {
-                        continue;
+    }
+
+    /// Reads the next decisions (a whole log, or the next batch of a streamed one).
+    pub fn add(&mut self, log: &DecisionLog) {
+        if self.n == 0 || log.n_backends != self.n {
+            return;
+        }
+        let limit = STALE_FACTOR * self.interval_s;
+        for (i, r) in log.rows.iter().enumerate() {
+            self.decisions += 1;
+            let (view, truth) = log.detail(i);
+            if !self.warm {
+                self.warm = view.iter().all(|v| !v.listed || v.engine.is_some());
+            }
+            for (v, s) in view.iter().zip(&mut self.backends) {
+                // zero-stats: engine load 0 while the router has requests in flight to it.
+                let local = v.requests.map_or(0, |q| q.in_prefill + q.in_decoding);
+                match v.engine {
+                    Some(e) => {
+                        // Of the requests in flight now, those dispatched after the stats were
+                        // read were not there to be counted (a scrape before the first dispatch
+                        // reads an honest 0 for a whole interval); the rest were in flight then.
+                        let after = s.sent.len() - s.sent.partition_point(|&x| x <= e.read_at);
+                        let held = local.saturating_sub(u32::try_from(after).unwrap_or(u32::MAX));
+                        if held == 0 {
+                            continue;
+                        }
+                        s.seen += 1;
+                        if e.running + e.waiting == 0 {
+                            s.zero_busy += 1;
+                            s.peak = s.peak.max(held);
+                            s.first.get_or_insert(r.t);
+                            s.last = Some(r.t);
+                        }
                     }
-                    seen += 1;
-                    if e.running + e.waiting == 0 {
-                        zero_busy += 1;
-                        peak = peak.max(held);
-                        first.get_or_insert(r.t);
-                        last = Some(r.t);
+                    None if v.listed && self.warm => {
+                        s.missing += 1;
+                        s.mfirst.get_or_insert(r.t);
+                        s.mlast = Some(r.t);
                     }
+                    None => {}
                 }
-                None if v.listed && warm.is_some_and(|w| i >= w) => {
-                    missing += 1;
-                    mfirst.get_or_insert(r.t);
-                    mlast = Some(r.t);
+            }
+            if let Some(s) = self.backends.get_mut(r.backend.index()) {
+                s.sent.push(r.t);
+            }
+            // dogpile: runs over the load-based decisions only (a latched follow-up in
+            // between does not break a pile-up), each against its first decision's view.
+            if reads_engine_load(r.branch) {
+                let same = self.run.as_ref().is_some_and(|run| {
+                    run.backend == r.backend.index()
+                        && view
+                            .iter()
+                            .zip(&run.read_at)
+                            .all(|(v, at)| v.engine.map(|e| e.read_at) == *at)
+                });
+                if same {
+                    let run = self.run.as_mut().expect("checked");
+                    run.len += 1;
+                    run.t_last = r.t;
+                    run.truth_last.clear();
+                    run.truth_last.extend_from_slice(truth);
+                } else {
+                    self.close_run();
+                    self.run = Some(LoadRun {
+                        backend: r.backend.index(),
+                        t_first: r.t,
+                        read_at: view.iter().map(|v| v.engine.map(|e| e.read_at)).collect(),
+                        age: oldest_age(view, r.t),
+                        len: 1,
+                        t_last: r.t,
+                        truth_last: truth.to_vec(),
+                    });
                 }
-                None => {}
+            }
+            // stale-view: the oldest entry a decision read, against the configured interval.
+            let age = oldest_age(view, r.t);
+            if age > limit {
+                self.stale += 1;
+                self.worst = self.worst.max(age);
+                self.sfirst.get_or_insert(r.t);
+                self.slast = Some(r.t);
             }
         }
-        if seen > 0 && zero_busy * 2 > seen && zero_busy >= DOGPILE_MIN {
-            out.push(Hint {
-                kind: "zero-stats",
-                backend: name.clone(),
-                from_s: t(first.expect("counted")),
-                until_s: t(last.expect("counted")),
-                message: format!(
-                    "{} reported zero load in {zero_busy} of {seen} views read while the router itself had requests in flight to it (up to {peak}): its metrics are probably not being parsed (production-stack issue #1074: metric-name prefix), so load-based policies see it idle",
-                    name
-                ),
-            });
-        }
-        if missing > 0 {
-            out.push(Hint {
-                kind: "missing-stats",
-                backend: name.clone(),
-                from_s: t(mfirst.expect("counted")),
-                until_s: t(mlast.expect("counted")),
-                message: format!(
-                    "engine stats for {} were missing in {missing} decisions between {:.1} s and {:.1} s (failed scrapes, or not scraped yet since discovery listed it): production-stack's least-in-flight fallback routes by QPS whenever any endpoint lacks stats",
-                    name,
-                    t(mfirst.expect("counted")),
-                    t(mlast.expect("counted"))
-                ),
-            });
-        }
     }
-    // dogpile: consecutive load-based decisions to one backend on one unchanged view,
-    // reported once per backend with every such run counted.
-    let reads_engine_load = |b: Branch| {
-        matches!(
-            b,
-            Branch::FallbackLeastInflight
-                | Branch::LeastInflight
-                | Branch::LlmdScore
-                | Branch::KvImbalanced
-                | Branch::PowerOfD
-        )
-    };
-    let same_view = |i: usize, j: usize| {
-        log.detail(i)
-            .0
-            .iter()
-            .zip(log.detail(j).0)
-            .all(|(a, b)| a.engine.map(|e| e.read_at) == b.engine.map(|e| e.read_at))
-    };
-    let mut piles: Vec<Option<Pile>> = vec![None; n];
-    // Runs over the load-based decisions only (a latched follow-up in between does not
-    // break a pile-up).
-    let load: Vec<usize> = (0..rows.len()).filter(|&k| reads_engine_load(rows[k].branch)).collect();
-    let mut a = 0;
-    while a < load.len() {
-        let i = load[a];
-        let mut z = a + 1;
-        while z < load.len() && rows[load[z]].backend == rows[i].backend && same_view(i, load[z]) {
-            z += 1;
+
+    /// Counts the run in progress toward its backend's pile-up, if it is one.
+    fn close_run(&mut self) {
+        let Some(run) = self.run.take() else { return };
+        if run.len < DOGPILE_MIN {
+            return;
         }
-        let run = z - a;
-        let last = load[z - 1];
-        if run >= DOGPILE_MIN {
-            let b = rows[i].backend.index();
-            let truth = log.detail(last).1;
-            let after_pick = truth[b] + 1;
-            let least = truth.iter().copied().min().unwrap_or(0);
-            if after_pick > least + 1 {
-                let gap = after_pick - least;
-                let age = oldest_age(log.detail(i).0, rows[i].t);
-                let e = piles[b].get_or_insert((0, 0, rows[i].t, rows[last].t, 0, age));
-                e.0 += 1;
-                e.1 += run;
-                e.3 = rows[last].t;
-                if gap > e.4 {
-                    e.4 = gap;
-                    e.5 = age;
-                }
+        let b = run.backend;
+        let after_pick = run.truth_last[b] + 1;
+        let least = run.truth_last.iter().copied().min().unwrap_or(0);
+        if after_pick > least + 1 {
+            let gap = after_pick - least;
+            let e = self.piles[b].get_or_insert((0, 0, run.t_first, run.t_last, 0, run.age));
+            e.0 += 1;
+            e.1 += run.len;
+            e.3 = run.t_last;
+            if gap > e.4 {
+                e.4 = gap;
+                e.5 = run.age;
             }
         }
-        a = z;
     }
-    for (b, p) in piles.iter().enumerate() {
-        if let Some((runs, decisions, first, last, gap, age)) = *p {
+
+    /// The hints of every decision read; `names` are the backends' names.
+    pub fn finish(mut self, names: &[String]) -> Vec<Hint> {
+        let mut out = Vec::new();
+        if self.decisions == 0 || self.n == 0 {
+            return out;
+        }
+        self.close_run();
+        let t = |x: SimTime| ns_to_secs(x.0);
+        for (s, name) in self.backends.iter().zip(names) {
+            if s.seen > 0 && s.zero_busy * 2 > s.seen && s.zero_busy >= DOGPILE_MIN {
+                out.push(Hint {
+                    kind: "zero-stats",
+                    backend: name.clone(),
+                    from_s: t(s.first.expect("counted")),
+                    until_s: t(s.last.expect("counted")),
+                    message: format!(
+                        "{} reported zero load in {} of {} views read while the router itself had requests in flight to it (up to {}): its metrics are probably not being parsed (production-stack issue #1074: metric-name prefix), so load-based policies see it idle",
+                        name, s.zero_busy, s.seen, s.peak
+                    ),
+                });
+            }
+            if s.missing > 0 {
+                let (first, last) = (t(s.mfirst.expect("counted")), t(s.mlast.expect("counted")));
+                out.push(Hint {
+                    kind: "missing-stats",
+                    backend: name.clone(),
+                    from_s: first,
+                    until_s: last,
+                    message: format!(
+                        "engine stats for {} were missing in {} decisions between {:.1} s and {:.1} s (failed scrapes, or not scraped yet since discovery listed it): production-stack's least-in-flight fallback routes by QPS whenever any endpoint lacks stats",
+                        name, s.missing, first, last
+                    ),
+                });
+            }
+        }
+        for (b, p) in self.piles.iter().enumerate() {
+            if let Some((runs, decisions, first, last, gap, age)) = *p {
+                out.push(Hint {
+                    kind: "dogpile",
+                    backend: names[b].clone(),
+                    from_s: t(first),
+                    until_s: t(last),
+                    message: format!(
+                        "{decisions} load-based decisions in {runs} run(s) of {DOGPILE_MIN}+ between {:.1} s and {:.1} s all went to {} on one unchanged engine-stats view each; in truth it then had up to {gap} more requests in flight than the least-loaded backend (that view was {age:.1} s old at its first decision): consider a tie band, fresher load, or router-local in-flight counts",
+                        t(first),
+                        t(last),
+                        names[b]
+                    ),
+                });
+            }
+        }
+        if self.stale > 0 {
             out.push(Hint {
-                kind: "dogpile",
-                backend: names[b].clone(),
-                from_s: t(first),
-                until_s: t(last),
+                kind: "stale-view",
+                backend: String::new(),
+                from_s: t(self.sfirst.expect("counted")),
+                until_s: t(self.slast.expect("counted")),
                 message: format!(
-                    "{decisions} load-based decisions in {runs} run(s) of {DOGPILE_MIN}+ between {:.1} s and {:.1} s all went to {} on one unchanged engine-stats view each; in truth it then had up to {gap} more requests in flight than the least-loaded backend (that view was {age:.1} s old at its first decision): consider a tie band, fresher load, or router-local in-flight counts",
-                    t(first),
-                    t(last),
-                    names[b]
+                    "{} of {} decisions read engine stats older than {STALE_FACTOR} x the {} s scrape interval (up to {:.1} s): a sequential scrape pass over every endpoint takes longer than the interval suggests (or the scraper stalls); scrape concurrently, shorten the timeout, or lower the interval",
+                    self.stale, self.decisions, self.interval_s, self.worst
                 ),
             });
         }
+        out.sort_by(|a, b| a.from_s.total_cmp(&b.from_s).then(a.kind.cmp(b.kind)));
+        out
     }
-    // stale-view: the oldest entry a decision read, against the configured interval.
-    let limit = STALE_FACTOR * interval_s;
-    let (mut stale, mut worst, mut sfirst, mut slast) = (0usize, 0.0f64, None, None);
-    for (i, r) in rows.iter().enumerate() {
-        let age = oldest_age(log.detail(i).0, r.t);
-        if age > limit {
-            stale += 1;
-            worst = worst.max(age);
-            sfirst.get_or_insert(r.t);
-            slast = Some(r.t);
-        }
-    }
-    if stale > 0 {
-        out.push(Hint {
-            kind: "stale-view",
-            backend: String::new(),
-            from_s: t(sfirst.expect("counted")),
-            until_s: t(slast.expect("counted")),
-            message: format!(
-                "{stale} of {} decisions read engine stats older than {STALE_FACTOR} x the {interval_s} s scrape interval (up to {worst:.1} s): a sequential scrape pass over every endpoint takes longer than the interval suggests (or the scraper stalls); scrape concurrently, shorten the timeout, or lower the interval",
-                rows.len()
-            ),
-        });
-    }
-    out.sort_by(|a, b| a.from_s.total_cmp(&b.from_s).then(a.kind.cmp(b.kind)));
-    out
 }
 
 /// Among backends of equal capacity, a max/min request ratio above this is a skew hint.

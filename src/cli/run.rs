@@ -10,7 +10,9 @@ use super::explain::{ExplainFlags, explanation, write_explanation};
 use super::out::{out, outln};
 use super::shared::{ScenarioArgs, check_tool_tables, default_out, file_names, load_scenario, perf_of};
 use crate::check::golden::{Golden, golden_path};
-use crate::export::{write_all_as, write_json};
+use crate::export::{DecisionFiles, Tables, write_all_as, write_json, write_rest};
+use crate::hints::HintScan;
+use crate::metrics::DecisionLog;
 use crate::plot::save;
 use crate::plot::series::BackendSeries;
 use crate::report::render;
@@ -70,9 +72,10 @@ pub(super) struct RunArgs {
     /// against (identical outputs; docs/engine.md).
     #[arg(long, value_enum, default_value_t = super::shared::EngineArg::Fast)]
     pub(super) engine: super::shared::EngineArg,
-    /// Format of the tables (requests, timeseries, decisions, decisions_long): csv, or
-    /// parquet (typed, zstd-compressed columns for large runs; docs/OUTPUTS.md).
-    #[arg(long, value_enum, default_value_t = TableFormat::Csv)]
+    /// Format of the tables (requests, timeseries, decisions, decisions_long): csv,
+    /// parquet (typed, zstd-compressed columns; docs/OUTPUTS.md), or auto: CSV for runs
+    /// planning fewer than 100,000 requests, Parquet from there on (said on stderr).
+    #[arg(long, value_enum, default_value_t = TableFormat::Auto)]
     pub(super) format: TableFormat,
     #[command(flatten)]
     pub(super) plot: crate::plot::PlotArgs,
@@ -81,20 +84,45 @@ pub(super) struct RunArgs {
 /// `--format` of `sim run`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum TableFormat {
+    /// CSV below [`AUTO_PARQUET_REQUESTS`] planned requests, Parquet from there on.
+    Auto,
     /// requests.csv, timeseries.csv, decisions.csv, decisions_long.csv.
     Csv,
     /// requests.parquet, timeseries.parquet, decisions.parquet, decisions_long.parquet.
     Parquet,
 }
 
-impl From<TableFormat> for crate::export::Tables {
-    fn from(f: TableFormat) -> Self {
-        match f {
-            TableFormat::Csv => crate::export::Tables::Csv,
-            TableFormat::Parquet => crate::export::Tables::Parquet,
+/// Planned requests from which `--format auto` writes Parquet: there the CSV tables pass
+/// about 100 MB on a 16-backend fleet (1.7 KB of CSV per request, 1.6 KB of it the
+/// decision files), while the committed and most users' runs stay far below (burst8: 0.3 MB).
+pub(super) const AUTO_PARQUET_REQUESTS: usize = 100_000;
+
+impl TableFormat {
+    /// The tables a run planning `requests` requests writes.
+    fn tables(self, requests: usize) -> Tables {
+        match self {
+            TableFormat::Csv => Tables::Csv,
+            TableFormat::Parquet => Tables::Parquet,
+            TableFormat::Auto if requests >= AUTO_PARQUET_REQUESTS => Tables::Parquet,
+            TableFormat::Auto => Tables::Csv,
         }
     }
 }
+
+/// Hands each batch of the decision audit to the writer thread; the bounded channel makes
+/// the simulation wait when the writer is behind, so at most a few batches are held.
+struct ChannelSink(std::sync::mpsc::SyncSender<DecisionLog>);
+
+impl crate::metrics::RecordSink for ChannelSink {
+    fn decisions(&mut self, batch: DecisionLog) {
+        // A writer that stopped on an error has dropped its end; its error is reported
+        // when it is joined.
+        let _ = self.0.send(batch);
+    }
+}
+
+/// Batches queued between the simulation and the writer thread.
+const QUEUED_BATCHES: usize = 2;
 
 /// A spinner on stderr naming the phase with the time elapsed (a run has no fraction done
 /// to show: the event loop does not know how many events are left), redrawn five times a
@@ -138,6 +166,13 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         check_invariants: a.invariants,
         record_event_log: false,
     };
+    let tables = a.format.tables(workload.total_requests());
+    if a.format == TableFormat::Auto && tables == Tables::Parquet && !a.no_files && !a.quiet {
+        eprintln!(
+            "note: --format auto: {} planned requests (at least {AUTO_PARQUET_REQUESTS}), so the tables are Parquet; --format csv writes CSV",
+            workload.total_requests()
+        );
+    }
     let seed = scenario.sim.seed;
     let file = a.scenario.scenario.display().to_string();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -153,8 +188,52 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         eprintln!("{doing} ...");
     }
     bar.set_message(doing);
+    let dir = a.out.clone().unwrap_or_else(|| default_out(&scenario.sim.name));
+    // Whole or absent: written into a staging folder (removed unless committed), moved
+    // into place when complete.
+    let stage = if a.no_files {
+        None
+    } else {
+        Some(crate::atomic::Staging::new(&dir)?)
+    };
+    let names: Vec<String> = scenario.sim.backends.iter().map(|(n, _)| n.clone()).collect();
+    let n = names.len();
+    let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
     let started = std::time::Instant::now();
-    let ran = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into());
+    // The decision audit is streamed (hints read and files written as the run goes) unless
+    // --explain needs it whole.
+    let (ran, streamed) = if a.explain {
+        let ran = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into());
+        (ran, None)
+    } else {
+        let files_dir = stage
+            .as_ref()
+            .filter(|_| !a.no_decisions)
+            .map(|s| s.path().to_path_buf());
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<DecisionLog>(QUEUED_BATCHES);
+            let sessions = &workload.sessions;
+            let writer = scope.spawn(move || -> Result<(HintScan, Vec<PathBuf>)> {
+                let mut scan = HintScan::new(n, interval_s);
+                let mut files = files_dir.map(|d| DecisionFiles::create(&d, tables, n)).transpose()?;
+                for batch in rx {
+                    scan.add(&batch);
+                    if let Some(f) = &mut files {
+                        f.add(&batch, &|s| sessions[s].key.as_str())?;
+                    }
+                }
+                let paths = files.map(DecisionFiles::finish).transpose()?.unwrap_or_default();
+                Ok((scan, paths))
+            });
+            let mut sink = ChannelSink(tx);
+            let ran = crate::sim::run_streamed(scenario.sim.clone(), &workload, opts, a.engine.into(), &mut sink);
+            drop(sink);
+            let written = writer
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the thread writing the decision files panicked")));
+            (ran, Some(written))
+        })
+    };
     bar.finish_and_clear();
     if lines {
         eprintln!("simulated in {:.1} s; writing results", started.elapsed().as_secs_f64());
@@ -168,9 +247,13 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         Err(e) => anyhow::bail!("{file}: {e}"),
     };
     let perf = perf_of(wall, res.summary.events, res.summary.requests.arrived);
-    let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
-    let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
-    let mut hints = crate::hints::hints(&res.decisions, &names, interval_s);
+    let (mut hints, decision_files) = match streamed {
+        Some(w) => {
+            let (scan, paths) = w?;
+            (scan.finish(&names), Some(paths))
+        }
+        None => (crate::hints::hints(&res.decisions, &names, interval_s), None),
+    };
     hints.extend(crate::hints::share_hints(&res.summary));
     if !a.quiet {
         out!("{}", render(&res.summary, Some(&perf)))?;
@@ -189,21 +272,23 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             outln!("golden: {}", p.display())?;
         }
     }
-    if !a.no_files {
-        let dir = a.out.clone().unwrap_or_else(|| default_out(&scenario.sim.name));
-        // Whole or absent: written into a staging folder, moved into place when complete.
-        let stage = crate::atomic::Staging::new(&dir)?;
-        let mut written = write_all_as(
-            stage.path(),
-            &res,
-            &effective,
-            &perf,
-            &hints,
-            a.format.into(),
-            !a.no_decisions,
-        )?;
-        let fig = BackendSeries::new(&res.summary, &res.series);
-        written.extend(save(&fig, &stage.path().join("timeseries"), a.plot.dpi)?);
+    if let Some(stage) = stage {
+        // The tables and the plot at once (the plot is a few seconds of a long run).
+        let (files, plots) = rayon::join(
+            || match decision_files {
+                Some(paths) => write_rest(stage.path(), &res, &effective, &perf, &hints, tables, paths),
+                None => write_all_as(stage.path(), &res, &effective, &perf, &hints, tables, !a.no_decisions),
+            },
+            || {
+                save(
+                    &BackendSeries::new(&res.summary, &res.series),
+                    &stage.path().join("timeseries"),
+                    a.plot.dpi,
+                )
+            },
+        );
+        let mut written = files?;
+        written.extend(plots?);
         if a.timeline {
             let p = stage.path().join("timeline.json");
             crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;

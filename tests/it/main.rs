@@ -49,6 +49,7 @@ mod real_router;
 mod reference;
 mod serve;
 mod shard_auto;
+mod streaming;
 mod sweep;
 mod trace;
 mod tune;

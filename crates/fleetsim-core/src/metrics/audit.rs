@@ -1,5 +1,8 @@
 //! The decision audit log: every routing decision with the view the policy saw (compactly
-//! interned) and the truth at that instant.
+//! interned) and the truth at that instant. A run either keeps the whole log (the
+//! [`crate::sim::RunResult`]'s `decisions`) or hands it to a [`RecordSink`] in batches of
+//! about [`DECISION_BATCH_ENTRIES`] view entries as it goes, so what it holds stays bounded
+//! whatever the number of requests.
 
 use crate::decision::Branch;
 use crate::ids::{BackendId, RequestId, SessionId};
@@ -64,6 +67,28 @@ pub struct DecisionLog {
     pub scratch: Vec<ViewEntry>,
     /// Per backend: the last interned engine entry and its index.
     last_engine: Vec<Option<(EngineStatsEntry, u32)>>,
+}
+
+/// View entries (decisions x backends) after which a streaming run hands its decision log
+/// to the [`RecordSink`] and starts a new batch: about 10 MB of views and truth, 32,768
+/// decisions of a 16-backend fleet (a batch always holds at least one decision).
+pub const DECISION_BATCH_ENTRIES: usize = 1 << 19;
+
+/// Receives a run's records as the run produces them (`crate::sim::run_streamed`): the
+/// application writes them to files while the simulation goes on, so neither side holds
+/// the whole audit. The core knows no file format; the sink does.
+pub trait RecordSink {
+    /// The next batch of decisions, in decision order: a [`DecisionLog`] holding only these
+    /// (its indices start at 0; request ids are the run's). Called whenever a batch holds
+    /// [`RecordSink::batch_entries`] view entries, and once at the end of the run with the rest
+    /// (never with an empty batch).
+    fn decisions(&mut self, batch: DecisionLog);
+
+    /// View entries (decisions x backends) a batch collects before it is handed over
+    /// (a batch always holds at least one decision).
+    fn batch_entries(&self) -> usize {
+        DECISION_BATCH_ENTRIES
+    }
 }
 
 /// The view of one decision: one [`ViewEntry`] per backend, decoded on access.
@@ -133,6 +158,26 @@ impl DecisionLog {
             last_engine: vec![None; n_backends],
             ..Default::default()
         }
+    }
+
+    /// Moves the decisions logged so far out into a log of their own (engine entries they
+    /// refer to included) and leaves this one empty, ready for the next batch.
+    pub fn take_batch(&mut self) -> DecisionLog {
+        let batch = DecisionLog {
+            n_backends: self.n_backends,
+            qps_window_s: self.qps_window_s,
+            rows: std::mem::take(&mut self.rows),
+            views: std::mem::take(&mut self.views),
+            engines: std::mem::take(&mut self.engines),
+            truth: std::mem::take(&mut self.truth),
+            scratch: Vec::new(),
+            last_engine: Vec::new(),
+        };
+        self.last_engine.iter_mut().for_each(|e| *e = None);
+        self.rows.reserve(batch.rows.len());
+        self.views.reserve(batch.views.len());
+        self.truth.reserve(batch.truth.len());
+        batch
     }
 
     /// Stores the view in `scratch` (one entry per backend) as the next decision's view.

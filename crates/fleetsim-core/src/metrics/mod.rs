@@ -34,7 +34,7 @@ mod names;
 mod records;
 mod summary;
 
-pub use audit::{AuditEntry, DecisionLog, DecisionRow, View, ViewIter};
+pub use audit::{AuditEntry, DECISION_BATCH_ENTRIES, DecisionLog, DecisionRow, RecordSink, View, ViewIter};
 pub use fleet::{Episode, FleetTracker, WorstMoment};
 pub use names::{
     BACKEND_SHARE_METRICS, SHARE_METRICS, UNITS, canonical_metric, flatten, flatten_json, known_metric, split_unit,

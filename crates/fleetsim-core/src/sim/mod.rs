@@ -38,7 +38,7 @@ use crate::backend::{Backend, Engine, EngineRef, Engines};
 use crate::engine::EventQueue;
 use crate::fleet::{ClientConfig, FleetEvent, FleetEventKind, Membership};
 use crate::ids::{BackendId, ReplicaId, RequestId, ScrapeSlot, SessionId};
-use crate::metrics::{DecisionLog, EngineCounters, FleetTracker, RequestRec, Summary, TsRow};
+use crate::metrics::{DecisionLog, EngineCounters, FleetTracker, RecordSink, RequestRec, Summary, TsRow};
 use crate::policy::{Branch, EndpointInfo};
 use crate::rng::{SimRng, stream};
 use crate::router::{Router, RouterConfig};
@@ -503,6 +503,23 @@ pub fn run_mode(
     Ok((res, t0.elapsed()))
 }
 
+/// [`run_mode`] handing the decision audit to `sink` in bounded batches as the run goes
+/// (see [`crate::metrics::RecordSink`]) instead of keeping it: the result's `decisions` is
+/// then empty, and every decision went to the sink, in order, exactly as [`run_mode`] would
+/// have kept it. Needs `opts.record_decisions`.
+pub fn run_streamed(
+    cfg: SimConfig,
+    workload: &Workload,
+    opts: RunOptions,
+    mode: EngineMode,
+    sink: &mut dyn RecordSink,
+) -> Result<(RunResult, std::time::Duration), SimError> {
+    let sim = Simulation::with_mode(cfg, workload, opts, mode).with_sink(sink);
+    let t0 = std::time::Instant::now();
+    let res = sim.run()?;
+    Ok((res, t0.elapsed()))
+}
+
 /// A simulation instance (one run): the configuration, the event queue, the engines and
 /// their per-backend state, the routers, the request log, and the run's counters.
 pub struct Simulation<'w> {
@@ -527,6 +544,8 @@ pub struct Simulation<'w> {
     log: RequestLog,
     fleet: FleetTracker,
     decisions: DecisionLog,
+    /// Where full batches of `decisions` go (`run_streamed`); none: the run keeps them.
+    sink: Option<&'w mut dyn RecordSink>,
     finished: usize,
     total: usize,
     events: u64,
@@ -670,6 +689,7 @@ impl<'w> Simulation<'w> {
             abandoned: 0,
             streams: Streams::new(cfg.seed),
             decisions: DecisionLog::new(n, cfg.router.request_stats_window.as_secs_f64()),
+            sink: None,
             sessions: vec![SessionState::default(); workload.sessions.len()],
             log: RequestLog::with_capacity(workload.total_requests()),
             step_events: StepEvents::default(),
@@ -693,6 +713,12 @@ impl<'w> Simulation<'w> {
             virtual_next: SimTime(u64::MAX),
             collapsed_steps: 0,
         }
+    }
+
+    /// Hands the decision audit to `sink` in batches as the run goes ([`run_streamed`]).
+    pub fn with_sink(mut self, sink: &'w mut dyn RecordSink) -> Self {
+        self.sink = Some(sink);
+        self
     }
 
     /// Runs to completion (all turns done), the time limit, or an error.

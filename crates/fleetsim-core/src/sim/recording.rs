@@ -113,6 +113,11 @@ impl Simulation<'_> {
                 }
             })
             .collect();
+        if let Some(sink) = self.sink.take()
+            && !self.decisions.rows.is_empty()
+        {
+            sink.decisions(self.decisions.take_batch());
+        }
         let itl_ns: std::collections::BTreeMap<u64, u64> = std::mem::take(&mut self.itl_counts).into_iter().collect();
         let inputs = SummaryInputs {
             scenario: &self.cfg.name,

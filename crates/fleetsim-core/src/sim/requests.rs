@@ -92,6 +92,11 @@ impl Simulation<'_> {
                 branch: d.branch,
                 match_chars: d.match_chars,
             });
+            if let Some(sink) = self.sink.as_deref_mut()
+                && self.decisions.views.len() >= sink.batch_entries()
+            {
+                sink.decisions(self.decisions.take_batch());
+            }
         }
         self.log.branches.push(d.branch);
         let st = &mut self.sessions[s.index()];
