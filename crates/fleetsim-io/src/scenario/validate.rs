@@ -13,7 +13,7 @@ use fleetsim_core::sim::{BackendModel, FrontBalancer, SimConfig};
 use fleetsim_core::time::SimTime;
 use fleetsim_core::workload::GroupConfig;
 
-/// Validates a parsed file: its first error in check order (see [`validate_all`]).
+/// Validates a parsed file: its first error in check order (`validate_all` has them all).
 pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
     validate_all(f, stem).map_err(|mut errs| errs.remove(0))
 }
