@@ -182,6 +182,18 @@ const TICKETS: &str = "arrival_s,session_id,turn,input_tokens,output_tokens\n\
 3,ticket-4711,1,4100,50\n\
 6,ticket-4711,2,4200,50\n";
 
+/// `sim run SCENARIO --quiet --out DIR`, which must succeed.
+fn run_quiet(scenario: &std::path::Path, dir: &std::path::Path) {
+    sim()
+        .arg("run")
+        .arg(scenario)
+        .arg("--quiet")
+        .arg("--out")
+        .arg(dir)
+        .assert()
+        .success();
+}
+
 fn replay(trace: &std::path::Path, copies: usize) -> String {
     let mut s = String::from(
         r#"
@@ -211,14 +223,7 @@ fn a_trace_replay_is_asked_by_the_traces_own_id() {
     let tr = write(tmp.path(), "tickets.csv", TICKETS);
     let sc = write(tmp.path(), "tickets.toml", &replay(&tr, 1));
     let dir = tmp.path().join("run");
-    sim()
-        .arg("run")
-        .arg(&sc)
-        .arg("--quiet")
-        .arg("--out")
-        .arg(&dir)
-        .assert()
-        .success();
+    run_quiet(&sc, &dir);
     let out = sim()
         .arg("explain")
         .arg(&dir)
@@ -238,14 +243,7 @@ fn a_trace_replay_is_asked_by_the_traces_own_id() {
 
     let sc2 = write(tmp.path(), "twice.toml", &replay(&tr, 2));
     let dir2 = tmp.path().join("twice");
-    sim()
-        .arg("run")
-        .arg(&sc2)
-        .arg("--quiet")
-        .arg("--out")
-        .arg(&dir2)
-        .assert()
-        .success();
+    run_quiet(&sc2, &dir2);
     sim()
         .arg("explain")
         .arg(&dir2)
@@ -356,14 +354,7 @@ fn a_session_id_with_quotes_and_a_newline_stays_escaped() {
     );
     let sc = write(tmp.path(), "odd.toml", &replay(&tr, 1));
     let dir = tmp.path().join("run");
-    sim()
-        .arg("run")
-        .arg(&sc)
-        .arg("--quiet")
-        .arg("--out")
-        .arg(&dir)
-        .assert()
-        .success();
+    run_quiet(&sc, &dir);
     let out = tmp.path().join("t.json");
     let run = sim()
         .arg("explain")

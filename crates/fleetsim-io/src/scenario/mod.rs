@@ -45,7 +45,7 @@ pub use schema::{
 pub use source::{MAX_SCENARIO_BYTES, Source, TOOL_TABLES, load, load_str};
 pub use traces::resolve_trace_files;
 pub use validate::validate;
-use values::{count, dist, from_value, secs, tag, without};
+use values::{count, count_within, dist, from_value, secs, tag, without};
 
 /// A scenario error: one line, naming file, line and key path.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -6,7 +6,7 @@ use super::router::policy;
 use super::schema::ScenarioFile;
 use super::traces::trace_group;
 use super::workload::{arrival, service_time};
-use super::{FieldError, Res, Scenario, backends, count, counts, dist, secs};
+use super::{FieldError, Res, Scenario, backends, count, count_within, counts, dist, secs};
 use fleetsim_core::policy::kind::Fleet;
 use fleetsim_core::router::RouterConfig;
 use fleetsim_core::sim::{BackendModel, FrontBalancer, SimConfig};
@@ -74,23 +74,15 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
     );
     let request_stats_lag = keep(secs(r.request_stats_lag_s, "router.request_stats_lag_s", true), e);
     let chars_per_token = keep(
-        count(r.chars_per_token, "router.chars_per_token", 1).and_then(|c| match c {
-            c if c > 64 => Err(FieldError::new(
-                "router.chars_per_token",
-                format!("must be at most 64, got {c}"),
-            )),
-            c => Ok(c),
+        count_within(r.chars_per_token, "router.chars_per_token", 1, 64, |c| {
+            format!("must be at most 64, got {c}")
         }),
         e,
     );
     let kv_event_lag = keep(secs(r.kv_event_lag_s, "router.kv_event_lag_s", true), e);
     let replicas = keep(
-        count(r.replicas, "router.replicas", 1).and_then(|n| match n {
-            n if n > 1024 => Err(FieldError::new(
-                "router.replicas",
-                format!("{n} replicas is above the supported 1024"),
-            )),
-            n => Ok(n),
+        count_within(r.replicas, "router.replicas", 1, 1024, |n| {
+            format!("{n} replicas is above the supported 1024")
         }),
         e,
     );

@@ -30,6 +30,17 @@ pub(super) fn count(v: i64, path: &str, min: i64) -> Res<u32> {
     params::count(v, path, min).map_err(|e| FieldError::new(e.key, e.message))
 }
 
+/// A count `>= min` and `<= max`; `above` says why a larger one is refused.
+pub(super) fn count_within(v: i64, path: &str, min: i64, max: u32, above: impl Fn(u32) -> String) -> Res<u32> {
+    count(v, path, min).and_then(|c| {
+        if c > max {
+            Err(FieldError::new(path, above(c)))
+        } else {
+            Ok(c)
+        }
+    })
+}
+
 pub(super) fn dist(v: &toml::Value, path: &str) -> Res<Dist> {
     match v {
         toml::Value::Integer(i) => Dist::constant(*i as f64).map_err(|m| FieldError::new(path, m)),
