@@ -510,12 +510,7 @@ impl Fleet {
         let l = self.live.remove(&id).expect("checked");
         self.records[l.rec].t_failed = Some(now);
         self.nodes[b].outstanding -= 1;
-        let mut m = self.shared.backends[b]
-            .metrics
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        m.success[2] += 1;
-        drop(m);
+        self.lock(b).success[2] += 1;
         self.collect(b);
         self.dispatch();
         self.maybe_drained(now, b);
@@ -660,13 +655,16 @@ impl Fleet {
         }
     }
 
-    /// Aborts `id` at backend `b`'s current time (its handler vanished).
+    /// Aborts `id` at backend `b`'s current time (its handler vanished). Counted as an
+    /// abort like a client's disconnect: which of the two paths sees a vanished handler
+    /// first depends on scheduling, and vLLM counts both under `finished_reason="abort"`.
     fn pending_abort(&mut self, b: usize, id: RequestId) {
         let now = self.nodes[b].engine.now();
         if let Some(l) = self.live.remove(&id) {
             self.records[l.rec].t_failed = Some(now);
             self.nodes[b].outstanding -= 1;
             self.nodes[b].engine.abort(now, id);
+            self.lock(b).success[2] += 1;
         }
     }
 
