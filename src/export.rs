@@ -18,6 +18,7 @@ use serde::Serialize;
 
 pub mod columnar;
 pub mod openmetrics;
+pub mod sink;
 pub mod tables;
 pub mod timeline;
 

@@ -39,12 +39,7 @@ pub(super) fn check_tool_tables(a: &ScenarioArgs) -> Result<()> {
     crate::check::validate_tools(&src, seed.max(0) as u64)
 }
 
-/// Where `sim run`/`sim sweep` write without `--out`: `out/<name>`, ignored by git, so a
-/// user's runs never touch the committed reference results in `results/` (CI writes those
-/// only through an explicit `--out`).
-pub fn default_out(name: &str) -> PathBuf {
-    Path::new("out").join(name)
-}
+pub use fleetsim_io::output::default_out;
 
 pub(super) fn perf_of(wall: std::time::Duration, events: u64, requests: u64) -> Perf {
     let wall_s = wall.as_secs_f64().max(1e-9);

@@ -16,59 +16,11 @@ use anyhow::{Context, Result};
 
 use super::Tables;
 use super::columnar::ParquetSink;
+pub use super::sink::{Column, Kind, RowSink};
 use crate::atomic::Hashed;
 use crate::metrics::DecisionLog;
 use crate::sim::RunResult;
 use crate::time::{SimTime, ns_to_secs};
-
-/// The value type of a column.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Counts, ids, flags (`INT64`).
-    Int,
-    /// Seconds and other reals (`DOUBLE`).
-    Float,
-    /// Names (`BYTE_ARRAY`, UTF-8).
-    Str,
-}
-
-/// One column: name, type, and whether a row may leave it empty (null).
-#[derive(Clone, Debug)]
-pub struct Column {
-    /// Column name (the CSV header's).
-    pub name: String,
-    /// Value type.
-    pub kind: Kind,
-    /// Whether values may be missing.
-    pub nullable: bool,
-}
-
-impl Column {
-    fn new(name: impl Into<String>, kind: Kind, nullable: bool) -> Column {
-        Column {
-            name: name.into(),
-            kind,
-            nullable,
-        }
-    }
-}
-
-/// Receives a table row by row: values in column order, then [`RowSink::end_row`];
-/// [`RowSink::finish`] completes the file.
-pub trait RowSink {
-    /// The next value of an `Int` column (`None`: null).
-    fn int(&mut self, v: Option<i64>);
-    /// The next value of a `Float` column (`None`: null).
-    fn float(&mut self, v: Option<f64>);
-    /// The next value of a `Str` column.
-    fn str(&mut self, v: &str);
-    /// Ends the row (every column has had its value).
-    fn end_row(&mut self) -> Result<()>;
-    /// Writes what is buffered and completes the file.
-    fn finish(self) -> Result<()>
-    where
-        Self: Sized;
-}
 
 fn secs(x: SimTime) -> f64 {
     ns_to_secs(x.0)

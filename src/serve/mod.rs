@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::backend::vllm::VllmConfig;
-use crate::cli::out::{out, outln};
+use fleetsim_io::{out, outln};
 use crate::fleet::Membership;
 use crate::metrics::{EngineCounters, SummaryInputs, percentiles, summarize};
 use crate::sim::BackendModel;
@@ -185,7 +185,7 @@ pub fn cmd_serve(a: ServeArgs) -> Result<ExitCode> {
     let urls_file = a
         .urls_file
         .clone()
-        .unwrap_or_else(|| crate::cli::default_out(&format!("{}.urls", cfg.name)));
+        .unwrap_or_else(|| crate::output::default_out(&format!("{}.urls", cfg.name)));
     if let Some(p) = urls_file.parent()
         && !p.as_os_str().is_empty()
     {

@@ -38,6 +38,13 @@ where
 }
 
 /// `print!` that returns `std::io::Result<()>` instead of panicking.
+/// Where `sim run`/`sim sweep` write without `--out`: `out/<name>`, ignored by git, so a
+/// user's runs never touch the committed reference results in `results/` (CI writes those
+/// only through an explicit `--out`).
+pub fn default_out(name: &str) -> std::path::PathBuf {
+    std::path::Path::new("out").join(name)
+}
+
 #[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => {{

@@ -25,7 +25,7 @@ pub struct IdleCut {
 /// Cuts every idle gap of `trace` longer than `max_gap_ns` to `max_gap_ns` (start times
 /// and recorded ends move together).
 pub fn compress(trace: &mut Trace, max_gap_ns: u64) -> IdleCut {
-    let order = super::replay::arrival_order(trace);
+    let order = super::model::arrival_order(trace);
     let mut cut = IdleCut::default();
     let Some(&first) = order.first() else {
         return cut;

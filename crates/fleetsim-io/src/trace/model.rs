@@ -137,6 +137,13 @@ pub struct Trace {
     pub calls: Option<Box<Calls>>,
 }
 
+/// Rows of `trace` in arrival order (ties: file order).
+pub fn arrival_order(trace: &Trace) -> Vec<u32> {
+    let mut idx: Vec<u32> = (0..trace.rows.len() as u32).collect();
+    idx.sort_by_key(|&i| (trace.rows[i as usize].t_ns, i));
+    idx
+}
+
 impl Trace {
     /// Whether any row carries prefix block ids.
     pub fn has_blocks(&self) -> bool {

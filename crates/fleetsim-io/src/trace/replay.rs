@@ -159,12 +159,7 @@ impl TraceGroupConfig {
     }
 }
 
-/// Rows of `trace` in arrival order (ties: file order).
-pub fn arrival_order(trace: &Trace) -> Vec<u32> {
-    let mut idx: Vec<u32> = (0..trace.rows.len() as u32).collect();
-    idx.sort_by_key(|&i| (trace.rows[i as usize].t_ns, i));
-    idx
-}
+pub use super::model::arrival_order;
 
 /// Groups `rows` (in arrival order) into sessions per `mode`; returns the grouping, the
 /// mode used and its statistics.
