@@ -1,7 +1,7 @@
 //! What several subcommands share: the scenario arguments and loading, the default results
 //! folder, and the wall-clock figures.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;

@@ -26,11 +26,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::backend::vllm::VllmConfig;
-use fleetsim_io::{out, outln};
 use crate::fleet::Membership;
 use crate::metrics::{EngineCounters, SummaryInputs, percentiles, summarize};
 use crate::sim::BackendModel;
 use fleet::{BackendShared, Clock, Cmd, Fleet, MetricsState, Shared};
+use fleetsim_io::{out, outln};
 
 /// `sim serve` arguments.
 #[derive(Args, Debug)]
