@@ -24,7 +24,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::{ColumnPath, Type};
 
-pub use super::sink::{Column, Kind, RowSink};
+use super::sink::{Column, Kind, RowSink};
 use crate::atomic::Hashed;
 
 /// Most bytes of values a [`ParquetSink`] buffers before it writes a row group (8 bytes a

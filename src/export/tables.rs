@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 
 use super::Tables;
 use super::columnar::ParquetSink;
-pub use super::sink::{Column, Kind, RowSink};
+use super::sink::{Column, Kind, RowSink};
 use crate::atomic::Hashed;
 use crate::metrics::DecisionLog;
 use crate::sim::RunResult;

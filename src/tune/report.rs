@@ -103,6 +103,8 @@ pub struct Row {
 /// The best configuration upstream ships, named beside a winner that needs a patch.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct UpstreamAlternative {
+    /// Its rank in the table.
+    pub rank: usize,
     /// Candidate label.
     pub candidate: String,
     /// Seeds it ran.
@@ -391,8 +393,10 @@ pub fn build(
         None => order
             .iter()
             .copied()
-            .find(|&c| ups[c].is_some() && search.feasible(c))
-            .map(|c| UpstreamAlternative {
+            .enumerate()
+            .find(|&(_, c)| ups[c].is_some() && search.feasible(c))
+            .map(|(i, c)| UpstreamAlternative {
+                rank: i + 1,
                 candidate: cands[c].label.clone(),
                 seeds: search.runs[c].len(),
                 score: MeanCi::of(&search.scores(c)),
@@ -645,10 +649,7 @@ pub fn render(r: &Report, top: usize) -> String {
                     a.candidate,
                     a.upstream.router,
                     a.upstream.how,
-                    r.ranked
-                        .iter()
-                        .position(|x| x.candidate == a.candidate)
-                        .map_or(0, |i| i + 1),
+                    a.rank,
                     a.score.text(),
                     a.seeds
                 );
