@@ -126,6 +126,8 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         }
     })?;
     let points = Points::new(&plan, Default::default());
+    // Parses the traces (into `points`) as it hashes them: the runs read none again.
+    let inputs = crate::sweep::inputs_sha256(&src, Some(&plan), points.traces());
     validate_points(&src, &plan, &points)?;
     if a.list {
         let mut out = String::new();
@@ -148,7 +150,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let meta = crate::sweep::meta(&src, &base.sim.name, &sets, plan);
+    let meta = crate::sweep::meta(&base.sim.name, &sets, plan, inputs);
     let dir = a.out.clone().unwrap_or_else(|| default_out(&base.sim.name));
     let target = match shard {
         Some((k, n)) => shard_path(&dir, k, n),

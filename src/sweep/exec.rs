@@ -388,14 +388,24 @@ mod tests {
         let (src, plan) = trace_sweep(&a, &axes);
         assert_eq!((plan.points(), plan.runs()), (6, 18));
         let points = Points::new(&plan, Default::default());
+        let inputs = crate::sweep::inputs_sha256(&src, Some(&plan), points.traces());
+        // The fingerprint is the scenario text, then each file's path and bytes.
+        let mut want = src.text.clone().into_bytes();
+        for f in [&a, &b] {
+            want.extend(f.display().to_string().as_bytes());
+            want.push(0);
+            want.extend(std::fs::read(f).unwrap());
+            want.push(0);
+        }
+        assert_eq!(inputs, crate::sweep::sha256_hex(&want));
         validate_points(&src, &plan, &points).unwrap();
-        let meta = crate::sweep::meta(&src, "s", &[], plan);
+        let meta = crate::sweep::meta("s", &[], plan, inputs);
         let (f, _) = execute(&src, &meta, &points, opts(2)).unwrap();
         assert_eq!(f.rows.len(), 18);
         assert_eq!(
             points.traces().reads(),
             2,
-            "each of the two files once, for 6 points x 3 seeds"
+            "each of the two files once, for the fingerprint and 6 points x 3 seeds"
         );
         // The second file is replayed: its longer request shows in the points that name it.
         let tokens = |p: u64| f.rows.iter().find(|r| r.point == p).unwrap().metrics["output_tokens_per_s"].clone();
@@ -413,8 +423,9 @@ mod tests {
         let a = dir.path().join("a.csv");
         std::fs::write(&a, ROWS).unwrap();
         let (src, plan) = trace_sweep(&a, &[("router.chars_per_token", "4,0".to_string())]);
-        let meta = crate::sweep::meta(&src, "s", &[], plan);
-        let points = Points::new(&meta.plan, Default::default());
+        let points = Points::new(&plan, Default::default());
+        let inputs = crate::sweep::inputs_sha256(&src, Some(&plan), points.traces());
+        let meta = crate::sweep::meta("s", &[], plan, inputs);
         let e = execute(&src, &meta, &points, opts(2)).unwrap_err();
         assert_eq!(e.run, 3, "the first run of the bad point");
         assert!(

@@ -30,16 +30,66 @@ use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::scenario::Source;
+use crate::trace::{ReadOptions, TraceCache, TraceGroupConfig};
 use spec::Plan;
 use table::{Meta, SweepFile, aggregate};
 
 pub use crate::atomic::sha256_hex;
 
 /// Hex SHA-256 of the scenario text, followed (when it replays traces) by each trace
-/// file's path and bytes, including files that only a sweep level names
-/// (`-L workload.traces[0].file a.csv,b.csv`): a changed trace is a different sweep.
-pub fn inputs_sha256(src: &Source, plan: Option<&Plan>) -> String {
-    let mut files = src.trace_files();
+/// file's path and bytes (as stored: a gzip file's compressed bytes), including files that
+/// only a sweep level names (`-L workload.traces[0].file a.csv,b.csv`): a changed trace is
+/// a different sweep. Each file is parsed into `traces` as its bytes are hashed, with the
+/// reader options of the first scenario (base, then each level) that replays it, so the
+/// runs find the parse there and no file is read twice.
+pub fn inputs_sha256(src: &Source, plan: Option<&Plan>, traces: &TraceCache) -> String {
+    let files = inputs(src, plan);
+    if files.is_empty() {
+        return sha256_hex(src.text.as_bytes());
+    }
+    let mut h = Sha256::new();
+    h.update(src.text.as_bytes());
+    for (f, group) in files {
+        h.update(f.display().to_string().as_bytes());
+        h.update([0]);
+        // An unreadable or malformed trace fails the runs themselves with a clear message
+        // (the parse error waits in `traces`); an unreadable one adds no bytes here.
+        let (opts, agent) = match &group {
+            Some(g) => (
+                ReadOptions {
+                    format: g.format,
+                    skip_bad_rows: g.skip_bad_rows,
+                },
+                g.agent.read.clone(),
+            ),
+            None => Default::default(),
+        };
+        let _ = traces.read_with_sink(&f, opts, &agent, &mut |b| h.update(b));
+        h.update([0]);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The trace files [`inputs_sha256`] hashes, in order.
+pub fn input_files(src: &Source, plan: Option<&Plan>) -> Vec<PathBuf> {
+    inputs(src, plan).into_iter().map(|(f, _)| f).collect()
+}
+
+/// The trace files of `src` and of the levels of `plan` that set trace keys, each with the
+/// trace group of the first scenario that replays it (`None` where that scenario is
+/// invalid: its runs fail on their own).
+fn inputs(src: &Source, plan: Option<&Plan>) -> Vec<(PathBuf, Option<TraceGroupConfig>)> {
+    let mut files: Vec<(PathBuf, Option<TraceGroupConfig>)> = Vec::new();
+    let mut add = |s: &Source| {
+        let groups = s.scenario().map(|sc| sc.traces).unwrap_or_default();
+        for f in s.trace_files() {
+            if !files.iter().any(|(have, _)| *have == f) {
+                let g = groups.iter().find(|g| g.file == f).cloned();
+                files.push((f, g));
+            }
+        }
+    };
+    add(src);
     for axis in plan.map_or(&[][..], |p| &p.axes[..]) {
         if !axis.paths.iter().any(|p| p.contains("traces")) {
             continue;
@@ -48,35 +98,20 @@ pub fn inputs_sha256(src: &Source, plan: Option<&Plan>) -> String {
             let mut alt = src.clone();
             // A level that does not apply fails its runs with a clear message.
             if alt.apply(&level.sets, "sweep").is_ok() {
-                for f in alt.trace_files() {
-                    if !files.contains(&f) {
-                        files.push(f);
-                    }
-                }
+                add(&alt);
             }
         }
     }
-    if files.is_empty() {
-        return sha256_hex(src.text.as_bytes());
-    }
-    let mut h = Sha256::new();
-    h.update(src.text.as_bytes());
-    for f in files {
-        h.update(f.display().to_string().as_bytes());
-        h.update([0]);
-        // An unreadable trace fails the run itself with a clear message.
-        h.update(std::fs::read(&f).unwrap_or_default());
-        h.update([0]);
-    }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    files
 }
 
-/// The identity of a sweep of `src` (with `--set` overrides `sets`) over `plan`.
-pub fn meta(src: &Source, scenario_name: &str, sets: &[(String, String)], plan: Plan) -> Meta {
+/// The identity of a sweep of `src` (with `--set` overrides `sets`) over `plan`, whose
+/// inputs hash to `inputs_sha256` (from [`inputs_sha256`]).
+pub fn meta(scenario_name: &str, sets: &[(String, String)], plan: Plan, inputs_sha256: String) -> Meta {
     Meta {
         fleetsim_version: env!("CARGO_PKG_VERSION").to_string(),
         scenario: scenario_name.to_string(),
-        scenario_sha256: inputs_sha256(src, Some(&plan)),
+        scenario_sha256: inputs_sha256,
         sets: sets.iter().map(|(k, v)| format!("{k}={v}")).collect(),
         points: plan.points(),
         runs: plan.runs(),

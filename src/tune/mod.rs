@@ -229,10 +229,22 @@ pub fn drive(
     let (mut executed, mut wall) = (0u64, Duration::ZERO);
     // Every round replays the same traces: read them once.
     let traces = std::sync::Arc::new(TraceCache::new());
+    // Rounds replaying the same files share a fingerprint: computed (and the files read)
+    // once, by the first round that names them.
+    let mut fingerprints: Vec<(Vec<std::path::PathBuf>, String)> = Vec::new();
     while let Some((which, seeds)) = search.next() {
         let r = search.rounds.len();
         let plan = round_plan(cands, &which, &seeds, &metrics);
-        let meta = crate::sweep::meta(src, scenario_name, sets, plan);
+        let files = crate::sweep::input_files(src, Some(&plan));
+        let inputs = match fingerprints.iter().find(|(f, _)| *f == files) {
+            Some((_, sha)) => sha.clone(),
+            None => {
+                let sha = crate::sweep::inputs_sha256(src, Some(&plan), &traces);
+                fingerprints.push((files, sha.clone()));
+                sha
+            }
+        };
+        let meta = crate::sweep::meta(scenario_name, sets, plan, inputs);
         let shard_dir = opts.dir.join("rounds").join(format!("round-{r}"));
         let rows = if let Some(f) = read_round(&opts.dir, r, &meta)? {
             f.rows

@@ -71,7 +71,7 @@ impl TraceCache {
         TraceCache::default()
     }
 
-    /// The trace at `path`, read with `calls::read` on the first call for this key and
+    /// The trace at `path`, read with [`super::reader::read_with`] on the first call for this key and
     /// file identity and shared after. Concurrent callers of one key wait for a single
     /// read. A file that cannot be inspected is read without caching, so its error is the
     /// reader's own.
@@ -80,9 +80,47 @@ impl TraceCache {
             self.reads.fetch_add(1, Ordering::Relaxed);
             super::reader::read_with(path, opts, agent).map(Arc::new)
         };
-        let Some(id) = FileId::of(path) else {
-            return read();
+        match self.cell(path, opts, agent) {
+            Some(cell) => cell.get_or_init(read).clone(),
+            None => read(),
+        }
+    }
+
+    /// [`TraceCache::read`] that also hands every byte of the file as stored on disk (gzip
+    /// or not) to `sink`, in order: when this call parses the file, through the parse's own
+    /// read (the file is opened once for both); when the parse is already here, by reading
+    /// the bytes alone. A file that cannot be opened feeds nothing.
+    pub fn read_with_sink(
+        &self,
+        path: &Path,
+        opts: ReadOptions,
+        agent: &AgentReadOptions,
+        sink: &mut dyn FnMut(&[u8]),
+    ) -> Result<Arc<Trace>, TraceError> {
+        let mut fed = false;
+        let mut read = || {
+            fed = true;
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            super::reader::read_with_sink(path, opts, agent, &mut *sink).map(Arc::new)
         };
+        let parsed = match self.cell(path, opts, agent) {
+            Some(cell) => cell.get_or_init(read).clone(),
+            None => read(),
+        };
+        if !fed && let Ok(mut f) = std::fs::File::open(path) {
+            let mut buf = vec![0u8; 1 << 16];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut f, &mut buf) {
+                sink(&buf[..n]);
+            }
+        }
+        parsed
+    }
+
+    /// The slot of `path` read with these options, emptied if the file changed since;
+    /// `None` for a file that cannot be inspected (read without caching, so its error is
+    /// the reader's own).
+    fn cell(&self, path: &Path, opts: ReadOptions, agent: &AgentReadOptions) -> Option<Parsed> {
+        let id = FileId::of(path)?;
         let key = Key {
             path: path.to_path_buf(),
             format: opts.format,
@@ -106,7 +144,7 @@ impl TraceCache {
                 }
             }
         };
-        cell.get_or_init(read).clone()
+        Some(cell)
     }
 
     /// How many times a file was read and parsed (tests: a sweep reads each trace once).
@@ -184,6 +222,47 @@ mod tests {
         assert_eq!(cache.read(&p, opts(), &agent).unwrap().rows.len(), 3);
         assert_eq!(cache.reads(), 3);
         assert_eq!(cache.entries.lock().unwrap().len(), 1, "the stale parse is dropped");
+    }
+
+    #[test]
+    fn the_sink_sees_the_files_bytes_once_parsed_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("t.csv");
+        std::fs::write(&plain, ROWS).unwrap();
+        // Compressed: the sink sees the file's bytes, not the decompressed text.
+        let gz = dir.path().join("t.csv.gz");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut enc, ROWS.as_bytes()).unwrap();
+        std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+        // A row that fails the parse half way: the sink still sees the whole file.
+        let bad = dir.path().join("bad.csv");
+        std::fs::write(&bad, format!("{ROWS}x,s1,0,1,1,\n{}", "9,s2,0,1,1,\n".repeat(20_000))).unwrap();
+        let cache = TraceCache::new();
+        let agent = AgentReadOptions::default();
+        for (p, ok) in [(&plain, true), (&gz, true), (&bad, false)] {
+            let mut seen = Vec::new();
+            let got = cache.read_with_sink(p, opts(), &agent, &mut |b| seen.extend_from_slice(b));
+            assert_eq!(got.is_ok(), ok, "{}", p.display());
+            assert_eq!(seen, std::fs::read(p).unwrap(), "{}", p.display());
+            // Parsed already: the bytes are read again, the trace is not.
+            let reads = cache.reads();
+            let mut again = Vec::new();
+            let second = cache.read_with_sink(p, opts(), &agent, &mut |b| again.extend_from_slice(b));
+            assert_eq!((cache.reads(), second.is_ok()), (reads, ok));
+            assert_eq!(again, seen);
+        }
+        assert_eq!(cache.reads(), 3);
+        // The parse through the sink is the parse: a later plain read takes it.
+        cache.read(&plain, opts(), &agent).unwrap();
+        assert_eq!(cache.reads(), 3);
+        // A missing file feeds nothing and fails as the reader does.
+        let mut seen = Vec::new();
+        let e = cache
+            .read_with_sink(&dir.path().join("absent.csv"), opts(), &agent, &mut |b| {
+                seen.extend_from_slice(b)
+            })
+            .unwrap_err();
+        assert!(seen.is_empty() && e.message.starts_with("cannot read the trace"), "{e}");
     }
 
     #[test]

@@ -30,14 +30,28 @@ pub struct AgentReadOptions {
     pub filter: Vec<super::filter::RowFilter>,
 }
 
-fn open(path: &Path) -> Result<BufReader<File>, TraceError> {
-    let f = File::open(path).map_err(|e| TraceError {
+fn open_file(path: &Path) -> Result<File, TraceError> {
+    File::open(path).map_err(|e| TraceError {
         file: path.display().to_string(),
         line: None,
         column: None,
         message: format!("cannot read the trace: {e}"),
-    })?;
-    Ok(BufReader::with_capacity(1 << 16, f))
+    })
+}
+
+/// A file read that hands every byte it reads, as stored on disk (compressed or not), to
+/// `sink`: the bytes pass once, for the parser and for a fingerprint together.
+struct Tee<'a> {
+    file: &'a File,
+    sink: &'a mut dyn FnMut(&[u8]),
+}
+
+impl Read for Tee<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        (self.sink)(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// Detects the format from the first non-empty line.
@@ -75,13 +89,22 @@ pub fn read(path: &Path, opts: ReadOptions) -> Result<Trace, TraceError> {
 /// Opens a trace (gzip-compressed or not, told by its magic bytes) and detects its format
 /// from the first non-empty line unless `format` is given.
 pub fn open_detected(path: &Path, format: Option<Format>) -> Result<(Box<dyn BufRead>, Format), TraceError> {
-    let file = path.display().to_string();
-    let mut raw = open(path)?;
+    detected(open_file(path)?, &path.display().to_string(), format)
+}
+
+/// [`open_detected`] on an open file (`file` names it in messages).
+fn detected<'a>(
+    raw: impl Read + 'a,
+    file: &str,
+    format: Option<Format>,
+) -> Result<(Box<dyn BufRead + 'a>, Format), TraceError> {
+    let file = file.to_string();
+    let mut raw = BufReader::with_capacity(1 << 16, raw);
     let gzip = raw
         .fill_buf()
         .map_err(|e| io_error(&file, e))?
         .starts_with(&[0x1f, 0x8b]);
-    let mut r: Box<dyn BufRead> = if gzip {
+    let mut r: Box<dyn BufRead + 'a> = if gzip {
         Box::new(BufReader::with_capacity(
             1 << 16,
             flate2::bufread::MultiGzDecoder::new(raw),
@@ -139,6 +162,36 @@ pub fn read_with(path: &Path, opts: ReadOptions, agent: &AgentReadOptions) -> Re
     };
     let (r, format) = open_detected(path, format)?;
     read_any(r, &file, format, opts.skip_bad_rows, agent)
+}
+
+/// [`read_with`] that also hands every byte of the file, as stored on disk (gzip or not),
+/// to `sink`, in order and to the end whether the parse succeeds or not: the parse and a
+/// fingerprint of the file share one read. A file that cannot be opened feeds nothing.
+pub fn read_with_sink(
+    path: &Path,
+    opts: ReadOptions,
+    agent: &AgentReadOptions,
+    sink: &mut dyn FnMut(&[u8]),
+) -> Result<Trace, TraceError> {
+    let name = path.display().to_string();
+    let format = match (opts.format, &agent.columns) {
+        (None, Some(_)) => Some(Format::Sessions),
+        (f, _) => f,
+    };
+    let f = open_file(path)?;
+    let parsed = detected(
+        Tee {
+            file: &f,
+            sink: &mut *sink,
+        },
+        &name,
+        format,
+    )
+    .and_then(|(r, format)| read_any(r, &name, format, opts.skip_bad_rows, agent));
+    // What the parse left unread (after an error, a gzip trailer): the fingerprint is of
+    // the whole file.
+    let _ = std::io::copy(&mut Tee { file: &f, sink }, &mut std::io::sink());
+    parsed
 }
 
 /// [`read_with`] from any reader of a known format.
