@@ -417,6 +417,33 @@ mod tests {
     }
 
     #[test]
+    fn rounds_over_the_same_files_share_one_fingerprint_and_one_read() {
+        // As `sim tune` does: the base scenario, then each round's grid of policies.
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.csv");
+        std::fs::write(&a, ROWS).unwrap();
+        let (src, plan) = trace_sweep(&a, &[("router.policy.kind", "\"random\",\"leastinflight\"".into())]);
+        let mut fp = crate::sweep::Fingerprints::new();
+        let base = fp.of(&src, None);
+        src.build_with(&fp.traces).unwrap();
+        assert_eq!(fp.of(&src, Some(&plan)), base);
+        let points = Points::new(&plan, fp.traces.clone());
+        let meta = crate::sweep::meta("s", &[], plan, base.clone());
+        execute(&src, &meta, &points, opts(2)).unwrap();
+        assert_eq!(fp.traces.reads(), 1);
+        // The value does not depend on who read the file first.
+        let fresh = crate::trace::TraceCache::new();
+        assert_eq!(crate::sweep::inputs_sha256(&src, Some(&meta.plan), &fresh), base);
+        assert_eq!(fresh.reads(), 1);
+        assert_eq!(
+            crate::sweep::inputs_sha256(&src, None, &fresh),
+            base,
+            "bytes read again"
+        );
+        assert_eq!(fresh.reads(), 1);
+    }
+
+    #[test]
     fn a_bad_level_fails_its_runs_naming_the_axis_without_validate_points() {
         // As a tune round runs: points validated on first use.
         let dir = tempfile::tempdir().unwrap();

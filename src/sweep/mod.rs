@@ -70,6 +70,42 @@ pub fn inputs_sha256(src: &Source, plan: Option<&Plan>, traces: &TraceCache) -> 
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The fingerprints of one command's inputs (a tune computes one per round), each file
+/// read once: by the first fingerprint that names it, which parses it into `traces` for the
+/// runs; a later one over the same files is remembered, not recomputed.
+pub struct Fingerprints {
+    /// The parsed traces the runs share.
+    pub traces: std::sync::Arc<TraceCache>,
+    memo: Vec<(Vec<PathBuf>, String)>,
+}
+
+impl Fingerprints {
+    /// Nothing hashed, nothing parsed yet.
+    pub fn new() -> Self {
+        Fingerprints {
+            traces: Default::default(),
+            memo: Vec::new(),
+        }
+    }
+
+    /// [`inputs_sha256`] of `src` over `plan` (always the same `src`).
+    pub fn of(&mut self, src: &Source, plan: Option<&Plan>) -> String {
+        let files = input_files(src, plan);
+        if let Some((_, sha)) = self.memo.iter().find(|(f, _)| *f == files) {
+            return sha.clone();
+        }
+        let sha = inputs_sha256(src, plan, &self.traces);
+        self.memo.push((files, sha.clone()));
+        sha
+    }
+}
+
+impl Default for Fingerprints {
+    fn default() -> Self {
+        Fingerprints::new()
+    }
+}
+
 /// The trace files [`inputs_sha256`] hashes, in order.
 pub fn input_files(src: &Source, plan: Option<&Plan>) -> Vec<PathBuf> {
     inputs(src, plan).into_iter().map(|(f, _)| f).collect()

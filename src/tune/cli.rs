@@ -115,7 +115,10 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     }
     let mut src = Source::read(&a.scenario)?;
     src.apply(&sets, "--set")?;
-    let (base, _, _) = src.build()?;
+    // The base scenario's traces are parsed as they are hashed, and kept for the rounds.
+    let mut fingerprints = crate::sweep::Fingerprints::new();
+    fingerprints.of(&src, None);
+    let (base, _, _) = src.build_with(&fingerprints.traces)?;
     let (space, strict) = match &a.space {
         Some(p) => {
             let text = crate::atomic::read_text(p, crate::scenario::MAX_SCENARIO_BYTES, "the space file").map_err(
@@ -194,7 +197,15 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
         dir: dir.clone(),
         progress: !a.quiet,
     };
-    let outcome = drive(&src, &base.sim.name, &sets, &cands, &mut search, &opts)?;
+    let outcome = drive(
+        &src,
+        &base.sim.name,
+        &sets,
+        &cands,
+        &mut search,
+        &opts,
+        &mut fingerprints,
+    )?;
     let (executed, wall) = match outcome {
         Outcome::Waiting { round, missing } => {
             if !a.quiet {

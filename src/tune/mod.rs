@@ -37,7 +37,6 @@ use crate::scenario::Source;
 use crate::sweep::exec::{ExecOptions, Points, RunFailure, execute, shard_path};
 use crate::sweep::spec::{Axis, Level, Plan, PlotFile};
 use crate::sweep::table::{self, SweepFile};
-use crate::trace::TraceCache;
 use halving::Search;
 use space::Candidate;
 
@@ -224,26 +223,16 @@ pub fn drive(
     cands: &[Candidate],
     search: &mut Search,
     opts: &Options,
+    fingerprints: &mut crate::sweep::Fingerprints,
 ) -> Result<Outcome> {
     let metrics: Vec<String> = search.objective.terms.iter().map(|t| t.metric.clone()).collect();
     let (mut executed, mut wall) = (0u64, Duration::ZERO);
-    // Every round replays the same traces: read them once.
-    let traces = std::sync::Arc::new(TraceCache::new());
-    // Rounds replaying the same files share a fingerprint: computed (and the files read)
-    // once, by the first round that names them.
-    let mut fingerprints: Vec<(Vec<std::path::PathBuf>, String)> = Vec::new();
+    // Rounds replaying the same files share a fingerprint and the parsed traces.
+    let traces = fingerprints.traces.clone();
     while let Some((which, seeds)) = search.next() {
         let r = search.rounds.len();
         let plan = round_plan(cands, &which, &seeds, &metrics);
-        let files = crate::sweep::input_files(src, Some(&plan));
-        let inputs = match fingerprints.iter().find(|(f, _)| *f == files) {
-            Some((_, sha)) => sha.clone(),
-            None => {
-                let sha = crate::sweep::inputs_sha256(src, Some(&plan), &traces);
-                fingerprints.push((files, sha.clone()));
-                sha
-            }
-        };
+        let inputs = fingerprints.of(src, Some(&plan));
         let meta = crate::sweep::meta(scenario_name, sets, plan, inputs);
         let shard_dir = opts.dir.join("rounds").join(format!("round-{r}"));
         let rows = if let Some(f) = read_round(&opts.dir, r, &meta)? {

@@ -177,8 +177,13 @@ impl Source {
     /// Validates and generates the workload; also returns the effective scenario text
     /// (overrides applied, tool tables removed), which results record.
     pub fn build(&self) -> Result<(Scenario, Workload, String), ScenarioError> {
+        self.build_with(&crate::trace::TraceCache::new())
+    }
+
+    /// [`Source::build`] with the trace files taken from (or read into) `traces`.
+    pub fn build_with(&self, traces: &crate::trace::TraceCache) -> Result<(Scenario, Workload, String), ScenarioError> {
         let scenario = self.scenario()?;
-        let workload = scenario.workload().map_err(|e| self.error(e))?;
+        let workload = scenario.workload_with(traces).map_err(|e| self.error(e))?;
         Ok((scenario, workload, self.effective()))
     }
 
