@@ -27,8 +27,9 @@ use rayon::prelude::*;
 use serde::Deserialize;
 
 use crate::metrics::flatten;
-use crate::scenario::{Scenario, Source};
+use crate::scenario::{FieldError, Scenario, ScenarioError, Source};
 use crate::sim::{EventRecord, RunOptions, SimError, run};
+use crate::sweep::spec::PlanError;
 use crate::sweep::spec::{SeedsFile, check_seeds, count_seeds};
 use expr::Check;
 
@@ -56,47 +57,84 @@ pub struct Expectations {
 
 /// Validates a scenario's tool tables (`[expect]`, and `[sweep]` without running its points)
 /// as `sim check` and `sim sweep` would, so `sim run` refuses a file they would refuse.
-pub fn validate_tools(src: &Source, seed: u64) -> Result<()> {
-    expectations(src, seed)?;
-    if src.tools.contains_key("sweep") {
-        let cli = crate::sweep::spec::CliAxes::default();
-        crate::sweep::spec::plan(src, &cli, crate::sweep::table::MAX_FILE_RUNS).map_err(|m| {
-            if m.starts_with(&src.file) {
-                anyhow::anyhow!(m)
-            } else {
-                anyhow::anyhow!("{}: {m}", src.file)
-            }
-        })?;
+pub fn validate_tools(src: &Source) -> Result<()> {
+    let found = tool_errors(src);
+    if found.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    Err(src.errors(found).into())
 }
 
-/// Reads and validates `[expect]`; errors name the file, line and `expect.checks[i]`.
+/// Every error of the tool tables (`[expect]`, and `[sweep]` without running its points),
+/// each naming its key path, found in one pass as the scenario's own errors are (see
+/// [`Source::tool_errors`]); the seeds count from the file's `seed`.
+pub fn tool_errors(src: &Source) -> Vec<FieldError> {
+    src.tool_errors(|s| {
+        let seed = s
+            .table
+            .get("seed")
+            .and_then(toml::Value::as_integer)
+            .unwrap_or(1)
+            .max(0) as u64;
+        let mut found = expectations_checked(s, seed).err().unwrap_or_default();
+        if s.tools.contains_key("sweep") {
+            let cli = crate::sweep::spec::CliAxes::default();
+            match crate::sweep::spec::plan_checked(s, &cli, crate::sweep::table::MAX_FILE_RUNS) {
+                Ok(_) => {}
+                Err(PlanError::At(e)) => found.push(e),
+                Err(PlanError::Text(m)) => found.push(FieldError::new("sweep", m)),
+            }
+        }
+        found
+    })
+}
+
+/// The validated scenario of `src`, its tool tables validated in the same pass: every
+/// error of the file at once, in file order.
+pub fn scenario_and_tools(src: &Source) -> Result<Scenario, ScenarioError> {
+    src.scenario_with(tool_errors(src))
+}
+
+/// Reads and validates `[expect]`; errors name the file, line and `expect.checks[i]`, all
+/// of them at once.
 pub fn expectations(src: &Source, base_seed: u64) -> Result<Option<Expectations>> {
-    let Some(f) = src.tool::<ExpectFile>("expect")? else {
+    expectations_checked(src, base_seed).map_err(|found| src.errors(found).into())
+}
+
+/// [`expectations`] with its errors not yet located: the first of the table's shape, or
+/// else the seeds' and each bad check's.
+fn expectations_checked(src: &Source, base_seed: u64) -> Result<Option<Expectations>, Vec<FieldError>> {
+    let Some(f) = src.tool_field::<ExpectFile>("expect").map_err(|e| vec![e])? else {
         return Ok(None);
     };
+    let mut found = Vec::new();
     let seeds = match &f.seeds {
-        None => vec![base_seed],
+        None => Ok(vec![base_seed]),
         Some(SeedsFile::Count(n)) => count_seeds(base_seed as i64, *n, MAX_CHECK_SEEDS)
             // `sim check` has no --max-runs: name its own cap instead.
             .map_err(|m| {
-                let m = m.replace(
+                m.replace(
                     "(raise it with --max-runs)",
                     &format!("(`sim check` runs at most {MAX_CHECK_SEEDS} seeds per scenario)"),
-                );
-                anyhow::anyhow!(src.message("expect.seeds", &m))
-            })?,
-        Some(SeedsFile::List(l)) => l.clone(),
-    };
-    check_seeds(&seeds).map_err(|m| anyhow::anyhow!(src.message("expect.seeds", &m)))?;
+                )
+            }),
+        Some(SeedsFile::List(l)) => Ok(l.clone()),
+    }
+    .and_then(|seeds| check_seeds(&seeds).map(|_| seeds))
+    .map_err(|m| found.push(FieldError::new("expect.seeds", m)))
+    .unwrap_or_default();
     if f.checks.is_empty() {
-        anyhow::bail!(src.message("expect.checks", "lists no checks"));
+        found.push(FieldError::new("expect.checks", "lists no checks"));
     }
     let mut checks = Vec::new();
     for (i, text) in f.checks.iter().enumerate() {
-        let c = expr::parse(text).map_err(|m| anyhow::anyhow!(src.message(&format!("expect.checks[{i}]"), &m)))?;
-        checks.push((text.trim().to_string(), c));
+        match expr::parse(text) {
+            Ok(c) => checks.push((text.trim().to_string(), c)),
+            Err(m) => found.push(FieldError::new(format!("expect.checks[{i}]"), m)),
+        }
+    }
+    if !found.is_empty() {
+        return Err(found);
     }
     Ok(Some(Expectations { seeds, checks }))
 }
@@ -272,7 +310,7 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
     src.apply(sets, "--set")?;
     // The seeds replay the same traces: each file is read once.
     let traces = crate::trace::TraceCache::new();
-    let scenario = src.scenario()?;
+    let scenario = scenario_and_tools(&src)?;
     scenario.workload_with(&traces).map_err(|e| src.error(e))?;
     let exp = expectations(&src, scenario.sim.seed)?;
     let file = path.display().to_string();

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::export::Perf;
-use crate::scenario::{Scenario, Source, load, parse_set};
+use crate::scenario::{Scenario, Source, parse_set};
 use crate::workload::Workload;
 
 #[derive(Args, Debug)]
@@ -22,12 +22,19 @@ pub(super) struct ScenarioArgs {
     pub(super) sets: Vec<(String, String)>,
 }
 
+/// Loads and validates the scenario (its `[sweep]` and `[expect]` tables in the same pass,
+/// so every error of the file shows at once) and generates its workload.
 pub(super) fn load_scenario(a: &ScenarioArgs) -> Result<(Scenario, Workload, String)> {
-    let mut sets = a.sets.clone();
+    let mut src = Source::read(&a.scenario)?;
+    src.apply(&a.sets, "--set")?;
+    // The tool tables count seeds from the file's own seed: `--seed` picks this run.
+    let tools = crate::check::tool_errors(&src);
     if let Some(seed) = a.seed {
-        sets.push(("seed".into(), seed.to_string()));
+        src.apply(&[("seed".into(), seed.to_string())], "--set")?;
     }
-    Ok(load(&a.scenario, &sets)?)
+    let scenario = src.scenario_with(tools)?;
+    let workload = scenario.workload().map_err(|e| src.error(e))?;
+    Ok((scenario, workload, src.effective()))
 }
 
 /// `sim run` refuses a scenario whose `[sweep]` or `[expect]` `sim sweep`/`sim check` would
@@ -35,8 +42,7 @@ pub(super) fn load_scenario(a: &ScenarioArgs) -> Result<(Scenario, Workload, Str
 pub(super) fn check_tool_tables(a: &ScenarioArgs) -> Result<()> {
     let mut src = Source::read(&a.scenario)?;
     src.apply(&a.sets, "--set")?;
-    let seed = src.table.get("seed").and_then(toml::Value::as_integer).unwrap_or(1);
-    crate::check::validate_tools(&src, seed.max(0) as u64)
+    crate::check::validate_tools(&src)
 }
 
 pub use fleetsim_io::output::default_out;

@@ -103,7 +103,8 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     }
     let mut src = Source::read(&a.scenario.scenario)?;
     src.apply(&sets, "--set")?;
-    let base = src.scenario()?;
+    // Every error of the file at once, those of `[sweep]` and `[expect]` included.
+    let base = crate::check::scenario_and_tools(&src)?;
     let cli = CliAxes {
         lists: a.lists.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect(),
         scans: a

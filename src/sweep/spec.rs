@@ -140,13 +140,33 @@ pub struct Plan {
     pub plot: PlotFile,
 }
 
-fn check_metrics(list: &[String], what: &str) -> Result<(), String> {
+fn check_metrics(list: &[String]) -> Result<(), String> {
     if let Some(bad) = list.iter().find(|m| !crate::metrics::known_metric(m)) {
         return Err(format!(
-            "{what}: `{bad}` is not a summary metric (e.g. idle_while_queued_s, ttft_p99_s, backends[1].peak_waiting; sweep.csv lists them all)"
+            "`{bad}` is not a summary metric (e.g. idle_while_queued_s, ttft_p99_s, backends[1].peak_waiting; sweep.csv lists them all)"
         ));
     }
     Ok(())
+}
+
+/// Why a plan is refused: a key of the file's `[sweep]` (located in the file by the
+/// caller), or a command-line value (a message of its own).
+#[derive(Debug)]
+pub enum PlanError {
+    /// A `[sweep]` key (or a `--set sweep.*` value).
+    At(FieldError),
+    /// A command-line axis, seed count or the run cap.
+    Text(String),
+}
+
+impl From<String> for PlanError {
+    fn from(m: String) -> Self {
+        PlanError::Text(m)
+    }
+}
+
+fn at(path: &str, m: impl Into<String>) -> PlanError {
+    PlanError::At(FieldError::new(path, m.into()))
 }
 
 /// Today's names of `list` (old spellings such as `ttft_s.p99` are accepted).
@@ -390,9 +410,16 @@ fn file_axes(f: &SweepFile, cap: u64) -> Result<Vec<(Axis, Origin)>, FieldError>
 /// Resolves the plan from the scenario's `[sweep]` table and the command line. Command-line
 /// axes replace file axes of the same name and are appended otherwise.
 pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
-    let located = |e: FieldError| src.error(e).to_string();
-    let file: SweepFile = src.tool("sweep").map_err(|e| e.to_string())?.unwrap_or_default();
-    let mut axes: Vec<(Axis, Origin)> = file_axes(&file, cap).map_err(located)?;
+    plan_checked(src, cli, cap).map_err(|e| match e {
+        PlanError::At(e) => src.error(e).to_string(),
+        PlanError::Text(m) => m,
+    })
+}
+
+/// [`plan`] with a `[sweep]` key's error not yet located.
+pub fn plan_checked(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, PlanError> {
+    let file: SweepFile = src.tool_field("sweep").map_err(PlanError::At)?.unwrap_or_default();
+    let mut axes: Vec<(Axis, Origin)> = file_axes(&file, cap).map_err(PlanError::At)?;
 
     let mut cli_axes = Vec::new();
     for (p, vals) in &cli.lists {
@@ -403,10 +430,11 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
             "{} -D steps for {} -P scans: give one step for all scans or one per scan",
             cli.steps.len(),
             cli.scans.len()
-        ));
+        )
+        .into());
     }
     if cli.scans.is_empty() && !cli.steps.is_empty() {
-        return Err("-D/--parameter-step needs a -P/--parameter-scan".into());
+        return Err(String::from("-D/--parameter-step needs a -P/--parameter-scan").into());
     }
     for (i, (p, lo, hi)) in cli.scans.iter().enumerate() {
         let step = cli.steps.get(i).or(cli.steps.first()).map_or("1", String::as_str);
@@ -439,6 +467,14 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
     // A seed axis sets `seed` and nothing else at every level (a `cases` axis where some case
     // leaves it unset is refused below, as any case that sets `seed`).
     let seed_axis = |a: &Axis| a.paths == ["seed"] && a.levels.iter().all(|l| l.sets.len() == 1);
+    // An error at an axis of the file names its key; one of a command-line axis its flag.
+    let here = |o: &Origin, m: String| {
+        if o.0.starts_with("sweep.") {
+            at(&o.0, m)
+        } else {
+            PlanError::Text(format!("{}: {m}", o.0))
+        }
+    };
     if let Some(pos) = axes.iter().position(|(a, _)| seed_axis(a)) {
         let (a, o) = axes.remove(pos);
         let mut list = Vec::new();
@@ -446,7 +482,7 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
             let s: u64 = l.sets[0]
                 .1
                 .parse()
-                .map_err(|_| format!("{}: seed `{}` is not an integer in 0..2^63", o.0, l.label))?;
+                .map_err(|_| here(&o, format!("seed `{}` is not an integer in 0..2^63", l.label)))?;
             list.push(s);
         }
         seed_from = o.0;
@@ -454,30 +490,33 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
     }
     if let Some(n) = cli.seeds {
         if seeds.is_some() && !seed_from.starts_with("sweep.") {
-            return Err(format!("--seeds and {seed_from} both give the seeds; use one"));
+            return Err(format!("--seeds and {seed_from} both give the seeds; use one").into());
         }
         seeds = Some(count_seeds(base_seed, n, cap).map_err(|m| format!("--seeds: {m}"))?);
     } else if seeds.is_none() {
         seeds = Some(match &file.seeds {
             None => vec![base_seed as u64],
-            Some(SeedsFile::Count(n)) => count_seeds(base_seed, *n, cap).map_err(|m| src.message("sweep.seeds", &m))?,
-            Some(SeedsFile::List(l)) => l.clone(),
+            Some(SeedsFile::Count(n)) => count_seeds(base_seed, *n, cap).map_err(|m| at("sweep.seeds", m))?,
+            Some(SeedsFile::List(l)) => {
+                seed_from = "sweep.seeds".into();
+                l.clone()
+            }
         });
     }
     let seeds = seeds.unwrap_or_default();
-    check_seeds(&seeds).map_err(|m| format!("seeds: {m}"))?;
+    check_seeds(&seeds).map_err(|m| {
+        if seed_from.starts_with("sweep.") && cli.seeds.is_none() {
+            at(&seed_from, m)
+        } else {
+            PlanError::Text(format!("seeds: {m}"))
+        }
+    })?;
 
     // Axis checks: non-empty, distinct names, paths and labels.
     let mut names = BTreeSet::new();
     let mut paths = BTreeSet::new();
     for (a, o) in &axes {
-        let here = |m: String| {
-            if o.0.starts_with("sweep.") {
-                src.message(&o.0, &m)
-            } else {
-                format!("{}: {m}", o.0)
-            }
-        };
+        let here = |m: String| here(o, m);
         if a.levels.is_empty()
             || a.levels
                 .iter()
@@ -522,7 +561,8 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
         return Err(format!(
             "the sweep has {points} points x {} seeds = {runs} runs, above the cap of {cap} (raise it with --max-runs)",
             seeds.len()
-        ));
+        )
+        .into());
     }
 
     let metrics = if !cli.metrics.is_empty() {
@@ -532,12 +572,18 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
     } else {
         DEFAULT_METRICS.iter().map(|s| s.to_string()).collect()
     };
-    check_metrics(&metrics, "metrics")?;
-    check_metrics(&file.counts, "counts")?;
+    check_metrics(&metrics).map_err(|m| {
+        if cli.metrics.is_empty() {
+            at("sweep.metrics", m)
+        } else {
+            PlanError::Text(format!("--metrics: {m}"))
+        }
+    })?;
+    check_metrics(&file.counts).map_err(|m| at("sweep.counts", m))?;
     let metrics = canonical_metrics(&metrics);
     let mut plot = file.plot.clone();
     if let Some(m) = &plot.metrics {
-        check_metrics(m, "sweep.plot.metrics")?;
+        check_metrics(m).map_err(|m| at("sweep.plot.metrics", m))?;
         plot.metrics = Some(canonical_metrics(m));
     }
     if let Some(h) = &cli.heatmap {
@@ -547,20 +593,27 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
         plot.line = Some(l.split(',').map(|s| s.trim().to_string()).collect());
     }
     let names: Vec<&str> = axes.iter().map(|a| a.name.as_str()).collect();
-    for (what, want, list) in [("heatmap", 2, &plot.heatmap), ("line", 1, &plot.line)] {
+    for (what, want, list, flag) in [
+        ("heatmap", 2, &plot.heatmap, &cli.heatmap),
+        ("line", 1, &plot.line, &cli.line),
+    ] {
+        let here = |m: String| {
+            if flag.is_none() {
+                at(&format!("sweep.plot.{what}"), m)
+            } else {
+                PlanError::Text(format!("--{what}: {m}"))
+            }
+        };
         if let Some(l) = list {
             if l.len() != want && !(what == "line" && l.len() == 2) {
                 let shape = if what == "line" { "[x] or [x, series]" } else { "[x, y]" };
-                return Err(format!("plot {what}: expected {shape} axis names, got {l:?}"));
+                return Err(here(format!("expected {shape} axis names, got {l:?}")));
             }
             if let Some(bad) = l.iter().find(|n| !names.contains(&n.as_str())) {
-                return Err(format!(
-                    "plot {what}: `{bad}` is not an axis (axes: {})",
-                    names.join(", ")
-                ));
+                return Err(here(format!("`{bad}` is not an axis (axes: {})", names.join(", "))));
             }
             if l.len() == 2 && l[0] == l[1] {
-                return Err(format!("plot {what}: the same axis `{}` twice", l[0]));
+                return Err(here(format!("the same axis `{}` twice", l[0])));
             }
         }
     }

@@ -173,6 +173,84 @@ fn every_error_of_a_file_in_file_order() {
         }));
 }
 
+/// Mistakes in the scenario, in `[expect]` and in `[sweep]`, several in each table.
+const TOOL_MISTAKES: &str = r#"[network]
+dispatch_latency_s = -1
+
+[backends]
+count = 2
+
+[router.policy]
+kind = "roundrobin"
+
+[[workload.groups]]
+name = "chat"
+sessions = 4
+arrival = { kind = "burst", at_s = 0 }
+turns = 2
+input_tokens = 100
+output_tokens = 10
+
+[expect]
+seeds = 0
+checks = [
+  "mean(idle_while_queued_s) >= 0",
+  "mean(no_such_metric) >= 1",
+  "max(ttft_p99_s) <<< 3",
+]
+
+[sweep]
+metrics = ["ttft_p99_s", "nope_s"]
+sedes = 3
+
+[[sweep.axis]]
+path = "router.policy.kind"
+"#;
+
+#[test]
+fn errors_of_expect_and_sweep_come_with_the_files_others_in_file_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = write(tmp.path(), "tools.toml", TOOL_MISTAKES);
+    let file = f.display().to_string();
+    for args in [vec!["run", "--no-files"], vec!["check"], vec!["sweep", "--list"]] {
+        let out = sim().args(&args).arg(&f).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        let lines: Vec<&str> = err.lines().collect();
+        let want = [
+            ("2:1", "network.dispatch_latency_s", "got -1"),
+            ("19:1", "expect.seeds", "at least one seed"),
+            ("22:3", "expect.checks[1]", "`no_such_metric`"),
+            ("23:3", "expect.checks[2]", "is not a finite number"),
+            ("27:1", "sweep.metrics", "`nope_s` is not a summary metric"),
+            ("28:1", "sweep.sedes", "did you mean `seeds`?"),
+            ("30:1", "sweep.axis[0]", "an axis is `path` with `values`"),
+        ];
+        assert_eq!(lines.len(), want.len(), "{args:?}: {err}");
+        for (line, (at, path, says)) in lines.iter().zip(want) {
+            assert!(
+                line.starts_with(&format!("error: {file}:{at}: {path}: ")) && line.contains(says),
+                "{args:?}: {line}"
+            );
+        }
+    }
+    // A required table missing (it has no line, so it comes last) is named once, however
+    // many rounds the other errors take.
+    let f = write(
+        tmp.path(),
+        "nopolicy.toml",
+        &TOOL_MISTAKES.replace("[router.policy]\nkind = \"roundrobin\"\n", ""),
+    );
+    let out = sim().args(["run", "--no-files"]).arg(&f).output().unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 8, "{err}");
+    assert!(
+        lines[7].starts_with(&format!("error: {}: router.policy: missing", f.display())),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_file_with_many_errors_shows_the_first_twenty() {
     let tmp = tempfile::tempdir().unwrap();

@@ -120,10 +120,13 @@ impl Source {
         }
     }
 
-    /// Several errors of this file as one: sorted by their place in the file (errors of
+    /// Several errors of this file as one (at least one): sorted by their place in the file (errors of
     /// `--set` values, which have none, last in the order found), the first carrying the rest.
-    fn errors(&self, found: Vec<FieldError>) -> ScenarioError {
-        let mut all: Vec<ScenarioError> = found.into_iter().map(|e| self.error(e)).collect();
+    pub fn errors(&self, found: Vec<FieldError>) -> ScenarioError {
+        Self::in_file_order(found.into_iter().map(|e| self.error(e)).collect())
+    }
+
+    fn in_file_order(mut all: Vec<ScenarioError>) -> ScenarioError {
         all.sort_by_key(|e| (e.location.is_none(), e.location));
         let mut first = all.remove(0);
         first.also = all;
@@ -143,35 +146,47 @@ impl Source {
     /// the echo of a key taken out (a required key, or a check over it) is not reported; its
     /// own key is taken out in turn. The errors come back in file order.
     pub fn scenario(&self) -> Result<Scenario, ScenarioError> {
-        let mut table = self.resolved_table();
-        let mut round = match check(&table, &self.stem) {
+        let table = self.resolved_table();
+        let first = match check(&table, &self.stem) {
             Ok(s) => return Ok(s),
             Err(errs) => errs,
         };
-        let mut found: Vec<FieldError> = Vec::new();
-        let mut taken: Vec<String> = Vec::new();
-        // Each round takes at least one key out, so the rounds end; the bound is a net.
-        while found.len() < MAX_ERRORS_FOUND {
-            let mut took = false;
-            for e in round {
-                // The echo of a key taken out is not reported; its key goes too.
-                if !taken.iter().any(|t| related(t, &e.path)) {
-                    found.push(e.clone());
-                }
-                if take_out(&mut table, &e.path) {
-                    took = true;
-                    taken.push(e.path);
-                }
-            }
-            if !took {
-                break;
-            }
-            round = match check(&table, &self.stem) {
-                Ok(_) => break,
-                Err(errs) => errs,
-            };
-        }
+        let found = every_error(table, first, |t| check(t, &self.stem).map(|_| ()));
         Err(self.errors(found))
+    }
+
+    /// [`Source::scenario`] with the errors found elsewhere in the file (`more`, e.g. from
+    /// [`Source::tool_errors`]) reported beside its own: every error of the file at once,
+    /// in file order.
+    pub fn scenario_with(&self, more: Vec<FieldError>) -> Result<Scenario, ScenarioError> {
+        let mut all: Vec<ScenarioError> = more.into_iter().map(|e| self.error(e)).collect();
+        match self.scenario() {
+            Ok(s) if all.is_empty() => return Ok(s),
+            Ok(_) => {}
+            Err(mut e) => {
+                all.extend(std::mem::take(&mut e.also));
+                all.push(e);
+            }
+        }
+        Err(Self::in_file_order(all))
+    }
+
+    /// Every error of the tool tables ([`TOOL_TABLES`]) as `check` sees them, found the way
+    /// [`Source::scenario`] finds the scenario's: `check` validates a copy of this source
+    /// and returns the first error of each part it checks (each naming its key path); the
+    /// key of each error is taken out of the copy's tool tables and the check runs again,
+    /// until it passes or no key is left to take out.
+    pub fn tool_errors(&self, check: impl Fn(&Source) -> Vec<FieldError>) -> Vec<FieldError> {
+        let mut copy = self.clone();
+        let first = check(&copy);
+        if first.is_empty() {
+            return first;
+        }
+        every_error(self.tools.clone(), first, |t| {
+            copy.tools = t.clone();
+            let e = check(&copy);
+            if e.is_empty() { Ok(()) } else { Err(e) }
+        })
     }
 
     /// Validates and generates the workload; also returns the effective scenario text
@@ -214,10 +229,12 @@ impl Source {
 
     /// Deserializes a tool table (`sweep`), with errors located like scenario keys.
     pub fn tool<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, ScenarioError> {
-        match self.tools.get(name) {
-            None => Ok(None),
-            Some(v) => from_value(v, name).map(Some).map_err(|e| self.error(e)),
-        }
+        self.tool_field(name).map_err(|e| self.error(e))
+    }
+
+    /// [`Source::tool`] with the error not yet located (its key path and message).
+    pub fn tool_field<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, FieldError> {
+        self.tools.get(name).map(|v| from_value(v, name)).transpose()
     }
 }
 
@@ -232,6 +249,44 @@ fn check(table: &toml::Table, stem: &str) -> Result<Scenario, Vec<FieldError>> {
         vec![e]
     })?;
     validate_all(raw, stem)
+}
+
+/// Every error `check` finds in `table`, starting from its errors `first` on the whole
+/// table: after each round the key of each error is taken out (its default takes its
+/// place) and the table is checked again, until it passes or no key is left to take out.
+/// An error that is only the echo of a key taken out is not reported; its key goes too.
+fn every_error(
+    mut table: toml::Table,
+    first: Vec<FieldError>,
+    mut check: impl FnMut(&toml::Table) -> Result<(), Vec<FieldError>>,
+) -> Vec<FieldError> {
+    let mut round = first;
+    let mut found: Vec<FieldError> = Vec::new();
+    let mut taken: Vec<String> = Vec::new();
+    // Each round takes at least one key out, so the rounds end; the bound is a net.
+    while found.len() < MAX_ERRORS_FOUND {
+        let mut took = false;
+        for e in round {
+            // A key that cannot be taken out (a required one missing) errs again in the
+            // next round: reported once.
+            let again = found.iter().any(|f| f.path == e.path && f.message == e.message);
+            if !again && !taken.iter().any(|t| related(t, &e.path)) {
+                found.push(e.clone());
+            }
+            if take_out(&mut table, &e.path) {
+                took = true;
+                taken.push(e.path);
+            }
+        }
+        if !took {
+            break;
+        }
+        round = match check(&table) {
+            Ok(()) => break,
+            Err(errs) => errs,
+        };
+    }
+    found
 }
 
 /// Whether one key path is the other or lies under it (`a.b` and `a.b[0].c`): an error at a
