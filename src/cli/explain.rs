@@ -173,41 +173,46 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
 }
 
 /// The index of the session keyed `key`, or one line naming the flag with the closest id.
-/// A key shared by several sessions (a trace replayed more than once keeps its own ids in
-/// every copy) is refused unless suffixed `#K`: the K-th of them in session order.
+/// A trace replayed by several groups has its ids in every copy, named `ID#K` (the K-th in
+/// session order) in the workload and so in every output; the plain id of such a session
+/// is refused with the names to use.
 fn session_index(workload: &Workload, key: &str, dir: &Path) -> Result<usize> {
-    let with = |k: &str| -> Vec<usize> {
-        (0..workload.sessions.len())
-            .filter(|&i| workload.sessions[i].key == k)
-            .collect()
+    if let Some(i) = workload.sessions.iter().position(|s| s.key == key) {
+        return Ok(i);
+    }
+    // The copies of `base`: keys `base#K`.
+    let copies = |base: &str| -> usize {
+        workload
+            .sessions
+            .iter()
+            .filter(|s| {
+                s.key
+                    .strip_prefix(base)
+                    .and_then(|r| r.strip_prefix('#'))
+                    .is_some_and(|k| k.parse::<usize>().is_ok())
+            })
+            .count()
     };
-    let exact = with(key);
-    match exact.len() {
-        1 => return Ok(exact[0]),
-        0 => {}
-        n => anyhow::bail!(
+    let n = copies(key);
+    if n > 1 {
+        anyhow::bail!(
             "--session {}: {n} sessions in {} have this id (the same trace replayed {n} times); name one as {} to {}, in scenario order",
             crate::quote::quote(key),
             crate::quote::path(dir),
             crate::quote::quote(&format!("{key}#1")),
             crate::quote::quote(&format!("{key}#{n}")),
-        ),
+        );
     }
     if let Some((base, k)) = key.rsplit_once('#')
-        && let Ok(k) = k.parse::<usize>()
+        && k.parse::<usize>().is_ok()
     {
-        let all = with(base);
-        if all.len() > 1 {
-            return match k.checked_sub(1).and_then(|k| all.get(k)) {
-                Some(&i) => Ok(i),
-                None => anyhow::bail!(
-                    "--session {}: {} sessions have the id {}; K runs from 1 to {}",
-                    crate::quote::quote(key),
-                    all.len(),
-                    crate::quote::quote(base),
-                    all.len()
-                ),
-            };
+        let n = copies(base);
+        if n > 1 {
+            anyhow::bail!(
+                "--session {}: {n} sessions have the id {}; K runs from 1 to {n}",
+                crate::quote::quote(key),
+                crate::quote::quote(base),
+            );
         }
     }
     let keys: Vec<&str> = workload.sessions.iter().map(|s| s.key.as_str()).collect();
@@ -238,10 +243,6 @@ fn journey_cmd(
     use crate::explain::{journey, render_journey, session_outcome};
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
     let mut j = journey(res, &names, session);
-    if let Some(k) = &a.session {
-        // The id as given (with its #K when the trace was replayed more than once).
-        j.session = k.clone();
-    }
     if !a.opts.no_counterfactual {
         // Requests are always kept (the session's turns are read from them).
         let opts = crate::sim::RunOptions::summary_only();

@@ -176,7 +176,35 @@ impl Scenario {
                 .map_err(|m| FieldError::new(format!("workload.traces[{i}].file"), m))?;
         }
         w.sort_open_order();
+        number_copies(&mut w);
         Ok(w)
+    }
+}
+
+/// Names the copies of a session id that several sessions carry (one trace replayed by
+/// several `[[workload.traces]]` groups keeps its own ids in each copy) `ID#1`, `ID#2`, ...
+/// in session order, as `sim explain --session` asks for them: every output (requests,
+/// decisions, timeline) then names one session per id and joins back to it. Each copy is
+/// its own session, so it carries its own key to the router too.
+fn number_copies(w: &mut Workload) {
+    let mut count: rustc_hash::FxHashMap<&str, u32> = Default::default();
+    for s in &w.sessions {
+        *count.entry(s.key.as_str()).or_default() += 1;
+    }
+    let shared: rustc_hash::FxHashMap<String, u32> = count
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(k, _)| (k.to_string(), 0))
+        .collect();
+    if shared.is_empty() {
+        return;
+    }
+    let mut seen = shared;
+    for s in &mut w.sessions {
+        if let Some(k) = seen.get_mut(&s.key) {
+            *k += 1;
+            s.key = format!("{}#{k}", s.key);
+        }
     }
 }
 
