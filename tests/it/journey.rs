@@ -273,6 +273,80 @@ fn a_trace_replay_is_asked_by_the_traces_own_id() {
         .stderr(predicate::str::contains("K runs from 1 to 2"));
 }
 
+/// A trace replayed by three groups: every output names the K-th copy of an id `ID#K`, the
+/// name `sim explain --session` takes, so requests, decisions, the timeline and explain
+/// agree on which requests each copy made.
+#[test]
+fn copies_of_a_replayed_trace_are_named_alike_in_every_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tr = write(tmp.path(), "tickets.csv", TICKETS);
+    let sc = write(tmp.path(), "thrice.toml", &replay(&tr, 3));
+    let dir = tmp.path().join("thrice");
+    sim()
+        .arg("run")
+        .arg(&sc)
+        .args(["--quiet", "--timeline", "--out"])
+        .arg(&dir)
+        .assert()
+        .success();
+    // request id -> session, from a CSV with `request_id` and `session` columns.
+    let sessions_of = |name: &str| -> std::collections::BTreeMap<u64, String> {
+        let mut r = csv::Reader::from_path(dir.join(name)).unwrap();
+        let h = r.headers().unwrap().clone();
+        let col = |c: &str| h.iter().position(|x| x == c).unwrap();
+        let (id, session) = (col("request_id"), col("session"));
+        r.records()
+            .map(|rec| {
+                let rec = rec.unwrap();
+                (rec[id].parse().unwrap(), rec[session].to_string())
+            })
+            .collect()
+    };
+    let requests = sessions_of("requests.csv");
+    assert_eq!(requests.len(), 12);
+    assert_eq!(sessions_of("decisions.csv"), requests);
+    let mut ids: Vec<&String> = requests.values().collect();
+    ids.sort();
+    ids.dedup();
+    let want: Vec<String> = ["ticket-4711", "ticket-4712"]
+        .iter()
+        .flat_map(|t| (1..=3).map(move |k| format!("{t}#{k}")))
+        .collect();
+    assert_eq!(ids, want.iter().collect::<Vec<_>>());
+    let timeline = std::fs::read_to_string(dir.join("timeline.json")).unwrap();
+    for id in &want {
+        assert!(timeline.contains(&format!("\"{id}\"")), "{id} not in the timeline");
+        // explain takes the name as written and finds the same requests.
+        let out = sim()
+            .arg("explain")
+            .arg(&dir)
+            .args(["--session", id, "--json", "--no-counterfactual"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{id}: {}", String::from_utf8_lossy(&out.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["session"], id.as_str());
+        let turns: Vec<u64> = j["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["request_id"].as_u64().unwrap())
+            .collect();
+        let rows: Vec<u64> = requests.iter().filter(|(_, s)| *s == id).map(|(r, _)| *r).collect();
+        assert_eq!(turns, rows, "{id}");
+    }
+    // The plain id names no single session.
+    sim()
+        .arg("explain")
+        .arg(&dir)
+        .args(["--session", "ticket-4711"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "name one as `ticket-4711#1` to `ticket-4711#3`",
+        ));
+}
+
 /// `--timeline OUT` writes the run's timeline with the session on its own first track and
 /// its slices marked; every other event is the plain timeline's, and a session id with
 /// quotes and a newline stays inside its JSON string.
