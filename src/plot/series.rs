@@ -72,17 +72,165 @@ fn reduce(steps: Steps, end_s: f64) -> Steps {
     out
 }
 
+/// Changes of one backend the plot keeps exactly (16 bytes each); past them it keeps an
+/// [`Envelope`] instead, so a plot of any run holds at most about 1 MB per panel. Far above
+/// any committed run (burst8: 200 rows per backend).
+const EXACT_POINTS: usize = 1 << 16;
+/// Bins of an [`Envelope`]: at least 2 per bin of the drawn reduction ([`BINS`]) and at most 4.
+const ENVELOPE_BINS: u64 = 4 * BINS as u64;
+
+/// One bin of an [`Envelope`]: the highest running and waiting counts reached in it and the
+/// last values set in it (`None`: no change fell in it).
+#[derive(Clone, Copy, Default)]
+struct Bin {
+    max: (u32, u32),
+    last: Option<(u32, u32)>,
+}
+
+impl Bin {
+    fn merge(self, later: Bin) -> Bin {
+        match (self.last, later.last) {
+            (None, _) => later,
+            (_, None) => self,
+            (Some(_), Some(_)) => Bin {
+                max: (self.max.0.max(later.max.0), self.max.1.max(later.max.1)),
+                last: later.last,
+            },
+        }
+    }
+}
+
+/// A backend's changes as per-bin maxima over equal bins of `width_ns` (a power of two,
+/// doubled, merging neighbours, whenever a change falls past the last bin), so what it holds
+/// stays [`ENVELOPE_BINS`] bins whatever the run's length.
+struct Envelope {
+    width_ns: u64,
+    bins: Vec<Bin>,
+}
+
+impl Envelope {
+    fn new(first_t_ns: u64) -> Envelope {
+        let mut width_ns = 1;
+        while first_t_ns / width_ns >= ENVELOPE_BINS {
+            width_ns *= 2;
+        }
+        Envelope {
+            width_ns,
+            bins: vec![Bin::default(); ENVELOPE_BINS as usize],
+        }
+    }
+
+    fn push(&mut self, t_ns: u64, running: u32, waiting: u32) {
+        while t_ns / self.width_ns >= ENVELOPE_BINS {
+            let merged: Vec<Bin> = self.bins.chunks(2).map(|p| p[0].merge(p[1])).collect();
+            self.bins = merged;
+            self.bins.resize(ENVELOPE_BINS as usize, Bin::default());
+            self.width_ns *= 2;
+        }
+        let b = &mut self.bins[(t_ns / self.width_ns) as usize];
+        *b = b.merge(Bin {
+            max: (running, waiting),
+            last: Some((running, waiting)),
+        });
+    }
+
+    /// The drawn reduction, as [`reduce`] draws exact changes: [`BINS`] bins of the run, each
+    /// with the maxima of the envelope bins starting in it and of the value carried in. An
+    /// envelope bin straddling a drawn bin's edge counts wholly in the one it starts in, so
+    /// a peak may show up to one envelope bin (at most half a drawn bin) early.
+    fn reduce(&self, end_s: f64) -> Steps {
+        let mut cur = (0u32, 0u32);
+        if end_s <= 0.0 {
+            for b in &self.bins {
+                cur = b.last.unwrap_or(cur);
+            }
+            return vec![(0.0, cur.0, cur.1)];
+        }
+        let width = end_s / BINS as f64;
+        let mut out: Steps = Vec::with_capacity(BINS + 1);
+        let mut it = self
+            .bins
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.last.is_some())
+            .map(|(j, b)| (ns_to_secs(j as u64 * self.width_ns), b))
+            .peekable();
+        for k in 0..BINS {
+            let hi = (k + 1) as f64 * width;
+            let mut m = cur;
+            while let Some(&(t, b)) = it.peek() {
+                if t >= hi && k + 1 < BINS {
+                    break;
+                }
+                cur = b.last.unwrap_or(cur);
+                m = (m.0.max(b.max.0), m.1.max(b.max.1));
+                it.next();
+            }
+            out.push((k as f64 * width, m.0, m.1));
+        }
+        out.push((end_s, cur.0, cur.1));
+        out
+    }
+}
+
+/// One backend's changes as a plot keeps them: exactly, or past [`EXACT_POINTS`] as an
+/// [`Envelope`].
+enum Changes {
+    Exact(Vec<(u64, u32, u32)>),
+    Envelope(Envelope),
+}
+
+/// The changes the time-series plot needs, taken from rows in time order as a run hands
+/// them out (or all at once from a kept series): the first [`MAX_BACKENDS`] backends',
+/// exactly up to [`EXACT_POINTS`] each, bounded beyond.
+pub struct SeriesPoints {
+    per: Vec<Changes>,
+}
+
+impl SeriesPoints {
+    /// Nothing yet, for a fleet of `n_backends`.
+    pub fn new(n_backends: usize) -> SeriesPoints {
+        SeriesPoints {
+            per: (0..n_backends.min(MAX_BACKENDS))
+                .map(|_| Changes::Exact(vec![(0, 0, 0)]))
+                .collect(),
+        }
+    }
+
+    /// Takes rows (after every row taken before).
+    pub fn add(&mut self, rows: &[TsRow]) {
+        for r in rows {
+            let Some(c) = self.per.get_mut(r.backend.index()) else {
+                continue;
+            };
+            match c {
+                Changes::Exact(v) if v.len() < EXACT_POINTS => v.push((r.t.0, r.running, r.waiting)),
+                Changes::Exact(v) => {
+                    let mut e = Envelope::new(v.last().map_or(0, |p| p.0));
+                    for &(t, run, wait) in v.iter() {
+                        e.push(t, run, wait);
+                    }
+                    e.push(r.t.0, r.running, r.waiting);
+                    *c = Changes::Envelope(e);
+                }
+                Changes::Envelope(e) => e.push(r.t.0, r.running, r.waiting),
+            }
+        }
+    }
+}
+
 impl BackendSeries {
     /// From a run's summary and time series (rows in time order).
     pub fn new(summary: &Summary, rows: &[TsRow]) -> BackendSeries {
+        let mut p = SeriesPoints::new(summary.backends.len());
+        p.add(rows);
+        BackendSeries::of_points(summary, p)
+    }
+
+    /// From a run's summary and the [`SeriesPoints`] of its time series.
+    pub fn of_points(summary: &Summary, points: SeriesPoints) -> BackendSeries {
         let end_s = summary.sim_time_s;
         let n = summary.backends.len();
-        let mut per: Vec<Steps> = vec![vec![(0.0, 0, 0)]; n.min(MAX_BACKENDS)];
-        for r in rows {
-            if let Some(s) = per.get_mut(r.backend.index()) {
-                s.push((ns_to_secs(r.t.0), r.running, r.waiting));
-            }
-        }
         let more = if n > MAX_BACKENDS {
             format!(" (first {MAX_BACKENDS} of {n} backends)")
         } else {
@@ -108,12 +256,19 @@ impl BackendSeries {
                     (true, true) => String::new(),
                 })
                 .collect(),
-            panels: per
+            panels: points
+                .per
                 .into_iter()
                 .enumerate()
-                .map(|(i, s)| {
+                .map(|(i, c)| {
                     let b = &summary.backends[i];
-                    (b.name.clone(), b.slots, reduce(s, end_s))
+                    let steps = match c {
+                        Changes::Exact(v) => {
+                            reduce(v.into_iter().map(|(t, r, w)| (ns_to_secs(t), r, w)).collect(), end_s)
+                        }
+                        Changes::Envelope(e) => e.reduce(end_s),
+                    };
+                    (b.name.clone(), b.slots, steps)
                 })
                 .collect(),
         }
