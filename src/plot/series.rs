@@ -561,4 +561,62 @@ mod tests {
         s.push((100.0, 0, 0));
         assert_eq!(reduce(s, 100.0).last().unwrap().1, 0);
     }
+
+    /// Past [`EXACT_POINTS`] a backend's changes are kept as an envelope: what it draws is
+    /// [`reduce`]'s drawing with each peak at most one drawn bin early, the final value and
+    /// the highest value exact, and it holds [`ENVELOPE_BINS`] bins however long the run.
+    #[test]
+    fn the_envelope_draws_what_the_exact_reduction_draws_within_a_bin() {
+        use crate::ids::BackendId;
+        use crate::time::SimTime;
+        let n = 3 * EXACT_POINTS + 17;
+        let end_ns = 3_600_000_000_000u64;
+        let mut rows = Vec::with_capacity(n);
+        let mut x = 12345u64;
+        for i in 0..n as u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rows.push(TsRow {
+                t: SimTime(i * (end_ns / n as u64)),
+                backend: BackendId(0),
+                running: ((x >> 33) % 64) as u32 + if i == n as u64 / 3 { 1000 } else { 0 },
+                waiting: ((x >> 40) % 8) as u32,
+                kv_used_blocks: 0,
+            });
+        }
+        let mut p = SeriesPoints::new(1);
+        p.add(&rows);
+        let Changes::Envelope(e) = &p.per[0] else {
+            panic!("kept exactly past EXACT_POINTS")
+        };
+        assert_eq!(e.bins.len() as u64, ENVELOPE_BINS);
+        let end_s = ns_to_secs(end_ns);
+        let drawn = e.reduce(end_s);
+        let exact = reduce(
+            std::iter::once((0.0, 0, 0))
+                .chain(rows.iter().map(|r| (ns_to_secs(r.t.0), r.running, r.waiting)))
+                .collect(),
+            end_s,
+        );
+        assert_eq!(drawn.len(), exact.len());
+        assert_eq!(drawn.last(), exact.last(), "the final value");
+        let top = |s: &Steps| s.iter().map(|p| p.1).max();
+        assert_eq!(top(&drawn), top(&exact), "the highest value");
+        for k in 0..BINS {
+            let near = |s: &Steps, f: fn(&(f64, u32, u32)) -> u32| {
+                s[k.saturating_sub(1)..=(k + 1).min(BINS - 1)]
+                    .iter()
+                    .map(f)
+                    .max()
+                    .unwrap()
+            };
+            assert!(
+                drawn[k].1 <= near(&exact, |p| p.1) && exact[k].1 <= near(&drawn, |p| p.1),
+                "bin {k}"
+            );
+            assert!(
+                drawn[k].2 <= near(&exact, |p| p.2) && exact[k].2 <= near(&drawn, |p| p.2),
+                "bin {k}"
+            );
+        }
+    }
 }

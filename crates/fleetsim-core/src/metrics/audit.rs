@@ -100,11 +100,10 @@ pub trait RecordSink {
         false
     }
 
-    /// The next final records, in request-id order, the first of them request `first_id`
-    /// (consecutive batches continue one another). Called whenever [`RecordSink::record_batch`]
-    /// records are final, and once at the end of the run with the rest (those in flight
-    /// included, as they stand); never with an empty batch. Only if
-    /// [`RecordSink::takes_requests`].
+    /// The next [`RecordSink::record_batch`] final records, in request-id order, the first
+    /// of them request `first_id` (consecutive batches continue one another); at the end of
+    /// the run the rest (those in flight included, as they stand), in batches as large at
+    /// most; never an empty batch. Only if [`RecordSink::takes_requests`].
     fn requests(&mut self, first_id: usize, batch: Vec<RequestRec>) {
         let _ = (first_id, batch);
     }

@@ -46,8 +46,8 @@ impl Simulation<'_> {
     }
 
     /// Moves the final records (`all`: every record held, at the end of the run) into the
-    /// batch, taking the summary's share of each; hands the batch to the sink when it is
-    /// full (`all`: whatever it holds).
+    /// batch, taking the summary's share of each; hands the sink every full batch (`all`:
+    /// the rest too).
     fn release(&mut self, all: bool) {
         let out = &mut self.outflow;
         let before = out.batch.len();
@@ -68,10 +68,13 @@ impl Simulation<'_> {
         let Some(sink) = self.sink.as_deref_mut() else {
             return;
         };
-        if !out.batch.is_empty() && (all || out.batch.len() >= sink.record_batch()) {
-            let cap = if all { 0 } else { out.batch.capacity() };
-            let batch = std::mem::replace(&mut out.batch, Vec::with_capacity(cap));
-            sink.requests(out.first, batch);
+        let size = sink.record_batch().max(1);
+        while out.batch.len() >= size || (all && !out.batch.is_empty()) {
+            let n = out.batch.len().min(size);
+            let mut rest = Vec::with_capacity(if all { 0 } else { size });
+            rest.extend(out.batch.drain(n..));
+            sink.requests(out.first, std::mem::replace(&mut out.batch, rest));
+            out.first += n;
         }
     }
 
