@@ -11,8 +11,8 @@
 //!
 //! The scenario's estimate is what `sim run` holds: it streams the decision audit, the
 //! request records and the time series to its writer thread as the run goes, so those
-//! cost a fixed [`STREAM_BYTES`] whatever the run's length, not [`BYTES_PER_VIEW`] per
-//! request and backend. A request's record is still counted in [`BYTES_PER_REQUEST`]: the
+//! cost at most a fixed [`STREAM_BYTES`] whatever the run's length, not [`BYTES_PER_VIEW`]
+//! per request and backend ([`stream_bytes`]). A request's record is still counted in [`BYTES_PER_REQUEST`]: the
 //! records wait in request-id order until the oldest unfinished one is final, and one
 //! request that never finishes holds every later record (the safe side). The commands that
 //! keep the whole audit (`sim run --explain`, `sim explain`) check it on top
@@ -41,6 +41,20 @@ pub const WRITE_BYTES: u64 = 96 << 20;
 /// record batches of about 10 MB, a few of each), and one Parquet row group per table being
 /// filled (32 MB of values each, with their strings and null flags).
 pub const STREAM_BYTES: u64 = 384 << 20;
+/// Bytes per request of the streamed outputs that a short run's buffers may hold whole
+/// besides its audit: its records and time-series rows as rows (in a Parquet row group
+/// with their strings, or formatted CSV).
+pub const STREAM_BYTES_PER_REQUEST: u64 = 1024;
+
+/// Bytes the streamed outputs of `requests` requests over `backends` backends hold at most:
+/// [`STREAM_BYTES`], or less for a run whose outputs are smaller (its whole audit and
+/// [`STREAM_BYTES_PER_REQUEST`] a request).
+pub fn stream_bytes(requests: u64, backends: u64) -> u64 {
+    audit_bytes(requests, backends)
+        .saturating_add(requests.saturating_mul(STREAM_BYTES_PER_REQUEST))
+        .min(STREAM_BYTES)
+}
+
 /// Share of the machine's memory a run may use by default.
 pub const DEFAULT_SHARE: f64 = 0.5;
 /// Default when the machine's memory cannot be read.
@@ -180,6 +194,8 @@ mod tests {
         assert_eq!(audit_bytes(1000, 4), 80_000);
         assert_eq!(held_audit_need(u64::MAX - 1, 10, 10), u64::MAX);
         assert_eq!(held_audit_need(1, 1000, 4), 1 + requests_bytes(1000) + 80_000);
+        assert_eq!(stream_bytes(1000, 4), 80_000 + 1000 * STREAM_BYTES_PER_REQUEST);
+        assert_eq!(stream_bytes(u64::MAX, 4), STREAM_BYTES);
         assert_eq!(kv_bytes(u64::MAX, 2), u64::MAX);
         assert_eq!(sessions_bytes(u64::MAX, 1e30), u64::MAX);
         assert_eq!(kv_bytes(4096, 1 << 29), 4096 * (1 << 29) * BYTES_PER_KV_BLOCK);

@@ -311,7 +311,7 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
         fleet_events,
         client,
     };
-    let fixed = preflight(&sim, &groups, &budget).map_err(|e| vec![e])?;
+    let fixed = preflight(&sim, &groups, !traces.is_empty(), &budget).map_err(|e| vec![e])?;
     for t in &mut traces {
         // What the fleet, the groups and the writing take is not the traces' to use.
         t.max_memory_bytes = budget.bytes.saturating_sub(fixed);
@@ -331,9 +331,24 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
 /// drives it (see [`crate::preflight`]): the KV pools alone, then everything together (the
 /// pools, every group's requests, the outputs streamed and the writing of the result
 /// files). Returns the estimate.
-pub(super) fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate::preflight::Budget) -> Res<u64> {
-    use crate::preflight::{STREAM_BYTES, WRITE_BYTES, kv_bytes, sessions_bytes};
-    let fixed = WRITE_BYTES + STREAM_BYTES;
+pub(super) fn preflight(
+    sim: &SimConfig,
+    groups: &[GroupConfig],
+    traces: bool,
+    budget: &crate::preflight::Budget,
+) -> Res<u64> {
+    use crate::preflight::{WRITE_BYTES, kv_bytes, sessions_bytes, stream_bytes};
+    let backends = sim.models.len() as u64;
+    // Traces are sized as they are read: count the most the streamed outputs hold.
+    let planned = if traces {
+        u64::MAX
+    } else {
+        groups
+            .iter()
+            .map(|g| (f64::from(g.sessions) * g.turns.mean().max(1.0)).min(u64::MAX as f64) as u64)
+            .fold(0u64, u64::saturating_add)
+    };
+    let fixed = WRITE_BYTES.saturating_add(stream_bytes(planned, backends));
     let mut kv_total = 0u64;
     let kv_blocks: Vec<u64> = sim
         .models
