@@ -181,8 +181,8 @@ enum Changes {
 }
 
 /// The changes the time-series plot needs, taken from rows in time order as a run hands
-/// them out (or all at once from a kept series): the first [`MAX_BACKENDS`] backends',
-/// exactly up to [`EXACT_POINTS`] each, bounded beyond.
+/// them out (or all at once from a kept series): the first 16 backends' changes, exactly
+/// up to 65,536 each, as per-bin maxima beyond (at most about 1 MB a panel).
 pub struct SeriesPoints {
     per: Vec<Changes>,
 }
