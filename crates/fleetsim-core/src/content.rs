@@ -431,8 +431,10 @@ pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &m
             Some(i) => {
                 let c = &mut chains[i];
                 c.segments.clone_from(&content.segments);
-                c.hashes.clear();
-                c.hashes.extend_from_slice(out);
+                // The blocks it gave are the same hashes: append only the rest.
+                let same = stored_usable.min(n_blocks);
+                c.hashes.truncate(same);
+                c.hashes.extend_from_slice(&out[same..]);
             }
             None => chains.push(MemoChain {
                 block_size,
@@ -447,8 +449,11 @@ pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &m
 /// [`hash_blocks_from`]).
 #[inline]
 fn run_word(d: u64) -> u64 {
-    RUN_TAG ^ d.wrapping_mul(0xA076_1D64_78BD_642F)
+    RUN_TAG ^ d.wrapping_mul(RUN_STEP)
 }
+
+/// Odd multiplier of [`run_word`]'s distance.
+const RUN_STEP: u64 = 0xA076_1D64_78BD_642F;
 
 /// Marks [`run_word`]s apart from [`piece_word`]s.
 const RUN_TAG: u64 = 0x2D35_8DCC_AA6C_78A5;
