@@ -80,10 +80,10 @@ pub fn final_placement(res: &RunResult, group: &str, backends: usize) -> Vec<u32
     }
     let mut out = vec![0; backends];
     for (i, b) in last.iter().enumerate() {
-        if res.session_keys[i].starts_with(&format!("{group}-")) {
-            if let Some(b) = b {
-                out[b.index()] += 1;
-            }
+        if res.session_keys[i].starts_with(&format!("{group}-"))
+            && let Some(b) = b
+        {
+            out[b.index()] += 1;
         }
     }
     out

@@ -231,7 +231,7 @@ mod tests {
             if next < 10_000 && in_flight < 8 {
                 w.push(rec(next as u32));
                 // Dispatch recorded at once for even ids, at the end for odd ones.
-                if next % 2 == 0 {
+                if next.is_multiple_of(2) {
                     assert!(!w.mark(next, RecordWindow::DISPATCH_RECORDED) || next == w.held_ids().start);
                 }
                 ends.entry(step + 1 + (next * 7919) % 8).or_default().push(next);
