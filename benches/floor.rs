@@ -1,7 +1,7 @@
 //! The primitives of the per-request floor, each timed alone: what the model cannot avoid
 //! doing for a request, whatever the engine around it.
 //!
-//! * `block_hash`: one chained hash per 16-token block (`content::block_hashes`, no memo,
+//! * `block_hash`: one hash per 16-token block (`content::block_hashes`, no memo,
 //!   a 16,384-token content in one segment): the engine hashes every block of a request
 //!   once, at admission.
 //! * `chunk_hash`: one hash per 128-character chunk of the prompt string

@@ -22,7 +22,7 @@ pub mod sink;
 pub mod tables;
 pub mod timeline;
 
-pub use tables::DecisionFiles;
+pub use tables::{DecisionFiles, RecordFiles};
 
 use crate::sim::RunResult;
 
@@ -97,6 +97,22 @@ pub fn write_rest(
     tables: Tables,
     decision_files: Vec<PathBuf>,
 ) -> Result<Vec<PathBuf>> {
+    write_rest_of(dir, res, scenario_toml, perf, hints, tables, decision_files, None)
+}
+
+/// [`write_rest`], the requests and time-series tables too written already
+/// (`record_files`, from [`tables::RecordFiles`]) unless `None`.
+#[allow(clippy::too_many_arguments)]
+pub fn write_rest_of(
+    dir: &Path,
+    res: &RunResult,
+    scenario_toml: &str,
+    perf: &Perf,
+    hints: &[crate::hints::Hint],
+    tables: Tables,
+    decision_files: Vec<PathBuf>,
+    record_files: Option<Vec<PathBuf>>,
+) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     let mut file = |name: &str, f: &dyn Fn(&Path) -> Result<()>| -> Result<()> {
         let p = dir.join(name);
@@ -105,7 +121,10 @@ pub fn write_rest(
         Ok(())
     };
     file("summary.json", &|p| write_json(p, &res.summary))?;
-    let tables = tables::write_requests_and_series(dir, res, tables)?;
+    let tables = match record_files {
+        Some(paths) => paths,
+        None => tables::write_requests_and_series(dir, res, tables)?,
+    };
     file("scenario.toml", &|p| {
         crate::atomic::write_file(p, scenario_toml.as_bytes())
     })?;

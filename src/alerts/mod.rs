@@ -134,7 +134,7 @@ impl AlertConfig {
 /// A duration as PromQL writes it (`90s`, `1500ms`).
 pub fn promql_duration(d: SimDuration) -> String {
     let ms = d.0 / 1_000_000;
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

@@ -10,11 +10,11 @@ use super::explain::{ExplainFlags, explanation, write_explanation};
 use super::out::{out, outln};
 use super::shared::{ScenarioArgs, check_tool_tables, default_out, file_names, load_scenario, perf_of};
 use crate::check::golden::{Golden, golden_path};
-use crate::export::{DecisionFiles, Tables, write_all_as, write_json, write_rest};
+use crate::export::{DecisionFiles, RecordFiles, Tables, write_all_as, write_json, write_rest_of};
 use crate::hints::HintScan;
-use crate::metrics::DecisionLog;
+use crate::metrics::{DecisionLog, RequestRec, TsRow};
 use crate::plot::save;
-use crate::plot::series::BackendSeries;
+use crate::plot::series::{BackendSeries, SeriesPoints};
 use crate::report::render;
 use crate::scenario::Source;
 use crate::sim::{RunOptions, SimError};
@@ -109,20 +109,65 @@ impl TableFormat {
     }
 }
 
-/// Hands each batch of the decision audit to the writer thread; the bounded channel makes
-/// the simulation wait when the writer is behind, so at most a few batches are held.
-struct ChannelSink(std::sync::mpsc::SyncSender<DecisionLog>);
+/// What the simulation hands the writer thread.
+enum Batch {
+    Decisions(DecisionLog),
+    /// Final request records, the first of them request `.0`.
+    Requests(usize, Vec<RequestRec>),
+    Series(Vec<TsRow>),
+}
+
+/// Hands each batch of the decision audit (and of the request records and time series,
+/// when `records`) to the writer thread; the bounded channel makes the simulation wait when
+/// the writer is behind, so at most a few batches are held.
+struct ChannelSink {
+    tx: std::sync::mpsc::SyncSender<Batch>,
+    /// Take the records and series instead of keeping them in the result.
+    records: bool,
+    /// Send them on to be written (else they are dropped once the summary has its share).
+    write_records: bool,
+}
+
+impl ChannelSink {
+    fn send(&self, b: Batch) {
+        // A writer that stopped on an error has dropped its end; its error is reported
+        // when it is joined.
+        let _ = self.tx.send(b);
+    }
+}
 
 impl crate::metrics::RecordSink for ChannelSink {
     fn decisions(&mut self, batch: DecisionLog) {
-        // A writer that stopped on an error has dropped its end; its error is reported
-        // when it is joined.
-        let _ = self.0.send(batch);
+        self.send(Batch::Decisions(batch));
+    }
+
+    fn takes_requests(&self) -> bool {
+        self.records
+    }
+
+    fn requests(&mut self, first_id: usize, batch: Vec<RequestRec>) {
+        if self.write_records {
+            self.send(Batch::Requests(first_id, batch));
+        }
+    }
+
+    fn takes_series(&self) -> bool {
+        self.records
+    }
+
+    fn series(&mut self, batch: Vec<TsRow>) {
+        if self.write_records {
+            self.send(Batch::Series(batch));
+        }
     }
 }
 
 /// Batches queued between the simulation and the writer thread.
-const QUEUED_BATCHES: usize = 2;
+const QUEUED_BATCHES: usize = 4;
+
+/// What the writer thread leaves: the hints' scan, the decision files, and, when it wrote
+/// them, the requests and time-series files and the plot's points.
+type Written = (HintScan, Vec<PathBuf>, Option<(Vec<PathBuf>, SeriesPoints)>);
 
 /// A spinner on stderr naming the phase with the time elapsed (a run has no fraction done
 /// to show: the event loop does not know how many events are left), redrawn five times a
@@ -137,6 +182,26 @@ fn phase_bar(show: bool) -> indicatif::ProgressBar {
     }
     b.enable_steady_tick(std::time::Duration::from_millis(200));
     b
+}
+
+/// Refuses, before running, a run that keeps the whole decision audit (`what`: the command
+/// that does) when the audit on top of the scenario's estimate passes
+/// `limits.max_memory_gib` (the scenario's own estimate counts a streamed audit).
+pub(super) fn check_held_audit(
+    scenario: &crate::scenario::Scenario,
+    workload: &crate::workload::Workload,
+    file: &str,
+    what: &str,
+) -> Result<()> {
+    let (requests, backends) = (workload.total_requests() as u64, scenario.sim.backends.len() as u64);
+    let need = crate::preflight::held_audit_need(scenario.estimate_bytes, requests, backends);
+    scenario
+        .budget
+        .check(
+            need,
+            &format!("{what}, which keeps the decision audit of {requests} requests over {backends} backends whole,"),
+        )
+        .map_err(|m| anyhow::anyhow!("{file}: {m}"))
 }
 
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
@@ -154,6 +219,10 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     }
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
     check_tool_tables(&a.scenario)?;
+    let file = a.scenario.scenario.display().to_string();
+    if a.explain {
+        check_held_audit(&scenario, &workload, &file, "sim run --explain")?;
+    }
     if !a.quiet {
         for n in &workload.notes {
             eprintln!("note: {n}");
@@ -174,7 +243,6 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         );
     }
     let seed = scenario.sim.seed;
-    let file = a.scenario.scenario.display().to_string();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let bar = phase_bar((a.progress || !a.quiet) && tty);
     let doing = format!(
@@ -201,7 +269,8 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
     let started = std::time::Instant::now();
     // The decision audit is streamed (hints read and files written as the run goes) unless
-    // --explain needs it whole.
+    // --explain needs it whole; the request records and the time series too unless
+    // --explain, --timeline or --openmetrics read them whole.
     let (ran, streamed) = if a.explain {
         let ran = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into());
         (ran, None)
@@ -210,22 +279,45 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             .as_ref()
             .filter(|_| !a.no_decisions)
             .map(|s| s.path().to_path_buf());
+        let records = !(a.timeline || a.openmetrics);
+        let records_dir = stage.as_ref().filter(|_| records).map(|s| s.path().to_path_buf());
+        let write_records = records_dir.is_some();
+        let labels = &scenario.sim.labels;
         std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<DecisionLog>(QUEUED_BATCHES);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(QUEUED_BATCHES);
             let sessions = &workload.sessions;
-            let writer = scope.spawn(move || -> Result<(HintScan, Vec<PathBuf>)> {
+            let writer = scope.spawn(move || -> Result<Written> {
+                let key = |s: usize| sessions[s].key.as_str();
                 let mut scan = HintScan::new(n, interval_s);
                 let mut files = files_dir.map(|d| DecisionFiles::create(&d, tables, n)).transpose()?;
+                let mut records = records_dir
+                    .map(|d| -> Result<_> { Ok((RecordFiles::create(&d, tables, labels)?, SeriesPoints::new(n))) })
+                    .transpose()?;
                 for batch in rx {
-                    scan.add(&batch);
-                    if let Some(f) = &mut files {
-                        f.add(&batch, &|s| sessions[s].key.as_str())?;
+                    match (batch, &mut records) {
+                        (Batch::Decisions(batch), _) => {
+                            scan.add(&batch);
+                            if let Some(f) = &mut files {
+                                f.add(&batch, &key)?;
+                            }
+                        }
+                        (Batch::Requests(first, batch), Some((f, _))) => f.add_requests(first, &batch, &key)?,
+                        (Batch::Series(rows), Some((f, points))) => {
+                            points.add(&rows);
+                            f.add_series(&rows)?;
+                        }
+                        (_, None) => {}
                     }
                 }
                 let paths = files.map(DecisionFiles::finish).transpose()?.unwrap_or_default();
-                Ok((scan, paths))
+                let records = records.map(|(f, p)| f.finish().map(|paths| (paths, p))).transpose()?;
+                Ok((scan, paths, records))
             });
-            let mut sink = ChannelSink(tx);
+            let mut sink = ChannelSink {
+                tx,
+                records,
+                write_records,
+            };
             let ran = crate::sim::run_streamed(scenario.sim.clone(), &workload, opts, a.engine.into(), &mut sink);
             drop(sink);
             let written = writer
@@ -247,12 +339,12 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         Err(e) => anyhow::bail!("{file}: {e}"),
     };
     let perf = perf_of(wall, res.summary.events, res.summary.requests.arrived);
-    let (mut hints, decision_files) = match streamed {
+    let (mut hints, decision_files, record_files) = match streamed {
         Some(w) => {
-            let (scan, paths) = w?;
-            (scan.finish(&names), Some(paths))
+            let (scan, paths, records) = w?;
+            (scan.finish(&names), Some(paths), records)
         }
-        None => (crate::hints::hints(&res.decisions, &names, interval_s), None),
+        None => (crate::hints::hints(&res.decisions, &names, interval_s), None, None),
     };
     hints.extend(crate::hints::share_hints(&res.summary));
     if !a.quiet {
@@ -274,17 +366,27 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     }
     if let Some(stage) = stage {
         // The tables and the plot at once (the plot is a few seconds of a long run).
+        let (record_paths, points) = record_files.unzip();
         let (files, plots) = rayon::join(
             || match decision_files {
-                Some(paths) => write_rest(stage.path(), &res, &effective, &perf, &hints, tables, paths),
+                Some(paths) => write_rest_of(
+                    stage.path(),
+                    &res,
+                    &effective,
+                    &perf,
+                    &hints,
+                    tables,
+                    paths,
+                    record_paths,
+                ),
                 None => write_all_as(stage.path(), &res, &effective, &perf, &hints, tables, !a.no_decisions),
             },
             || {
-                save(
-                    &BackendSeries::new(&res.summary, &res.series),
-                    &stage.path().join("timeseries"),
-                    a.plot.dpi,
-                )
+                let series = match points {
+                    Some(p) => BackendSeries::of_points(&res.summary, p),
+                    None => BackendSeries::new(&res.summary, &res.series),
+                };
+                save(&series, &stage.path().join("timeseries"), a.plot.dpi)
             },
         );
         let mut written = files?;

@@ -18,7 +18,8 @@ use super::Tables;
 use super::columnar::ParquetSink;
 use super::sink::{Column, Kind, RowSink};
 use crate::atomic::Hashed;
-use crate::metrics::DecisionLog;
+use crate::backend::Label;
+use crate::metrics::{DecisionLog, RequestRec, TsRow};
 use crate::sim::RunResult;
 use crate::time::{SimTime, ns_to_secs};
 
@@ -64,9 +65,18 @@ pub fn requests_schema() -> Vec<Column> {
 
 /// Pushes request `i`'s row.
 pub fn request_row(res: &RunResult, i: usize, s: &mut dyn RowSink) -> Result<()> {
-    let r = &res.requests[i];
-    s.int(Some(i as i64));
-    s.str(&res.session_keys[r.session.index()]);
+    request_row_of(
+        i,
+        &res.requests[i],
+        &res.session_keys[res.requests[i].session.index()],
+        s,
+    )
+}
+
+/// Pushes the row of request `id`, record `r`, of the session keyed `session`.
+pub fn request_row_of(id: usize, r: &RequestRec, session: &str, s: &mut dyn RowSink) -> Result<()> {
+    s.int(Some(id as i64));
+    s.str(session);
     s.int(Some(i64::from(r.turn)));
     s.int(Some(r.backend.index() as i64));
     s.str(r.branch.as_str());
@@ -120,15 +130,26 @@ pub fn series_schema(labelled: bool) -> Vec<Column> {
 /// Pushes time-series row `i`.
 pub fn series_row(res: &RunResult, labelled: bool, i: usize, s: &mut dyn RowSink) -> Result<()> {
     let r = &res.series[i];
+    let label = labelled.then(|| {
+        res.summary
+            .backends
+            .get(r.backend.index())
+            .map_or(("", ""), |b| (b.group.as_str(), b.profile.as_str()))
+    });
+    series_row_of(r, label, s)
+}
+
+/// Pushes time-series row `r`, with its backend's (group, profile) when the table is
+/// [`labelled`].
+pub fn series_row_of(r: &TsRow, label: Option<(&str, &str)>, s: &mut dyn RowSink) -> Result<()> {
     s.float(Some(secs(r.t)));
     s.int(Some(r.backend.index() as i64));
     for x in [r.running, r.waiting, r.kv_used_blocks] {
         s.int(Some(i64::from(x)));
     }
-    if labelled {
-        let b = res.summary.backends.get(r.backend.index());
-        s.str(b.map_or("", |b| &b.group));
-        s.str(b.map_or("", |b| &b.profile));
+    if let Some((group, profile)) = label {
+        s.str(group);
+        s.str(profile);
     }
     s.end_row()
 }
@@ -500,6 +521,74 @@ impl DecisionFiles {
             .finish()
             .with_context(|| format!("writing {}", p1.display()))?;
         self.long
+            .finish()
+            .with_context(|| format!("writing {}", p2.display()))?;
+        Ok(vec![p1, p2])
+    }
+}
+
+/// `requests` and `timeseries` written as a run hands out its records and rows, batch by
+/// batch (the same bytes as [`write_requests_and_series`] of the kept records).
+pub struct RecordFiles {
+    requests: TableFile,
+    series: TableFile,
+    /// Per backend (group, profile), when the series is [`labelled`].
+    labels: Option<Vec<(String, String)>>,
+    paths: [PathBuf; 2],
+}
+
+impl RecordFiles {
+    /// Creates both files in `dir` for a fleet labelled `labels` (a backend's group and
+    /// profile, as the run's summary will list them).
+    pub fn create(dir: &Path, tables: Tables, labels: &[Label]) -> Result<RecordFiles> {
+        let labelled = labels.iter().any(|l| !l.group.is_empty() || !l.profile.is_empty());
+        let (requests, p1) = TableFile::create(dir, "requests", tables, &requests_schema())?;
+        let (series, p2) = TableFile::create(dir, "timeseries", tables, &series_schema(labelled))?;
+        Ok(RecordFiles {
+            requests,
+            series,
+            labels: labelled.then(|| labels.iter().map(|l| (l.group.clone(), l.profile.clone())).collect()),
+            paths: [p1, p2],
+        })
+    }
+
+    /// Appends the records of requests `first_id..` (`key` names session ids).
+    pub fn add_requests<'k>(
+        &mut self,
+        first_id: usize,
+        batch: &[RequestRec],
+        key: &(dyn Fn(usize) -> &'k str + Sync),
+    ) -> Result<()> {
+        self.requests
+            .rows(batch.len(), 256, |s, i| {
+                let r = &batch[i];
+                request_row_of(first_id + i, r, key(r.session.index()), s)
+            })
+            .with_context(|| format!("writing {}", self.paths[0].display()))
+    }
+
+    /// Appends time-series rows.
+    pub fn add_series(&mut self, rows: &[TsRow]) -> Result<()> {
+        let labels = self.labels.as_deref();
+        self.series
+            .rows(rows.len(), 64, |s, i| {
+                let r = &rows[i];
+                let label = labels.map(|l| {
+                    l.get(r.backend.index())
+                        .map_or(("", ""), |(g, p)| (g.as_str(), p.as_str()))
+                });
+                series_row_of(r, label, s)
+            })
+            .with_context(|| format!("writing {}", self.paths[1].display()))
+    }
+
+    /// Completes both files; returns their paths.
+    pub fn finish(self) -> Result<Vec<PathBuf>> {
+        let [p1, p2] = self.paths;
+        self.requests
+            .finish()
+            .with_context(|| format!("writing {}", p1.display()))?;
+        self.series
             .finish()
             .with_context(|| format!("writing {}", p2.display()))?;
         Ok(vec![p1, p2])

@@ -72,17 +72,165 @@ fn reduce(steps: Steps, end_s: f64) -> Steps {
     out
 }
 
+/// Changes of one backend the plot keeps exactly (16 bytes each); past them it keeps an
+/// [`Envelope`] instead, so a plot of any run holds at most about 1 MB per panel. Far above
+/// any committed run (burst8: 200 rows per backend).
+const EXACT_POINTS: usize = 1 << 16;
+/// Bins of an [`Envelope`]: at least 2 per bin of the drawn reduction ([`BINS`]) and at most 4.
+const ENVELOPE_BINS: u64 = 4 * BINS as u64;
+
+/// One bin of an [`Envelope`]: the highest running and waiting counts reached in it and the
+/// last values set in it (`None`: no change fell in it).
+#[derive(Clone, Copy, Default)]
+struct Bin {
+    max: (u32, u32),
+    last: Option<(u32, u32)>,
+}
+
+impl Bin {
+    fn merge(self, later: Bin) -> Bin {
+        match (self.last, later.last) {
+            (None, _) => later,
+            (_, None) => self,
+            (Some(_), Some(_)) => Bin {
+                max: (self.max.0.max(later.max.0), self.max.1.max(later.max.1)),
+                last: later.last,
+            },
+        }
+    }
+}
+
+/// A backend's changes as per-bin maxima over equal bins of `width_ns` (a power of two,
+/// doubled, merging neighbours, whenever a change falls past the last bin), so what it holds
+/// stays [`ENVELOPE_BINS`] bins whatever the run's length.
+struct Envelope {
+    width_ns: u64,
+    bins: Vec<Bin>,
+}
+
+impl Envelope {
+    fn new(first_t_ns: u64) -> Envelope {
+        let mut width_ns = 1;
+        while first_t_ns / width_ns >= ENVELOPE_BINS {
+            width_ns *= 2;
+        }
+        Envelope {
+            width_ns,
+            bins: vec![Bin::default(); ENVELOPE_BINS as usize],
+        }
+    }
+
+    fn push(&mut self, t_ns: u64, running: u32, waiting: u32) {
+        while t_ns / self.width_ns >= ENVELOPE_BINS {
+            let merged: Vec<Bin> = self.bins.chunks(2).map(|p| p[0].merge(p[1])).collect();
+            self.bins = merged;
+            self.bins.resize(ENVELOPE_BINS as usize, Bin::default());
+            self.width_ns *= 2;
+        }
+        let b = &mut self.bins[(t_ns / self.width_ns) as usize];
+        *b = b.merge(Bin {
+            max: (running, waiting),
+            last: Some((running, waiting)),
+        });
+    }
+
+    /// The drawn reduction, as [`reduce`] draws exact changes: [`BINS`] bins of the run, each
+    /// with the maxima of the envelope bins starting in it and of the value carried in. An
+    /// envelope bin straddling a drawn bin's edge counts wholly in the one it starts in, so
+    /// a peak may show up to one envelope bin (at most half a drawn bin) early.
+    fn reduce(&self, end_s: f64) -> Steps {
+        let mut cur = (0u32, 0u32);
+        if end_s <= 0.0 {
+            for b in &self.bins {
+                cur = b.last.unwrap_or(cur);
+            }
+            return vec![(0.0, cur.0, cur.1)];
+        }
+        let width = end_s / BINS as f64;
+        let mut out: Steps = Vec::with_capacity(BINS + 1);
+        let mut it = self
+            .bins
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.last.is_some())
+            .map(|(j, b)| (ns_to_secs(j as u64 * self.width_ns), b))
+            .peekable();
+        for k in 0..BINS {
+            let hi = (k + 1) as f64 * width;
+            let mut m = cur;
+            while let Some(&(t, b)) = it.peek() {
+                if t >= hi && k + 1 < BINS {
+                    break;
+                }
+                cur = b.last.unwrap_or(cur);
+                m = (m.0.max(b.max.0), m.1.max(b.max.1));
+                it.next();
+            }
+            out.push((k as f64 * width, m.0, m.1));
+        }
+        out.push((end_s, cur.0, cur.1));
+        out
+    }
+}
+
+/// One backend's changes as a plot keeps them: exactly, or past [`EXACT_POINTS`] as an
+/// [`Envelope`].
+enum Changes {
+    Exact(Vec<(u64, u32, u32)>),
+    Envelope(Envelope),
+}
+
+/// The changes the time-series plot needs, taken from rows in time order as a run hands
+/// them out (or all at once from a kept series): the first 16 backends' changes, exactly
+/// up to 65,536 each, as per-bin maxima beyond (at most about 1 MB a panel).
+pub struct SeriesPoints {
+    per: Vec<Changes>,
+}
+
+impl SeriesPoints {
+    /// Nothing yet, for a fleet of `n_backends`.
+    pub fn new(n_backends: usize) -> SeriesPoints {
+        SeriesPoints {
+            per: (0..n_backends.min(MAX_BACKENDS))
+                .map(|_| Changes::Exact(vec![(0, 0, 0)]))
+                .collect(),
+        }
+    }
+
+    /// Takes rows (after every row taken before).
+    pub fn add(&mut self, rows: &[TsRow]) {
+        for r in rows {
+            let Some(c) = self.per.get_mut(r.backend.index()) else {
+                continue;
+            };
+            match c {
+                Changes::Exact(v) if v.len() < EXACT_POINTS => v.push((r.t.0, r.running, r.waiting)),
+                Changes::Exact(v) => {
+                    let mut e = Envelope::new(v.last().map_or(0, |p| p.0));
+                    for &(t, run, wait) in v.iter() {
+                        e.push(t, run, wait);
+                    }
+                    e.push(r.t.0, r.running, r.waiting);
+                    *c = Changes::Envelope(e);
+                }
+                Changes::Envelope(e) => e.push(r.t.0, r.running, r.waiting),
+            }
+        }
+    }
+}
+
 impl BackendSeries {
     /// From a run's summary and time series (rows in time order).
     pub fn new(summary: &Summary, rows: &[TsRow]) -> BackendSeries {
+        let mut p = SeriesPoints::new(summary.backends.len());
+        p.add(rows);
+        BackendSeries::of_points(summary, p)
+    }
+
+    /// From a run's summary and the [`SeriesPoints`] of its time series.
+    pub fn of_points(summary: &Summary, points: SeriesPoints) -> BackendSeries {
         let end_s = summary.sim_time_s;
         let n = summary.backends.len();
-        let mut per: Vec<Steps> = vec![vec![(0.0, 0, 0)]; n.min(MAX_BACKENDS)];
-        for r in rows {
-            if let Some(s) = per.get_mut(r.backend.index()) {
-                s.push((ns_to_secs(r.t.0), r.running, r.waiting));
-            }
-        }
         let more = if n > MAX_BACKENDS {
             format!(" (first {MAX_BACKENDS} of {n} backends)")
         } else {
@@ -108,12 +256,19 @@ impl BackendSeries {
                     (true, true) => String::new(),
                 })
                 .collect(),
-            panels: per
+            panels: points
+                .per
                 .into_iter()
                 .enumerate()
-                .map(|(i, s)| {
+                .map(|(i, c)| {
                     let b = &summary.backends[i];
-                    (b.name.clone(), b.slots, reduce(s, end_s))
+                    let steps = match c {
+                        Changes::Exact(v) => {
+                            reduce(v.into_iter().map(|(t, r, w)| (ns_to_secs(t), r, w)).collect(), end_s)
+                        }
+                        Changes::Envelope(e) => e.reduce(end_s),
+                    };
+                    (b.name.clone(), b.slots, steps)
                 })
                 .collect(),
         }
@@ -405,5 +560,63 @@ mod tests {
         let mut s: Steps = (0..5000).map(|i| (i as f64 * 0.01, 3, 0)).collect();
         s.push((100.0, 0, 0));
         assert_eq!(reduce(s, 100.0).last().unwrap().1, 0);
+    }
+
+    /// Past [`EXACT_POINTS`] a backend's changes are kept as an envelope: what it draws is
+    /// [`reduce`]'s drawing with each peak at most one drawn bin early, the final value and
+    /// the highest value exact, and it holds [`ENVELOPE_BINS`] bins however long the run.
+    #[test]
+    fn the_envelope_draws_what_the_exact_reduction_draws_within_a_bin() {
+        use crate::ids::BackendId;
+        use crate::time::SimTime;
+        let n = 3 * EXACT_POINTS + 17;
+        let end_ns = 3_600_000_000_000u64;
+        let mut rows = Vec::with_capacity(n);
+        let mut x = 12345u64;
+        for i in 0..n as u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rows.push(TsRow {
+                t: SimTime(i * (end_ns / n as u64)),
+                backend: BackendId(0),
+                running: ((x >> 33) % 64) as u32 + if i == n as u64 / 3 { 1000 } else { 0 },
+                waiting: ((x >> 40) % 8) as u32,
+                kv_used_blocks: 0,
+            });
+        }
+        let mut p = SeriesPoints::new(1);
+        p.add(&rows);
+        let Changes::Envelope(e) = &p.per[0] else {
+            panic!("kept exactly past EXACT_POINTS")
+        };
+        assert_eq!(e.bins.len() as u64, ENVELOPE_BINS);
+        let end_s = ns_to_secs(end_ns);
+        let drawn = e.reduce(end_s);
+        let exact = reduce(
+            std::iter::once((0.0, 0, 0))
+                .chain(rows.iter().map(|r| (ns_to_secs(r.t.0), r.running, r.waiting)))
+                .collect(),
+            end_s,
+        );
+        assert_eq!(drawn.len(), exact.len());
+        assert_eq!(drawn.last(), exact.last(), "the final value");
+        let top = |s: &Steps| s.iter().map(|p| p.1).max();
+        assert_eq!(top(&drawn), top(&exact), "the highest value");
+        for k in 0..BINS {
+            let near = |s: &Steps, f: fn(&(f64, u32, u32)) -> u32| {
+                s[k.saturating_sub(1)..=(k + 1).min(BINS - 1)]
+                    .iter()
+                    .map(f)
+                    .max()
+                    .unwrap()
+            };
+            assert!(
+                drawn[k].1 <= near(&exact, |p| p.1) && exact[k].1 <= near(&drawn, |p| p.1),
+                "bin {k}"
+            );
+            assert!(
+                drawn[k].2 <= near(&exact, |p| p.2) && exact[k].2 <= near(&drawn, |p| p.2),
+                "bin {k}"
+            );
+        }
     }
 }

@@ -2,16 +2,19 @@
 //! (`sim::run_streamed`, what `sim run` does) writes byte-identical decision files, CSV
 //! and Parquet, and the same hints and summary as a run that keeps the audit whole; it
 //! never holds more than one batch of decisions; and `--format auto` picks the format by
-//! the planned request count.
+//! the planned request count. Likewise the request records and the time series
+//! (`RecordSink::takes_requests`, `takes_series`): the same tables, summary and plot.
 
 use std::path::Path;
 
 use crate::common::*;
 
 use fleetsim::export::Tables;
-use fleetsim::export::tables::DecisionFiles;
+use fleetsim::export::tables::{DecisionFiles, RecordFiles, write_requests_and_series};
 use fleetsim::hints::{HintScan, hints};
-use fleetsim::metrics::{DecisionLog, RecordSink};
+use fleetsim::metrics::{DecisionLog, RecordSink, RequestRec, TsRow};
+use fleetsim::plot::save;
+use fleetsim::plot::series::{BackendSeries, SeriesPoints};
 use fleetsim::sim::{EngineMode, RunOptions, run_streamed};
 
 /// Writes every batch to both formats at once and keeps only counts.
@@ -141,6 +144,163 @@ fn streamed_decisions_match_the_held_audit() {
         "compare-steady-chat.toml",
         &[("router.policy", "{ kind = \"llmd\" }")],
         1000,
+    );
+}
+
+/// Takes the request records and time series as a run hands them out, writing them to both
+/// formats and the plot's points at once, and checks the hand-off contract as it goes.
+struct Records<'k> {
+    keys: &'k [String],
+    batch: usize,
+    csv: RecordFiles,
+    parquet: RecordFiles,
+    points: SeriesPoints,
+    /// The next request id expected.
+    next_id: usize,
+    request_batches: usize,
+    series_batches: usize,
+    most: usize,
+}
+
+impl RecordSink for Records<'_> {
+    fn decisions(&mut self, _: DecisionLog) {}
+
+    fn takes_requests(&self) -> bool {
+        true
+    }
+
+    fn requests(&mut self, first_id: usize, batch: Vec<RequestRec>) {
+        assert!(!batch.is_empty(), "an empty batch of records");
+        assert_eq!(first_id, self.next_id, "records out of order");
+        self.next_id += batch.len();
+        self.request_batches += 1;
+        self.most = self.most.max(batch.len());
+        let keys = self.keys;
+        self.csv.add_requests(first_id, &batch, &|s| keys[s].as_str()).unwrap();
+        self.parquet
+            .add_requests(first_id, &batch, &|s| keys[s].as_str())
+            .unwrap();
+    }
+
+    fn record_batch(&self) -> usize {
+        self.batch
+    }
+
+    fn takes_series(&self) -> bool {
+        true
+    }
+
+    fn series(&mut self, rows: Vec<TsRow>) {
+        assert!(!rows.is_empty(), "an empty batch of rows");
+        self.series_batches += 1;
+        self.most = self.most.max(rows.len());
+        self.points.add(&rows);
+        self.csv.add_series(&rows).unwrap();
+        self.parquet.add_series(&rows).unwrap();
+    }
+}
+
+/// Held and streamed in batches of `batch` records or rows: the same requests and
+/// timeseries files (CSV and Parquet), summary and plot, every record handed over once in
+/// id order, the result holding none.
+fn same_records_streamed_as_held(name: &str, sets: &[(&str, &str)], batch: usize) {
+    let (s, w) = shipped(name, sets);
+    let tmp = tempfile::tempdir().unwrap();
+    let (held_dir, streamed_dir) = (tmp.path().join("held"), tmp.path().join("streamed"));
+    for d in [&held_dir, &streamed_dir] {
+        std::fs::create_dir_all(d.join("pq")).unwrap();
+    }
+    let held = run_full(&s, &w);
+    write_requests_and_series(&held_dir, &held, Tables::Csv).unwrap();
+    write_requests_and_series(&held_dir.join("pq"), &held, Tables::Parquet).unwrap();
+    save(
+        &BackendSeries::new(&held.summary, &held.series),
+        &held_dir.join("plot"),
+        fleetsim::plot::scaled::BASE_DPI,
+    )
+    .unwrap();
+
+    let labels = &s.sim.labels;
+    let mut sink = Records {
+        keys: &held.session_keys,
+        batch,
+        csv: RecordFiles::create(&streamed_dir, Tables::Csv, labels).unwrap(),
+        parquet: RecordFiles::create(&streamed_dir.join("pq"), Tables::Parquet, labels).unwrap(),
+        points: SeriesPoints::new(s.sim.backends.len()),
+        next_id: 0,
+        request_batches: 0,
+        series_batches: 0,
+        most: 0,
+    };
+    let (streamed, _) = run_streamed(s.sim.clone(), &w, RunOptions::default(), EngineMode::Fast, &mut sink).unwrap();
+    let Records {
+        csv,
+        parquet,
+        points,
+        next_id,
+        request_batches,
+        series_batches,
+        most,
+        ..
+    } = sink;
+    csv.finish().unwrap();
+    parquet.finish().unwrap();
+    save(
+        &BackendSeries::of_points(&streamed.summary, points),
+        &streamed_dir.join("plot"),
+        fleetsim::plot::scaled::BASE_DPI,
+    )
+    .unwrap();
+
+    assert!(
+        streamed.requests.is_empty() && streamed.series.is_empty(),
+        "{name}: kept records"
+    );
+    assert_eq!(next_id, held.requests.len(), "{name}: records handed over");
+    assert!(
+        request_batches >= 3 && series_batches >= 3,
+        "{name}: {request_batches} and {series_batches} batches, too few to test the cuts"
+    );
+    assert!(most <= batch, "{name}: a batch of {most}, more than {batch}");
+    for f in [
+        "requests.csv",
+        "timeseries.csv",
+        "pq/requests.parquet",
+        "pq/timeseries.parquet",
+        "plot.svg",
+    ] {
+        assert!(read(&held_dir, f) == read(&streamed_dir, f), "{name}: {f} differs");
+    }
+    assert_eq!(
+        serde_json::to_string(&streamed.summary).unwrap(),
+        serde_json::to_string(&held.summary).unwrap(),
+        "{name}: summary"
+    );
+}
+
+/// Records streamed with failures, retries and restarts (fleet events), a lagged request
+/// stats feed (records final only once their dispatch is recorded), labelled fleets, replayed
+/// traces (the replay block), a run cut off with requests in flight, and several policies,
+/// in batches that divide nothing.
+#[test]
+fn streamed_records_match_the_held_ones() {
+    same_records_streamed_as_held("fleet-restart.toml", &[], 7);
+    same_records_streamed_as_held(
+        "fleet-restart.toml",
+        &[
+            ("router.policy", "{ kind = \"leastinflight\" }"),
+            ("router.request_stats_lag_s", "30"),
+        ],
+        13,
+    );
+    same_records_streamed_as_held("fleet-join.toml", &[], 5);
+    same_records_streamed_as_held("mixed-fleet.toml", &[], 97);
+    same_records_streamed_as_held("trace-agents.toml", &[], 11);
+    same_records_streamed_as_held("fault-router-restart.toml", &[("limits.max_sim_time_s", "60")], 3);
+    same_records_streamed_as_held(
+        "compare-steady-chat.toml",
+        &[("router.policy", "{ kind = \"sglang_cache_aware\" }")],
+        1,
     );
 }
 

@@ -431,8 +431,10 @@ pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &m
             Some(i) => {
                 let c = &mut chains[i];
                 c.segments.clone_from(&content.segments);
-                c.hashes.clear();
-                c.hashes.extend_from_slice(out);
+                // The blocks it gave are the same hashes: append only the rest.
+                let same = stored_usable.min(n_blocks);
+                c.hashes.truncate(same);
+                c.hashes.extend_from_slice(&out[same..]);
             }
             None => chains.push(MemoChain {
                 block_size,
@@ -443,27 +445,133 @@ pub fn block_hashes(content: &Content, block_size: u32, n_blocks: usize, out: &m
     }
 }
 
-/// Appends the hashes of blocks `out.len()..n_blocks` of `content` (chained from the last
-/// hash in `out`).
+/// Word of a block that continues a run `d` blocks after the run's first block (see
+/// [`hash_blocks_from`]).
+#[inline]
+fn run_word(d: u64) -> u64 {
+    RUN_TAG ^ d.wrapping_mul(RUN_STEP)
+}
+
+/// Odd multiplier of [`run_word`]'s distance.
+const RUN_STEP: u64 = 0xA076_1D64_78BD_642F;
+
+/// Marks [`run_word`]s apart from [`piece_word`]s.
+const RUN_TAG: u64 = 0x2D35_8DCC_AA6C_78A5;
+
+/// The run holding block `b - 1`, if that block is one piece (lies wholly inside one
+/// segment): `(k, source, next_pos)`, the run's first block, its source and the source
+/// position just after block `b - 1`. Depends only on the pieces of blocks `..b`.
+fn run_before(content: &Content, bs: u64, b: u64) -> Option<(u64, u64, u64)> {
+    if b == 0 {
+        return None;
+    }
+    let end = b * bs;
+    // (first block, source, position after the last block, block after the last block)
+    let mut run: Option<(u64, u64, u64, u64)> = None;
+    let mut seg_begin = 0u64;
+    for s in &content.segments {
+        let seg_end = seg_begin + u64::from(s.len);
+        // Blocks wholly inside this segment, below `b`.
+        let (lo, hi) = (seg_begin.div_ceil(bs), (seg_end / bs).min(b));
+        if lo < hi {
+            let pos = u64::from(s.start) + (lo * bs - seg_begin);
+            let next = pos + (hi - lo) * bs;
+            run = match run {
+                Some((k, src, np, nb)) if nb == lo && src == s.source && np == pos => Some((k, src, next, hi)),
+                _ => Some((lo, s.source, next, hi)),
+            };
+        }
+        if seg_end >= end {
+            break;
+        }
+        seg_begin = seg_end;
+    }
+    run.filter(|r| r.3 == b).map(|(k, src, np, _)| (k, src, np))
+}
+
+/// Appends the hashes of blocks `out.len()..n_blocks` of `content` (`out` holds the hashes
+/// of the blocks before).
+///
+/// A block is hashed from its *pieces* (its tokens cut at segment boundaries, each piece
+/// one [`piece_word`]), and two blocks must hash equally exactly when they have the same
+/// pieces and so do all blocks before them ("the same tokens, cut the same way, from the
+/// start", like vLLM's `hash(parent_hash, block token ids)`). A plain chain, one dependent
+/// [`mix`] per block, gives that but is latency-bound (about 7 ns a block); a replayed
+/// Mooncake prompt has 880 blocks. So blocks are hashed in *runs*: a run is a maximal
+/// stretch of consecutive one-piece blocks whose pieces continue each other in one source
+/// (block `j + 1` is `(source, p + block_size)` when block `j` is `(source, p)`), which is
+/// what a long segment gives; a run may cross a segment boundary lying on a block boundary
+/// when the next segment continues the same source. With `h` the hash of the block before
+/// (the chain root for block 0):
+/// * a block of several pieces: `h` mixed with each piece's word in turn (the chain);
+/// * the first block `k` of a run: `mix(h, piece_word(source, p_k, block_size))` (the
+///   chain);
+/// * block `k + d` of a run, `d >= 1`: `mix(hash of block k, run_word(d))`, independent of
+///   blocks `k + 1..k + d`, so a run's blocks are hashed side by side (throughput-bound,
+///   about 1-2 ns a block).
+///
+/// Why the equality relation is the plain chain's: read each hash as the fold of `mix`
+/// over a sequence of words (as the chain is over its pieces' words). Block `i`'s sequence
+/// is a function of the pieces of blocks `..=i`: the runs are defined by pieces alone
+/// (segment boundaries on block boundaries between continuing pieces leave no trace, as
+/// in the chain). Conversely the sequence gives back those pieces: piece words are the
+/// pieces; a last word `run_word(d)` follows the one piece `(source, p_k)` of the run's
+/// first block, and stands for blocks `(source, p_k + j * block_size)`, `j = 1..=d`
+/// (by the run's definition). So, for one block size, two blocks' sequences are equal
+/// exactly when their pieces from the start are, which is the chain's relation; unequal
+/// sequences hash apart up to 64-bit collisions, the assumption every hash here rests on
+/// (run words are tagged apart from piece words, as sources are hashes apart). A memo
+/// ([`block_hashes`]) resumes mid-run: [`run_before`] finds the run from the pieces, and
+/// its first block's hash is among the blocks `out` holds.
 fn hash_blocks_from(content: &Content, block_size: u32, n_blocks: usize, out: &mut Vec<u64>) {
     let first = out.len() as u64;
-    let mut prev = out.last().copied().unwrap_or(CHAIN_ROOT);
+    let n = n_blocks as u64;
+    if first >= n {
+        return;
+    }
     let bs = u64::from(block_size);
+    let mut prev = out.last().copied().unwrap_or(CHAIN_ROOT);
+    // The run the last hashed block belongs to, if it is one piece: (first block, source,
+    // position after it).
+    let mut run = run_before(content, bs, first);
     // Find the segment holding the first new block's first token, then walk segments once;
     // a block may span several segments.
+    let segs = &content.segments[..];
     let mut seg_idx = 0usize;
     let mut seg_begin = 0u64;
-    let start = first * bs;
-    while seg_idx < content.segments.len() && seg_begin + u64::from(content.segments[seg_idx].len) <= start {
-        seg_begin += u64::from(content.segments[seg_idx].len);
-        seg_idx += 1;
-    }
-    for i in first..n_blocks as u64 {
-        let (from, to) = (i * bs, (i + 1) * bs);
+    let mut i = first;
+    while i < n {
+        let from = i * bs;
+        while seg_begin + u64::from(segs[seg_idx].len) <= from {
+            seg_begin += u64::from(segs[seg_idx].len);
+            seg_idx += 1;
+        }
+        let s = segs[seg_idx];
+        let seg_end = seg_begin + u64::from(s.len);
+        if from + bs <= seg_end {
+            // Blocks i..hi are one piece each, in this segment.
+            let hi = (seg_end / bs).min(n);
+            let pos = u64::from(s.start) + (from - seg_begin);
+            let (k, next) = match run {
+                Some((k, src, np)) if src == s.source && np == pos => (k, i),
+                _ => {
+                    out.push(mix(prev, piece_word(s.source, pos, bs)));
+                    (i, i + 1)
+                }
+            };
+            let anchor = out[k as usize];
+            out.extend((next..hi).map(|j| mix(anchor, run_word(j - k))));
+            run = Some((k, s.source, pos + (hi - i) * bs));
+            prev = *out.last().expect("pushed");
+            i = hi;
+            continue;
+        }
+        // A block of several pieces: the chain.
+        let to = from + bs;
         let mut h = prev;
         let mut pos = from;
         while pos < to {
-            let s = content.segments[seg_idx];
+            let s = segs[seg_idx];
             let seg_end = seg_begin + u64::from(s.len);
             if pos >= seg_end {
                 seg_idx += 1;
@@ -476,6 +584,8 @@ fn hash_blocks_from(content: &Content, block_size: u32, n_blocks: usize, out: &m
         }
         out.push(h);
         prev = h;
+        run = None;
+        i += 1;
     }
 }
 
@@ -588,6 +698,7 @@ fn chunk_hashes_from(content: &Content, chars_per_token: u32, chunk_chars: u32, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     fn turn(sys: u32, session: u64, prompt: u32, out: u32) -> Content {
         Content::session_turn(Some((source_id("sys", "a", 0), sys)), session, prompt, out)
@@ -705,6 +816,95 @@ mod tests {
                 proptest::prop_assert_eq!(&got, &plain_hashes(&c, bs, n));
             }
         }
+    }
+
+    /// The plain chain the run hashing replaced: one dependent [`mix`] per piece, from the
+    /// start. Its equality relation is the one the run hashes must keep.
+    fn chained_reference(content: &Content, block_size: u32, n_blocks: usize) -> Vec<u64> {
+        let bs = u64::from(block_size);
+        let mut out = Vec::new();
+        let mut h = CHAIN_ROOT;
+        for i in 0..n_blocks as u64 {
+            content.for_each_piece(1, i * bs, (i + 1) * bs, &mut (0, 0), |src, start, len| {
+                h = mix(h, piece_word(src, start, len));
+            });
+            out.push(h);
+        }
+        out
+    }
+
+    /// A content from generated `(source, start, len)` segments (lengths may be 0).
+    fn content_of(segs: &[(u64, u32, u32)]) -> Content {
+        let segments: SmallVec<[Segment; 2]> = segs
+            .iter()
+            .map(|&(source, start, len)| Segment { source, start, len })
+            .collect();
+        let total: u32 = segments.iter().map(|s| s.len).sum();
+        Content {
+            segments,
+            prompt_tokens: total,
+            output_tokens: 0,
+            message_ends: None,
+            memo: MemoLink::default(),
+        }
+    }
+
+    /// Segments drawn from few sources and positions, so that contents often share pieces,
+    /// continue each other across segment boundaries, or cut the same tokens differently.
+    fn segment_list() -> impl proptest::strategy::Strategy<Value = Vec<(u64, u32, u32)>> {
+        proptest::collection::vec((0u64..3, (0u32..6).prop_map(|x| x * 8), 0u32..40), 1..8)
+    }
+
+    proptest::proptest! {
+        /// Run hashing keeps the chain's equality relation: for every pair of blocks, of one
+        /// content or of two, equal run hashes exactly when equal chained hashes; a memo
+        /// resuming mid-run (after a shorter prefix of the same pieces) changes nothing.
+        #[test]
+        fn run_hashes_equal_exactly_when_chained_hashes_do(
+            a in segment_list(),
+            b in segment_list(),
+            bs in 1u32..20,
+            cut in 0usize..40,
+        ) {
+            let (ca, cb) = (content_of(&a), content_of(&b));
+            let (na, nb) = ((ca.total_tokens() / bs) as usize, (cb.total_tokens() / bs) as usize);
+            let (ra, rb) = (chained_reference(&ca, bs, na), chained_reference(&cb, bs, nb));
+            let (mut ha, mut hb) = (Vec::new(), Vec::new());
+            block_hashes(&ca, bs, na, &mut ha);
+            block_hashes(&cb, bs, nb, &mut hb);
+            let all_r: Vec<u64> = ra.iter().chain(&rb).copied().collect();
+            let all_h: Vec<u64> = ha.iter().chain(&hb).copied().collect();
+            for x in 0..all_r.len() {
+                for y in 0..all_r.len() {
+                    proptest::prop_assert_eq!(all_r[x] == all_r[y], all_h[x] == all_h[y], "blocks {} and {}", x, y);
+                }
+            }
+            // Resuming from any prefix of the hashes (as the memo does) gives the same.
+            let cut = cut.min(na);
+            let mut resumed = ha[..cut].to_vec();
+            hash_blocks_from(&ca, bs, na, &mut resumed);
+            proptest::prop_assert_eq!(resumed, ha);
+        }
+    }
+
+    #[test]
+    fn a_run_crosses_a_continuing_segment_boundary_like_the_chain() {
+        // [S 0..16][S 16..32] and [S 0..32] are the same tokens cut at a block boundary:
+        // equal blocks, as in the chain; [S 0..8][S 8..32] cuts block 0 and differs.
+        let one = content_of(&[(1, 0, 32)]);
+        let two = content_of(&[(1, 0, 16), (1, 16, 16)]);
+        let cut = content_of(&[(1, 0, 8), (1, 8, 24)]);
+        let h = |c: &Content| {
+            let mut v = Vec::new();
+            block_hashes(c, 16, 2, &mut v);
+            v
+        };
+        assert_eq!(h(&one), h(&two));
+        assert_ne!(h(&one)[0], h(&cut)[0]);
+        assert_ne!(h(&one)[1], h(&cut)[1]);
+        // A segment starting again at the same source position does not continue the run.
+        let again = content_of(&[(1, 0, 16), (1, 0, 16)]);
+        assert_ne!(h(&again)[1], h(&one)[1]);
     }
 
     #[test]

@@ -6,25 +6,55 @@
 //! "out of memory" after the whole simulation.
 //!
 //! The estimates are upper-bound style costs per unit measured on this code (a request's
-//! plan, its record and its share of the decision audit; a KV block's ring slot and index
-//! entry); they aim at the order of magnitude that separates a feasible run from an abort.
+//! plan, its record and its summary samples; a KV block's ring slot and index entry); they
+//! aim at the order of magnitude that separates a feasible run from an abort.
+//!
+//! The scenario's estimate is what `sim run` holds: it streams the decision audit, the
+//! request records and the time series to its writer thread as the run goes, so those
+//! cost at most a fixed [`STREAM_BYTES`] whatever the run's length, not [`BYTES_PER_VIEW`]
+//! per request and backend ([`stream_bytes`]). A request's record is still counted in [`BYTES_PER_REQUEST`]: the
+//! records wait in request-id order until the oldest unfinished one is final, and one
+//! request that never finishes holds every later record (the safe side). The commands that
+//! keep the whole audit (`sim run --explain`, `sim explain`) check it on top
+//! ([`held_audit_need`]).
 //!
 //! Owns: the memory estimate. May not see: a run. Invariant: refuses before allocating,
 //! with the key that drives the size.
 
-/// Bytes per planned request: turn plan, request record, metrics and decision audit rows.
+/// Bytes per planned request: turn plan, request record, per-request metrics (the router's
+/// books, the summary's latency samples).
 pub const BYTES_PER_REQUEST: u64 = 640;
 /// Bytes per session besides its requests (plan, key, router state).
 pub const BYTES_PER_SESSION: u64 = 256;
 /// Bytes per KV block: the 16-byte ring slot plus its hash-index entry.
 pub const BYTES_PER_KV_BLOCK: u64 = 48;
-/// Bytes per request per backend: the decision audit `sim run` keeps for `decisions.csv`,
-/// `decisions_long.csv` and the hints (a 16-byte view entry and a 4-byte true count).
+/// Bytes per request per backend of a decision audit kept whole (`sim run --explain`,
+/// `sim explain`): a 16-byte view entry and a 4-byte true count.
 pub const BYTES_PER_VIEW: u64 = 20;
 /// Bytes the writing phase holds besides the run: rows formatted ahead of the files
 /// (the application's `export::WINDOW_BYTES`), the plot's bitmap, and buffers. Files are hashed as
 /// they are written, never read back whole.
 pub const WRITE_BYTES: u64 = 96 << 20;
+/// Bytes a streamed `sim run` holds for its outputs whatever its length, measured on the
+/// 1M-request Mooncake run (234 MB with every file written, against `--no-files`): batches
+/// queued between the simulation and the writer thread (decision batches of about 10 MB,
+/// record batches of about 10 MB, a few of each), and one Parquet row group per table being
+/// filled (32 MB of values each, with their strings and null flags).
+pub const STREAM_BYTES: u64 = 384 << 20;
+/// Bytes per request of the streamed outputs that a short run's buffers may hold whole
+/// besides its audit: its records and time-series rows as rows (in a Parquet row group
+/// with their strings, or formatted CSV).
+pub const STREAM_BYTES_PER_REQUEST: u64 = 1024;
+
+/// Bytes the streamed outputs of `requests` requests over `backends` backends hold at most:
+/// [`STREAM_BYTES`], or less for a run whose outputs are smaller (its whole audit and
+/// [`STREAM_BYTES_PER_REQUEST`] a request).
+pub fn stream_bytes(requests: u64, backends: u64) -> u64 {
+    audit_bytes(requests, backends)
+        .saturating_add(requests.saturating_mul(STREAM_BYTES_PER_REQUEST))
+        .min(STREAM_BYTES)
+}
+
 /// Share of the machine's memory a run may use by default.
 pub const DEFAULT_SHARE: f64 = 0.5;
 /// Default when the machine's memory cannot be read.
@@ -112,6 +142,16 @@ pub fn audit_bytes(requests: u64, backends: u64) -> u64 {
     requests.saturating_mul(backends).saturating_mul(BYTES_PER_VIEW)
 }
 
+/// Bytes a command that keeps the whole decision audit needs: the scenario's estimate
+/// (`estimate`, see [`crate::scenario::Scenario::estimate_bytes`]), every one of its
+/// `requests` requests (again: the estimate leaves out the traces'), and their audit over
+/// `backends` backends.
+pub fn held_audit_need(estimate: u64, requests: u64, backends: u64) -> u64 {
+    estimate
+        .saturating_add(requests_bytes(requests))
+        .saturating_add(audit_bytes(requests, backends))
+}
+
 /// `12.3 GiB`, `512 MiB`.
 pub fn human(bytes: u64) -> String {
     let b = bytes as f64;
@@ -152,6 +192,10 @@ mod tests {
     fn estimates_saturate_instead_of_overflowing() {
         assert_eq!(audit_bytes(u64::MAX, 3), u64::MAX);
         assert_eq!(audit_bytes(1000, 4), 80_000);
+        assert_eq!(held_audit_need(u64::MAX - 1, 10, 10), u64::MAX);
+        assert_eq!(held_audit_need(1, 1000, 4), 1 + requests_bytes(1000) + 80_000);
+        assert_eq!(stream_bytes(1000, 4), 80_000 + 1000 * STREAM_BYTES_PER_REQUEST);
+        assert_eq!(stream_bytes(u64::MAX, 4), STREAM_BYTES);
         assert_eq!(kv_bytes(u64::MAX, 2), u64::MAX);
         assert_eq!(sessions_bytes(u64::MAX, 1e30), u64::MAX);
         assert_eq!(kv_bytes(4096, 1 << 29), 4096 * (1 << 29) * BYTES_PER_KV_BLOCK);

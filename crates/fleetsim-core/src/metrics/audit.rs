@@ -2,12 +2,16 @@
 //! interned) and the truth at that instant. A run either keeps the whole log (the
 //! [`crate::sim::RunResult`]'s `decisions`) or hands it to a [`RecordSink`] in batches of
 //! about [`DECISION_BATCH_ENTRIES`] view entries as it goes, so what it holds stays bounded
-//! whatever the number of requests.
+//! whatever the number of requests. The same sink may take the per-request records and the
+//! time series as they become final ([`RecordSink::takes_requests`],
+//! [`RecordSink::takes_series`]).
 
 use crate::decision::Branch;
 use crate::ids::{BackendId, RequestId, SessionId};
 use crate::time::SimTime;
 use crate::view::{EngineStatsEntry, RequestStatsEntry, ViewEntry};
+
+use super::{RequestRec, TsRow};
 
 /// One routing decision, with offsets into the per-backend view and truth arrays.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -89,7 +93,44 @@ pub trait RecordSink {
     fn batch_entries(&self) -> usize {
         DECISION_BATCH_ENTRIES
     }
+
+    /// Whether the sink takes the per-request records ([`RecordSink::requests`]); if not
+    /// (the default), the run keeps them all in its result.
+    fn takes_requests(&self) -> bool {
+        false
+    }
+
+    /// The next [`RecordSink::record_batch`] final records, in request-id order, the first
+    /// of them request `first_id` (consecutive batches continue one another); at the end of
+    /// the run the rest (those in flight included, as they stand), in batches as large at
+    /// most; never an empty batch. Only if [`RecordSink::takes_requests`].
+    fn requests(&mut self, first_id: usize, batch: Vec<RequestRec>) {
+        let _ = (first_id, batch);
+    }
+
+    /// Records a batch of [`RecordSink::requests`] collects.
+    fn record_batch(&self) -> usize {
+        RECORD_BATCH
+    }
+
+    /// Whether the sink takes the per-backend time series ([`RecordSink::series`]); if not
+    /// (the default), the run keeps it in its result.
+    fn takes_series(&self) -> bool {
+        false
+    }
+
+    /// The next time-series rows, in time order (the order of the held series). Called
+    /// whenever [`RecordSink::record_batch`] rows are collected and once at the end with the
+    /// rest; never with an empty batch. Only if [`RecordSink::takes_series`] and the run
+    /// records series.
+    fn series(&mut self, batch: Vec<TsRow>) {
+        let _ = batch;
+    }
 }
+
+/// Records (or time-series rows) a streaming run collects before it hands them to the
+/// [`RecordSink`]: about 10 MB of request records, 1.5 MB of rows.
+pub const RECORD_BATCH: usize = 1 << 16;
 
 /// The view of one decision: one [`ViewEntry`] per backend, decoded on access.
 #[derive(Clone, Copy)]

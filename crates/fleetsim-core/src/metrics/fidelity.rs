@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::{Percentiles, RequestRec, percentiles};
+use crate::time::SimTime;
 use crate::workload::Workload;
 use crate::workload::pacing::{NONE, PacingCounts};
 
@@ -41,75 +42,105 @@ pub struct ReplaySummary {
     pub fidelity: Option<Fidelity>,
 }
 
-/// The replay block of a run, if it replayed a closed-loop trace or recorded latencies.
+/// The replay block of a run from kept records, if it replayed a closed-loop trace or
+/// recorded latencies.
 pub fn summarize(w: &Workload, requests: &[RequestRec]) -> Option<ReplaySummary> {
-    let mut rt = Vec::new();
-    let mut st = Vec::new();
-    let mut re = Vec::new();
-    let mut se = Vec::new();
-    let mut ratio_t = Vec::new();
-    let mut ratio_e = Vec::new();
-    let mut calls = 0u64;
-    for r in requests {
+    let mut s = ReplayStats::default();
+    requests.iter().for_each(|r| s.add(w, r));
+    s.finish(w)
+}
+
+/// What the replay block needs of the records of replayed sessions, taken record by record
+/// in request-id order as they leave a run: the latency samples of calls that record
+/// theirs, and each call's send and end time (24 bytes a replayed call).
+#[derive(Clone, Debug, Default)]
+pub struct ReplayStats {
+    rt: Vec<f64>,
+    st: Vec<f64>,
+    re: Vec<f64>,
+    se: Vec<f64>,
+    ratio_t: Vec<f64>,
+    ratio_e: Vec<f64>,
+    calls: u64,
+    /// Per call of a replayed session: (sent, session, turn, end; `u64::MAX` in flight).
+    spans: Vec<(SimTime, u32, u32, u64)>,
+}
+
+impl ReplayStats {
+    /// Takes one record as it stands (final, or in flight at the end of the run).
+    pub fn add(&mut self, w: &Workload, r: &RequestRec) {
         let Some(rp) = w.sessions[r.session.index()].replay.as_deref() else {
-            continue;
+            return;
         };
-        let Some(done) = r.t_done else { continue };
+        let end = r.t_done.or(r.t_failed).map_or(u64::MAX, |t| t.0);
+        self.spans.push((r.t_router, r.session.0, r.turn, end));
+        let Some(done) = r.t_done else { return };
         let t = r.turn as usize;
         let e2e = rp.recorded_e2e_ns.get(t).copied().unwrap_or(NONE);
         let ttft = rp.recorded_ttft_ns.get(t).copied().unwrap_or(NONE);
         if e2e == NONE && ttft == NONE {
-            continue;
+            return;
         }
-        calls += 1;
+        self.calls += 1;
         if e2e != NONE {
             let sim = (done.0 - r.t_router.0) as f64 / 1e9;
-            re.push(e2e as f64 / 1e9);
-            se.push(sim);
+            self.re.push(e2e as f64 / 1e9);
+            self.se.push(sim);
             if e2e > 0 {
-                ratio_e.push(sim / (e2e as f64 / 1e9));
+                self.ratio_e.push(sim / (e2e as f64 / 1e9));
             }
         }
         if let (true, Some(fc)) = (ttft != NONE, r.t_first_chunk) {
             let sim = (fc.0 - r.t_router.0) as f64 / 1e9;
-            rt.push(ttft as f64 / 1e9);
-            st.push(sim);
+            self.rt.push(ttft as f64 / 1e9);
+            self.st.push(sim);
             if ttft > 0 {
-                ratio_t.push(sim / (ttft as f64 / 1e9));
+                self.ratio_t.push(sim / (ttft as f64 / 1e9));
             }
         }
     }
-    let fidelity = (calls > 0).then(|| Fidelity {
-        calls,
-        recorded_ttft_s: percentiles(rt),
-        simulated_ttft_s: percentiles(st),
-        recorded_e2e_s: percentiles(re),
-        simulated_e2e_s: percentiles(se),
-        ttft_ratio: percentiles(ratio_t),
-        e2e_ratio: percentiles(ratio_e),
-    });
-    let any = w.pacing.any() || fidelity.is_some();
-    any.then(|| ReplaySummary {
-        pacing: w.pacing,
-        overlapping_replayed: overlapping_replayed(w, requests),
-        fidelity,
-    })
+
+    /// The replay block, if the run replayed a closed-loop trace or recorded latencies.
+    pub fn finish(self, w: &Workload) -> Option<ReplaySummary> {
+        let ReplayStats {
+            rt,
+            st,
+            re,
+            se,
+            ratio_t,
+            ratio_e,
+            calls,
+            spans,
+        } = self;
+        let fidelity = (calls > 0).then(|| Fidelity {
+            calls,
+            recorded_ttft_s: percentiles(rt),
+            simulated_ttft_s: percentiles(st),
+            recorded_e2e_s: percentiles(re),
+            simulated_e2e_s: percentiles(se),
+            ttft_ratio: percentiles(ratio_t),
+            e2e_ratio: percentiles(ratio_e),
+        });
+        let any = w.pacing.any() || fidelity.is_some();
+        any.then(|| ReplaySummary {
+            pacing: w.pacing,
+            overlapping_replayed: overlapping_replayed(spans),
+            fidelity,
+        })
+    }
 }
 
 /// Calls of replayed sessions sent while an earlier call of the same session was in flight
-/// (a call not finished nor failed is in flight to the end of the run).
-fn overlapping_replayed(w: &Workload, requests: &[RequestRec]) -> u64 {
-    let mut order: Vec<&RequestRec> = requests
-        .iter()
-        .filter(|r| w.sessions[r.session.index()].replay.is_some())
-        .collect();
-    order.sort_by_key(|r| (r.t_router, r.session.index(), r.turn));
-    let mut busy_until: std::collections::HashMap<usize, u64> = Default::default();
+/// (a call not finished nor failed is in flight to the end of the run); `spans` in
+/// request-id order.
+fn overlapping_replayed(mut spans: Vec<(SimTime, u32, u32, u64)>) -> u64 {
+    // Stable: calls sent at once by one session keep their id order.
+    spans.sort_by_key(|&(t, s, turn, _)| (t, s, turn));
+    let mut busy_until: std::collections::HashMap<u32, u64> = Default::default();
     let mut n = 0;
-    for r in order {
-        let end = r.t_done.or(r.t_failed).map_or(u64::MAX, |t| t.0);
-        let b = busy_until.entry(r.session.index()).or_insert(0);
-        if r.t_router.0 < *b {
+    for (t, s, _, end) in spans {
+        let b = busy_until.entry(s).or_insert(0);
+        if t.0 < *b {
             n += 1;
         }
         *b = (*b).max(end);

@@ -246,6 +246,23 @@ impl FleetTracker {
     pub fn take_series(&mut self) -> Vec<TsRow> {
         self.series.take().unwrap_or_default()
     }
+
+    /// Rows of the time series recorded and not yet taken.
+    pub fn series_len(&self) -> usize {
+        self.series.as_ref().map_or(0, Vec::len)
+    }
+
+    /// The rows recorded since the last batch, leaving the series recording (empty if not
+    /// recorded).
+    pub fn take_series_batch(&mut self) -> Vec<TsRow> {
+        match &mut self.series {
+            Some(s) => {
+                let cap = s.capacity();
+                std::mem::replace(s, Vec::with_capacity(cap))
+            }
+            None => Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -34,14 +34,16 @@ mod names;
 mod records;
 mod summary;
 
-pub use audit::{AuditEntry, DECISION_BATCH_ENTRIES, DecisionLog, DecisionRow, RecordSink, View, ViewIter};
+pub use audit::{
+    AuditEntry, DECISION_BATCH_ENTRIES, DecisionLog, DecisionRow, RECORD_BATCH, RecordSink, View, ViewIter,
+};
 pub use fleet::{Episode, FleetTracker, WorstMoment};
 pub use names::{
     BACKEND_SHARE_METRICS, SHARE_METRICS, UNITS, canonical_metric, flatten, flatten_json, known_metric, split_unit,
     stat_name,
 };
-pub use records::{RequestRec, TsRow};
+pub use records::{RecordWindow, RequestRec, TsRow};
 pub use summary::{
-    BackendSummary, EngineCounters, Percentiles, RequestCounts, Summary, SummaryInputs, percentiles, round6, summarize,
-    weighted_percentiles,
+    BackendSummary, EngineCounters, Percentiles, RequestCounts, RequestStats, Summary, SummaryInputs, percentiles,
+    percentiles_ns, round6, summarize, summarize_stats, weighted_percentiles,
 };

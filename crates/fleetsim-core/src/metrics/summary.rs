@@ -68,10 +68,22 @@ pub fn round6(x: f64) -> f64 {
 
 /// Percentiles with linear interpolation between closest ranks (numpy's default).
 pub fn percentiles(mut xs: Vec<f64>) -> Percentiles {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    percentiles_of_sorted(&xs)
+}
+
+/// [`percentiles`] of a sample of nanoseconds in seconds: the same figures, bit for bit
+/// (sorting the integers sorts their conversions, and the mean sums them in the same order).
+pub fn percentiles_ns(mut ns: Vec<u64>) -> Percentiles {
+    ns.sort_unstable();
+    let xs: Vec<f64> = ns.into_iter().map(ns_to_secs).collect();
+    percentiles_of_sorted(&xs)
+}
+
+fn percentiles_of_sorted(xs: &[f64]) -> Percentiles {
     if xs.is_empty() {
         return Percentiles::default();
     }
-    xs.sort_by(|a, b| a.total_cmp(b));
     let q = |p: f64| {
         let idx = p * (xs.len() - 1) as f64;
         let lo = idx.floor() as usize;
@@ -303,25 +315,92 @@ fn secs(ns: u128) -> f64 {
     round6(ns as f64 / 1e9)
 }
 
-/// Builds the summary.
+/// What the summary needs of the per-request records, taken record by record as they
+/// leave a run (or all at once from kept records): the counts exactly, and for the
+/// percentiles one compact sample per latency (8 bytes a request: nanoseconds, or TPOT's
+/// seconds), never the records themselves.
+#[derive(Clone, Debug, Default)]
+pub struct RequestStats {
+    per_backend: Vec<u64>,
+    arrived: u64,
+    finished: u64,
+    failed: u64,
+    out_tokens: u64,
+    queue_wait_ns: Vec<u64>,
+    ttft_ns: Vec<u64>,
+    e2e_ns: Vec<u64>,
+    tpot_s: Vec<f64>,
+}
+
+impl RequestStats {
+    /// Nothing yet, for a fleet of `n_backends`.
+    pub fn new(n_backends: usize) -> RequestStats {
+        RequestStats {
+            per_backend: vec![0; n_backends],
+            ..Default::default()
+        }
+    }
+
+    /// Of kept records.
+    pub fn of(n_backends: usize, requests: &[RequestRec]) -> RequestStats {
+        let mut s = RequestStats::new(n_backends);
+        requests.iter().for_each(|r| s.add(r));
+        s
+    }
+
+    /// Takes one record as it stands (final, or in flight at the end of the run).
+    pub fn add(&mut self, r: &RequestRec) {
+        self.arrived += 1;
+        self.per_backend[r.backend.index()] += 1;
+        if r.t_done.is_some() {
+            self.finished += 1;
+            self.out_tokens += u64::from(r.output_tokens);
+        }
+        if r.t_failed.is_some() {
+            self.failed += 1;
+        }
+        if let (Some(e), Some(a)) = (r.t_engine, r.t_admit) {
+            self.queue_wait_ns.push((a - e).0);
+        }
+        if let Some(c) = r.t_first_chunk {
+            self.ttft_ns.push((c - r.t_router).0);
+        }
+        if let Some(d) = r.t_done {
+            self.e2e_ns.push((d - r.t_router).0);
+        }
+        if let Some(t) = tpot(r) {
+            self.tpot_s.push(t);
+        }
+    }
+}
+
+/// Builds the summary from kept records.
 pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRec], decisions: &[Branch]) -> Summary {
+    let stats = RequestStats::of(inp.names.len(), requests);
+    summarize_stats(inp, fleet, stats, decisions)
+}
+
+/// Builds the summary from the records' [`RequestStats`].
+pub fn summarize_stats(
+    inp: SummaryInputs,
+    fleet: &FleetTracker,
+    requests: RequestStats,
+    decisions: &[Branch],
+) -> Summary {
     let end_s = inp.end.as_secs_f64();
     let span = inp.end.0 as f64;
     let n = inp.names.len();
-    let mut per_backend_requests = vec![0u64; n];
-    let mut finished = 0u64;
-    let mut failed = 0u64;
-    let mut out_tokens = 0u64;
-    for r in requests {
-        per_backend_requests[r.backend.index()] += 1;
-        if r.t_done.is_some() {
-            finished += 1;
-            out_tokens += u64::from(r.output_tokens);
-        }
-        if r.t_failed.is_some() {
-            failed += 1;
-        }
-    }
+    let RequestStats {
+        per_backend: per_backend_requests,
+        arrived,
+        finished,
+        failed,
+        out_tokens,
+        queue_wait_ns,
+        ttft_ns,
+        e2e_ns,
+        tpot_s,
+    } = requests;
     let mut by_branch: BTreeMap<String, u64> = Branch::ALL.iter().map(|b| (b.as_str().to_string(), 0)).collect();
     for b in decisions {
         *by_branch.get_mut(b.as_str()).expect("all branches listed") += 1;
@@ -365,7 +444,6 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
     }
     let q: u64 = inp.engines.iter().map(|e| e.query_tokens).sum();
     let h: u64 = inp.engines.iter().map(|e| e.hit_tokens).sum();
-    let arrived = requests.len() as u64;
     Summary {
         scenario: inp.scenario.to_string(),
         seed: inp.seed,
@@ -402,10 +480,10 @@ pub fn summarize(inp: SummaryInputs, fleet: &FleetTracker, requests: &[RequestRe
         output_tokens_per_s: per(out_tokens as f64, end_s),
         prefix_cache_hit_rate: ratio(h, q),
         preemptions: inp.engines.iter().map(|e| e.preemptions).sum(),
-        queue_wait_s: request_percentiles(requests, |r| Some(ns_to_secs((r.t_admit? - r.t_engine?).0))),
-        ttft_s: request_percentiles(requests, |r| Some(ns_to_secs((r.t_first_chunk? - r.t_router).0))),
-        e2e_s: request_percentiles(requests, |r| Some(ns_to_secs((r.t_done? - r.t_router).0))),
-        tpot_s: tpot_of(requests),
+        queue_wait_s: percentiles_ns(queue_wait_ns),
+        ttft_s: percentiles_ns(ttft_ns),
+        e2e_s: percentiles_ns(e2e_ns),
+        tpot_s: percentiles(tpot_s),
         itl_s: weighted_percentiles(inp.itl_ns),
         backends,
         worst_moment: fleet.worst.as_ref().map(|(t, s, b)| WorstMoment {
@@ -484,22 +562,13 @@ impl Share {
     }
 }
 
-/// TPOT percentiles over the finished requests with at least 2 output tokens (see
-/// [`Summary::tpot_s`]); client-side times, as the benchmark measures them.
-fn tpot_of(requests: &[RequestRec]) -> Percentiles {
-    request_percentiles(requests, |r| {
-        if r.output_tokens < 2 {
-            return None;
-        }
-        Some(ns_to_secs((r.t_done? - r.t_first_chunk?).0) / f64::from(r.output_tokens - 1))
-    })
-}
-
-/// Percentiles of one per-request sample (`None`: the request has none), in record order.
-/// One sample vector at a time: the summary is built when every record is alive, the run's
-/// memory peak (8 MiB per vector per million requests).
-fn request_percentiles(requests: &[RequestRec], sample: impl Fn(&RequestRec) -> Option<f64>) -> Percentiles {
-    percentiles(requests.iter().filter_map(sample).collect())
+/// A finished request's TPOT with at least 2 output tokens (see [`Summary::tpot_s`]);
+/// client-side times, as the benchmark measures them.
+fn tpot(r: &RequestRec) -> Option<f64> {
+    if r.output_tokens < 2 {
+        return None;
+    }
+    Some(ns_to_secs((r.t_done? - r.t_first_chunk?).0) / f64::from(r.output_tokens - 1))
 }
 
 #[cfg(test)]
@@ -528,7 +597,12 @@ mod tests {
             preemptions: 0,
         };
         // (1000 - 100) ms over 9 gaps = 100 ms; (700 - 100) over 3 = 200 ms; 1 token: none.
-        let t = tpot_of(&[rec(10, 100, 1000), rec(4, 100, 700), rec(1, 100, 100)]);
+        let t = percentiles(
+            [rec(10, 100, 1000), rec(4, 100, 700), rec(1, 100, 100)]
+                .iter()
+                .filter_map(tpot)
+                .collect(),
+        );
         assert_eq!((t.count, t.p50), (2, 0.15));
     }
 
@@ -591,6 +665,14 @@ mod tests {
         // Nothing routed.
         let s = Share::of(&[backend(0, 4, 0.0)], 10.0);
         assert_eq!((s.jain, s.max_min_ratio, s.never_served), (1.0, 1.0, 0));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn percentiles_of_nanoseconds_are_those_of_their_seconds(ns in proptest::collection::vec(0u64..4_000_000_000_000, 0..200)) {
+            let secs: Vec<f64> = ns.iter().map(|&x| ns_to_secs(x)).collect();
+            proptest::prop_assert_eq!(percentiles_ns(ns), percentiles(secs));
+        }
     }
 
     #[test]

@@ -43,7 +43,7 @@ impl Simulation<'_> {
         let t1 = now.0 + d.0;
         let aligned = self.collapsing.iter().any(|&o| {
             let o = self.nodes[o.index()].collapsed.as_ref().expect("listed collapse");
-            o.d == d && t1.abs_diff(o.t_next.0) % d.0 == 0
+            o.d == d && t1.abs_diff(o.t_next.0).is_multiple_of(d.0)
         });
         if aligned {
             return false;

@@ -50,7 +50,7 @@ impl Simulation<'_> {
                 self.fleet.set_in_service(now, b, false);
                 // Requests it holds fail; the client hears of it one response latency later.
                 let resp = self.cfg.response_latency;
-                for k in 0..self.log.requests.len() {
+                for k in self.log.requests.held_ids() {
                     let r = &mut self.log.requests[k];
                     if r.backend == b && r.t_engine.is_some() && r.t_finish_engine.is_none() && r.t_failed.is_none() {
                         r.t_failed = Some(now);

@@ -38,7 +38,7 @@ use crate::backend::{Backend, Engine, EngineRef, Engines};
 use crate::engine::EventQueue;
 use crate::fleet::{ClientConfig, FleetEvent, FleetEventKind, Membership};
 use crate::ids::{BackendId, ReplicaId, RequestId, ScrapeSlot, SessionId};
-use crate::metrics::{DecisionLog, EngineCounters, FleetTracker, RecordSink, RequestRec, Summary, TsRow};
+use crate::metrics::{DecisionLog, EngineCounters, FleetTracker, RecordSink, RecordWindow, RequestRec, Summary, TsRow};
 use crate::policy::{Branch, EndpointInfo};
 use crate::rng::{SimRng, stream};
 use crate::router::{Router, RouterConfig};
@@ -425,8 +425,9 @@ struct Node {
 
 /// What the run records per request, by request id.
 struct RequestLog {
-    /// The request records (the run's `requests` output).
-    requests: Vec<RequestRec>,
+    /// The request records (the run's `requests` output): all of them, or those not yet
+    /// handed to a sink that takes them (indexed by request id either way).
+    requests: RecordWindow,
     /// The replica that routed each request.
     replica_of: Vec<ReplicaId>,
     /// Router request-stats progress per request (`STATS_*` flags).
@@ -442,7 +443,7 @@ struct RequestLog {
 impl RequestLog {
     fn with_capacity(n: usize) -> Self {
         RequestLog {
-            requests: Vec::with_capacity(n),
+            requests: RecordWindow::new(false, n),
             replica_of: Vec::with_capacity(n),
             stats_state: Vec::with_capacity(n),
             branches: Vec::with_capacity(n),
@@ -506,7 +507,9 @@ pub fn run_mode(
 /// [`run_mode`] handing the decision audit to `sink` in bounded batches as the run goes
 /// (see [`crate::metrics::RecordSink`]) instead of keeping it: the result's `decisions` is
 /// then empty, and every decision went to the sink, in order, exactly as [`run_mode`] would
-/// have kept it. Needs `opts.record_decisions`.
+/// have kept it. Needs `opts.record_decisions`. Likewise the request records and the time
+/// series if the sink takes them (the result's `requests`, `series` then empty); the
+/// summary is the same either way.
 pub fn run_streamed(
     cfg: SimConfig,
     workload: &Workload,
@@ -546,6 +549,8 @@ pub struct Simulation<'w> {
     decisions: DecisionLog,
     /// Where full batches of `decisions` go (`run_streamed`); none: the run keeps them.
     sink: Option<&'w mut dyn RecordSink>,
+    /// Records on their way to the sink, and what the summary keeps of them.
+    outflow: recording::Outflow,
     finished: usize,
     total: usize,
     events: u64,
@@ -690,6 +695,7 @@ impl<'w> Simulation<'w> {
             streams: Streams::new(cfg.seed),
             decisions: DecisionLog::new(n, cfg.router.request_stats_window.as_secs_f64()),
             sink: None,
+            outflow: recording::Outflow::new(n),
             sessions: vec![SessionState::default(); workload.sessions.len()],
             log: RequestLog::with_capacity(workload.total_requests()),
             step_events: StepEvents::default(),
@@ -715,8 +721,14 @@ impl<'w> Simulation<'w> {
         }
     }
 
-    /// Hands the decision audit to `sink` in batches as the run goes ([`run_streamed`]).
+    /// Hands the decision audit to `sink` in batches as the run goes ([`run_streamed`]),
+    /// and the request records and time series too if it takes them.
     pub fn with_sink(mut self, sink: &'w mut dyn RecordSink) -> Self {
+        self.outflow.requests = sink.takes_requests();
+        self.outflow.series = sink.takes_series() && self.opts.record_series;
+        if self.outflow.requests {
+            self.log.requests = RecordWindow::new(true, 0);
+        }
         self.sink = Some(sink);
         self
     }
@@ -831,6 +843,7 @@ impl<'w> Simulation<'w> {
                 self.router_of(request).on_new_request(b, now);
                 let pending = std::mem::replace(&mut self.log.stats_state[request.index()], STATS_RECORDED);
                 self.apply_response_stats(request, b, pending);
+                self.settle(request, RecordWindow::DISPATCH_RECORDED);
             }
             Event::ScrapeRead { replica, slot } => self.on_scrape_read(now, replica, slot),
             Event::ScrapePassEnd { replica } => self.on_scrape_pass_end(now, replica),

@@ -1,12 +1,94 @@
-//! Invariant checks after every event (`--invariants`) and the run's result at the end.
+//! Invariant checks after every event (`--invariants`), the records' way out of a
+//! streaming run (request records in id order as they become final, time-series rows in
+//! batches), and the run's result at the end.
 
 use super::{RunResult, Simulation, engine_counters};
 use crate::fleet::Membership;
-use crate::ids::BackendId;
-use crate::metrics::{EngineCounters, SummaryInputs, summarize};
+use crate::ids::{BackendId, RequestId};
+use crate::metrics::fidelity::ReplayStats;
+use crate::metrics::{EngineCounters, RequestRec, RequestStats, SummaryInputs, summarize_stats};
 use crate::time::SimTime;
 
+/// Records on their way out of a run, and what the summary keeps of them.
+pub(super) struct Outflow {
+    /// The sink takes the request records.
+    pub(super) requests: bool,
+    /// The sink takes the time series.
+    pub(super) series: bool,
+    /// Final records not yet handed over, in id order, the first of them request `first`.
+    batch: Vec<RequestRec>,
+    first: usize,
+    /// The summary's and the replay block's share of every record that has left.
+    stats: RequestStats,
+    replay: ReplayStats,
+}
+
+impl Outflow {
+    pub(super) fn new(n_backends: usize) -> Outflow {
+        Outflow {
+            requests: false,
+            series: false,
+            batch: Vec::new(),
+            first: 0,
+            stats: RequestStats::new(n_backends),
+            replay: ReplayStats::default(),
+        }
+    }
+}
+
 impl Simulation<'_> {
+    /// Request `rid` reached `bit` (see [`crate::metrics::RecordWindow::mark`]); when the
+    /// sink takes records, those that became final leave for it, in id order.
+    pub(super) fn settle(&mut self, rid: RequestId, bit: u8) {
+        if self.log.requests.mark(rid.index(), bit) {
+            self.release(false);
+        }
+    }
+
+    /// Moves the final records (`all`: every record held, at the end of the run) into the
+    /// batch, taking the summary's share of each; hands the sink every full batch (`all`:
+    /// the rest too).
+    fn release(&mut self, all: bool) {
+        let out = &mut self.outflow;
+        let before = out.batch.len();
+        let first = if all {
+            let first = self.log.requests.held_ids().start;
+            out.batch.extend(self.log.requests.take_all());
+            first
+        } else {
+            self.log.requests.pop_final(&mut out.batch)
+        };
+        if before == 0 {
+            out.first = first;
+        }
+        for r in &out.batch[before..] {
+            out.stats.add(r);
+            out.replay.add(self.workload, r);
+        }
+        let Some(sink) = self.sink.as_deref_mut() else {
+            return;
+        };
+        let size = sink.record_batch().max(1);
+        while out.batch.len() >= size || (all && !out.batch.is_empty()) {
+            let n = out.batch.len().min(size);
+            let mut rest = Vec::with_capacity(if all { 0 } else { size });
+            rest.extend(out.batch.drain(n..));
+            sink.requests(out.first, std::mem::replace(&mut out.batch, rest));
+            out.first += n;
+        }
+    }
+
+    /// Hands the time-series rows recorded so far to the sink once a batch is full.
+    #[inline]
+    pub(super) fn hand_off_series(&mut self) {
+        if self.outflow.series
+            && let Some(sink) = self.sink.as_deref_mut()
+            && self.fleet.series_len() >= sink.record_batch()
+        {
+            sink.series(self.fleet.take_series_batch());
+        }
+    }
+
     pub(super) fn check_invariants(&self, now: SimTime) -> Result<(), String> {
         if now < self.queue.now() {
             return Err("time went backwards".into());
@@ -21,11 +103,13 @@ impl Simulation<'_> {
             r.check_view_age().map_err(|e| format!("router replica {i}: {e}"))?;
         }
         let arrived = self.log.requests.len();
-        let failed = self.log.requests.iter().filter(|r| r.t_failed.is_some()).count();
+        let failed =
+            self.log.requests.left_failed() + self.log.requests.held().filter(|r| r.t_failed.is_some()).count();
+        // Records that have left are final (finished or failed).
         let in_flight = self
             .log
             .requests
-            .iter()
+            .held()
             .filter(|r| r.t_done.is_none() && r.t_failed.is_none())
             .count();
         if arrived != self.finished + failed + in_flight {
@@ -49,7 +133,7 @@ impl Simulation<'_> {
                 let on_wire = self
                     .log
                     .requests
-                    .iter()
+                    .held()
                     .filter(|r| r.backend.index() == i && r.t_failed.is_none() && r.t_engine.is_none())
                     .count() as u32;
                 if node.outstanding != on_wire {
@@ -70,7 +154,7 @@ impl Simulation<'_> {
         let in_transit = self
             .log
             .requests
-            .iter()
+            .held()
             .filter(|r| r.t_engine.is_none() && r.t_failed.is_none())
             .count() as u32;
         if outstanding != at_engine + in_transit {
@@ -113,11 +197,35 @@ impl Simulation<'_> {
                 }
             })
             .collect();
-        if let Some(sink) = self.sink.take()
+        if let Some(sink) = self.sink.as_deref_mut()
             && !self.decisions.rows.is_empty()
         {
             sink.decisions(self.decisions.take_batch());
         }
+        // The records: the rest to the sink, or all kept; the series likewise.
+        let requests = if self.outflow.requests {
+            self.release(true);
+            Vec::new()
+        } else {
+            let kept = self.log.requests.take_all();
+            for r in &kept {
+                self.outflow.stats.add(r);
+                self.outflow.replay.add(self.workload, r);
+            }
+            kept
+        };
+        let series = match self.sink.as_deref_mut() {
+            Some(sink) if self.outflow.series => {
+                let rest = self.fleet.take_series();
+                if !rest.is_empty() {
+                    sink.series(rest);
+                }
+                Vec::new()
+            }
+            _ => self.fleet.take_series(),
+        };
+        let stats = std::mem::take(&mut self.outflow.stats);
+        let replay = std::mem::take(&mut self.outflow.replay);
         let itl_ns: std::collections::BTreeMap<u64, u64> = std::mem::take(&mut self.itl_counts).into_iter().collect();
         let inputs = SummaryInputs {
             scenario: &self.cfg.name,
@@ -140,13 +248,13 @@ impl Simulation<'_> {
             rejected: self.rejected,
             abandoned: self.abandoned,
         };
-        let mut summary = summarize(inputs, &self.fleet, &self.log.requests, &self.log.branches);
-        summary.replay = crate::metrics::fidelity::summarize(self.workload, &self.log.requests);
+        let mut summary = summarize_stats(inputs, &self.fleet, stats, &self.log.branches);
+        summary.replay = replay.finish(self.workload);
         RunResult {
             summary,
-            series: self.fleet.take_series(),
+            series,
             episodes: self.fleet.take_episodes(),
-            requests: self.log.requests,
+            requests,
             decisions: self.decisions,
             session_keys: self.workload.sessions.iter().map(|s| s.key.clone()).collect(),
             event_log: self.event_log,

@@ -6,7 +6,7 @@ use super::{Event, STATS_COMPLETE, STATS_RECORDED, STATS_RESPONSE, Simulation};
 use crate::backend::Engine;
 use crate::fleet::Membership;
 use crate::ids::{BackendId, ReplicaId, RequestId, SessionId};
-use crate::metrics::{DecisionRow, RequestRec};
+use crate::metrics::{DecisionRow, RecordWindow, RequestRec};
 use crate::router::Router;
 use crate::router::engine_stats::EngineStatsEntry;
 use crate::time::SimTime;
@@ -131,6 +131,7 @@ impl Simulation<'_> {
         if lag.0 == 0 {
             self.routers[replica].on_new_request(b, now);
             self.log.stats_state.push(STATS_RECORDED);
+            self.settle(rid, RecordWindow::DISPATCH_RECORDED);
         } else {
             self.log.stats_state.push(0);
             self.schedule(now, lag, Event::RecordDispatch { request: rid });
@@ -192,6 +193,7 @@ impl Simulation<'_> {
             STATS_COMPLETE
         };
         self.router_stats_event(rid, b, what);
+        self.settle(rid, RecordWindow::ENDED);
         self.retry_or_abandon(now, s, turn);
     }
 
@@ -262,12 +264,12 @@ impl Simulation<'_> {
         self.router_of(rid).on_finished(rid);
         let r = &mut self.log.requests[rid.index()];
         r.t_done = Some(now);
-        let (b, s) = (r.backend, r.session);
+        let (b, s, turn) = (r.backend, r.session, r.turn);
         self.router_stats_event(rid, b, STATS_COMPLETE);
+        self.settle(rid, RecordWindow::ENDED);
         self.finished += 1;
         self.attempts[s.index()] = 0;
         if self.workload.sessions[s.index()].open_loop {
-            let turn = self.log.requests[rid.index()].turn;
             if !self.open_attempts.is_empty() {
                 self.open_attempts.remove(&(s.0, turn));
             }

@@ -88,6 +88,7 @@ impl Simulation<'_> {
     pub(super) fn observe(&mut self, now: SimTime, b: BackendId) {
         let be = self.engines.get(b);
         self.fleet.set(now, b, be.running(), be.waiting(), be.kv_used_blocks());
+        self.hand_off_series();
         if self.routers[0].wants_kv_events() {
             let mut ev = Vec::new();
             // Only vLLM engines have a KV cache to report on.

@@ -154,6 +154,9 @@ pub struct Scenario {
     pub context_limit_tokens: Option<u32>,
     /// Memory budget (`limits.max_memory_gib`), checked before allocating.
     pub budget: crate::preflight::Budget,
+    /// Estimated bytes of a streamed run of the fleet and the session groups (traces are
+    /// checked as they are read), see [`crate::preflight`].
+    pub estimate_bytes: u64,
 }
 
 impl Scenario {

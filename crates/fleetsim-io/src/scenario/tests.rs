@@ -203,30 +203,38 @@ fn impossible_values_are_rejected() {
 }
 
 #[test]
-fn memory_preflight_counts_the_decision_audit_and_the_writing() {
-    // 200,000 requests over 2,000 backends: 8 GB of decision audit (20 B per request per
-    // backend) and the writing phase, where the requests alone take 0.2 GB.
-    let sets = [
+fn memory_preflight_counts_the_streamed_outputs_and_the_writing() {
+    // 1,000,000 requests over 2,000 backends: 40 GB of decision audit if kept, but a
+    // streamed run holds at most STREAM_BYTES of it: 0.9 GB of requests and sessions,
+    // 0.5 GB of outputs and writing.
+    let mut sets = vec![
         ("backends.count", "2000"),
         ("backends.kv_blocks", "100"),
-        ("workload.groups[0].sessions", "200000"),
-        ("limits.max_memory_gib", "4"),
+        ("workload.groups[0].sessions", "1000000"),
+        ("limits.max_memory_gib", "1"),
     ];
     let e = load_err(MINIMAL, &sets);
     assert_eq!(e.path, "workload.groups[0].sessions", "{e}");
-    assert!(e.message.contains("decision audit over 2000 backends"), "{e}");
+    assert!(e.message.contains("the outputs streamed"), "{e}");
+    sets[3].1 = "1.5";
+    assert!(load_str(MINIMAL, "t.toml", "t", &own(&sets)).is_ok());
     // The writing phase alone (96 MiB) does not fit 64 MiB.
     let e = load_err(MINIMAL, &[("limits.max_memory_gib", "0.0625")]);
     assert_eq!(e.path, "workload.groups[0].sessions", "{e}");
+    // A small run's streamed outputs are small.
     assert!(
         load_str(
             MINIMAL,
             "t.toml",
             "t",
-            &[("limits.max_memory_gib".into(), "0.5".into())]
+            &[("limits.max_memory_gib".into(), "0.125".into())]
         )
         .is_ok()
     );
+}
+
+fn own(sets: &[(&str, &str)]) -> Vec<(String, String)> {
+    sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 #[test]

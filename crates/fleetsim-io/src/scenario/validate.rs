@@ -311,11 +311,10 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
         fleet_events,
         client,
     };
-    let fixed = preflight(&sim, &groups, &budget).map_err(|e| vec![e])?;
+    let fixed = preflight(&sim, &groups, !traces.is_empty(), &budget).map_err(|e| vec![e])?;
     for t in &mut traces {
         // What the fleet, the groups and the writing take is not the traces' to use.
         t.max_memory_bytes = budget.bytes.saturating_sub(fixed);
-        t.audit_bytes_per_request = crate::preflight::audit_bytes(1, sim.models.len() as u64);
     }
     Ok(Scenario {
         sim,
@@ -324,16 +323,32 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
         description: f.description,
         context_limit_tokens: fleet_b.context_limit,
         budget,
+        estimate_bytes: fixed,
     })
 }
 
 /// Refuses a fleet or workload whose estimated memory exceeds the budget, naming the key that
 /// drives it (see [`crate::preflight`]): the KV pools alone, then everything together (the
-/// pools, every group's requests with their decision audit over every backend, and the
-/// writing of the result files). Returns the estimate.
-pub(super) fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate::preflight::Budget) -> Res<u64> {
-    use crate::preflight::{WRITE_BYTES, audit_bytes, kv_bytes, sessions_bytes};
+/// pools, every group's requests, the outputs streamed and the writing of the result
+/// files). Returns the estimate.
+pub(super) fn preflight(
+    sim: &SimConfig,
+    groups: &[GroupConfig],
+    traces: bool,
+    budget: &crate::preflight::Budget,
+) -> Res<u64> {
+    use crate::preflight::{WRITE_BYTES, kv_bytes, sessions_bytes, stream_bytes};
     let backends = sim.models.len() as u64;
+    // Traces are sized as they are read: count the most the streamed outputs hold.
+    let planned = if traces {
+        u64::MAX
+    } else {
+        groups
+            .iter()
+            .map(|g| (f64::from(g.sessions) * g.turns.mean().max(1.0)).min(u64::MAX as f64) as u64)
+            .fold(0u64, u64::saturating_add)
+    };
+    let fixed = WRITE_BYTES.saturating_add(stream_bytes(planned, backends));
     let mut kv_total = 0u64;
     let kv_blocks: Vec<u64> = sim
         .models
@@ -362,18 +377,15 @@ pub(super) fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate:
     }
     let need: Vec<u64> = groups
         .iter()
-        .map(|g| {
-            let requests = (f64::from(g.sessions) * g.turns.mean().max(1.0)).min(u64::MAX as f64) as u64;
-            sessions_bytes(u64::from(g.sessions), g.turns.mean()).saturating_add(audit_bytes(requests, backends))
-        })
+        .map(|g| sessions_bytes(u64::from(g.sessions), g.turns.mean()))
         .collect();
     let total = need
         .iter()
-        .fold(kv_total.saturating_add(WRITE_BYTES), |a, b| a.saturating_add(*b));
+        .fold(kv_total.saturating_add(fixed), |a, b| a.saturating_add(*b));
     if let Some((i, _)) = need.iter().enumerate().max_by_key(|(_, b)| **b) {
         let g = &groups[i];
         let what = format!(
-            "{} sessions x mean turns {} in group {} (with the decision audit over {backends} backends, the KV pools and the writing of the result files)",
+            "{} sessions x mean turns {} in group {} (with the KV pools, the outputs streamed and the writing of the result files)",
             g.sessions,
             g.turns.mean(),
             crate::quote::quote(&g.name)
@@ -388,5 +400,5 @@ pub(super) fn preflight(sim: &SimConfig, groups: &[GroupConfig], budget: &crate:
             .check(total, &what)
             .map_err(|m| FieldError::new(format!("workload.groups[{i}].{key}"), m))?;
     }
-    Ok(total.max(kv_total.saturating_add(WRITE_BYTES)))
+    Ok(total.max(kv_total.saturating_add(fixed)))
 }

@@ -122,8 +122,6 @@ pub struct TraceGroupConfig {
     /// Memory budget of the run in bytes (`limits.max_memory_gib`); the replay is refused
     /// before allocating beyond it.
     pub max_memory_bytes: u64,
-    /// Bytes of the decision audit per replayed request (20 per backend).
-    pub audit_bytes_per_request: u64,
     /// Session-shaped traces: column mapping, session placement, content.
     pub agent: AgentConfig,
 }
@@ -153,7 +151,6 @@ impl TraceGroupConfig {
             block_tokens: None,
             service_time_s: None,
             max_memory_bytes: u64::MAX,
-            audit_bytes_per_request: 0,
             agent: AgentConfig::default(),
         }
     }
@@ -351,7 +348,7 @@ pub fn append_trace(
         explicit: true,
     };
     budget.check(
-        crate::preflight::requests_bytes(total).saturating_add(total.saturating_mul(g.audit_bytes_per_request)),
+        crate::preflight::requests_bytes(total),
         &format!("{file}: {m} requests x repeat {repeat} = {total} requests"),
     )?;
     // Rank of each window row in arrival order (for the request limit of the last replay).

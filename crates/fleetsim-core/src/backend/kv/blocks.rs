@@ -714,12 +714,12 @@ mod tests {
             assert_eq!(tag(h), tag(base));
             key.insert(step, h);
             let key_of = |b: u32| key[&b];
-            if model.len() < 16 && !model.contains_key(&h) && x % 3 != 0 {
+            if model.len() < 16 && !model.contains_key(&h) && !x.is_multiple_of(3) {
                 assert!(ix.insert_new(h, step, key_of));
                 model.insert(h, step);
             } else if let Some(&b) = model.get(&h) {
                 assert!(!ix.insert_new(h, step, key_of));
-                if x % 2 == 0 {
+                if x.is_multiple_of(2) {
                     ix.remove(h, b);
                     model.remove(&h);
                 }

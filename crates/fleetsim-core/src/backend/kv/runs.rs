@@ -390,10 +390,9 @@ impl RunPool {
                     // caches hundreds, then decode steps one at a time).
                     own.reserve_exact(hashes.len() - p);
                 }
-                while p < to && self.index.get(&chain[p]).is_none() {
-                    own.push(chain[p]);
-                    p += 1;
-                }
+                // Probe the filter for the whole stretch first, then append it at once.
+                p += chain[p..to].iter().take_while(|&h| self.index.get(h).is_none()).count();
+                own.extend_from_slice(&chain[start..p]);
                 if p > start {
                     if let Some(ev) = self.events.as_mut() {
                         ev.extend(chain[start..p].iter().map(|&hash| KvEvent { stored: true, hash }));
