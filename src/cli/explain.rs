@@ -142,7 +142,7 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
         Some(key) => Some(session_index(&workload, key, &a.dir)?),
         None => None,
     };
-    super::run::check_held_audit(&scenario, &workload, &scen_path.display().to_string(), "sim explain")?;
+    super::shared::check_held_audit(&scenario, &workload, &scen_path.display().to_string(), "sim explain")?;
     let (res, _) = run(scenario.sim.clone(), &workload, crate::sim::RunOptions::default())
         .with_context(|| format!("re-running {}", scen_path.display()))?;
     let mut again = Vec::new();

@@ -184,26 +184,6 @@ fn phase_bar(show: bool) -> indicatif::ProgressBar {
     b
 }
 
-/// Refuses, before running, a run that keeps the whole decision audit (`what`: the command
-/// that does) when the audit on top of the scenario's estimate passes
-/// `limits.max_memory_gib` (the scenario's own estimate counts a streamed audit).
-pub(super) fn check_held_audit(
-    scenario: &crate::scenario::Scenario,
-    workload: &crate::workload::Workload,
-    file: &str,
-    what: &str,
-) -> Result<()> {
-    let (requests, backends) = (workload.total_requests() as u64, scenario.sim.backends.len() as u64);
-    let need = crate::preflight::held_audit_need(scenario.estimate_bytes, requests, backends);
-    scenario
-        .budget
-        .check(
-            need,
-            &format!("{what}, which keeps the decision audit of {requests} requests over {backends} backends whole,"),
-        )
-        .map_err(|m| anyhow::anyhow!("{file}: {m}"))
-}
-
 pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if !(a.metrics_step.is_finite() && a.metrics_step >= 0.001 && a.metrics_step <= 86_400.0) {
         anyhow::bail!(
@@ -221,7 +201,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     check_tool_tables(&a.scenario)?;
     let file = a.scenario.scenario.display().to_string();
     if a.explain {
-        check_held_audit(&scenario, &workload, &file, "sim run --explain")?;
+        super::shared::check_held_audit(&scenario, &workload, &file, "sim run --explain")?;
     }
     if !a.quiet {
         for n in &workload.notes {

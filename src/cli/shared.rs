@@ -85,3 +85,23 @@ impl From<EngineArg> for crate::sim::EngineMode {
         }
     }
 }
+
+/// Refuses, before running, a run that keeps the whole decision audit (`what`: the command
+/// that does) when the audit on top of the scenario's estimate passes
+/// `limits.max_memory_gib` (the scenario's own estimate counts a streamed audit).
+pub(super) fn check_held_audit(
+    scenario: &Scenario,
+    workload: &Workload,
+    file: &str,
+    what: &str,
+) -> Result<()> {
+    let (requests, backends) = (workload.total_requests() as u64, scenario.sim.backends.len() as u64);
+    let need = crate::preflight::held_audit_need(scenario.estimate_bytes, requests, backends);
+    scenario
+        .budget
+        .check(
+            need,
+            &format!("{what}, which keeps the decision audit of {requests} requests over {backends} backends whole,"),
+        )
+        .map_err(|m| anyhow::anyhow!("{file}: {m}"))
+}
