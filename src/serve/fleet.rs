@@ -467,22 +467,16 @@ impl Fleet {
         };
         let rec = self.records.len();
         self.records.push(RequestRec {
-            session,
-            turn,
-            backend: BackendId::from_index(b),
-            branch: Branch::RoundRobin,
-            prompt_tokens: s.content.prompt_tokens,
-            output_tokens: s.content.output_tokens,
-            t_router: s.arrival.min(now),
             t_engine: Some(now),
-            t_admit: None,
-            t_first_token: None,
-            t_first_chunk: None,
-            t_finish_engine: None,
-            t_done: None,
-            t_failed: None,
-            cached_tokens: 0,
-            preemptions: 0,
+            ..RequestRec::routed(
+                session,
+                turn,
+                BackendId::from_index(b),
+                Branch::RoundRobin,
+                s.content.prompt_tokens,
+                s.content.output_tokens,
+                s.arrival.min(now),
+            )
         });
         self.live.insert(
             s.id,

@@ -42,6 +42,39 @@ pub struct RequestRec {
     pub preemptions: u32,
 }
 
+impl RequestRec {
+    /// A request as its routing decision leaves it: routed at `t_router` to `backend`
+    /// through `branch`, nothing after the decision reached yet.
+    pub fn routed(
+        session: SessionId,
+        turn: u32,
+        backend: BackendId,
+        branch: Branch,
+        prompt_tokens: u32,
+        output_tokens: u32,
+        t_router: SimTime,
+    ) -> RequestRec {
+        RequestRec {
+            session,
+            turn,
+            backend,
+            branch,
+            prompt_tokens,
+            output_tokens,
+            t_router,
+            t_engine: None,
+            t_admit: None,
+            t_first_token: None,
+            t_first_chunk: None,
+            t_finish_engine: None,
+            t_done: None,
+            t_failed: None,
+            cached_tokens: 0,
+            preemptions: 0,
+        }
+    }
+}
+
 /// One row of the per-backend time series (written whenever running or waiting changes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TsRow {
@@ -187,24 +220,7 @@ mod tests {
     use crate::ids::{BackendId, SessionId};
 
     fn rec(i: u32) -> RequestRec {
-        RequestRec {
-            session: SessionId(i),
-            turn: 0,
-            backend: BackendId(0),
-            branch: Branch::ALL[0],
-            prompt_tokens: 1,
-            output_tokens: 1,
-            t_router: SimTime(u64::from(i)),
-            t_engine: None,
-            t_admit: None,
-            t_first_token: None,
-            t_first_chunk: None,
-            t_finish_engine: None,
-            t_done: None,
-            t_failed: None,
-            cached_tokens: 0,
-            preemptions: 0,
-        }
+        RequestRec::routed(SessionId(i), 0, BackendId(0), Branch::ALL[0], 1, 1, SimTime(u64::from(i)))
     }
 
     #[test]

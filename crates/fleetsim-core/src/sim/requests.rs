@@ -109,24 +109,15 @@ impl Simulation<'_> {
             st.stayed = false;
         }
         self.nodes[b.index()].outstanding += 1;
-        self.log.requests.push(RequestRec {
-            session: s,
+        self.log.requests.push(RequestRec::routed(
+            s,
             turn,
-            backend: b,
-            branch: d.branch,
-            prompt_tokens: content.prompt_tokens,
-            output_tokens: content.output_tokens,
-            t_router: now,
-            t_engine: None,
-            t_admit: None,
-            t_first_token: None,
-            t_first_chunk: None,
-            t_finish_engine: None,
-            t_done: None,
-            t_failed: None,
-            cached_tokens: 0,
-            preemptions: 0,
-        });
+            b,
+            d.branch,
+            content.prompt_tokens,
+            content.output_tokens,
+            now,
+        ));
         let lag = self.routers[replica].request_stats_lag();
         if lag.0 == 0 {
             self.routers[replica].on_new_request(b, now);
