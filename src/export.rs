@@ -83,27 +83,15 @@ pub fn write_all_as(
     } else {
         Vec::new()
     };
-    write_rest(dir, res, scenario_toml, perf, hints, tables, decision_files)
+    write_rest(dir, res, scenario_toml, perf, hints, tables, decision_files, None)
 }
 
 /// Writes every file but the decision tables (`decision_files`, written already, are
-/// listed in their place); returns the paths of all.
-pub fn write_rest(
-    dir: &Path,
-    res: &RunResult,
-    scenario_toml: &str,
-    perf: &Perf,
-    hints: &[crate::hints::Hint],
-    tables: Tables,
-    decision_files: Vec<PathBuf>,
-) -> Result<Vec<PathBuf>> {
-    write_rest_of(dir, res, scenario_toml, perf, hints, tables, decision_files, None)
-}
-
-/// [`write_rest`], the requests and time-series tables too written already
-/// (`record_files`, from [`tables::RecordFiles`]) unless `None`.
+/// listed in their place) and, when `record_files` lists them (from
+/// [`tables::RecordFiles`]), but the requests and time-series tables; returns the paths of
+/// all.
 #[allow(clippy::too_many_arguments)]
-pub fn write_rest_of(
+pub fn write_rest(
     dir: &Path,
     res: &RunResult,
     scenario_toml: &str,

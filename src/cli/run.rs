@@ -10,7 +10,7 @@ use super::explain::{ExplainFlags, explanation, write_explanation};
 use super::out::{out, outln};
 use super::shared::{ScenarioArgs, check_tool_tables, default_out, file_names, load_scenario, perf_of};
 use crate::check::golden::{Golden, golden_path};
-use crate::export::{DecisionFiles, RecordFiles, Tables, write_all_as, write_json, write_rest_of};
+use crate::export::{DecisionFiles, RecordFiles, Tables, write_all_as, write_json, write_rest};
 use crate::hints::HintScan;
 use crate::metrics::{DecisionLog, RequestRec, TsRow};
 use crate::plot::save;
@@ -349,7 +349,7 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         let (record_paths, points) = record_files.unzip();
         let (files, plots) = rayon::join(
             || match decision_files {
-                Some(paths) => write_rest_of(
+                Some(paths) => write_rest(
                     stage.path(),
                     &res,
                     &effective,
