@@ -89,12 +89,7 @@ impl From<EngineArg> for crate::sim::EngineMode {
 /// Refuses, before running, a run that keeps the whole decision audit (`what`: the command
 /// that does) when the audit on top of the scenario's estimate passes
 /// `limits.max_memory_gib` (the scenario's own estimate counts a streamed audit).
-pub(super) fn check_held_audit(
-    scenario: &Scenario,
-    workload: &Workload,
-    file: &str,
-    what: &str,
-) -> Result<()> {
+pub(super) fn check_held_audit(scenario: &Scenario, workload: &Workload, file: &str, what: &str) -> Result<()> {
     let (requests, backends) = (workload.total_requests() as u64, scenario.sim.backends.len() as u64);
     let need = crate::preflight::held_audit_need(scenario.estimate_bytes, requests, backends);
     scenario

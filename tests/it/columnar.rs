@@ -7,7 +7,7 @@ use std::path::Path;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
 
-use crate::common::sim;
+use crate::common::{csv_table, sim};
 
 const TABLES: [&str; 4] = ["requests", "timeseries", "decisions", "decisions_long"];
 
@@ -18,17 +18,6 @@ fn run(out: &Path, extra: &[&str]) {
         .args(extra)
         .assert()
         .success();
-}
-
-/// A CSV table as its header and rows of fields.
-fn csv_table(p: &Path) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut r = csv::Reader::from_path(p).unwrap();
-    let head = r.headers().unwrap().iter().map(str::to_string).collect();
-    let rows = r
-        .records()
-        .map(|x| x.unwrap().iter().map(str::to_string).collect())
-        .collect();
-    (head, rows)
 }
 
 /// A Parquet table with every value written as the CSV writes it (a null as an empty field).

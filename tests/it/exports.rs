@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::common::sim;
+use crate::common::{csv_table, sim};
 use predicates::prelude::*;
 
 fn run_into(dir: &Path, extra: &[&str]) {
@@ -14,16 +14,6 @@ fn run_into(dir: &Path, extra: &[&str]) {
         .args(extra)
         .assert()
         .success();
-}
-
-fn csv_rows(p: &Path) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut r = csv::Reader::from_path(p).unwrap();
-    let head = r.headers().unwrap().iter().map(str::to_string).collect();
-    let rows = r
-        .records()
-        .map(|x| x.unwrap().iter().map(str::to_string).collect())
-        .collect();
-    (head, rows)
 }
 
 #[test]
@@ -82,8 +72,8 @@ fn timeline_is_a_chrome_trace_with_one_process_per_backend() {
 fn long_decisions_have_one_row_per_decision_and_backend() {
     let t = tempfile::tempdir().unwrap();
     run_into(t.path(), &[]);
-    let (wide_head, wide) = csv_rows(&t.path().join("decisions.csv"));
-    let (head, long) = csv_rows(&t.path().join("decisions_long.csv"));
+    let (wide_head, wide) = csv_table(&t.path().join("decisions.csv"));
+    let (head, long) = csv_table(&t.path().join("decisions_long.csv"));
     assert_eq!(
         head,
         [
@@ -142,7 +132,7 @@ fn metric_names_put_the_unit_last_and_report_tpot() {
     assert_eq!(tpot["count"], 200);
     assert!(tpot["p50"].as_f64().unwrap() > 0.0 && tpot["p99"].as_f64().unwrap() >= tpot["p50"].as_f64().unwrap());
     // ITL: one gap per output token after the first, of every finished request.
-    let (rh, rr) = csv_rows(&t.path().join("requests.csv"));
+    let (rh, rr) = csv_table(&t.path().join("requests.csv"));
     let out_col = rh.iter().position(|h| h == "output_tokens").unwrap();
     let gaps: u64 = rr.iter().map(|r| r[out_col].parse::<u64>().unwrap() - 1).sum();
     let itl = &s["itl_s"];
@@ -163,7 +153,7 @@ fn metric_names_put_the_unit_last_and_report_tpot() {
         .arg(&out)
         .assert()
         .success();
-    let (head, rows) = csv_rows(&out.join("sweep.csv"));
+    let (head, rows) = csv_table(&out.join("sweep.csv"));
     for name in [
         "ttft_p99_s",
         "tpot_p99_s",
@@ -177,7 +167,7 @@ fn metric_names_put_the_unit_last_and_report_tpot() {
         assert!(head.iter().any(|h| h == name), "sweep.csv has {name}: {head:?}");
     }
     assert!(!head.iter().any(|h| h.contains("_s.")), "{head:?}");
-    let (agg, _) = csv_rows(&out.join("aggregate.csv"));
+    let (agg, _) = csv_table(&out.join("aggregate.csv"));
     for name in [
         "ttft_p99_mean_s",
         "ttft_p99_ci95_s",

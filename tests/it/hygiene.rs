@@ -2,7 +2,7 @@
 //! zero-token and over-KV rows under `skip_bad_rows`, `max_context_tokens`, idle-gap
 //! compression, the trace's own session ids in the outputs, and replayed overlap counts.
 
-use crate::common::{sim, write};
+use crate::common::{run_ok, sim, summary_of, write};
 
 fn shipped(name: &str) -> String {
     format!("{}/traces/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -28,10 +28,6 @@ columns = {{ session = "session_id", turn = "step", start_unix_s = "start_unix_s
     )
 }
 
-fn summary(dir: &std::path::Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
-}
-
 fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
     String::from_utf8(a.get_output().stderr.clone()).unwrap()
 }
@@ -53,19 +49,13 @@ fn errored_zero_token_calls_are_named_then_filtered_or_skipped() {
         .stderr(predicates::str::contains("skip_bad_rows"));
     // `where = { is_error = false }` leaves the 26 errored calls out, counted.
     let s = write(tmp.path(), "b.toml", &swe("where = { is_error = false }"));
-    let a = sim()
-        .arg("run")
-        .arg(&s)
-        .arg("--out")
-        .arg(tmp.path().join("b"))
-        .assert()
-        .success();
+    let a = run_ok(&s, &tmp.path().join("b"));
     assert!(
         stderr_of(&a).contains("26 rows left out by the `where` filter"),
         "{}",
         stderr_of(&a)
     );
-    assert_eq!(summary(&tmp.path().join("b"))["requests"]["planned"], 585 - 26);
+    assert_eq!(summary_of(&tmp.path().join("b"))["requests"]["planned"], 585 - 26);
     // skip_bad_rows counts and skips them instead.
     let s = write(tmp.path(), "c.toml", &swe("skip_bad_rows = true"));
     let a = sim().arg("run").arg(&s).arg("--no-files").assert().success();
@@ -119,7 +109,7 @@ fn idle_gaps_are_cut_and_session_ids_are_kept() {
         err.contains("max_idle_gap_s = 60:") && err.contains("idle gaps cut"),
         "{err}"
     );
-    let (l, sh) = (summary(&long), summary(&short));
+    let (l, sh) = (summary_of(&long), summary_of(&short));
     let (span_l, span_s) = (l["sim_time_s"].as_f64().unwrap(), sh["sim_time_s"].as_f64().unwrap());
     // Four days of mostly nothing become hours of work.
     assert!(span_l > 3.0 * 86400.0 && span_s < span_l / 10.0, "{span_l} -> {span_s}");
@@ -169,33 +159,21 @@ columns = {{ session = "conversation", start_unix_s = "ts", latency_s = "duratio
         .stderr(predicates::str::contains("max_context_tokens"))
         .stderr(predicates::str::contains("skip the 40 such calls"));
     let s = write(tmp.path(), "b.toml", &format!("{base}skip_bad_rows = true\n"));
-    let a = sim()
-        .arg("run")
-        .arg(&s)
-        .arg("--out")
-        .arg(tmp.path().join("b"))
-        .assert()
-        .success();
+    let a = run_ok(&s, &tmp.path().join("b"));
     assert!(
         stderr_of(&a).contains("skipped 40 calls larger than one backend's KV cache"),
         "{}",
         stderr_of(&a)
     );
-    assert_eq!(summary(&tmp.path().join("b"))["requests"]["planned"], 257 - 40);
+    assert_eq!(summary_of(&tmp.path().join("b"))["requests"]["planned"], 257 - 40);
     let s = write(tmp.path(), "c.toml", &format!("{base}max_context_tokens = 200000\n"));
-    let a = sim()
-        .arg("run")
-        .arg(&s)
-        .arg("--out")
-        .arg(tmp.path().join("c"))
-        .assert()
-        .success();
+    let a = run_ok(&s, &tmp.path().join("c"));
     assert!(
         stderr_of(&a).contains("prompts truncated to max_context_tokens = 200000"),
         "{}",
         stderr_of(&a)
     );
-    assert_eq!(summary(&tmp.path().join("c"))["requests"]["planned"], 257);
+    assert_eq!(summary_of(&tmp.path().join("c"))["requests"]["planned"], 257);
     let reqs = std::fs::read_to_string(tmp.path().join("c/requests.csv")).unwrap();
     assert!(reqs.contains("conv-00"), "{}", &reqs[..300]);
 }

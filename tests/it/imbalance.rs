@@ -1,7 +1,7 @@
 //! Imbalance without a queue: request shares, Jain's index, the max/min ratio and the share
 //! hints, on a Helm-imported fleet that sends every request to one backend at light load.
 
-use crate::common::{sim, write};
+use crate::common::{run_ok, sim, summary_of, write};
 
 /// A production-stack Helm values file: 6 engines behind prefix-aware routing without a
 /// minimum match length (the chart's default), the fleet of the report this reproduces.
@@ -60,15 +60,9 @@ fn one_backend_serving_everything_is_a_headline_and_a_hint() {
     let tmp = tempfile::tempdir().unwrap();
     let scenario = imported(tmp.path());
     let out = tmp.path().join("run");
-    let a = sim()
-        .arg("run")
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .assert()
-        .success();
+    let a = run_ok(&scenario, &out);
     let text = String::from_utf8(a.get_output().stdout.clone()).unwrap();
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let s: serde_json::Value = summary_of(&out);
     // No queue anywhere, so the queue metrics see nothing ...
     assert_eq!(s["idle_while_queued_s"], 0.0);
     assert!(s["worst_moment"].is_null());
@@ -140,7 +134,7 @@ fn an_even_spread_reads_one_and_raises_no_share_hint() {
         .arg(&out)
         .assert()
         .success();
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let s: serde_json::Value = summary_of(&out);
     assert_eq!(
         (
             s["request_jain_index"].clone(),
@@ -189,15 +183,9 @@ think_time_s = 1.0
 "#,
     );
     let out = tmp.path().join("o");
-    let a = sim()
-        .arg("run")
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .assert()
-        .success();
+    let a = run_ok(&scenario, &out);
     let text = String::from_utf8(a.get_output().stdout.clone()).unwrap();
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let s: serde_json::Value = summary_of(&out);
     let mut reqs: Vec<u64> = s["backends"]
         .as_array()
         .unwrap()

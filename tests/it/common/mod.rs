@@ -96,6 +96,27 @@ pub fn sim() -> Command {
     c
 }
 
+/// `sim run SCENARIO --out OUT`, which must succeed.
+pub fn run_ok(scenario: &Path, out: &Path) -> assert_cmd::assert::Assert {
+    sim().arg("run").arg(scenario).arg("--out").arg(out).assert().success()
+}
+
+/// A run folder's `summary.json`.
+pub fn summary_of(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// A CSV table as its header and rows of fields.
+pub fn csv_table(p: &Path) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut r = csv::Reader::from_path(p).unwrap();
+    let head = r.headers().unwrap().iter().map(str::to_string).collect();
+    let rows = r
+        .records()
+        .map(|x| x.unwrap().iter().map(str::to_string).collect())
+        .collect();
+    (head, rows)
+}
+
 /// Writes `text` to `dir/name` and returns the path.
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);

@@ -220,7 +220,15 @@ mod tests {
     use crate::ids::{BackendId, SessionId};
 
     fn rec(i: u32) -> RequestRec {
-        RequestRec::routed(SessionId(i), 0, BackendId(0), Branch::ALL[0], 1, 1, SimTime(u64::from(i)))
+        RequestRec::routed(
+            SessionId(i),
+            0,
+            BackendId(0),
+            Branch::ALL[0],
+            1,
+            1,
+            SimTime(u64::from(i)),
+        )
     }
 
     #[test]
