@@ -70,12 +70,7 @@ pub fn validate_tools(src: &Source) -> Result<()> {
 /// [`Source::tool_errors`]); the seeds count from the file's `seed`.
 pub fn tool_errors(src: &Source) -> Vec<FieldError> {
     src.tool_errors(|s| {
-        let seed = s
-            .table
-            .get("seed")
-            .and_then(toml::Value::as_integer)
-            .unwrap_or(1)
-            .max(0) as u64;
+        let seed = s.first_seed();
         let mut found = expectations_checked(s, seed).err().unwrap_or_default();
         if s.tools.contains_key("sweep") {
             let cli = crate::sweep::spec::CliAxes::default();

@@ -168,12 +168,7 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let budget = a
         .budget
         .unwrap_or(DEFAULT_RUNS_PER_CANDIDATE.saturating_mul(cands.len() as u64));
-    let base_seed = src
-        .table
-        .get("seed")
-        .and_then(toml::Value::as_integer)
-        .unwrap_or(1)
-        .max(0) as u64;
+    let base_seed = src.first_seed();
     let settings = Settings {
         budget,
         eta: a.eta,

@@ -216,6 +216,16 @@ impl Source {
         t
     }
 
+    /// The file's `seed` as the tools count seeds from it: 1 when absent or not an integer
+    /// (the scenario's own validation names that), 0 for a negative one.
+    pub fn first_seed(&self) -> u64 {
+        self.table
+            .get("seed")
+            .and_then(toml::Value::as_integer)
+            .unwrap_or(1)
+            .max(0) as u64
+    }
+
     /// The trace files the scenario replays (resolved), in order.
     pub fn trace_files(&self) -> Vec<std::path::PathBuf> {
         let t = self.resolved_table();
