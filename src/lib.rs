@@ -22,10 +22,11 @@
 //! 3. **Application** (this crate): [`cli`] (parse and dispatch only, one file per
 //!    subcommand), [`sweep`], [`tune`], [`check`], [`import`], [`explain`], [`export`],
 //!    [`report`], [`plot`], [`hints`], [`reference`](mod@reference), [`alerts`] (Prometheus
-//!    rules and their proof on runs) and [`observe`] (the same figures on a real fleet's
-//!    series; the only HTTP client). It builds scenarios
-//!    through io, calls [`sim::run`], and renders finished results; it never reaches into
-//!    a running simulation. Plotting, YAML, JUnit and the CLI parser live here only.
+//!    rules and their proof on runs), [`observe`] (the same figures on a real fleet's
+//!    series) and [`live`] (the live wing: `sim serve`, `sim load` and observe's fetching;
+//!    the only code that speaks HTTP, and the only place wall time drives what happens).
+//!    It builds scenarios through io, calls [`sim::run`], and renders finished results; it
+//!    never reaches into a running simulation. Plotting, YAML, JUnit and the CLI parser live here only.
 //!
 //! Inside the application, [`cli`] sits on top; [`sweep`], [`tune`], [`check`] and
 //! [`import`] drive runs; [`explain`], [`export`], [`report`], [`plot`] and [`hints`] see a
@@ -53,11 +54,10 @@ pub mod export;
 pub mod family;
 pub mod hints;
 pub mod import;
-pub mod load;
+pub mod live;
 pub mod observe;
 pub mod plot;
 pub mod reference;
 pub mod report;
-pub mod serve;
 pub mod sweep;
 pub mod tune;

@@ -6,7 +6,7 @@
 //! * `sim check`: `[expect]` bounds, `--determinism`, `--invariants`, JUnit (`check.rs`);
 //! * `sim compare`: two runs, goldens or sweeps, metric by metric (`compare.rs`);
 //! * `sim load`: a scenario's workload sent in real time to an OpenAI-compatible endpoint
-//!   (`load.rs`, logic in `crate::load`);
+//!   (`load.rs`, logic in `crate::live::load`);
 //! * `sim explain`: a run's stranded capacity and its counterfactuals (`explain.rs`);
 //! * `sim family`: candidate rules judged over a random family of fleets (`family.rs`, logic
 //!   in `crate::family`);
@@ -24,8 +24,9 @@
 //! * `sim alerts`: Prometheus rules on vLLM's series and their promtool proof on a run
 //!   (`alerts.rs`, logic in `crate::alerts`);
 //! * `sim observe`: the stranding figures on a real fleet's series (`observe.rs`, logic in
-//!   `crate::observe`);
-//! * `sim serve`: the fleet as vLLM servers over HTTP (`crate::serve`).
+//!   `crate::observe`, fetching in `crate::live::fetch`);
+//! * `sim serve`: the fleet as vLLM servers over HTTP (`serve.rs`, logic in
+//!   `crate::live::serve`).
 //!
 //! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
 //! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
@@ -47,6 +48,7 @@ mod policies;
 mod profiles;
 mod reference;
 mod run;
+mod serve;
 mod shared;
 mod sweep;
 mod trace;
@@ -201,7 +203,7 @@ enum Command {
     /// than real time; point a real router at the URLs (docs/serve.md).
     ///
     /// Example: sim serve scenarios/burst8.toml --speed 10 --out out/burst8-served
-    Serve(Box<crate::serve::ServeArgs>),
+    Serve(Box<serve::ServeArgs>),
 }
 
 /// Parses arguments and runs; never panics on user input.
@@ -292,6 +294,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             fleetsim_io::out!("{}", String::from_utf8_lossy(&buf))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve(a) => crate::serve::cmd_serve(*a),
+        Command::Serve(a) => serve::cmd_serve(*a),
     }
 }

@@ -134,19 +134,11 @@ pub fn render(a: &Side, la: &str, b: &Side, lb: &str) -> String {
             format!("{:.3}", which(ps))
         }
     };
-    for (name, which) in [
-        ("p50", (|p: &Percentiles| p.p50) as fn(&Percentiles) -> f64),
-        ("p90", |p: &Percentiles| p.p90),
-        ("p99", |p: &Percentiles| p.p99),
-    ] {
-        rows.push((format!("ttft_s {name}"), p(a, which, true), p(b, which, true)));
-    }
-    for (name, which) in [
-        ("p50", (|p: &Percentiles| p.p50) as fn(&Percentiles) -> f64),
-        ("p90", |p: &Percentiles| p.p90),
-        ("p99", |p: &Percentiles| p.p99),
-    ] {
-        rows.push((format!("e2e_s {name}"), p(a, which, false), p(b, which, false)));
+    let quantiles: [(&str, fn(&Percentiles) -> f64); 3] = [("p50", |p| p.p50), ("p90", |p| p.p90), ("p99", |p| p.p99)];
+    for (metric, ttft) in [("ttft_s", true), ("e2e_s", false)] {
+        for (name, which) in quantiles {
+            rows.push((format!("{metric} {name}"), p(a, which, ttft), p(b, which, ttft)));
+        }
     }
     let mut out = format!("| metric | {la} [{}] | {lb} [{}] |\n|---|---:|---:|\n", a.kind, b.kind);
     for (m, x, y) in rows {
