@@ -44,7 +44,8 @@ pub struct Options {
     pub speed: Speed,
     /// Where to write the URLs (default: `out/<scenario>.urls`).
     pub urls_file: Option<PathBuf>,
-    /// Served model name (default: [`model_name`]).
+    /// Served model name (default: the first backend profile's model, else
+    /// `meta-llama/Llama-3.1-8B-Instruct`).
     pub model: Option<String>,
     /// Largest request body accepted, bytes.
     pub max_body_bytes: usize,
