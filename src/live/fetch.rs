@@ -159,4 +159,17 @@ mod tests {
         let e = prometheus(&url, "", "0", "10", 1.0).unwrap_err().to_string();
         assert!(e.contains("parse error at char 3"), "{e}");
     }
+
+    /// An answer past the limit is refused, naming the URL, and one at it is read whole.
+    #[test]
+    fn answers_are_bounded() {
+        let url = serve("0123456789", 200, 2);
+        let rt = runtime(Some(1)).unwrap();
+        let c = client(None).unwrap();
+        let get = |limit| rt.block_on(get_text(&c, &url, &[("q", "a b")], TIMEOUT, limit));
+        let e = format!("{:#}", get(9).unwrap_err());
+        assert!(e.contains(&format!("reading the answer of {url}")), "{e}");
+        assert!(e.contains("larger than 9 bytes"), "{e}");
+        assert_eq!(get(10).unwrap(), (200, "0123456789".to_string()));
+    }
 }
