@@ -6,7 +6,8 @@
 //! or a code block (several lines) starts on the line after the opening marker and ends
 //! with a blank line before the closing one; a count sits between the two markers on one
 //! line (`<!-- generated: policy-count -->16<!-- /generated -->`), which renders as the bare
-//! number. Everything outside the markers is left as written.
+//! number. Everything outside the markers is left as written; a marker quoted in a code
+//! span (right after a backtick) is prose, not a block.
 //!
 //! Owns: the marker syntax and the text of each block. Sees: the policy registry (through
 //! its catalogue) and the CLI's clap command tree; never a run, a clock or a file beyond the
@@ -76,6 +77,11 @@ pub fn find(page: &str) -> Result<Vec<Block>, String> {
     let mut out = Vec::new();
     let mut at = 0;
     while let Some(i) = page[at..].find(BEGIN).map(|i| at + i) {
+        if page[..i].ends_with('`') {
+            // The syntax quoted in prose (`<!-- generated: NAME -->`), not a marker.
+            at = i + BEGIN.len();
+            continue;
+        }
         let line = page[..i].matches('\n').count() + 1;
         let after = i + BEGIN.len();
         let close = page[after..]
@@ -226,8 +232,9 @@ fn leaves<'a>(prefix: &str, cmd: &'a clap::Command, out: &mut Vec<(String, &'a c
 }
 
 /// An argument as a synopsis shows it: `SCENARIO`, `[DIR]`, `--target URL`, `[--quiet]`,
-/// `[--set PATH=VALUE]...`, `[--engine fast|reference]`.
-fn arg_text(a: &clap::Arg) -> String {
+/// `[--set PATH=VALUE]...`, and with `choices` a short list of values for the placeholder
+/// (`[--engine fast|reference]`).
+fn arg_text(a: &clap::Arg, choices: bool) -> String {
     let possible: Vec<String> = a
         .get_possible_values()
         .iter()
@@ -236,7 +243,7 @@ fn arg_text(a: &clap::Arg) -> String {
         .collect();
     let values: Vec<String> = if !a.get_action().takes_values() {
         Vec::new()
-    } else if !possible.is_empty() && possible.len() <= 6 {
+    } else if choices && !possible.is_empty() && possible.len() <= 6 {
         vec![possible.join("|")]
     } else {
         match a.get_value_names() {
@@ -267,7 +274,8 @@ fn arg_text(a: &clap::Arg) -> String {
 }
 
 /// The arguments a synopsis shows for `cmd`: positionals first, then the options
-/// (`required_only`: only the required ones), help and version left out.
+/// (`required_only`: only the required ones, with placeholders rather than choices), help
+/// and version left out.
 fn args_text(cmd: &clap::Command, required_only: bool) -> Vec<String> {
     let shown = |a: &&clap::Arg| {
         !a.is_hide_set()
@@ -276,13 +284,14 @@ fn args_text(cmd: &clap::Command, required_only: bool) -> Vec<String> {
                 clap::ArgAction::Help | clap::ArgAction::HelpLong | clap::ArgAction::Version
             )
     };
-    let positionals = cmd.get_positionals().filter(shown).map(arg_text);
+    let text = |a: &clap::Arg| arg_text(a, !required_only);
+    let positionals = cmd.get_positionals().filter(shown).map(text);
     let options = cmd
         .get_arguments()
         .filter(|a| !a.is_positional())
         .filter(shown)
         .filter(|a| !required_only || a.is_required_set())
-        .map(arg_text);
+        .map(text);
     positionals.chain(options).collect()
 }
 
@@ -379,6 +388,7 @@ mod tests {
         );
         let nested = format!("{BEGIN}commands -->\n{BEGIN}synopsis -->\n{END}\n");
         assert!(find(&nested).unwrap_err().contains("not closed before"));
+        assert_eq!(find(&format!("quoted: `{BEGIN}NAME -->` and `{END}`")), Ok(vec![]));
     }
 
     #[test]
@@ -438,6 +448,8 @@ mod tests {
             );
         }
         assert!(table.contains("| `sim trace inspect FILE` |"), "{table}");
+        assert!(table.contains("| `sim completions SHELL` |"), "{table}");
+        assert!(synopsis(&cli).contains("\nsim completions bash|elvish|fish|powershell|zsh\n"));
         assert!(!table.contains("`sim help"));
         assert_eq!(cell("a | b\n  <c>"), "a \\| b &lt;c>");
         let c = clap::Command::new("x").about("Do it (a; b: c): then more; and more");
