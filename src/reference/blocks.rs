@@ -333,7 +333,7 @@ pub fn command_table(cli: &clap::Command) -> String {
 }
 
 /// Width at which a synopsis line wraps.
-const SYNOPSIS_WIDTH: usize = 100;
+pub const SYNOPSIS_WIDTH: usize = 100;
 
 /// Every subcommand with all its arguments, wrapped at [`SYNOPSIS_WIDTH`] with indented
 /// continuation lines, as a fenced text block.
