@@ -17,7 +17,8 @@
 //! * `sim profiles`: the model/GPU/TP profiles (`profiles.rs`);
 //! * `sim import`: a scenario from router flags, Helm values and `vllm serve` flags
 //!   (`crate::import`);
-//! * `sim reference`: the reference pages generated from the code (`reference.rs`);
+//! * `sim reference`: the reference pages and the guide's blocks generated from the code
+//!   (`reference.rs`);
 //! * `sim calibrate`, `sim validate`: a profile fitted to a real engine's series, and its
 //!   error on per-request latencies (`calibrate.rs`, logic in `crate::calibrate`);
 //! * `sim schema`: the scenario file's JSON Schema (`reference.rs`);
@@ -157,10 +158,13 @@ enum Command {
     /// Example: sim import --router-args "--routing-logic prefixaware --static-backends
     ///          http://a:8000,http://b:8000 --static-models m,m" -o out/mine.toml
     Import(Box<crate::import::ImportArgs>),
-    /// Write the reference pages generated from the code: every scenario key with its type,
-    /// default and meaning, every policy with its options, and the scenario JSON Schema.
+    /// Write the reference pages generated from the code (every scenario key, every policy
+    /// with its options, the scenario JSON Schema) and the generated blocks of the guide.
     ///
-    /// Example: sim reference --out docs/reference
+    /// The blocks are the counts, the policy table and the command tables of README.md and
+    /// docs/**/*.md, between `<!-- generated: NAME -->` and `<!-- /generated -->`.
+    ///
+    /// Example: sim reference --root .
     Reference(reference::ReferenceArgs),
     /// Write Prometheus recording and alerting rules that detect, from vLLM's series alone,
     /// the failures fleetsim models (a free slot while another backend queues, request-share

@@ -680,6 +680,9 @@ impl PolicyKind for Kind {
     const DOC: Doc = Doc {
         source: "AIBrix gateway prefix-cache-preble (pkg/plugins/gateway/algorithms/prefix_cache_preble.go, \
                  pkg/utils/prefixcacheindexer/tree.go) with the load gate of PR #2382",
+        decision: "gate max - min > 8: only the least loaded pods; matched tokens / prompt > 0.5: least \
+                   histogram load among the pods of the longest matching tree node; else least Preble cost, \
+                   ties: first in list",
         signals: "gateway in-flight requests (router-local, fresh) for the gate; a router-local radix tree of prompt \
                   tokens (5-min idle TTL) and the history of routed requests in a 3-min window (histogram load and \
                   Preble cost); no engine metric, output lengths never known (a constant stands in)",

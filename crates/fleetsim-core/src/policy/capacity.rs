@@ -217,6 +217,8 @@ impl PolicyKind for Kind {
     const DOC: Doc = Doc {
         source: "not upstream (no router divides by slots): a fleetsim candidate for mixed hardware; \
                  prefixaware's fallbacks local_slots / slots / kv_headroom are the same rules below the threshold",
+        decision: "least (load + 1) / slots, where load is the router's own in-flight (signal = local) or the \
+                   scrape plus its own dispatches since (signal = scraped); ties: first in discovery order",
         signals: "router's own in-flight (fresh) or scraped running + waiting + own dispatches since the read \
                   (router.engine_stats_interval_s), divided by each URL's --max-num-seqs (a proposed static flag)",
         params: &[

@@ -119,6 +119,7 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "leastinflight";
     const DOC: Doc = Doc {
         source: "PR #1089's least-in-flight rule on every request",
+        decision: "fewest scraped running + waiting, random among the loads within band of the least",
         signals: "scraped running + waiting (router.engine_stats_interval_s, 30 s); missing stats -> _qps_routing",
         params: &[
             param("band", "1", "candidates: loads <= min + band"),

@@ -390,6 +390,8 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "prefixaware";
     const DOC: Doc = Doc {
         source: "production-stack PrefixAwareRouter + HashTrie (PR #990); fallback leastinflight = PR #1089",
+        decision: "longest trie match (128-character chunks), random among equal matches; below \
+                   prefix_min_match_length, the fallback rule (upstream: qps)",
         signals: "router-local trie of 128-char chunks (zero staleness); below the threshold: _qps_routing \
                   (request stats, window 60 s) or scraped engine stats (router.engine_stats_interval_s, 30 s)",
         params: &[
