@@ -16,7 +16,7 @@ use std::io::Read;
 use serde::Deserialize;
 
 use super::jsonl::{Obj, for_each_line, parse_json};
-use super::model::{Builder, Calls, NONE, Timing, TraceError, push_call};
+use super::model::{Builder, Calls, NONE, RawRow, Timing, TraceError, push_call};
 
 /// The session attributes tried by default (then the trace id).
 pub const DEFAULT_SESSION_ATTRIBUTES: [&str; 2] = ["gen_ai.conversation.id", "session.id"];
@@ -267,7 +267,11 @@ fn span(
         think_ns: NONE,
         model: model.as_deref(),
     };
-    push_call(b, calls, line, start, input, output, session, u32::MAX, &[], timing)
+    let r = RawRow {
+        session,
+        ..RawRow::new(line, start, input, output)
+    };
+    push_call(b, calls, r, timing)
 }
 
 #[cfg(test)]
