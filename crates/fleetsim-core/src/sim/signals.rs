@@ -16,15 +16,7 @@ impl Simulation<'_> {
     pub(super) fn on_scrape_read(&mut self, now: SimTime, replica: ReplicaId, slot: ScrapeSlot) {
         let Some(b) = self.routers[replica.index()].scrape_target(slot.index()) else {
             // Nothing listed: the pass is over at once.
-            let sleep = self.routers[replica.index()].scrape_pass_end();
-            self.schedule(
-                now,
-                sleep,
-                Event::ScrapeRead {
-                    replica,
-                    slot: ScrapeSlot(0),
-                },
-            );
+            self.on_scrape_pass_end(now, replica);
             return;
         };
         self.catch_up(b);
