@@ -678,12 +678,16 @@ impl VllmEngine {
     }
 }
 
+/// Engines and requests for the backends' tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testkit {
+    use super::VllmConfig;
+    use crate::backend::perf::StepTimeModel;
     use crate::content::Content;
 
-    fn cfg(seqs: u32, budget: u32, blocks: u32) -> VllmConfig {
+    /// An engine of `seqs` sequences, a `budget` of tokens per step and `blocks` KV blocks
+    /// of 16 tokens, prefix caching on, the default step time.
+    pub(crate) fn cfg(seqs: u32, budget: u32, blocks: u32) -> VllmConfig {
         VllmConfig {
             max_num_seqs: seqs,
             max_num_batched_tokens: budget,
@@ -695,9 +699,16 @@ mod tests {
         }
     }
 
-    fn req(session: u64, prompt: u32, out: u32) -> Content {
+    /// A turn of `session`: `prompt` tokens, then `out`.
+    pub(crate) fn req(session: u64, prompt: u32, out: u32) -> Content {
         Content::session_turn(None, session, prompt, out)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testkit::{cfg, req};
+    use super::*;
 
     /// Runs steps until idle; returns (steps, finished order).
     fn drain(e: &mut VllmEngine) -> (u32, Vec<RequestId>) {
