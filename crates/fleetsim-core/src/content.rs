@@ -208,6 +208,11 @@ impl Content {
             start: 0,
             len: session_prompt_tokens + output_tokens,
         });
+        Content::of_segments(segments, prompt_tokens, output_tokens)
+    }
+
+    /// A completions request of `segments`, which cover its prompt and output exactly.
+    fn of_segments(segments: SmallVec<[Segment; 2]>, prompt_tokens: u32, output_tokens: u32) -> Content {
         let c = Content {
             segments,
             prompt_tokens,
@@ -324,15 +329,7 @@ impl Content {
                 len: rest,
             });
         }
-        let c = Content {
-            segments,
-            prompt_tokens,
-            output_tokens,
-            message_ends: None,
-            memo: MemoLink::default(),
-        };
-        c.assert_consistent();
-        c
+        Content::of_segments(segments, prompt_tokens, output_tokens)
     }
 
     /// Total tokens (prompt + output).
