@@ -73,6 +73,54 @@ pub struct AlertConfig {
     pub stale_for: SimDuration,
 }
 
+/// Checks PromQL label matchers as a selector holds them: `label OP "value"`, comma
+/// separated (a trailing comma allowed), OP one of `=`, `!=`, `=~`, `!~`, the value a
+/// double-, single- or back-quoted string; empty means no matcher. Says what is wrong.
+pub fn check_selector(sel: &str) -> std::result::Result<(), String> {
+    let mut rest = sel.trim();
+    while !rest.is_empty() {
+        let name_len = rest
+            .char_indices()
+            .find(|&(i, c)| !(c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())))
+            .map_or(rest.len(), |(i, _)| i);
+        if name_len == 0 {
+            return Err(format!("expected a label name at `{rest}`"));
+        }
+        let after = rest[name_len..].trim_start();
+        let op = ["!=", "=~", "!~", "="]
+            .into_iter()
+            .find(|o| after.starts_with(o))
+            .ok_or_else(|| format!("expected =, !=, =~ or !~ after `{}`", &rest[..name_len]))?;
+        let value = after[op.len()..].trim_start();
+        let q = value
+            .chars()
+            .next()
+            .filter(|c| matches!(c, '"' | '\'' | '`'))
+            .ok_or_else(|| format!("expected a quoted value after `{}{op}`", &rest[..name_len]))?;
+        let mut end = None;
+        let mut escaped = false;
+        for (i, c) in value.char_indices().skip(1) {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' if q != '`' => escaped = true,
+                c if c == q => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let end = end.ok_or_else(|| format!("unterminated value after `{}{op}`", &rest[..name_len]))?;
+        rest = value[end + 1..].trim_start();
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r.trim_start();
+        } else if !rest.is_empty() {
+            return Err(format!("expected `,` before `{rest}`"));
+        }
+    }
+    Ok(())
+}
+
 impl AlertConfig {
     /// Defaults for a scrape interval and a router engine-stats interval (when known).
     ///
@@ -98,20 +146,38 @@ impl AlertConfig {
         }
     }
 
-    /// Refuses what would not make valid PromQL: a selector must be bare matchers.
+    /// Refuses what would not make valid PromQL or a meaningful split: a selector must be
+    /// bare matchers ([`check_selector`]); pools need distinct names, and no instance may
+    /// be in two pools (a pool without instances holds every one, so it must be alone).
     pub fn validate(&self) -> Result<()> {
         if self.selector.contains(['{', '}', '\n']) {
             bail!("--selector: give label matchers without braces, e.g. 'job=\"vllm\"'");
         }
+        check_selector(&self.selector).map_err(|e| anyhow::anyhow!("--selector {:?}: {e}", self.selector))?;
         if self.pools.is_empty() {
             bail!("no pool: give --pool NAME=SLOTS (or a scenario)");
         }
-        for p in &self.pools {
+        let mut owner: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+        for (i, p) in self.pools.iter().enumerate() {
+            if self.pools[..i].iter().any(|q| q.name == p.name) {
+                bail!("--pool {}: a second pool of that name", p.name);
+            }
             if p.slots == 0 {
                 bail!("--pool {}: slots must be at least 1", p.name);
             }
             if p.name.contains('`') || p.instances.iter().any(|i| i.contains('`')) {
                 bail!("--pool {}: names and instances cannot hold a backtick", p.name);
+            }
+            if p.instances.is_empty() && self.pools.len() > 1 {
+                bail!(
+                    "--pool {}: a pool without instances holds every instance, so it overlaps the other pools; give each pool its instances",
+                    p.name
+                );
+            }
+            for inst in &p.instances {
+                if let Some(other) = owner.insert(inst, &p.name) {
+                    bail!("--pool {}: instance {inst} is already in pool {other}", p.name);
+                }
             }
         }
         Ok(())
@@ -509,6 +575,51 @@ mod tests {
                 .unwrap()
                 .contains("instance=~`backend-0:8000|x\\.y:1`")
         );
+    }
+
+    #[test]
+    fn selectors_are_promql_matchers() {
+        for ok in [
+            "",
+            "job=\"vllm\"",
+            "job=\"a\", instance=~'b.*',",
+            "a!=`x`",
+            "a!~\"\\\"q\"",
+        ] {
+            assert_eq!(check_selector(ok), Ok(()), "{ok}");
+        }
+        for (bad, want) in [
+            ("job==", "quoted value"),
+            ("job=", "quoted value"),
+            ("=\"x\"", "label name"),
+            ("job \"x\"", "expected =,"),
+            ("job=\"x", "unterminated"),
+            ("a=\"x\" b=\"y\"", "expected `,`"),
+            ("1a=\"x\"", "label name"),
+        ] {
+            let e = check_selector(bad).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn pools_are_distinct() {
+        let pool = |name: &str, inst: &[&str]| Pool {
+            name: name.into(),
+            slots: 4,
+            instances: inst.iter().map(|s| s.to_string()).collect(),
+        };
+        let c = |pools| AlertConfig::new(SimDuration(15_000_000_000), None, pools);
+        assert!(c(vec![pool("a", &["x"]), pool("b", &["y"])]).validate().is_ok());
+        assert!(c(vec![pool("a", &[])]).validate().is_ok());
+        for (pools, want) in [
+            (vec![pool("a", &["x"]), pool("a", &["y"])], "a second pool"),
+            (vec![pool("a", &["x"]), pool("b", &["x"])], "already in pool a"),
+            (vec![pool("a", &[]), pool("b", &["y"])], "without instances"),
+        ] {
+            let e = c(pools).validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]

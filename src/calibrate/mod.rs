@@ -46,40 +46,141 @@ pub struct Setup {
     pub kv_from: String,
 }
 
-/// `vllm serve` flags as `name -> value` (`None` for a bare switch).
+/// The `vllm serve` flags [`setup`] reads: those that take a value.
+const VALUE_FLAGS: &[&str] = &[
+    "model",
+    "max-num-seqs",
+    "max-num-batched-tokens",
+    "block-size",
+    "tensor-parallel-size",
+    "tp",
+    "num-gpu-blocks-override",
+    "gpu-memory-utilization",
+    "kv-cache-dtype",
+];
+
+/// The `vllm serve` switches [`setup`] reads (vLLM's `BooleanOptionalAction`: the flag or
+/// its `--no-` form, never a value).
+const SWITCHES: &[&str] = &[
+    "enable-prefix-caching",
+    "no-enable-prefix-caching",
+    "scheduler-reserve-full-isl",
+    "no-scheduler-reserve-full-isl",
+];
+
+/// `vllm serve` flags that do not change the engine model (serving, logging, loading,
+/// numerics the step time absorbs): accepted and listed as ignored, so that a whole
+/// `vllm serve` command line can be pasted.
+const IGNORED_VALUE_FLAGS: &[&str] = &[
+    "host",
+    "port",
+    "api-key",
+    "served-model-name",
+    "dtype",
+    "max-model-len",
+    "seed",
+    "swap-space",
+    "download-dir",
+    "load-format",
+    "tokenizer",
+    "revision",
+    "quantization",
+    "pipeline-parallel-size",
+    "data-parallel-size",
+    "max-logprobs",
+    "uvicorn-log-level",
+    "generation-config",
+    "chat-template",
+    "kv-events-config",
+    "compilation-config",
+];
+
+/// Switches of the same kind.
+const IGNORED_SWITCHES: &[&str] = &[
+    "trust-remote-code",
+    "enforce-eager",
+    "disable-log-requests",
+    "disable-log-stats",
+    "enable-log-requests",
+    "async-scheduling",
+    "no-async-scheduling",
+    "enable-chunked-prefill",
+    "no-enable-chunked-prefill",
+    "enable-expert-parallel",
+];
+
+/// `vllm serve` flags as `name -> value` (`None` for a switch), as vLLM's argument parser
+/// reads them: `--flag value` or `--flag=value`, `_` for `-`, one positional model (a
+/// leading `vllm serve` is skipped). Unknown flags are refused with the closest known
+/// one, a switch given a value is refused (vLLM refuses `--enable-prefix-caching=false`
+/// and reads `--enable-prefix-caching false` as a second model), and so is a value flag
+/// without its value. Flags that do not change the engine model are kept, under their
+/// names, for [`ignored_flags`].
 pub fn parse_engine_args(s: &str) -> Result<BTreeMap<String, Option<String>>> {
-    let words =
-        shlex::split(s).ok_or_else(|| anyhow!("--engine-args: unbalanced quotes in {}", crate::quote::quote(s)))?;
+    let q = crate::quote::quote;
+    let words = shlex::split(s).ok_or_else(|| anyhow!("--engine-args: unbalanced quotes in {}", q(s)))?;
+    let skip = usize::from(words.first().is_some_and(|w| w == "vllm"));
+    let skip = skip + usize::from(words.get(skip).is_some_and(|w| w == "serve"));
     let mut out = BTreeMap::new();
-    let mut i = 0;
-    while i < words.len() {
-        let w = &words[i];
+    let mut it = words.into_iter().skip(skip).peekable();
+    let mut last_switch: Option<String> = None;
+    while let Some(w) = it.next() {
         let Some(flag) = w
             .strip_prefix("--")
             .or_else(|| w.strip_prefix('-').filter(|f| *f == "tp"))
         else {
-            // `vllm serve MODEL`: the positional model.
-            out.insert("model".to_string(), Some(w.clone()));
-            i += 1;
+            // `vllm serve MODEL`: the one positional, never a switch's would-be value.
+            if let Some(f) = last_switch {
+                bail!(
+                    "--engine-args: unexpected argument {} after --{f}: a switch takes no value (write --{f} or its opposite)",
+                    q(&w)
+                );
+            }
+            if out.contains_key("model") {
+                bail!("--engine-args: unexpected argument {} (a second model?)", q(&w));
+            }
+            out.insert("model".to_string(), Some(w));
             continue;
         };
         let flag = flag.replace('_', "-");
-        if let Some((k, v)) = flag.split_once('=') {
-            out.insert(k.to_string(), Some(v.to_string()));
-            i += 1;
-        } else if words.get(i + 1).is_some_and(|n| !n.starts_with("--")) && !is_switch(&flag) {
-            out.insert(flag, Some(words[i + 1].clone()));
-            i += 2;
+        let (name, inline) = match flag.split_once('=') {
+            Some((k, v)) => (k.to_string(), Some(v.to_string())),
+            None => (flag, None),
+        };
+        last_switch = None;
+        if SWITCHES.contains(&name.as_str()) || IGNORED_SWITCHES.contains(&name.as_str()) {
+            if let Some(v) = inline {
+                bail!("--engine-args: --{name}={v}: a switch takes no value (write --{name} or its opposite)");
+            }
+            last_switch = Some(name.clone());
+            out.insert(name, None);
+        } else if VALUE_FLAGS.contains(&name.as_str()) || IGNORED_VALUE_FLAGS.contains(&name.as_str()) {
+            let v = match inline {
+                Some(v) => v,
+                None => it
+                    .next_if(|n| !n.starts_with("--"))
+                    .ok_or_else(|| anyhow!("--engine-args: --{name} needs a value"))?,
+            };
+            out.insert(name, Some(v));
         } else {
-            out.insert(flag, None);
-            i += 1;
+            let known: Vec<&str> = [VALUE_FLAGS, SWITCHES, IGNORED_VALUE_FLAGS, IGNORED_SWITCHES].concat();
+            bail!(
+                "--engine-args: unknown flag --{name}{}",
+                crate::scenario::suggest::closest(&name, &known)
+                    .map_or_else(String::new, |k| format!("; did you mean --{k}?"))
+            );
         }
     }
     Ok(out)
 }
 
-fn is_switch(flag: &str) -> bool {
-    flag.starts_with("enable-") || flag.starts_with("no-") || flag == "scheduler-reserve-full-isl"
+/// The flags of `parse_engine_args` that do not change the engine model, as given.
+pub fn ignored_flags(flags: &BTreeMap<String, Option<String>>) -> Vec<String> {
+    flags
+        .keys()
+        .filter(|k| IGNORED_VALUE_FLAGS.contains(&k.as_str()) || IGNORED_SWITCHES.contains(&k.as_str()))
+        .map(|k| format!("--{k}"))
+        .collect()
 }
 
 /// Options for [`setup`] beyond the engine flags.
@@ -129,28 +230,39 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<S
         "max-num-batched-tokens",
     )?;
     let block_size = num("block-size")?.or(e.block_size).unwrap_or(16);
+    if !crate::measure::VLLM_BLOCK_SIZES.contains(&block_size) {
+        bail!(
+            "--engine-args: --block-size {block_size}: vLLM accepts only {:?}",
+            crate::measure::VLLM_BLOCK_SIZES
+        );
+    }
     prov.push(format!("block_size_tokens = {block_size}"));
     let tp = num("tensor-parallel-size")?.or(num("tp")?).or(e.tensor_parallel_size);
     let model = flags.get("model").cloned().flatten().or_else(|| e.model.clone());
-    let switch = |on: &str, off: &str| -> Option<bool> {
-        if flags.contains_key(off) {
-            Some(false)
-        } else if flags.contains_key(on) {
-            Some(!matches!(flags.get(on), Some(Some(v)) if v == "false" || v == "False"))
-        } else {
-            None
+    // As vLLM's parser: the later of a switch and its opposite wins; here both is refused.
+    let switch = |on: &str, off: &str| -> Result<Option<bool>> {
+        match (flags.contains_key(on), flags.contains_key(off)) {
+            (true, true) => bail!("--engine-args: both --{on} and --{off}"),
+            (on, off) => Ok((on || off).then_some(on)),
         }
     };
-    let prefix_caching = switch("enable-prefix-caching", "no-enable-prefix-caching")
+    let prefix_caching = switch("enable-prefix-caching", "no-enable-prefix-caching")?
         .or(e.prefix_caching)
         .unwrap_or(true);
     prov.push(format!("prefix_caching = {prefix_caching}"));
     // vLLM 0.19 defaults `scheduler_reserve_full_isl` to true; earlier versions lack it.
-    let reserve = switch("scheduler-reserve-full-isl", "no-scheduler-reserve-full-isl")
+    let reserve = switch("scheduler-reserve-full-isl", "no-scheduler-reserve-full-isl")?
         .or(e.reserve_full_isl)
         .unwrap_or_else(|| e.vllm_version.as_deref().is_some_and(version_at_least_0_19));
     prov.push(format!("reserve_full_isl = {reserve}"));
+    let max_blocks = crate::backend::MAX_KV_BLOCKS;
     let (kv_blocks, kv_from) = if let Some(b) = num("num-gpu-blocks-override")? {
+        if b >= max_blocks {
+            bail!(
+                "--engine-args: --num-gpu-blocks-override {b}: more than the {} blocks an engine may have",
+                max_blocks - 1
+            );
+        }
         (
             b.saturating_sub(1).max(1),
             "--num-gpu-blocks-override (less vLLM's null block)".to_string(),
@@ -163,7 +275,20 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<S
     } else {
         derive_kv(m, model.as_deref(), tp, block_size, &flags, opts)?
     };
+    if kv_blocks >= crate::backend::MAX_KV_BLOCKS {
+        bail!(
+            "{kv_blocks} KV blocks ({kv_from}): more than the {} an engine may have",
+            crate::backend::MAX_KV_BLOCKS - 1
+        );
+    }
     prov.push(format!("kv_blocks = {kv_blocks} ({kv_from})"));
+    let ignored = ignored_flags(&flags);
+    if !ignored.is_empty() {
+        prov.push(format!(
+            "ignored (no effect on the engine model): {}",
+            ignored.join(" ")
+        ));
+    }
     let cfg = VllmConfig {
         max_num_seqs,
         max_num_batched_tokens,
@@ -213,14 +338,20 @@ fn derive_kv(
             anyhow!("{src}: num_gpu_blocks and the GPU's memory are not recorded; give --gpu-memory-gib G or --engine-args \"--num-gpu-blocks-override N\"")
         })?;
     let util = match flags.get("gpu-memory-utilization") {
-        Some(Some(v)) => v.parse::<f64>().map_err(|_| {
+        Some(Some(v)) => v.parse::<f64>().ok().filter(|u| *u > 0.0 && *u <= 1.0).ok_or_else(|| {
             anyhow!(
-                "--engine-args: --gpu-memory-utilization {}: not a number",
+                "--engine-args: --gpu-memory-utilization {}: not a fraction in (0, 1]",
                 crate::quote::quote(v)
             )
         })?,
         _ => m.engine.gpu_memory_utilization.unwrap_or(0.9),
     };
+    if !(gib.is_finite() && gib > 0.0) {
+        bail!("--gpu-memory-gib {gib}: not a positive number of GiB");
+    }
+    if opts.activation_memory_gib.is_some_and(|a| !(a.is_finite() && a >= 0.0)) {
+        bail!("--activation-memory-gib: not a number of GiB >= 0");
+    }
     let dtype = match flags.get("kv-cache-dtype").cloned().flatten().as_deref() {
         None | Some("auto") | Some("bfloat16") | Some("float16") => 2,
         Some(d) if d.starts_with("fp8") => 1,
@@ -239,7 +370,14 @@ fn derive_kv(
         block_size_tokens: block_size,
         activation_memory_gib: act,
     };
-    let b = crate::profiles::kv_blocks(&k).map_err(|e| anyhow!("{src}: deriving KV blocks: {e}"))?;
+    // What is left to fail is the combination: name every input it came from.
+    let b = crate::profiles::kv_blocks(&k).map_err(|e| {
+        anyhow!(
+            "deriving KV blocks ({} on {gib} GiB x {util}, TP {}; from {src}, --engine-args and --gpu-memory-gib): {e}",
+            shape.name,
+            tp.unwrap_or(1)
+        )
+    })?;
     Ok((
         b,
         format!(
@@ -276,8 +414,17 @@ pub fn workload(m: &Measurement, cfg: &VllmConfig) -> Result<Workload> {
                 crate::quote::quote(&r.id)
             );
         }
+        // Readers bound the span (`measure::check_span`); checked again at the conversion.
+        let arrival = crate::time::checked_secs_to_ns(r.queued_s - origin_s, crate::backend::replay::MAX_SPAN)
+            .map_err(|e| {
+                anyhow!(
+                    "{}:{}: the request's arrival: {e}",
+                    crate::quote::escape(&m.source),
+                    r.line
+                )
+            })?;
         requests.push(ReplayRequest {
-            arrival: SimTime(crate::time::secs_to_ns(r.queued_s - origin_s)),
+            arrival: SimTime(arrival),
             prompt_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
         });
@@ -289,7 +436,15 @@ pub fn workload(m: &Measurement, cfg: &VllmConfig) -> Result<Workload> {
                 Client::Open => None,
                 Client::Closed(c) => Some(c),
             },
-            interval: SimDuration::from_secs_f64(interval_s),
+            interval: SimDuration::try_from_secs_f64(interval_s, crate::backend::replay::MAX_SPAN)
+                .ok()
+                .filter(|i| *i >= crate::backend::replay::MIN_INTERVAL)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "{}: a series interval of {interval_s} s",
+                        crate::quote::escape(&m.source)
+                    )
+                })?,
         },
         origin_s,
     })
@@ -620,6 +775,29 @@ mod tests {
         assert_eq!(f["no-enable-prefix-caching"], None);
         assert_eq!(f["tp"].as_deref(), Some("2"));
         assert!(parse_engine_args("--model 'x").is_err());
+        // A pasted command line: `vllm serve` skipped, serving flags kept as ignored.
+        let f = parse_engine_args("vllm serve m --port 8000 --enforce-eager --max-num-seqs 4").unwrap();
+        assert_eq!(f["model"].as_deref(), Some("m"));
+        assert_eq!(ignored_flags(&f), ["--enforce-eager", "--port"]);
+        for (bad, want) in [
+            (
+                "--max-num-seq 8",
+                "unknown flag --max-num-seq; did you mean --max-num-seqs?",
+            ),
+            ("--frobnicate", "unknown flag --frobnicate"),
+            (
+                "m --enable-prefix-caching false",
+                "unexpected argument `false` after --enable-prefix-caching",
+            ),
+            ("--enable-prefix-caching false", "a switch takes no value"),
+            ("m n", "a second model"),
+            ("--enable-prefix-caching=false", "a switch takes no value"),
+            ("--max-num-seqs", "--max-num-seqs needs a value"),
+            ("--max-num-seqs --block-size 16", "--max-num-seqs needs a value"),
+        ] {
+            let e = parse_engine_args(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
         assert!(version_at_least_0_19("0.19.0") && version_at_least_0_19("v0.20.1") && !version_at_least_0_19("0.8.4"));
     }
 }

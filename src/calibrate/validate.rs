@@ -214,6 +214,14 @@ pub fn validate(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) 
         bail!("{}: no requests", crate::quote::escape(&m.source));
     }
     let rep = replay(cfg, &w.requests, &w.opts);
+    if rep.past_grid {
+        bail!(
+            "{}: with profile {profile}, the replay runs past {} intervals of {} s (the most a series keeps): the profile's step time is far too slow for this measurement",
+            crate::quote::escape(&m.source),
+            crate::backend::replay::MAX_SAMPLES,
+            w.opts.interval.as_secs_f64()
+        );
+    }
     let s = |t: crate::time::SimTime| t.as_secs_f64() + w.origin_s;
     let mut ttft = Vec::new();
     let mut tpot = Vec::new();

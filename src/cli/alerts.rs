@@ -67,12 +67,15 @@ fn parse_pool(spec: &str) -> Result<Pool> {
     let Some((name, rest)) = spec.split_once('=') else {
         bail!("--pool {spec}: expected NAME=SLOTS or NAME=SLOTS:INSTANCE,...");
     };
+    if name.trim().is_empty() {
+        bail!("--pool {spec}: the pool needs a name before `=`");
+    }
     let (slots, inst) = rest.split_once(':').map_or((rest, None), |(s, i)| (s, Some(i)));
     let slots = match slots.trim().parse::<u32>() {
         Ok(n) if n > 0 => n,
         _ => bail!("--pool {spec}: slots must be a whole number of at least 1"),
     };
-    let instances = inst
+    let instances: Vec<String> = inst
         .map(|i| {
             i.split(',')
                 .map(|s| s.trim().to_string())
@@ -80,11 +83,30 @@ fn parse_pool(spec: &str) -> Result<Pool> {
                 .collect()
         })
         .unwrap_or_default();
+    if inst.is_some() && instances.is_empty() {
+        bail!("--pool {spec}: no instance after `:` (leave out `:` for every instance)");
+    }
     Ok(Pool {
         name: name.trim().to_string(),
         slots,
         instances,
     })
+}
+
+/// A path as the file system resolves it: the file itself when it exists (symbolic links
+/// followed), else its existing folder's, with the name appended.
+fn resolved(p: &Path) -> PathBuf {
+    if let Ok(c) = std::fs::canonicalize(p) {
+        return c;
+    }
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    match (std::fs::canonicalize(dir), p.file_name()) {
+        (Ok(d), Some(f)) => d.join(f),
+        _ => p.to_path_buf(),
+    }
 }
 
 /// A path as the test file reaches it: its file name when they share a folder.
@@ -107,6 +129,15 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
     let mut pools: Vec<Pool> = a.pools.iter().map(|p| parse_pool(p)).collect::<Result<_>>()?;
     if a.test_out.is_some() && (a.scenario.is_none() || a.output.is_none()) {
         bail!("--test-out needs a scenario and --output");
+    }
+    if let (Some(o), Some(t)) = (&a.output, &a.test_out)
+        && resolved(o) == resolved(t)
+    {
+        bail!(
+            "--test-out {} is the rules file --output {} names: the test would overwrite the rules",
+            t.display(),
+            o.display()
+        );
     }
     let loaded = match &a.scenario {
         Some(p) => Some(load_scenario(&ScenarioArgs {
@@ -218,6 +249,8 @@ mod tests {
         assert!(parse_pool("x=8").unwrap().instances.is_empty());
         assert!(parse_pool("x").unwrap_err().to_string().contains("--pool x"));
         assert!(parse_pool("x=0").is_err());
+        assert!(parse_pool("=4").unwrap_err().to_string().contains("needs a name"));
+        assert!(parse_pool("x=4:").unwrap_err().to_string().contains("no instance"));
         assert!(secs("--scrape-interval", 0.0).is_err());
         assert_eq!(secs("--split-for", 1.5).unwrap(), SimDuration(1_500_000_000));
     }

@@ -45,12 +45,20 @@ pub(super) fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    anyhow::ensure!(
-        a.rel_tol >= 0.0 && a.abs_tol >= 0.0 && a.rel_tol.is_finite() && a.abs_tol.is_finite(),
-        "tolerances must be finite and >= 0"
-    );
+    for (flag, x) in [("--rel-tol", a.rel_tol), ("--abs-tol", a.abs_tol)] {
+        anyhow::ensure!(x.is_finite() && x >= 0.0, "{flag} {x}: expected a finite number >= 0");
+    }
     let (la, ma) = load_metrics(&a.a)?;
     let (lb, mb) = load_metrics(&a.b)?;
+    // Two results that share no metric are different kinds (a run beside a sweep): every
+    // metric would read as a difference.
+    if !ma.is_empty() && !mb.is_empty() && !ma.keys().any(|k| mb.contains_key(k)) {
+        anyhow::bail!(
+            "{} [{la}] and {} [{lb}] share no metric: compare a run with a run, a sweep with a sweep",
+            a.a.display(),
+            a.b.display()
+        );
+    }
     let metrics: Vec<String> = a
         .metrics
         .iter()

@@ -16,6 +16,42 @@ use super::{Engine, Group, Import, router_flags, src, tables, vllm_flags};
 /// The chart's `routerSpec.engineScrapeInterval` default.
 pub const CHART_ENGINE_SCRAPE_INTERVAL_S: i64 = 15;
 
+/// The deepest nesting of flow collections (`[` and `{`) a values file may have: far
+/// beyond any chart's, and checked in one pass before the YAML parser, whose time grows
+/// with the square of the depth.
+pub const MAX_FLOW_DEPTH: usize = 64;
+
+/// Scans `text` once for flow collections nested deeper than [`MAX_FLOW_DEPTH`] (outside
+/// quoted strings and comments); the line and column of the first too deep, 1-based.
+fn flow_depth(text: &str) -> Result<(), (usize, usize)> {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut prev = ' ';
+    for (l, line) in text.lines().enumerate() {
+        let mut escaped = false;
+        for (c, ch) in line.chars().enumerate() {
+            match (quote, ch) {
+                (Some('"'), '\\') if !escaped => escaped = true,
+                (Some(q), _) if ch == q && !escaped => quote = None,
+                (Some(_), _) => escaped = false,
+                (None, '"' | '\'') => quote = Some(ch),
+                (None, '#') if prev.is_whitespace() || c == 0 => break,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    if depth > MAX_FLOW_DEPTH {
+                        return Err((l + 1, c + 1));
+                    }
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            prev = ch;
+        }
+        prev = ' ';
+    }
+    Ok(())
+}
+
 /// Reads a values file into `imp` (engines as groups, one per enabled `modelSpec`).
 pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: bool) -> Result<(), String> {
     let file = path.display().to_string();
@@ -26,6 +62,9 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
                 None => format!("{file}: {m}"),
             }
         })?;
+    flow_depth(&text).map_err(|(l, c)| {
+        format!("{file}:{l}:{c}: more than {MAX_FLOW_DEPTH} nested `[` or `{{`: not a values file")
+    })?;
     let root: Value = serde_yaml_ng::from_str(&text).map_err(|e| match e.location() {
         Some(l) => format!("{file}:{}:{}: {e}", l.line(), l.column()),
         None => format!("{file}: {e}"),
@@ -448,4 +487,24 @@ fn router_spec(h: &Helm, r: Option<&Value>, imp: &mut Import, gpu: &str, allow_u
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_nesting_is_bounded_in_one_pass() {
+        assert_eq!(flow_depth("a: [1, {b: [2]}]\n"), Ok(()));
+        let deep = format!("k:\n  v: {}\n", "[".repeat(100_000));
+        assert_eq!(flow_depth(&deep), Err((2, 6 + MAX_FLOW_DEPTH)));
+        // Brackets in quotes and comments do not count.
+        let quoted = format!(
+            "a: \"{}\"\nb: '{}' # {}\n",
+            "[".repeat(100),
+            "{".repeat(100),
+            "[".repeat(100)
+        );
+        assert_eq!(flow_depth(&quoted), Ok(()));
+    }
 }

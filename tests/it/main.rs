@@ -34,6 +34,7 @@ mod faults;
 mod first_hour;
 mod fleet;
 mod fuzz;
+mod fuzz_readers;
 mod guarantees;
 mod hygiene;
 mod imbalance;

@@ -11,13 +11,29 @@
 //!
 //! No router, no network: the engine alone, so a step-time model can be judged on the
 //! engine's own series. Deterministic: the same inputs give the same steps.
+//!
+//! Bounded: the series is binned as the steps end (memory follows the samples kept, not
+//! the steps run), and keeps at most [`MAX_SAMPLES`] intervals; a replay that runs past
+//! them says so ([`Replay::past_grid`]). Readers hold measurements to [`MAX_SPAN`] and
+//! intervals to at least [`MIN_INTERVAL`], so a measured series fits the same grid.
 
 use std::collections::VecDeque;
 
 use super::vllm::{StepEvents, VllmConfig, VllmEngine};
 use crate::content::{Content, source_id};
 use crate::ids::RequestId;
-use crate::time::{SimDuration, SimTime};
+use crate::time::{NS_PER_S, SimDuration, SimTime};
+
+/// The longest measurement replayed (7 days of simulated time): far beyond any benchmark,
+/// and short enough that its series fits [`MAX_SAMPLES`] at a 1 s interval.
+pub const MAX_SPAN: SimDuration = SimDuration(7 * 86_400 * NS_PER_S);
+
+/// The most series intervals a replay keeps (1,000,000, 40 MB of samples): a measured
+/// series' span over its interval may not exceed it either.
+pub const MAX_SAMPLES: u64 = 1_000_000;
+
+/// The shortest series interval (1 ms): vLLM publishes its gauges once per engine step.
+pub const MIN_INTERVAL: SimDuration = SimDuration(1_000_000);
 
 /// One request to replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +99,9 @@ pub struct Replay {
     pub steps: u64,
     /// Preemptions.
     pub preemptions: u64,
+    /// The engine ran past the last of the [`MAX_SAMPLES`] intervals: `samples` end there,
+    /// the later steps are not in them.
+    pub past_grid: bool,
 }
 
 /// Replays `requests` (sorted by arrival) through one engine configured by `cfg`.
@@ -103,7 +122,7 @@ pub fn replay(cfg: &VllmConfig, requests: &[ReplayRequest], opts: &ReplayOptions
         held: VecDeque::new(),
         in_flight: 0,
         limit: opts.max_concurrency.unwrap_or(u32::MAX).max(1),
-        points: Vec::new(),
+        grid: Grid::new(opts.interval),
         sampled_before: 0,
     };
     // Arrived or not yet: the next request the client may send.
@@ -124,7 +143,8 @@ pub fn replay(cfg: &VllmConfig, requests: &[ReplayRequest], opts: &ReplayOptions
         }
     }
     Replay {
-        samples: bin(&c.points, opts.interval),
+        past_grid: c.grid.past,
+        samples: c.grid.samples,
         steps: c.engine.steps(),
         preemptions: c.engine.preemptions(),
         requests: c.out,
@@ -146,7 +166,7 @@ struct Client<'r> {
     in_flight: u32,
     /// The client's slots (`--max-concurrency`).
     limit: u32,
-    points: Vec<Point>,
+    grid: Grid,
     sampled_before: u64,
 }
 
@@ -195,7 +215,7 @@ impl Client<'_> {
         }
         let sampled = self.engine.tokens_sampled();
         let g = self.engine.gauges();
-        self.points.push((
+        self.grid.add((
             now,
             prompt,
             sampled - self.sampled_before,
@@ -226,29 +246,47 @@ fn start(engine: &mut VllmEngine, ev: &mut StepEvents, now: SimTime, out: &mut [
     Some(SimTime(now.0 + d.0))
 }
 
-/// Step-end points into interval samples.
-fn bin(points: &[Point], interval: SimDuration) -> Vec<Sample> {
-    let Some(last) = points.last() else {
-        return Vec::new();
-    };
-    let n = last.0.0.div_ceil(interval.0).max(1);
-    let mut samples = Vec::with_capacity(n as usize);
-    let mut j = 0;
-    let mut gauges = (0, 0, 0);
-    for k in 1..=n {
-        let t = SimTime(k * interval.0);
-        let mut s = Sample { t, ..Sample::default() };
-        while j < points.len() && points[j].0 <= t {
-            let p = points[j];
-            s.prompt_tokens += p.1;
-            s.generation_tokens += p.2;
-            gauges = (p.3, p.4, p.5);
-            j += 1;
+/// The series as it is binned: one sample per interval `(t - interval, t]` up to the
+/// latest step end, at most [`MAX_SAMPLES`] of them.
+struct Grid {
+    interval: u64,
+    samples: Vec<Sample>,
+    /// A step ended past the last interval kept.
+    past: bool,
+}
+
+impl Grid {
+    fn new(interval: SimDuration) -> Grid {
+        Grid {
+            interval: interval.0,
+            samples: Vec::new(),
+            past: false,
         }
-        (s.running, s.waiting, s.kv_used_blocks) = gauges;
-        samples.push(s);
     }
-    samples
+
+    /// Adds a step end (they come in time order): its tokens to its interval, its gauges
+    /// to that interval and, until a later step says otherwise, the ones after it.
+    fn add(&mut self, p: Point) {
+        let k = p.0.0.div_ceil(self.interval).max(1);
+        let last = self.samples.last().copied().unwrap_or_default();
+        while (self.samples.len() as u64) < k.min(MAX_SAMPLES) {
+            let t = SimTime((self.samples.len() as u64 + 1) * self.interval);
+            self.samples.push(Sample {
+                t,
+                prompt_tokens: 0,
+                generation_tokens: 0,
+                ..last
+            });
+        }
+        if k > MAX_SAMPLES {
+            self.past = true;
+            return;
+        }
+        let s = self.samples.last_mut().expect("extended above");
+        s.prompt_tokens += p.1;
+        s.generation_tokens += p.2;
+        (s.running, s.waiting, s.kv_used_blocks) = (p.3, p.4, p.5);
+    }
 }
 
 #[cfg(test)]
@@ -295,6 +333,30 @@ mod tests {
         assert_eq!((s[0].prompt_tokens, s[0].generation_tokens, s[0].running), (0, 0, 1));
         assert_eq!((s[1].prompt_tokens, s[1].generation_tokens), (100, 2));
         assert_eq!((s[2].generation_tokens, s[2].running), (1, 0));
+        assert!(!rep.past_grid);
+    }
+
+    #[test]
+    fn the_grid_is_bounded() {
+        // A 1 ns interval over a 5 ms replay would be 5 million samples: the grid keeps
+        // MAX_SAMPLES and says that the engine ran past them.
+        let r = [ReplayRequest {
+            arrival: SimTime(0),
+            prompt_tokens: 100,
+            output_tokens: 3,
+        }];
+        let opts = ReplayOptions {
+            max_concurrency: None,
+            interval: SimDuration(1),
+        };
+        let rep = replay(&cfg(), &r, &opts);
+        assert!(rep.past_grid);
+        assert_eq!(rep.samples.len() as u64, MAX_SAMPLES);
+        assert_eq!(
+            rep.requests[0].last_token,
+            SimTime(5_000_000),
+            "the replay itself is whole"
+        );
     }
 
     #[test]
