@@ -157,11 +157,13 @@ impl AlertConfig {
         if self.pools.is_empty() {
             bail!("no pool: give --pool NAME=SLOTS (or a scenario)");
         }
-        let mut owner: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
         for (i, p) in self.pools.iter().enumerate() {
             if self.pools[..i].iter().any(|q| q.name == p.name) {
                 bail!("--pool {}: a second pool of that name", p.name);
             }
+        }
+        let mut owner: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+        for p in &self.pools {
             if p.slots == 0 {
                 bail!("--pool {}: slots must be at least 1", p.name);
             }

@@ -198,18 +198,7 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<S
     let flags = parse_engine_args(engine_args)?;
     let e = &m.engine;
     let mut prov = Vec::new();
-    let num = |name: &str| -> Result<Option<u32>> {
-        match flags.get(name) {
-            None => Ok(None),
-            Some(None) => bail!("--engine-args: --{name} needs a value"),
-            Some(Some(v)) => v.parse::<u32>().ok().filter(|&x| x >= 1).map(Some).ok_or_else(|| {
-                anyhow!(
-                    "--engine-args: --{name} {}: not a positive whole number",
-                    crate::quote::quote(v)
-                )
-            }),
-        }
-    };
+    let num = |name: &str| flag_u32(&flags, name);
     let mut pick = |key: &str, flag: Option<u32>, meta: Option<u32>, needed: &str| -> Result<u32> {
         let (v, src) = match (flag, meta) {
             (Some(v), _) => (v, "--engine-args"),
@@ -230,12 +219,6 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<S
         "max-num-batched-tokens",
     )?;
     let block_size = num("block-size")?.or(e.block_size).unwrap_or(16);
-    if !crate::measure::VLLM_BLOCK_SIZES.contains(&block_size) {
-        bail!(
-            "--engine-args: --block-size {block_size}: vLLM accepts only {:?}",
-            crate::measure::VLLM_BLOCK_SIZES
-        );
-    }
     prov.push(format!("block_size_tokens = {block_size}"));
     let tp = num("tensor-parallel-size")?.or(num("tp")?).or(e.tensor_parallel_size);
     let model = flags.get("model").cloned().flatten().or_else(|| e.model.clone());
@@ -255,32 +238,7 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<S
         .or(e.reserve_full_isl)
         .unwrap_or_else(|| e.vllm_version.as_deref().is_some_and(version_at_least_0_19));
     prov.push(format!("reserve_full_isl = {reserve}"));
-    let max_blocks = crate::backend::MAX_KV_BLOCKS;
-    let (kv_blocks, kv_from) = if let Some(b) = num("num-gpu-blocks-override")? {
-        if b >= max_blocks {
-            bail!(
-                "--engine-args: --num-gpu-blocks-override {b}: more than the {} blocks an engine may have",
-                max_blocks - 1
-            );
-        }
-        (
-            b.saturating_sub(1).max(1),
-            "--num-gpu-blocks-override (less vLLM's null block)".to_string(),
-        )
-    } else if let Some(b) = e.num_gpu_blocks {
-        (
-            b.saturating_sub(1).max(1),
-            format!("num_gpu_blocks {b} recorded (less vLLM's null block)"),
-        )
-    } else {
-        derive_kv(m, model.as_deref(), tp, block_size, &flags, opts)?
-    };
-    if kv_blocks >= crate::backend::MAX_KV_BLOCKS {
-        bail!(
-            "{kv_blocks} KV blocks ({kv_from}): more than the {} an engine may have",
-            crate::backend::MAX_KV_BLOCKS - 1
-        );
-    }
+    let (kv_blocks, kv_from) = kv_blocks_of(m, &flags, model.as_deref(), tp, block_size, opts)?;
     prov.push(format!("kv_blocks = {kv_blocks} ({kv_from})"));
     let ignored = ignored_flags(&flags);
     if !ignored.is_empty() {
@@ -305,6 +263,69 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<S
         model,
         kv_from,
     })
+}
+
+/// A whole-number flag, if given: at least 1, and within what vLLM and the engine model
+/// take (`--block-size` one of vLLM's, `--num-gpu-blocks-override` below the model's
+/// bound).
+fn flag_u32(flags: &BTreeMap<String, Option<String>>, name: &str) -> Result<Option<u32>> {
+    let q = crate::quote::quote;
+    let v = match flags.get(name) {
+        None => return Ok(None),
+        Some(None) => bail!("--engine-args: --{name} needs a value"),
+        Some(Some(v)) => v,
+    };
+    let x = v
+        .parse::<u32>()
+        .ok()
+        .filter(|&x| x >= 1)
+        .ok_or_else(|| anyhow!("--engine-args: --{name} {}: not a positive whole number", q(v)))?;
+    let sizes = crate::measure::VLLM_BLOCK_SIZES;
+    if name == "block-size" && !sizes.contains(&x) {
+        bail!("--engine-args: --block-size {x}: vLLM accepts only {sizes:?}");
+    }
+    let max = crate::backend::MAX_KV_BLOCKS;
+    if name == "num-gpu-blocks-override" && x >= max {
+        bail!(
+            "--engine-args: --num-gpu-blocks-override {x}: more than the {} blocks an engine may have",
+            max - 1
+        );
+    }
+    Ok(Some(x))
+}
+
+/// The engine's usable KV blocks and where they came from: the flag, the recorded
+/// `num_gpu_blocks` (each less vLLM's null block), or vLLM's derivation; fewer than the
+/// engine model holds.
+fn kv_blocks_of(
+    m: &Measurement,
+    flags: &BTreeMap<String, Option<String>>,
+    model: Option<&str>,
+    tp: Option<u32>,
+    block_size: u32,
+    opts: SetupOptions,
+) -> Result<(u32, String)> {
+    let (kv_blocks, kv_from) = if let Some(b) = flag_u32(flags, "num-gpu-blocks-override")? {
+        (
+            b.saturating_sub(1).max(1),
+            "--num-gpu-blocks-override (less vLLM's null block)".to_string(),
+        )
+    } else if let Some(b) = m.engine.num_gpu_blocks {
+        (
+            b.saturating_sub(1).max(1),
+            format!("num_gpu_blocks {b} recorded (less vLLM's null block)"),
+        )
+    } else {
+        derive_kv(m, model, tp, block_size, flags, opts)?
+    };
+    let max = crate::backend::MAX_KV_BLOCKS;
+    if kv_blocks >= max {
+        bail!(
+            "{kv_blocks} KV blocks ({kv_from}): more than the {} an engine may have",
+            max - 1
+        );
+    }
+    Ok((kv_blocks, kv_from))
 }
 
 fn version_at_least_0_19(v: &str) -> bool {

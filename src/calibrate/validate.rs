@@ -208,11 +208,9 @@ fn latency(name: &'static str, pairs: Vec<(f64, f64)>) -> Latency {
     }
 }
 
-/// Replays the measurement with `cfg` and compares.
-pub fn validate(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) -> Result<(Validation, Replay)> {
-    if m.requests.is_empty() {
-        bail!("{}: no requests", crate::quote::escape(&m.source));
-    }
+/// The replay of `w`, refused when it runs past the series' grid (a profile far too slow
+/// for the measurement: its samples would not cover the run).
+fn whole_replay(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) -> Result<Replay> {
     let rep = replay(cfg, &w.requests, &w.opts);
     if rep.past_grid {
         bail!(
@@ -222,6 +220,15 @@ pub fn validate(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) 
             w.opts.interval.as_secs_f64()
         );
     }
+    Ok(rep)
+}
+
+/// Replays the measurement with `cfg` and compares.
+pub fn validate(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) -> Result<(Validation, Replay)> {
+    if m.requests.is_empty() {
+        bail!("{}: no requests", crate::quote::escape(&m.source));
+    }
+    let rep = whole_replay(m, cfg, w, profile)?;
     let s = |t: crate::time::SimTime| t.as_secs_f64() + w.origin_s;
     let mut ttft = Vec::new();
     let mut tpot = Vec::new();

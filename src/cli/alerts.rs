@@ -99,14 +99,38 @@ fn resolved(p: &Path) -> PathBuf {
     if let Ok(c) = std::fs::canonicalize(p) {
         return c;
     }
-    let dir = p
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    match (std::fs::canonicalize(dir), p.file_name()) {
-        (Ok(d), Some(f)) => d.join(f),
-        _ => p.to_path_buf(),
+    let folder = |p: &Path| -> PathBuf {
+        p.parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
+    };
+    // A link to a file not written yet: where it points (a few links deep at most).
+    let mut p = p.to_path_buf();
+    for _ in 0..8 {
+        match std::fs::read_link(&p) {
+            Ok(t) => p = folder(&p).join(t),
+            Err(_) => break,
+        }
     }
+    match (std::fs::canonicalize(folder(&p)), p.file_name()) {
+        (Ok(d), Some(f)) => d.join(f),
+        _ => p,
+    }
+}
+
+/// Refuses a test file that is the rules file (by any path to it).
+fn distinct_outputs(rules: Option<&Path>, test: Option<&Path>) -> Result<()> {
+    if let (Some(o), Some(t)) = (rules, test)
+        && resolved(o) == resolved(t)
+    {
+        bail!(
+            "--test-out {} is the rules file --output {} names: the test would overwrite the rules",
+            t.display(),
+            o.display()
+        );
+    }
+    Ok(())
 }
 
 /// A path as the test file reaches it: its file name when they share a folder.
@@ -130,15 +154,7 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
     if a.test_out.is_some() && (a.scenario.is_none() || a.output.is_none()) {
         bail!("--test-out needs a scenario and --output");
     }
-    if let (Some(o), Some(t)) = (&a.output, &a.test_out)
-        && resolved(o) == resolved(t)
-    {
-        bail!(
-            "--test-out {} is the rules file --output {} names: the test would overwrite the rules",
-            t.display(),
-            o.display()
-        );
-    }
+    distinct_outputs(a.output.as_deref(), a.test_out.as_deref())?;
     let loaded = match &a.scenario {
         Some(p) => Some(load_scenario(&ScenarioArgs {
             scenario: p.clone(),
