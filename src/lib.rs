@@ -58,6 +58,7 @@ pub mod observe;
 pub mod plot;
 pub mod reference;
 pub mod report;
+pub mod run;
 pub mod serve;
 pub mod sweep;
 pub mod tune;

@@ -172,7 +172,7 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
             record_event_log: false,
         };
         let name = a.scenario.as_ref().expect("checked").display().to_string();
-        let (res, _) = crate::sim::run_mode(sc.sim.clone(), wl, opts, EngineMode::Fast)
+        let (res, _) = crate::run::simulate(sc.sim.clone(), wl, opts, EngineMode::Fast)
             .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         let s = sample(&res, &sc.sim, scrape.0);
         let exp = expected(&s, &c);

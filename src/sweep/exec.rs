@@ -17,8 +17,9 @@ use rayon::prelude::*;
 
 use super::spec::Plan;
 use super::table::{Meta, RunRow, SweepFile, flatten};
+use crate::run::Failure;
 use crate::scenario::{FieldError, Scenario, Source};
-use crate::sim::{RunOptions, run};
+use crate::sim::{RunOptions, SimError};
 use crate::trace::TraceCache;
 
 /// Minimum time between partial-file rewrites.
@@ -136,19 +137,15 @@ fn run_one(base: &Source, plan: &Plan, points: &Points, i: u64) -> Result<RunRow
         message: format!("{}: {m}", describe(plan, point, seed)),
         invariant,
     };
-    let mut sc = points
+    let scenario = points
         .scenario(base, plan, point)
-        .map_err(|m| fail(m.to_string(), false))?
-        .clone();
-    sc.sim.seed = seed;
-    let wl = sc
-        .workload_with(points.traces())
-        .map_err(|e| fail(located(base, plan, point, e), false))?;
-    let opts = RunOptions::summary_only();
-    let (res, _) = run(sc.sim, &wl, opts).map_err(|e| {
-        let inv = matches!(e, crate::sim::SimError::Invariant(..));
-        fail(e.to_string(), inv)
-    })?;
+        .map_err(|m| fail(m.to_string(), false))?;
+    let res =
+        crate::run::at_seed(scenario, seed, points.traces(), RunOptions::summary_only()).map_err(|f| match f {
+            Failure::Workload(e) => fail(located(base, plan, point, e), false),
+            Failure::Sim(e @ SimError::Invariant(..)) => fail(e.to_string(), true),
+            Failure::Sim(e) => fail(e.to_string(), false),
+        })?;
     Ok(RunRow {
         run: i,
         point,
@@ -208,14 +205,11 @@ pub fn execute(
             }),
     );
 
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.jobs.max(1))
-        .build()
-        .map_err(|e| RunFailure {
-            run: 0,
-            message: format!("cannot start {} worker threads: {e}", opts.jobs),
-            invariant: false,
-        })?;
+    let pool = crate::run::workers(opts.jobs).map_err(|message| RunFailure {
+        run: 0,
+        message,
+        invariant: false,
+    })?;
     // The lowest failing run so far: runs above it are skipped, runs below it still run, so
     // the failure reported (the lowest in run order) does not depend on --jobs.
     let first_fail = AtomicU64::new(u64::MAX);
