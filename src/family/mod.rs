@@ -10,7 +10,7 @@
 //! distribution over the family is what ranks the candidates.
 //!
 //! Owns: the family's distribution, its candidates, its regret tables and plot. May not
-//! see: simulation internals (each run is a `sim::run` of a validated scenario). Invariant:
+//! see: simulation internals (each run is a `run::at_seed` of a validated scenario). Invariant:
 //! the output is a pure function of (family seed, N, seeds, candidates): byte-identical for
 //! any `--jobs`.
 
@@ -21,10 +21,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow};
-use rayon::prelude::*;
 
-use crate::scenario::Source;
-use crate::sim::{RunOptions, run};
+use crate::run::Failure;
+use crate::scenario::{Scenario, Source};
+use crate::sim::RunOptions;
+use crate::trace::TraceCache;
 use setup::{Setup, THRESHOLD_CHARS};
 
 /// A candidate rule: a label and its `[router.policy]` inline table (`{T}` stands for the
@@ -166,7 +167,8 @@ pub fn draw(seed: u64, n: u64) -> Vec<Setup> {
 
 /// The validated scenario source of `setup` under `cand`.
 pub fn source(setup: &Setup, cand: &Candidate) -> Result<Source> {
-    let mut src = Source::parse(&setup.scenario_toml(), &format!("{}.toml", setup.name()), &setup.name())?;
+    let text = setup.scenario().to_string();
+    let mut src = Source::parse(&text, &format!("{}.toml", setup.name()), &setup.name())?;
     src.apply(&[("router.policy".into(), cand.table(THRESHOLD_CHARS))], cand.label)?;
     Ok(src)
 }
@@ -178,45 +180,63 @@ pub fn execute(seed: u64, setups: Vec<Setup>, cands: Vec<Candidate>, seeds: u64,
             "the family needs at least one member, one candidate and one seed"
         ));
     }
-    // Each (member, candidate) validated once, up front: a bad one fails before any run.
+    let scenarios = validated(&setups, &cands)?;
+    // Member x candidate in order, each on seeds 1..=seeds.
+    let runs: Vec<(usize, u64)> = (0..scenarios.len())
+        .flat_map(|k| (1..=seeds).map(move |s| (k, s)))
+        .collect();
+    let traces = TraceCache::new();
+    let rows = crate::run::parallel(jobs, &runs, |&(k, s)| measure(&scenarios[k], s, &traces))?;
+    let rows: Vec<([f64; 3], f64)> = rows.into_iter().collect::<Result<_>>()?;
+    Ok(Family {
+        seed,
+        seeds,
+        cells: means(&rows, setups.len(), cands.len(), seeds as usize),
+        setups,
+        candidates: cands,
+        runs: runs.len() as u64,
+        run_s: rows.iter().map(|r| r.1).sum(),
+    })
+}
+
+/// Each (member, candidate) validated once, up front, in that order: a bad one fails
+/// before any run.
+fn validated(setups: &[Setup], cands: &[Candidate]) -> Result<Vec<Scenario>> {
     let mut scenarios = Vec::with_capacity(setups.len() * cands.len());
-    for s in &setups {
-        for c in &cands {
+    for s in setups {
+        for c in cands {
             let sc = source(s, c)
                 .and_then(|src| Ok(src.scenario()?))
                 .with_context(|| format!("member {} under `{}`", s.index, c.label))?;
             scenarios.push(sc);
         }
     }
-    let per = seeds as usize;
-    let total = scenarios.len() * per;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs.max(1))
-        .build()
-        .map_err(|e| anyhow!("cannot start {jobs} worker threads: {e}"))?;
-    let rows: Vec<Result<([f64; 3], f64)>> = pool.install(|| {
-        (0..total)
-            .into_par_iter()
-            .map(|i| {
-                let mut sc = scenarios[i / per].clone();
-                sc.sim.seed = (i % per) as u64 + 1;
-                let wl = sc.workload().map_err(|e| anyhow!("{}: {}", sc.sim.name, e.message))?;
-                let (res, wall) = run(sc.sim, &wl, RunOptions::summary_only()).map_err(|e| anyhow!("{e}"))?;
-                let s = &res.summary;
-                Ok((
-                    [s.idle_while_queued_s, s.ttft_s.p99, s.prefix_cache_hit_rate],
-                    wall.as_secs_f64(),
-                ))
-            })
-            .collect()
-    });
-    let rows: Vec<([f64; 3], f64)> = rows.into_iter().collect::<Result<_>>()?;
-    let run_s = rows.iter().map(|r| r.1).sum();
-    let cells = (0..setups.len())
+    Ok(scenarios)
+}
+
+/// One run of `scenario` at `seed`: the metrics the family judges (see [`METRICS`]) and
+/// the run's wall time on its thread, seconds.
+fn measure(scenario: &Scenario, seed: u64, traces: &TraceCache) -> Result<([f64; 3], f64)> {
+    let t0 = std::time::Instant::now();
+    let res = crate::run::at_seed(scenario, seed, traces, RunOptions::summary_only()).map_err(|f| match f {
+        Failure::Workload(e) => anyhow!("{}: {}", scenario.sim.name, e.message),
+        Failure::Sim(e) => anyhow!("{e}"),
+    })?;
+    let s = &res.summary;
+    Ok((
+        [s.idle_while_queued_s, s.ttft_s.p99, s.prefix_cache_hit_rate],
+        t0.elapsed().as_secs_f64(),
+    ))
+}
+
+/// `cells[member][candidate]`: the means over the seeds of `rows` (member x candidate x
+/// seed, in that order).
+fn means(rows: &[([f64; 3], f64)], members: usize, candidates: usize, per: usize) -> Vec<Vec<Cell>> {
+    (0..members)
         .map(|si| {
-            (0..cands.len())
+            (0..candidates)
                 .map(|ci| {
-                    let k = si * cands.len() + ci;
+                    let k = si * candidates + ci;
                     let mut mean = [0.0; 3];
                     for (r, _) in &rows[k * per..(k + 1) * per] {
                         for m in 0..3 {
@@ -229,16 +249,7 @@ pub fn execute(seed: u64, setups: Vec<Setup>, cands: Vec<Candidate>, seeds: u64,
                 })
                 .collect()
         })
-        .collect();
-    Ok(Family {
-        seed,
-        seeds,
-        setups,
-        candidates: cands,
-        cells,
-        runs: total as u64,
-        run_s,
-    })
+        .collect()
 }
 
 /// Regret of `x` against the member's best `best` for metric `m` (1 = the best; higher is
@@ -473,7 +484,7 @@ pub fn write_outputs(dir: &Path, f: &Family, dpi: Option<u32>) -> Result<Vec<Pat
     put(dir.join("family.csv"), &|o| write_csv(o, f))?;
     for s in &f.setups {
         put(members.join(format!("{}.toml", s.name())), &|o| {
-            o.extend_from_slice(s.scenario_toml().as_bytes());
+            o.extend_from_slice(s.scenario().to_string().as_bytes());
             Ok(())
         })?;
     }
