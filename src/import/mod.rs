@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
+use crate::policy::kind::{LogicValue, PolicyKind, RoutingLogic};
+use crate::policy::{kvaware, prefixaware, registry, session};
+
 use flags::{Flag, Parsed, number};
 
 /// `sim import` arguments.
@@ -280,20 +283,7 @@ pub(crate) fn router_flags(p: &Parsed, imp: &mut Import, what: &str) -> Result<(
     let from = |f: &Flag| format!("{} ({what})", f.written);
     if let Some(f) = p.get("--routing-logic") {
         let v = f.value.clone().unwrap_or_default();
-        match v.as_str() {
-            "roundrobin" | "session" | "prefixaware" | "kvaware" | "loadaware" | "load_balanced_kvaware" => {}
-            "disaggregated_prefill" | "disaggregated_prefill_orchestrated" => {
-                return Err(f.err(&format!(
-                    "{v} is not modelled (the simulator has no prefill/decode disaggregation)"
-                )));
-            }
-            other => {
-                return Err(f.err(&format!(
-                    "{} is not one of roundrobin, session, kvaware, prefixaware, loadaware (PR #1035), load_balanced_kvaware (PR #884)",
-                    crate::quote::quote(other)
-                )));
-            }
-        }
+        routing_logic(&v).map_err(|m| f.err(&m))?;
         r.routing_logic = src(v, from(f));
     }
     if let Some(f) = p.get("--engine-stats-interval") {
@@ -347,6 +337,27 @@ pub(crate) fn router_flags(p: &Parsed, imp: &mut Import, what: &str) -> Result<(
     }
     ignored_of(p, tables::ROUTER_USED, what, imp);
     Ok(())
+}
+
+/// The registry's entry for production-stack's `--routing-logic v`, or why there is none.
+fn routing_logic(v: &str) -> Result<(&'static str, RoutingLogic), String> {
+    let logics = registry::routing_logics();
+    if let Some((e, l)) = logics.iter().find(|(e, _)| e.kind() == v) {
+        return Ok((e.kind(), *l));
+    }
+    if v == "disaggregated_prefill" || v == "disaggregated_prefill_orchestrated" {
+        return Err(format!(
+            "{v} is not modelled (the simulator has no prefill/decode disaggregation)"
+        ));
+    }
+    let names: Vec<String> = logics
+        .iter()
+        .map(|(e, l)| match l.pr {
+            Some(pr) => format!("{} ({pr})", e.kind()),
+            None => e.kind().to_string(),
+        })
+        .collect();
+    Err(format!("{} is not one of {}", crate::quote::quote(v), names.join(", ")))
 }
 
 /// Applies `vllm serve` flags to one engine.
@@ -800,48 +811,16 @@ fn router(o: &mut Origins, r: &Router, carry: &mut String) -> Result<(toml_edit:
     }
     let router_t = s.finish(carry);
     let mut s = Section::new("router.policy");
-    let mut kind = r.routing_logic.v.as_str();
-    let threshold = r.imbalanced_threshold.as_ref().filter(|t| t.v.is_finite());
-    if kind == "load_balanced_kvaware" && threshold.is_none() {
-        // PR #884's default threshold is +inf: the router never rebalances.
-        kind = "kvaware";
-        s.put(
-            o,
-            "kind",
-            kind,
-            &format!(
-                "{}; default --imbalanced-threshold inf (PR #884) never rebalances, so plain kvaware",
-                r.routing_logic.from
-            ),
-        );
-    } else {
-        s.put(o, "kind", kind, &r.routing_logic.from);
-    }
-    match kind {
-        "prefixaware" => {
-            match &r.prefix_min_match_length {
-                Some(p) => s.put(o, "prefix_min_match_length", p.v, &format!("{} (characters)", p.from)),
-                None => s.put(
-                    o,
-                    "prefix_min_match_length",
-                    0i64,
-                    "default --prefix-min-match-length 0 (off)",
-                ),
-            }
-            s.put(o, "fallback", "qps", "upstream main (_qps_routing)");
+    let logic = policy_kind(o, &mut s, r)?;
+    for k in logic.keys {
+        match (k.flag.and_then(|f| flag_value(r, f)), k.default) {
+            (Some((v, from)), _) => match k.unit {
+                Some(unit) => s.put(o, k.key, v, &format!("{from} ({unit})")),
+                None => s.put(o, k.key, v, from),
+            },
+            (None, Some((v, why))) => s.put(o, k.key, logic_value(v), why),
+            (None, None) => {}
         }
-        "loadaware" => s.put(o, "beta", 1.0, "PR #1035 default (env LOADAWARE_BETA unset)"),
-        "kvaware" | "load_balanced_kvaware" => {
-            match &r.kv_aware_threshold {
-                Some(p) => s.put(o, "kv_aware_threshold", p.v, &p.from),
-                None => s.put(o, "kv_aware_threshold", 2000i64, "default --kv-aware-threshold 2000"),
-            }
-            if let (true, Some(t)) = (kind == "load_balanced_kvaware", threshold) {
-                // The value as given: the router compares the spread of requests with it.
-                s.put(o, "imbalanced_threshold", t.v, &t.from);
-            }
-        }
-        _ => {}
     }
     if let Some(k) = &r.session_key {
         s.note(&format!(
@@ -852,6 +831,53 @@ fn router(o: &mut Origins, r: &Router, carry: &mut String) -> Result<(toml_edit:
     }
     let policy_t = s.finish(carry);
     Ok((router_t, policy_t))
+}
+
+/// Writes the policy kind of the deployment's routing logic into `s`, with where it came
+/// from; returns the logic it runs (one that needs a flag the deployment leaves out runs
+/// the logic it names instead).
+fn policy_kind(o: &mut Origins, s: &mut Section, r: &Router) -> Result<RoutingLogic, String> {
+    let (kind, logic) = routing_logic(&r.routing_logic.v)?;
+    match logic.needs {
+        Some((flag, plain, why)) if flag_value(r, flag).is_none() => {
+            let (plain, logic) = routing_logic(plain)?;
+            let from = format!("{}; {why}, so plain {plain}", r.routing_logic.from);
+            s.put(o, "kind", plain, &from);
+            Ok(logic)
+        }
+        _ => {
+            s.put(o, "kind", kind, &r.routing_logic.from);
+            Ok(logic)
+        }
+    }
+}
+
+/// The value the deployment gives a policy's router flag and where it came from (an
+/// infinite `--imbalanced-threshold`, upstream's default, gives none).
+fn flag_value<'a>(r: &'a Router, flag: &str) -> Option<(toml_edit::Value, &'a str)> {
+    let given = |v: toml_edit::Value, from: &'a String| Some((v, from.as_str()));
+    match flag {
+        "--prefix-min-match-length" => r
+            .prefix_min_match_length
+            .as_ref()
+            .and_then(|p| given(p.v.into(), &p.from)),
+        "--kv-aware-threshold" => r.kv_aware_threshold.as_ref().and_then(|p| given(p.v.into(), &p.from)),
+        "--imbalanced-threshold" => r
+            .imbalanced_threshold
+            .as_ref()
+            .filter(|t| t.v.is_finite())
+            .and_then(|t| given(t.v.into(), &t.from)),
+        _ => None,
+    }
+}
+
+/// A routing logic's default as a TOML value.
+fn logic_value(v: LogicValue) -> toml_edit::Value {
+    match v {
+        LogicValue::Int(i) => i.into(),
+        LogicValue::Float(x) => x.into(),
+        LogicValue::Str(s) => s.into(),
+    }
 }
 
 /// `[workload]`: the trace, or the template groups.
@@ -941,15 +967,15 @@ struct TemplateGroup {
 fn template_intro(r: &Router) -> Vec<String> {
     let kind = r.routing_logic.v.as_str();
     let class = match kind {
-        "prefixaware" => match &r.prefix_min_match_length {
+        k if k == prefixaware::Kind::KIND => match &r.prefix_min_match_length {
             Some(p) if p.v > 0 => format!(
                 "prefix-aware routing with a {}-character minimum match: every agent whose prompt starts with the same system prompt (longer than the threshold) is sent to the backend that first served it, so an agent burst piles onto one backend while the others idle",
                 p.v
             ),
             _ => "prefix-aware routing: requests that share a prompt prefix follow the backend that first served it, so an agent burst with one system prompt piles onto one backend while the others idle".to_string(),
         },
-        "kvaware" | "load_balanced_kvaware" => "KV-aware routing: the longest cached prefix wins, so agents sharing a system prompt pile onto one backend (and chat requests take the fallback)".to_string(),
-        "session" => "session routing: a session stays on the backend its key hashes to, so a few long agent sessions latch onto few backends whatever their load".to_string(),
+        k if k == kvaware::Kind::KIND || k == kvaware::LoadBalancedKind::KIND => "KV-aware routing: the longest cached prefix wins, so agents sharing a system prompt pile onto one backend (and chat requests take the fallback)".to_string(),
+        k if k == session::Kind::KIND => "session routing: a session stays on the backend its key hashes to, so a few long agent sessions latch onto few backends whatever their load".to_string(),
         _ => format!("{kind} routing: requests are spread without regard to their size, so long agent turns and short chat turns queue behind each other"),
     };
     let mut out =
