@@ -163,19 +163,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         }
     };
     let perf = sweep_perf(&result, &resumed_runs, jobs, shard, wall);
-    let written = match shard {
-        Some((k, n)) => {
-            let p = shard_path(&dir, k, n);
-            write_shard(&p, &result)?;
-            vec![p]
-        }
-        None => crate::sweep::write_outputs(&dir, &result, a.plot.dpi(a.no_plots))?,
-    };
-    let perf_name = match shard {
-        Some((k, n)) => format!("sweep-perf-shard-{k}-of-{n}.json"),
-        None => "sweep-perf.json".into(),
-    };
-    write_json(&dir.join(perf_name), &perf)?;
+    let written = write_results(&dir, &result, &perf, shard, a.plot.dpi(a.no_plots))?;
     if !a.quiet {
         report(&result, &perf, &dir, &written, shard)?;
     }
@@ -284,6 +272,31 @@ fn sweep_perf(
         events,
         events_per_s: events as f64 / wall_s,
     }
+}
+
+/// Writes the sweep's files (a shard's file alone for a shard) and its wall-clock figures;
+/// returns the paths of the former.
+fn write_results(
+    dir: &Path,
+    result: &SweepFile,
+    perf: &SweepPerf,
+    shard: Option<(u64, u64)>,
+    dpi: Option<u32>,
+) -> Result<Vec<PathBuf>> {
+    let written = match shard {
+        Some((k, n)) => {
+            let p = shard_path(dir, k, n);
+            write_shard(&p, result)?;
+            vec![p]
+        }
+        None => crate::sweep::write_outputs(dir, result, dpi)?,
+    };
+    let perf_name = match shard {
+        Some((k, n)) => format!("sweep-perf-shard-{k}-of-{n}.json"),
+        None => "sweep-perf.json".into(),
+    };
+    write_json(&dir.join(perf_name), perf)?;
+    Ok(written)
 }
 
 /// The table and the files written on stdout, the speed on stderr.
