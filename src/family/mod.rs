@@ -343,6 +343,19 @@ pub fn write_regret_md(o: &mut Vec<u8>, f: &Family) -> Result<()> {
          prefix hit rate best / x. Median, 90th percentile and worst over the members.\n"
     );
     let regs: Vec<Vec<Vec<f64>>> = (0..3).map(|m| f.regrets(m)).collect();
+    regret_table(&mut s, f, &regs, &eq, &mx);
+    if let Some(r) = reference(f) {
+        against_own(&mut s, f, &regs, r, &eq, &mx);
+    }
+    worst_members(&mut s, f, &regs);
+    o.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+/// The regret table: per candidate, the median, 90th percentile and worst regret over the
+/// members (`regs[metric][candidate][member]`), and the idle median on `eq`ual and `mx`ed
+/// hardware.
+fn regret_table(s: &mut String, f: &Family, regs: &[Vec<Vec<f64>>], eq: &[usize], mx: &[usize]) {
     let _ = writeln!(
         s,
         "| candidate | upstream | idle p50 | idle p90 | idle max | TTFT p99 p50 | TTFT p99 p90 | hit p50 | hit p90 | idle p50 equal | idle p50 mixed |"
@@ -362,45 +375,52 @@ pub fn write_regret_md(o: &mut Vec<u8>, f: &Family) -> Result<()> {
             fmt_ratio(quantile(&regs[1][c], 0.9)),
             fmt_ratio(quantile(&regs[2][c], 0.5)),
             fmt_ratio(quantile(&regs[2][c], 0.9)),
-            fmt_ratio(quantile(&pick(&regs[0][c], &eq), 0.5)),
-            fmt_ratio(quantile(&pick(&regs[0][c], &mx), 0.5)),
+            fmt_ratio(quantile(&pick(&regs[0][c], eq), 0.5)),
+            fmt_ratio(quantile(&pick(&regs[0][c], mx), 0.5)),
         );
     }
-    if let Some(r) = reference(f) {
+}
+
+/// Each candidate against the reference `r` (`own in-flight`) per member, and whether its
+/// idle-while-queued regret meets the targets.
+fn against_own(s: &mut String, f: &Family, regs: &[Vec<Vec<f64>>], r: usize, eq: &[usize], mx: &[usize]) {
+    let _ = writeln!(
+        s,
+        "\n## Against the router's own in-flight count\n\nPer member, the candidate's mean over the mean of `own in-flight` \
+         (median over the members of each kind): idle-while-queued on mixed hardware (target <= 0.5) and TTFT p99 on equal \
+         hardware (target <= 1), idle as (x + {IDLE_FLOOR_S} s) / (ref + {IDLE_FLOOR_S} s); and whether the \
+         candidate's idle-while-queued regret over the whole family meets the issue's target (p50 <= 1.1, p90 <= 2).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| candidate | idle mixed / own (p50) | idle mixed / own (p90) | TTFT p99 equal / own (p50) | TTFT p99 equal / own (p90) | idle regret p50 <= 1.1 and p90 <= 2 |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for (c, cand) in f.candidates.iter().enumerate() {
+        let idle: Vec<f64> = mx
+            .iter()
+            .map(|&i| (f.cells[i][c].mean[0] + IDLE_FLOOR_S) / (f.cells[i][r].mean[0] + IDLE_FLOOR_S))
+            .collect();
+        let ttft: Vec<f64> = eq
+            .iter()
+            .map(|&i| f.cells[i][c].mean[1] / f.cells[i][r].mean[1].max(1e-9))
+            .collect();
+        let meets = quantile(&regs[0][c], 0.5) <= 1.1 && quantile(&regs[0][c], 0.9) <= 2.0;
         let _ = writeln!(
             s,
-            "\n## Against the router's own in-flight count\n\nPer member, the candidate's mean over the mean of `own in-flight` \
-             (median over the members of each kind): idle-while-queued on mixed hardware (target <= 0.5) and TTFT p99 on equal \
-             hardware (target <= 1), idle as (x + {IDLE_FLOOR_S} s) / (ref + {IDLE_FLOOR_S} s); and whether the \
-             candidate's idle-while-queued regret over the whole family meets the issue's target (p50 <= 1.1, p90 <= 2).\n"
+            "| {} | {} | {} | {} | {} | {} |",
+            cand.label,
+            fmt_ratio(quantile(&idle, 0.5)),
+            fmt_ratio(quantile(&idle, 0.9)),
+            fmt_ratio(quantile(&ttft, 0.5)),
+            fmt_ratio(quantile(&ttft, 0.9)),
+            if meets { "yes" } else { "no" }
         );
-        let _ = writeln!(
-            s,
-            "| candidate | idle mixed / own (p50) | idle mixed / own (p90) | TTFT p99 equal / own (p50) | TTFT p99 equal / own (p90) | idle regret p50 <= 1.1 and p90 <= 2 |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|");
-        for (c, cand) in f.candidates.iter().enumerate() {
-            let idle: Vec<f64> = mx
-                .iter()
-                .map(|&i| (f.cells[i][c].mean[0] + IDLE_FLOOR_S) / (f.cells[i][r].mean[0] + IDLE_FLOOR_S))
-                .collect();
-            let ttft: Vec<f64> = eq
-                .iter()
-                .map(|&i| f.cells[i][c].mean[1] / f.cells[i][r].mean[1].max(1e-9))
-                .collect();
-            let meets = quantile(&regs[0][c], 0.5) <= 1.1 && quantile(&regs[0][c], 0.9) <= 2.0;
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} |",
-                cand.label,
-                fmt_ratio(quantile(&idle, 0.5)),
-                fmt_ratio(quantile(&idle, 0.9)),
-                fmt_ratio(quantile(&ttft, 0.5)),
-                fmt_ratio(quantile(&ttft, 0.9)),
-                if meets { "yes" } else { "no" }
-            );
-        }
     }
+}
+
+/// Each candidate's three worst members by idle-while-queued regret.
+fn worst_members(s: &mut String, f: &Family, regs: &[Vec<Vec<f64>>]) {
     let _ = writeln!(
         s,
         "\n## Worst members per candidate (idle-while-queued regret)\n\n| candidate | member | regret | idle s | best idle s (by) | setup |\n|---|---|---|---|---|---|"
@@ -426,8 +446,6 @@ pub fn write_regret_md(o: &mut Vec<u8>, f: &Family) -> Result<()> {
             );
         }
     }
-    o.extend_from_slice(s.as_bytes());
-    Ok(())
 }
 
 /// `family.csv`: one row per member x candidate, means and regrets.

@@ -559,6 +559,34 @@ fn inline(pairs: &[(&str, toml_edit::Value)]) -> toml_edit::Value {
 /// The scenario text for `imp`, and where each key's value came from.
 fn write(imp: &Import, a: &ImportArgs, stem: &str, trace: Option<&str>) -> Result<(String, Origins), String> {
     let mut o: Origins = Vec::new();
+    let mut root = preamble(imp, a);
+    root.put(&mut o, "name", stem, "-o (the file name)");
+    root.put(&mut o, "seed", 1i64, "fleetsim's default seed");
+    // Tables are finished in the order they are displayed, so a comment left at the end
+    // of one table goes above the next one's header.
+    let mut carry = std::mem::take(&mut root.pending);
+    let mut doc = toml_edit::DocumentMut::new();
+    *doc.as_table_mut() = root.t;
+    let mut min_context: Option<i64> = None;
+    let bt = backends(imp, &mut o, &mut carry, &mut min_context)?;
+    doc.insert("backends", toml_edit::Item::Table(bt));
+    let (router_t, policy_t) = router(&mut o, &imp.router, &mut carry)?;
+    let mut rt = router_t;
+    rt.insert("policy", toml_edit::Item::Table(policy_t));
+    doc.insert("router", toml_edit::Item::Table(rt));
+    let wl = workload(&mut o, imp, trace, min_context, &mut carry);
+    doc.insert("workload", toml_edit::Item::Table(wl));
+    let mut text = doc.to_string();
+    text.push_str(&carry);
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok((text, o))
+}
+
+/// The file's opening comment: what it was imported from, what was read and ignored, and
+/// the import's notes.
+fn preamble(imp: &Import, a: &ImportArgs) -> Section {
     let mut root = Section::new("");
     root.note(&format!(
         "Imported by `sim import` (fleetsim {}) from:",
@@ -597,52 +625,40 @@ fn write(imp: &Import, a: &ImportArgs, stem: &str, trace: Option<&str>) -> Resul
         root.note(&format!("Note: {n}."));
     }
     root.pending.push('\n');
-    root.put(&mut o, "name", stem, "-o (the file name)");
-    root.put(&mut o, "seed", 1i64, "fleetsim's default seed");
-    // Tables are finished in the order they are displayed, so a comment left at the end
-    // of one table goes above the next one's header.
-    let mut carry = std::mem::take(&mut root.pending);
-    let mut doc = toml_edit::DocumentMut::new();
-    *doc.as_table_mut() = root.t;
-    let mut min_context: Option<i64> = None;
-    let bt = if let [g] = imp.groups.as_slice() {
+    root
+}
+
+/// `[backends]`: one group's keys in it directly, or one `[[backends.groups]]` per group.
+fn backends(
+    imp: &Import,
+    o: &mut Origins,
+    carry: &mut String,
+    min_context: &mut Option<i64>,
+) -> Result<toml_edit::Table, String> {
+    if let [g] = imp.groups.as_slice() {
         let mut sec = Section::new("backends");
         if g.name != "backend" {
             sec.note(&format!("engines of {}", crate::quote::quote(&g.name)));
         }
-        group_keys(&mut sec, &mut o, g, &mut min_context)?;
-        sec.finish(&mut carry)
-    } else {
-        let mut bt = toml_edit::Table::new();
-        bt.set_implicit(true);
-        let mut groups = toml_edit::ArrayOfTables::new();
-        for (gi, g) in imp.groups.iter().enumerate() {
-            let mut sec = Section::new(&format!("backends.groups[{gi}]"));
-            sec.put(
-                &mut o,
-                "name",
-                g.name.as_str(),
-                "servingEngineSpec.modelSpec[].name (--helm)",
-            );
-            group_keys(&mut sec, &mut o, g, &mut min_context)?;
-            groups.push(sec.finish(&mut carry));
-        }
-        bt.insert("groups", toml_edit::Item::ArrayOfTables(groups));
-        bt
-    };
-    doc.insert("backends", toml_edit::Item::Table(bt));
-    let (router_t, policy_t) = router(&mut o, &imp.router, &mut carry)?;
-    let mut rt = router_t;
-    rt.insert("policy", toml_edit::Item::Table(policy_t));
-    doc.insert("router", toml_edit::Item::Table(rt));
-    let wl = workload(&mut o, imp, trace, min_context, &mut carry);
-    doc.insert("workload", toml_edit::Item::Table(wl));
-    let mut text = doc.to_string();
-    text.push_str(&carry);
-    if !text.ends_with('\n') {
-        text.push('\n');
+        group_keys(&mut sec, o, g, min_context)?;
+        return Ok(sec.finish(carry));
     }
-    Ok((text, o))
+    let mut bt = toml_edit::Table::new();
+    bt.set_implicit(true);
+    let mut groups = toml_edit::ArrayOfTables::new();
+    for (gi, g) in imp.groups.iter().enumerate() {
+        let mut sec = Section::new(&format!("backends.groups[{gi}]"));
+        sec.put(
+            o,
+            "name",
+            g.name.as_str(),
+            "servingEngineSpec.modelSpec[].name (--helm)",
+        );
+        group_keys(&mut sec, o, g, min_context)?;
+        groups.push(sec.finish(carry));
+    }
+    bt.insert("groups", toml_edit::Item::ArrayOfTables(groups));
+    Ok(bt)
 }
 
 /// A group's keys: its count, URLs and engine.
@@ -675,8 +691,17 @@ fn kv_origins(g: &Group) -> String {
     v.join(", ")
 }
 
-/// A group's engine keys.
+/// A group's engine keys: its profile, batch limits, blocks, KV capacity and context.
 fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut Option<i64>) -> Result<(), String> {
+    let profile = group_profile(s, o, g);
+    group_batch(s, o, g);
+    let kv = group_kv(s, o, g, profile.as_ref())?;
+    group_context(s, g, kv, min_context)
+}
+
+/// The group's `profile` (its model on its GPU at its TP), or a note that the shipped
+/// defaults stand in; the profile found, if any.
+fn group_profile(s: &mut Section, o: &mut Origins, g: &Group) -> Option<crate::profiles::Profile> {
     let e = &g.engine;
     let tp = e.tp.as_ref().map_or(1, |t| t.v);
     let tp_from =
@@ -707,6 +732,13 @@ fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut O
             s.note("set [backends.step_time] and kv_blocks for your model (see `sim profiles`).");
         }
     }
+    profile
+}
+
+/// The group's scheduler limits, block size and prefix caching (vLLM's defaults for its GPU
+/// where the flags leave them out).
+fn group_batch(s: &mut Section, o: &mut Origins, g: &Group) {
+    let e = &g.engine;
     let (d_tokens, d_seqs) = crate::profiles::GPUS
         .iter()
         .find(|x| x.name == g.gpu.v)
@@ -729,7 +761,6 @@ fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut O
             &format!("default --max-num-batched-tokens for {}", g.gpu.v),
         ),
     }
-    let block = e.block_size.as_ref().map_or(16, |b| b.v);
     match &e.block_size {
         Some(v) => s.put(o, "block_size_tokens", v.v, &v.from),
         None => s.put(o, "block_size_tokens", 16i64, "default --block-size 16"),
@@ -738,56 +769,72 @@ fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut O
         Some(v) => s.put(o, "prefix_caching", v.v, &v.from),
         None => s.put(o, "prefix_caching", true, "default (vLLM v1 enables prefix caching)"),
     }
-    // KV capacity: an explicit block count, else vLLM's derivation from memory.
-    let kv = match (&e.kv_blocks, &profile) {
+}
+
+/// The group's KV capacity in blocks: an explicit block count, else vLLM's derivation from
+/// the profile's memory (`None` with neither).
+fn group_kv(
+    s: &mut Section,
+    o: &mut Origins,
+    g: &Group,
+    profile: Option<&crate::profiles::Profile>,
+) -> Result<Option<i64>, String> {
+    let e = &g.engine;
+    let block = e.block_size.as_ref().map_or(16, |b| b.v);
+    let p = match (&e.kv_blocks, profile) {
         (Some(k), _) => {
             s.put(o, "kv_blocks", k.v, &k.from);
-            Some(k.v)
+            return Ok(Some(k.v));
         }
-        (None, Some(p)) => {
-            let util = e.gpu_memory_utilization.as_ref().map_or(0.9, |u| u.v);
-            match &e.gpu_memory_utilization {
-                Some(u) => s.put(o, "gpu_memory_utilization", util, &u.from),
-                None => s.put(o, "gpu_memory_utilization", 0.9, "default --gpu-memory-utilization 0.9"),
-            }
-            let dtype_bytes = match e.kv_cache_dtype.as_ref().map(|d| d.v.as_str()) {
-                Some(d) if d.starts_with("fp8") => 1,
-                _ => 2,
-            };
-            if let Some(d) = &e.kv_cache_dtype {
-                s.put(o, "kv_cache_dtype", d.v.as_str(), &d.from);
-            }
-            let block_u32 =
-                u32::try_from(block).map_err(|_| format!("{}: the block size is too large", kv_origins(g)))?;
-            let inputs = crate::profiles::KvInputs::for_profile(p, util, block_u32, dtype_bytes, 0.0);
-            let blocks =
-                crate::profiles::kv_blocks(&inputs).map_err(|m| format!("{}: {m} ({})", kv_origins(g), p.id))?;
-            s.note(&format!(
-                "kv_blocks derived as vLLM does: {blocks} blocks of {block} tokens ({} tokens) on {:.0} GiB; set",
-                u64::from(blocks) * block as u64,
-                p.gpu.memory_gib
-            ));
-            s.note("activation_memory_gib to the activation peak vLLM logs at start-up to refine it.");
-            Some(i64::from(blocks))
-        }
-        (None, None) => None,
+        (None, None) => return Ok(None),
+        (None, Some(p)) => p,
     };
-    if let Some(m) = &e.max_model_len {
-        let cap = kv.unwrap_or(29_205).saturating_mul(block);
-        if m.v > cap {
-            return Err(format!(
-                "{}: {} does not fit the KV cache of group {} ({cap} tokens); vLLM refuses to start with this configuration",
-                m.from,
-                m.v,
-                crate::quote::quote(&g.name)
-            ));
-        }
-        s.note(&format!(
-            "max_model_len {} ({}): the workload's max_context_tokens",
-            m.v, m.from
-        ));
-        *min_context = Some(min_context.map_or(m.v, |c| c.min(m.v)));
+    let util = e.gpu_memory_utilization.as_ref().map_or(0.9, |u| u.v);
+    match &e.gpu_memory_utilization {
+        Some(u) => s.put(o, "gpu_memory_utilization", util, &u.from),
+        None => s.put(o, "gpu_memory_utilization", 0.9, "default --gpu-memory-utilization 0.9"),
     }
+    let dtype_bytes = match e.kv_cache_dtype.as_ref().map(|d| d.v.as_str()) {
+        Some(d) if d.starts_with("fp8") => 1,
+        _ => 2,
+    };
+    if let Some(d) = &e.kv_cache_dtype {
+        s.put(o, "kv_cache_dtype", d.v.as_str(), &d.from);
+    }
+    let block_u32 = u32::try_from(block).map_err(|_| format!("{}: the block size is too large", kv_origins(g)))?;
+    let inputs = crate::profiles::KvInputs::for_profile(p, util, block_u32, dtype_bytes, 0.0);
+    let blocks = crate::profiles::kv_blocks(&inputs).map_err(|m| format!("{}: {m} ({})", kv_origins(g), p.id))?;
+    s.note(&format!(
+        "kv_blocks derived as vLLM does: {blocks} blocks of {block} tokens ({} tokens) on {:.0} GiB; set",
+        u64::from(blocks) * block as u64,
+        p.gpu.memory_gib
+    ));
+    s.note("activation_memory_gib to the activation peak vLLM logs at start-up to refine it.");
+    Ok(Some(i64::from(blocks)))
+}
+
+/// The group's `--max-model-len`, refused when it does not fit `kv` blocks (the shipped
+/// default's when `None`), else noted as the workload's context cap (the smallest over groups
+/// in `min_context`).
+fn group_context(s: &mut Section, g: &Group, kv: Option<i64>, min_context: &mut Option<i64>) -> Result<(), String> {
+    let Some(m) = &g.engine.max_model_len else {
+        return Ok(());
+    };
+    let block = g.engine.block_size.as_ref().map_or(16, |b| b.v);
+    let cap = kv.unwrap_or(29_205).saturating_mul(block);
+    if m.v > cap {
+        return Err(format!(
+            "{}: {} does not fit the KV cache of group {} ({cap} tokens); vLLM refuses to start with this configuration",
+            m.from,
+            m.v,
+            crate::quote::quote(&g.name)
+        ));
+    }
+    s.note(&format!(
+        "max_model_len {} ({}): the workload's max_context_tokens",
+        m.v, m.from
+    ));
+    *min_context = Some(min_context.map_or(m.v, |c| c.min(m.v)));
     Ok(())
 }
 

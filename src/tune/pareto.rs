@@ -6,11 +6,10 @@
 
 use anyhow::Result;
 use plotters::coord::Shift;
-use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::plot::{Figure, PALETTE, clip, draw_legend, font, human_metric, mesh, pe};
+use crate::plot::{Chart, Figure, PALETTE, clip, draw_legend, font, human_metric, mesh, pe};
 use crate::sweep::table::fmt_stat;
 use crate::tune::report::Report;
 use crate::tune::space::OWN;
@@ -92,9 +91,6 @@ type Point = (String, f64, f64, bool);
 
 /// A box on the canvas, pixels: `(left, top, right, bottom)`.
 type PixelBox = (i32, i32, i32, i32);
-
-/// The chart the points are drawn on.
-type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// Which axes are drawn on a log scale: where a point goes.
 #[derive(Clone, Copy)]
