@@ -33,6 +33,7 @@ mod family;
 mod faults;
 mod first_hour;
 mod fleet;
+mod fn_length;
 mod fuzz;
 mod guarantees;
 mod hygiene;

@@ -363,9 +363,14 @@ impl Served {
             events_per_s: 0.0,
             requests_per_s: res.requests.len() as f64 / wall_s.max(1e-9),
         };
-        crate::export::write_all(stage.path(), &res, effective, &perf, &[], true)?;
-        let fig = crate::plot::series::BackendSeries::new(&res.summary, &res.series);
-        crate::plot::save(&fig, &stage.path().join("timeseries"), 96)?;
+        let out = crate::export::Output {
+            res: &res,
+            scenario_toml: effective,
+            perf: &perf,
+            hints: &[],
+            tables: crate::export::Tables::Csv,
+        };
+        crate::run::write_files(stage.path(), &out, true, 96)?;
         crate::export::write_json(
             &stage.path().join("serve.json"),
             &serde_json::json!({

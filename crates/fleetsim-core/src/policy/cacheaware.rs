@@ -36,7 +36,7 @@
 //! list order; equal access times in the eviction heap pop by tenant, then node (upstream:
 //! unspecified).
 
-use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::kind::{Doc, Fleet, PolicyKind, Upstream, param};
 use super::leastrequest::{Tie, argmin, local_loads};
 use super::params::{ParamError, count, finite_non_negative, non_negative, tie_first, tie_suffix_first, unit};
 use super::sgltree::SglTree;
@@ -281,6 +281,36 @@ impl PolicyKind for Kind {
     }
     fn build(p: &CacheAwareParams) -> Box<dyn RoutingPolicy> {
         Box::new(CacheAware::new(*p))
+    }
+    fn upstream(c: &CacheAwareParams, set: &[&str]) -> Option<Upstream> {
+        let flags = [
+            (
+                "cache_threshold",
+                "--cache-threshold",
+                format!("{:?}", c.cache_threshold),
+            ),
+            (
+                "balance_abs_threshold",
+                "--balance-abs-threshold",
+                c.balance_abs_threshold.to_string(),
+            ),
+            (
+                "balance_rel_threshold",
+                "--balance-rel-threshold",
+                format!("{:?}", c.balance_rel_threshold),
+            ),
+            (
+                "eviction_interval_secs",
+                "--eviction-interval",
+                c.eviction_interval_secs.to_string(),
+            ),
+            ("max_tree_size", "--max-tree-size", c.max_tree_size.to_string()),
+        ];
+        let mut how = "--policy cache_aware".to_string();
+        for (_, flag, v) in flags.iter().filter(|(k, _, _)| set.contains(k)) {
+            how.push_str(&format!(" {flag} {v}"));
+        }
+        Upstream::new("SGLang router", how)
     }
 }
 

@@ -6,7 +6,7 @@
 //! -1, every pair ties, and the policy is uniform random (sgl-project/sglang
 //! `sgl-router/src/policies/power_of_two.rs`, `sgl-router/src/core/worker_manager.rs`).
 
-use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::kind::{Doc, Fleet, PolicyKind, Upstream, param};
 use super::leastrequest::local_loads;
 use super::params::{ParamError, count};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
@@ -142,6 +142,13 @@ impl PolicyKind for Kind {
     }
     fn build(c: &Config) -> Box<dyn RoutingPolicy> {
         Box::new(PowerOfD { d: c.d, load: c.load })
+    }
+    fn upstream(c: &Config, _: &[&str]) -> Option<Upstream> {
+        match (c.d, c.load) {
+            (2, LoadSource::SglangMonitor) => Upstream::new("SGLang router", "--policy power_of_two"),
+            (2, LoadSource::Local) => Upstream::new("AIBrix gateway", "routing-strategy power-of-two"),
+            _ => None,
+        }
     }
 }
 
