@@ -42,7 +42,7 @@ pub fn prometheus(base: &str, selector: &str, from: &str, to: &str, step_s: f64)
 
 /// Polls each engine's `/metrics` every `step` for `duration`; times are seconds from the
 /// first poll. The engines are polled together, each poll waiting at most one `step` (and
-/// [`TIMEOUT`]) for its answer, so a scrape ends within a step of `duration` whatever the
+/// 30 s) for its answer, so a scrape ends within a step of `duration` whatever the
 /// engines do. A failed poll (no answer in time, an error status, a value that cannot be a
 /// count) leaves that engine without a sample at that instant, and is counted and named.
 pub fn scrape(urls: &[String], duration: Duration, step: Duration) -> Result<Observed> {

@@ -384,7 +384,7 @@ impl Fleet {
     }
 
     /// Runs until [`Cmd::Stop`] or until every sender is gone. The engines advance in
-    /// slices of at most [`SLICE`] of work, and every command waiting is read between two
+    /// slices of at most 5 ms of work, and every command waiting is read between two
     /// slices: however far behind the wall clock the engines fall (a long request at a high
     /// `--speed`), a stop is answered within a slice, and a request is submitted at the
     /// simulated instant it reached this thread.

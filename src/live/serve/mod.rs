@@ -247,7 +247,7 @@ impl Server {
         }))
     }
 
-    /// Stops: closes every connection and listener (waiting at most [`STOP_WAIT`] for
+    /// Stops: closes every connection and listener (waiting at most 10 s for
     /// them), then the engines; hands back what they recorded.
     pub fn stop(mut self) -> Result<Served> {
         let _ = self.shutdown.send(true);
