@@ -30,6 +30,7 @@
 //! a named stream derived from the master seed, and no hash map is ever iterated into
 //! anything observable.
 
+pub mod autoscale;
 pub mod backend;
 pub mod content;
 pub mod decision;
@@ -55,7 +56,7 @@ mod walls {
 
     /// Each module's layer: a module may name (outside its tests) only modules of a lower
     /// layer. Sideways imports between components are not allowed.
-    const LAYERS: [(&str, u8); 16] = [
+    const LAYERS: [(&str, u8); 17] = [
         ("time", 0),
         ("ids", 0),
         ("rng", 0),
@@ -67,6 +68,7 @@ mod walls {
         ("backend", 2),
         ("workload", 2),
         ("fleet", 2),
+        ("autoscale", 2),
         ("faults", 3),
         ("policy", 3),
         ("metrics", 3),
