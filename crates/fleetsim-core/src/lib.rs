@@ -18,7 +18,8 @@
 //!    scraper, request stats; holds the policy and hands it a view), [`policy`] (sees only
 //!    a [`policy::RouterView`], built from the view layer's stats types), [`metrics`]
 //!    (ground truth; never sees router or policy), [`workload`] (sessions and replay plans,
-//!    generated before the run), [`faults`] and [`fleet`] (scheduled changes), [`dist`].
+//!    generated before the run), [`faults`] and [`fleet`] (scheduled changes), [`autoscale`]
+//!    (an HPA or KEDA deciding changes from scraped gauges; pods and their cost), [`dist`].
 //! 3. **Shared vocabulary**: [`decision`] (the branch a policy took), [`view`] (what the
 //!    router knew of a backend, with its read time, and the stats types it is built from),
 //!    [`content`], [`ids`], [`rng`], [`time`].

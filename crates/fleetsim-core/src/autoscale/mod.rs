@@ -302,6 +302,17 @@ pub struct ScaleEvent {
     pub reason: String,
 }
 
+/// The replica counts after a change.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ReplicaPoint {
+    /// When, seconds.
+    pub t_s: f64,
+    /// Pods not terminating (`spec.replicas`).
+    pub replicas: u32,
+    /// Of those, Ready.
+    pub ready: u32,
+}
+
 /// Per backend: what its pods cost.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct BackendCost {
@@ -349,6 +360,8 @@ pub struct AutoscaleSummary {
     pub requests_cut_by_scale_down: u64,
     /// Every scale decision, in time order.
     pub scale_events: Vec<ScaleEvent>,
+    /// Replicas and Ready replicas over time (from time zero, one point per change).
+    pub replica_timeline: Vec<ReplicaPoint>,
 }
 
 #[cfg(test)]

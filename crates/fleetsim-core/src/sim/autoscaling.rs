@@ -12,7 +12,8 @@ use crate::autoscale::hpa::{Counts, Hpa, MetricTarget};
 use crate::autoscale::keda::{Keda, trigger_value};
 use crate::autoscale::query::QueryResult;
 use crate::autoscale::{
-    AutoscaleSummary, AutoscalerConfig, BackendCost, Discovery, Kind, Phase, Pods, Prometheus, Sample, ScaleEvent,
+    AutoscaleSummary, AutoscalerConfig, BackendCost, Discovery, Kind, Phase, Pods, Prometheus, ReplicaPoint, Sample,
+    ScaleEvent,
 };
 use crate::fleet::{FleetEventKind, Membership};
 use crate::ids::BackendId;
@@ -27,6 +28,7 @@ pub(super) struct Scaler {
     keda: Option<Keda>,
     pub(super) pods: Pods,
     events: Vec<ScaleEvent>,
+    timeline: Vec<ReplicaPoint>,
     peak: u32,
 }
 
@@ -44,6 +46,11 @@ impl Scaler {
             keda,
             pods: Pods::new(backends.len(), cfg.initial_replicas),
             events: Vec::new(),
+            timeline: vec![ReplicaPoint {
+                t_s: 0.0,
+                replicas: cfg.initial_replicas,
+                ready: cfg.initial_replicas,
+            }],
             peak: cfg.initial_replicas,
             cfg,
         }
@@ -57,6 +64,20 @@ impl Scaler {
         }
         v.push(Event::HpaSync);
         v
+    }
+
+    /// Notes the replica counts at `now` (one point per instant: the last one wins).
+    fn note(&mut self, now: SimTime) {
+        let p = ReplicaPoint {
+            t_s: round6(now.as_secs_f64()),
+            replicas: self.pods.replicas(),
+            ready: self.pods.ready(),
+        };
+        match self.timeline.last_mut() {
+            Some(last) if last.t_s == p.t_s => *last = p,
+            Some(last) if last.replicas == p.replicas && last.ready == p.ready => {}
+            _ => self.timeline.push(p),
+        }
     }
 
     /// The value the HPA is handed at `now`, or `None` when its fetch fails.
@@ -174,6 +195,7 @@ impl Simulation<'_> {
             };
             self.delete_pod(now, b);
         }
+        self.scaler().note(now);
     }
 
     fn create_pod(&mut self, now: SimTime, b: BackendId) {
@@ -203,6 +225,7 @@ impl Simulation<'_> {
         }
         p.phase = Phase::Ready;
         p.ready_at = Some(now);
+        sc.note(now);
         let listed = sc.cfg.discovery == Discovery::Kubernetes;
         self.fleet.set_pod_up(now, b, true);
         if listed {
@@ -322,6 +345,7 @@ impl Simulation<'_> {
             peak_replicas: sc.peak,
             requests_cut_by_scale_down: sc.pods.cut_requests,
             scale_events: sc.events.clone(),
+            replica_timeline: sc.timeline.clone(),
         };
         Some((s, costs))
     }
