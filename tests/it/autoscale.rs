@@ -228,3 +228,27 @@ fn bad_autoscaler_keys_name_the_key() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
 }
+
+/// `sim run --explain` says which scale-up bought nothing, and why: the latch.
+#[test]
+fn explain_names_the_scale_up_that_bought_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    sim()
+        .args(["run", "scenarios/autoscale-keda.toml", "--explain", "--quiet", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let md = std::fs::read_to_string(out.join("explain.md")).unwrap();
+    assert!(
+        md.contains("first at 60.0 s: 2 -> 4 replicas; the query read 4, DesiredWithinRange"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "Scale-up bought nothing: 2 of the replicas it added never served a request (backend-2, backend-3)"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("The latch:"), "{md}");
+}
