@@ -12,7 +12,7 @@
 //!
 //! 1. **Core** (`fleetsim-core`, re-exported here as [`sim`], [`engine`], [`backend`],
 //!    [`router`], [`policy`], [`metrics`], [`workload`], [`view`], [`decision`],
-//!    [`content`], [`dist`], [`faults`], [`fleet`], [`ids`], [`rng`], [`time`]): the
+//!    [`content`], [`dist`], [`faults`], [`fleet`], [`autoscale`], [`ids`], [`rng`], [`time`]): the
 //!    simulation. It depends on no CLI, plotting, YAML, JUnit or schema crate; its own
 //!    top-level doc gives its inner layers.
 //! 2. **Io** (`fleetsim-io`, re-exported as [`scenario`], [`trace`], [`profiles`],
@@ -49,8 +49,8 @@
 //! seed, and no hash map is ever iterated into anything observable.
 
 pub use fleetsim_core::{
-    backend, content, decision, dist, engine, faults, fleet, ids, metrics, policy, rng, router, sim, time, view,
-    workload,
+    autoscale, backend, content, decision, dist, engine, faults, fleet, ids, metrics, policy, rng, router, sim, time,
+    view, workload,
 };
 pub use fleetsim_io::{atomic, measure, output, preflight, profiles, quote, scenario, trace, vllm_metrics};
 

@@ -49,6 +49,9 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
     let _ = writeln!(o, "request share       {}", share_line(s));
     decisions(&mut o, s);
     latencies(&mut o, s);
+    if let Some(a) = &s.autoscale {
+        autoscale_lines(&mut o, a);
+    }
     o
 }
 
@@ -169,6 +172,44 @@ fn latencies(o: &mut String, s: &Summary) {
         s.output_tokens_per_s,
         s.prefix_cache_hit_rate * 100.0,
         s.preemptions
+    );
+}
+
+/// An autoscaled run: its scale decisions and what the replicas cost.
+fn autoscale_lines(o: &mut String, a: &crate::autoscale::AutoscaleSummary) {
+    let _ = writeln!(
+        o,
+        "autoscaler          {} on {}: {} up, {} down, peak {} replicas, {} added never served, {} requests cut",
+        a.autoscaler,
+        crate::quote::escape(&a.autoscaler_query),
+        a.scale_ups,
+        a.scale_downs,
+        a.peak_replicas,
+        a.replicas_never_served,
+        a.requests_cut_by_scale_down
+    );
+    const SHOWN: usize = 10;
+    for e in a.scale_events.iter().take(SHOWN) {
+        let metric = e
+            .metric
+            .map_or_else(|| "no value".to_string(), |m| format!("value {m}"));
+        let _ = writeln!(
+            o,
+            "  scale             t = {:.1} s: {} {} -> {} ({metric}, {})",
+            e.t_s, e.by, e.from, e.to, e.reason
+        );
+    }
+    if a.scale_events.len() > SHOWN {
+        let _ = writeln!(
+            o,
+            "  ... and {} more (summary.json scale_events)",
+            a.scale_events.len() - SHOWN
+        );
+    }
+    let _ = writeln!(
+        o,
+        "replica cost        {:.1} GPU-s ({:.1} idle while another backend queued), ${:.2} at ${:.2}/GPU-h, ${:.2} per 1,000 requests",
+        a.gpu_seconds, a.gpu_seconds_idle_while_queued, a.cost_usd, a.usd_per_gpu_hour, a.cost_per_1k_requests_usd
     );
 }
 

@@ -225,6 +225,7 @@ pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &Explai
             latched_sessions: s.latched_sessions,
         },
         counterfactuals: vec![Counterfactual::of("this run", s)],
+        autoscale: super::ScaleStory::of(s),
     }
 }
 

@@ -13,6 +13,9 @@ pub fn render(x: &Explanation) -> String {
         episode(&mut o, k, e);
     }
     whole_run(&mut o, &x.staleness);
+    if let Some(a) = &x.autoscale {
+        scale_story(&mut o, a);
+    }
     if x.counterfactuals.len() > 1 {
         counterfactuals(&mut o, &x.counterfactuals);
     }
@@ -246,4 +249,29 @@ pub(super) fn list(names: &[String], n: usize) -> String {
     } else {
         format!("{} and {} more", names[..n].join(", "), names.len() - n)
     }
+}
+/// Whether the autoscaler's scale-ups bought anything, and why not: the latch.
+fn scale_story(o: &mut String, a: &super::ScaleStory) {
+    let Some((t, from, to, value, reason)) = &a.first_up else {
+        let _ = writeln!(o, "- The autoscaler never scaled up.");
+        return;
+    };
+    let value = value.map_or_else(|| "no value".to_string(), |v| format!("the query read {v}"));
+    let _ = writeln!(
+        o,
+        "- The autoscaler scaled up {} (first at {t:.1} s: {from} -> {to} replicas; {value}, {reason}).",
+        count(a.scale_ups as usize, "time")
+    );
+    if a.replicas_never_served == 0 {
+        let _ = writeln!(o, "- Every replica it added served requests.");
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "- Scale-up bought nothing: {} of the replicas it added never served a request ({}), and pods spent {:.1} replica-seconds idle while another backend queued. The latch: {} sessions stayed on a first pick that was not among the least loaded, and a new endpoint only ever gets new sessions' first turns, so the queue it was added for never moves.",
+        a.replicas_never_served,
+        list(&a.idle_backends, 6),
+        a.replica_seconds_idle_while_queued,
+        a.latched_sessions
+    );
 }

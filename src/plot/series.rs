@@ -34,6 +34,9 @@ pub struct BackendSeries {
     /// Per panel, the backend's profile or group (empty for a plain `[backends]` table).
     captions: Vec<String>,
     panels: Vec<(String, u32, Steps)>,
+    /// An autoscaled run's `(t_s, replicas, ready)` at each change (empty otherwise): drawn
+    /// as a panel above the backends'.
+    replicas: Steps,
 }
 
 /// Reduces a step series to at most [`BINS`] bins keeping each bin's maxima, so peaks
@@ -271,6 +274,12 @@ impl BackendSeries {
                     (b.name.clone(), b.slots, steps)
                 })
                 .collect(),
+            replicas: summary.autoscale.as_ref().map_or_else(Vec::new, |a| {
+                a.replica_timeline
+                    .iter()
+                    .map(|p| (p.t_s, p.replicas, p.ready))
+                    .collect()
+            }),
         }
     }
 }
@@ -296,6 +305,7 @@ impl BackendSeries {
                 .take(MAX_BACKENDS)
                 .map(|(name, slots, s)| (name, slots, reduce(s, end_s)))
                 .collect(),
+            replicas: Vec::new(),
         }
     }
 }
@@ -330,14 +340,22 @@ impl BackendSeries {
 
 impl Figure for BackendSeries {
     fn size(&self) -> (u32, u32) {
-        (WIDTH, PANEL_H * self.panels.len().max(1) as u32 + TOP + 30)
+        let extra = if self.replicas.is_empty() { 0 } else { PANEL_H };
+        (WIDTH, PANEL_H * self.panels.len().max(1) as u32 + TOP + 30 + extra)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
         let (title, body) = root.split_vertically(TOP);
         self.draw_title(&title)?;
-        let areas = body.split_evenly((self.panels.len().max(1), 1));
         let (unit, per) = time_unit(self.end_s);
+        let body = if self.replicas.is_empty() {
+            body
+        } else {
+            let (head, rest) = body.split_vertically(PANEL_H);
+            self.draw_replicas(&head, per)?;
+            rest
+        };
+        let areas = body.split_evenly((self.panels.len().max(1), 1));
         let scale = Scale {
             top: self.y_top(),
             last: self.panels.len().saturating_sub(1),
@@ -485,6 +503,53 @@ impl BackendSeries {
                 ))
                 .map_err(pe)?;
         }
+        Ok(())
+    }
+}
+
+impl BackendSeries {
+    /// The autoscaler's panel: replicas (pods created, loading or Ready) and Ready replicas
+    /// over time, on the backends' time axis (`per` seconds a unit).
+    fn draw_replicas<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, per: f64) -> Result<()> {
+        let end_u = (self.end_s / per).max(1e-9);
+        let top = self.replicas.iter().map(|p| p.1.max(p.2)).max().unwrap_or(1).max(1);
+        let mut chart = ChartBuilder::on(area)
+            .margin(4)
+            .margin_right(12)
+            .x_label_area_size(4)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..end_u, 0f64..f64::from(top) * 1.25)
+            .map_err(pe)?;
+        super::mesh(&mut chart)
+            .y_labels(5)
+            .x_labels(10)
+            .y_label_formatter(&|v| {
+                if v.fract() == 0.0 {
+                    format!("{v:.0}")
+                } else {
+                    String::new()
+                }
+            })
+            .x_label_formatter(&|_| String::new())
+            .y_desc("replicas")
+            .draw()
+            .map_err(pe)?;
+        let to_u = |pts: Vec<(f64, f64)>| -> Vec<(f64, f64)> { pts.into_iter().map(|(t, v)| (t / per, v)).collect() };
+        let (spec_c, ready_c) = (PALETTE[7], PALETTE[2]);
+        let spec = to_u(step_path(&self.replicas, |p| p.1, self.end_s));
+        let ready = to_u(step_path(&self.replicas, |p| p.2, self.end_s));
+        chart
+            .draw_series(std::iter::once(PathElement::new(spec, spec_c.stroke_width(2))))
+            .map_err(pe)?;
+        chart
+            .draw_series(DashedLineSeries::new(ready, 6, 3, ready_c.stroke_width(2)))
+            .map_err(pe)?;
+        let legend = [
+            ("replicas (created)".to_string(), Swatch::Line(spec_c, 2)),
+            ("Ready".to_string(), Swatch::Line(ready_c, 2)),
+        ];
+        let (w, _) = area.dim_in_pixel();
+        draw_legend_outside(area, &legend, (w as i32 - 16, 14), true)?;
         Ok(())
     }
 }

@@ -17,6 +17,7 @@ mod common;
 
 mod agents;
 mod atlas;
+mod autoscale;
 mod batch;
 mod burst8;
 mod calibrate;

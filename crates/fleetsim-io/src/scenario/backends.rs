@@ -408,6 +408,26 @@ fn queueing_model(g: &GroupFile, path: &str, at: &dyn Fn(&str) -> String) -> Res
 }
 
 impl Fleet {
+    /// Extends the fleet to `n` backends like its last one (an autoscaler's pool): numbered
+    /// on across the single table (`backend-<i>`), or within the last group (`<name>-<i>`).
+    pub(super) fn extend_to(&mut self, n: u32) {
+        let (Some(model), Some(label)) = (self.models.last().cloned(), self.labels.last().cloned()) else {
+            return;
+        };
+        while self.names.len() < n as usize {
+            let name = if label.group.is_empty() {
+                format!("backend-{}", self.names.len())
+            } else {
+                let k = self.labels.iter().filter(|l| l.group == label.group).count();
+                format!("{}-{k}", label.group)
+            };
+            let url = format!("http://{name}:8000");
+            self.names.push((name, url));
+            self.models.push(model.clone());
+            self.labels.push(label.clone());
+        }
+    }
+
     /// Takes group `gi`'s block size: the first group's, which every other must match.
     fn set_block_size(&mut self, gi: usize, block: u32, at: &dyn Fn(&str) -> String) -> Res<()> {
         if gi == 0 {
