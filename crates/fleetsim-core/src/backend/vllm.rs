@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 mod coalesce;
 
 use super::kv::KvCache;
-use super::perf::StepTimeModel;
+use super::perf::{StepShape, StepTimeModel};
 use crate::content::{Content, block_hashes};
 use crate::ids::RequestId;
 use crate::time::{SimDuration, SimTime};
@@ -382,6 +382,7 @@ impl VllmEngine {
         let mut prefill_tokens = 0u32;
         let mut decode_tokens = 0u32;
         let mut context_tokens = 0u64;
+        let mut attention_pairs = 0u64;
         let mut preempted_any = false;
 
         // RUNNING.
@@ -424,6 +425,7 @@ impl VllmEngine {
                 prefill_tokens += n;
             }
             context_tokens += u64::from(end);
+            attention_pairs += pairs(computed, n);
             self.batch.push(s);
             budget -= n;
             i += 1;
@@ -473,6 +475,7 @@ impl VllmEngine {
                 }
                 prefill_tokens += n;
                 context_tokens += u64::from(computed + n);
+                attention_pairs += pairs(computed, n);
                 self.running.push(s);
                 self.batch.push(s);
                 budget -= n;
@@ -482,11 +485,13 @@ impl VllmEngine {
         assert!(!self.batch.is_empty(), "engine with work scheduled nothing");
         self.stepping = true;
         self.steps += 1;
-        Some(
-            self.cfg
-                .step_time
-                .step_with_context(prefill_tokens, decode_tokens, context_tokens),
-        )
+        Some(self.cfg.step_time.duration(&StepShape {
+            prefill_tokens,
+            decode_tokens,
+            context_tokens,
+            attention_pairs,
+            requests: self.batch.len() as u32,
+        }))
     }
 
     /// Applies the step's results at `now` (the step's end): tokens computed, tokens
@@ -676,6 +681,13 @@ impl VllmEngine {
         }
         Ok(())
     }
+}
+
+/// Causal attention query-key pairs of `n` tokens scheduled after `computed`.
+#[inline]
+fn pairs(computed: u32, n: u32) -> u64 {
+    let n = u64::from(n);
+    n * u64::from(computed) + n * (n + 1) / 2
 }
 
 #[cfg(test)]

@@ -446,6 +446,7 @@ fn engine(
         beta1_us: coef(st.and_then(|s| s.beta1_us), def.beta1_us, "beta1_us")?,
         beta2_us: coef(st.and_then(|s| s.beta2_us), def.beta2_us, "beta2_us")?,
         beta3_us: coef(st.and_then(|s| s.beta3_us), def.beta3_us, "beta3_us")?,
+        physics: def.physics,
     };
     let block_size_tokens = count(
         g.block_size_tokens
