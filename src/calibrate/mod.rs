@@ -280,11 +280,13 @@ impl Fitted {
     pub fn describe(&self) -> String {
         match &self.physics {
             Some((d, c)) => format!(
-                "the physics model for {} with mem_efficiency {:.4}, flop_efficiency {:.4}, step_overhead_us {:.1} (fitted; the other coefficients as shipped)",
+                "the physics model for {} with mem_efficiency {}, kv_mem_efficiency {}, flop_efficiency {}, {} {} (fitted; the other coefficients as shipped)",
                 d.id(),
                 c.mem_efficiency,
+                c.kv_mem_efficiency,
                 c.flop_efficiency,
-                c.step_overhead_us
+                if d.gpu.nvlink { "link_efficiency" } else { "pcie_efficiency" },
+                if d.gpu.nvlink { c.link_efficiency } else { c.pcie_efficiency }
             ),
             None => format!(
                 "{:.1} us + {:.3} us x prefill token + {:.3} us x decode token + {:.5} us x context token",
@@ -357,16 +359,28 @@ pub fn fit(cfg: &VllmConfig, w: &Workload, t: &Target) -> Result<Fitted> {
     })
 }
 
-/// The coefficients a physics fit corrects, from the shipped ones: memory and compute
-/// efficiency and the per-step overhead.
+/// The coefficients a physics fit corrects, from the shipped ones: the achieved
+/// fractions of the GPU's bandwidth (weights, KV cache), FLOPs and link (NVLink or PCIe,
+/// one factor); the overheads stay as shipped.
 fn corrected(x: &[f64]) -> Coefficients {
+    let f = |base: f64, k: usize| (base * x[k].exp()).clamp(0.02, 1.0);
     Coefficients {
-        mem_efficiency: (SHIPPED.mem_efficiency * x[0].exp()).clamp(0.02, 1.0),
-        flop_efficiency: (SHIPPED.flop_efficiency * x[1].exp()).clamp(0.02, 1.0),
-        step_overhead_us: (SHIPPED.step_overhead_us * x[2].exp()).clamp(1.0, 1e6),
+        mem_efficiency: f(SHIPPED.mem_efficiency, 0),
+        kv_mem_efficiency: f(SHIPPED.kv_mem_efficiency, 1),
+        flop_efficiency: f(SHIPPED.flop_efficiency, 2),
+        link_efficiency: f(SHIPPED.link_efficiency, 3),
+        pcie_efficiency: f(SHIPPED.pcie_efficiency, 3),
         ..SHIPPED
     }
 }
+
+/// A correction factor of `e^CORRECTION_SD` costs [`CORRECTION_WEIGHT`] of loss.
+const CORRECTION_SD: f64 = 0.5;
+/// See [`CORRECTION_SD`] (a faithful replay's loss is 0.03-0.09).
+const CORRECTION_WEIGHT: f64 = 0.05;
+
+/// Names of the corrected coefficients, in [`corrected`]'s order.
+const CORRECTED: [&str; 4] = ["mem_efficiency", "kv_mem_efficiency", "flop_efficiency", "link_efficiency"];
 
 /// The rounds of a physics fit (ln of the correction factors).
 const PHYSICS_ROUNDS: [Round; 2] = [
@@ -384,8 +398,13 @@ const PHYSICS_ROUNDS: [Round; 2] = [
 /// and per-step overhead, from the shipped coefficients (Nelder-Mead on the logs of the
 /// correction factors).
 pub fn fit_physics(cfg: &VllmConfig, d: &Deployment, w: &Workload, t: &Target) -> Result<Fitted> {
-    let cost = |x: &[f64]| replay_loss(cfg, w, t, d.step_time(&corrected(x)));
-    let m = minimize(&cost, vec![0.0; 3], &PHYSICS_ROUNDS, SD_TOLERANCE)?;
+    // The shipped coefficients are the prior: a correction costs as much as it moves them
+    // (a window that cannot tell two coefficients apart leaves both near the prior).
+    let cost = |x: &[f64]| {
+        replay_loss(cfg, w, t, d.step_time(&corrected(x)))
+            + CORRECTION_WEIGHT * x.iter().map(|v| (v / CORRECTION_SD).powi(2)).sum::<f64>()
+    };
+    let m = minimize(&cost, vec![0.0; CORRECTED.len()], &PHYSICS_ROUNDS, SD_TOLERANCE)?;
     let c = physics::round_coefficients(&corrected(&m.x));
     let step_time = d.step_time(&c);
     let mut cf = cfg.clone();
@@ -399,7 +418,8 @@ pub fn fit_physics(cfg: &VllmConfig, d: &Deployment, w: &Workload, t: &Target) -
         simulations: m.evaluations + 1,
         iterations: m.iterations,
         method: format!(
-            "Nelder-Mead (argmin) on ln of correction factors to the shipped mem_efficiency, flop_efficiency and step_overhead_us, from 1; rounds of {:?}, sd tolerance {SD_TOLERANCE}",
+            "Nelder-Mead (argmin) on ln of correction factors to the shipped {}, from 1; rounds of {:?}, sd tolerance {SD_TOLERANCE}",
+            CORRECTED.join(", "),
             PHYSICS_ROUNDS.map(|r| (r.iterations, r.step)),
         ),
     })
@@ -407,8 +427,10 @@ pub fn fit_physics(cfg: &VllmConfig, d: &Deployment, w: &Workload, t: &Target) -
 
 /// The series' token totals against the requests' in `window`: one line, or an error
 /// when they disagree by more than [`TOKEN_TOLERANCE`] (a series that stops early, or is
-/// another run's). In a window, a request's generation tokens are spread evenly between
-/// its first and last token.
+/// another run's). Over the whole run both prompt and generation tokens are compared; in
+/// a window, the prompt tokens of the requests whose first token falls in it (a series
+/// counts a prompt when its first token is sampled), give or take the series' rows at
+/// the window's edges.
 pub fn token_totals(m: &Measurement, window: window::Window) -> Result<String> {
     let Some(series) = &m.series else {
         return Ok("token totals: no series".into());
@@ -416,11 +438,16 @@ pub fn token_totals(m: &Measurement, window: window::Window) -> Result<String> {
     let first = m.requests.iter().map(|r| r.queued_s).fold(f64::INFINITY, f64::min);
     let inside = |t: f64| window.contains(t - first);
     let mut series_tokens = [0.0f64; 2];
+    // Tokens of the rows that straddle the window's edges (counted or not by a hair).
+    let mut edge = 0.0f64;
     for r in &series.rows {
-        // The row's interval ends at t_s; count it when its end is in the window.
+        let p = r.prompt_tps.unwrap_or(0.0) * series.interval_s;
         if inside(r.t_s) {
-            series_tokens[0] += r.prompt_tps.unwrap_or(0.0) * series.interval_s;
+            series_tokens[0] += p;
             series_tokens[1] += r.gen_tps.unwrap_or(0.0) * series.interval_s;
+        }
+        if inside(r.t_s) != inside(r.t_s - series.interval_s) {
+            edge += p;
         }
     }
     let mut request_tokens = [0.0f64; 2];
@@ -428,30 +455,32 @@ pub fn token_totals(m: &Measurement, window: window::Window) -> Result<String> {
         if inside(r.first_token_s) {
             request_tokens[0] += f64::from(r.input_tokens);
         }
-        request_tokens[1] += if window.is_all() {
-            f64::from(r.output_tokens)
-        } else {
-            generated_in(r, window, first)
-        };
+        request_tokens[1] += f64::from(r.output_tokens);
     }
-    let has = [
-        series.has(|r| r.prompt_tps),
-        series.has(|r| r.gen_tps),
-    ];
+    let compared = if window.is_all() { 2 } else { 1 };
+    let has = [series.has(|r| r.prompt_tps), series.has(|r| r.gen_tps)];
     let mut worst = 0.0f64;
-    for k in 0..2 {
+    for k in 0..compared {
         if has[k] && request_tokens[k] > 0.0 {
-            worst = worst.max((series_tokens[k] / request_tokens[k] - 1.0).abs());
+            let slack = if window.is_all() { 0.0 } else { edge };
+            let off = ((series_tokens[k] - request_tokens[k]).abs() - slack).max(0.0);
+            worst = worst.max(off / request_tokens[k]);
         }
     }
-    let line = format!(
-        "token totals{}: series {:.0} prompt / {:.0} generation, requests {:.0} / {:.0}",
-        if window.is_all() { String::new() } else { format!(" in --window {}", window.text()) },
-        series_tokens[0],
-        series_tokens[1],
-        request_tokens[0],
-        request_tokens[1]
-    );
+    let line = if window.is_all() {
+        format!(
+            "token totals: series {:.0} prompt / {:.0} generation, requests {:.0} / {:.0}",
+            series_tokens[0], series_tokens[1], request_tokens[0], request_tokens[1]
+        )
+    } else {
+        format!(
+            "prompt tokens in --window {}: series {:.0}, requests whose first token is in it {:.0} (edge rows {:.0})",
+            window.text(),
+            series_tokens[0],
+            request_tokens[0],
+            edge
+        )
+    };
     if worst > TOKEN_TOLERANCE {
         bail!(
             "{}: the engine series and the requests disagree on token totals ({line}: {:.0} % apart, more than {:.0} %): the series stops early, runs past the requests, or is another run's; fit a window both cover with --window A:B",
@@ -466,18 +495,6 @@ pub fn token_totals(m: &Measurement, window: window::Window) -> Result<String> {
 /// How far the series' and the requests' token totals may be apart.
 pub const TOKEN_TOLERANCE: f64 = 0.10;
 
-/// Output tokens of `r` sampled in `window` (s from `first`), spread evenly from its
-/// first token to its last.
-fn generated_in(r: &crate::measure::MeasuredRequest, window: window::Window, first: f64) -> f64 {
-    let (a, b) = (r.first_token_s - first, r.last_token_s - first);
-    let n = f64::from(r.output_tokens);
-    if b <= a {
-        return if window.contains(a) { n } else { 0.0 };
-    }
-    let lo = window.from_s.unwrap_or(f64::NEG_INFINITY).max(a);
-    let hi = window.to_s.unwrap_or(f64::INFINITY).min(b);
-    if hi <= lo { 0.0 } else { n * (hi - lo) / (b - a) }
-}
 
 /// Rounds a coefficient for the profile file (4 significant digits after the point is
 /// far below the fit's resolution, and keeps the file readable).
@@ -511,6 +528,7 @@ pub fn profile_file(name: &str, m: &Measurement, s: &Setup, f: &Fitted) -> Profi
             tp: d.parallel.tp,
             dp: d.parallel.dp,
             kv_dtype_bytes: d.kv_dtype_bytes,
+            async_scheduling: d.async_scheduling,
             coefficients: c.named().iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         }),
         engine: Engine {

@@ -161,29 +161,33 @@ fn loss(runs: &[&Run], c: &Coefficients) -> f64 {
     terms.iter().sum()
 }
 
-/// Where the fit starts, and what it is pulled back to: round figures from the
-/// literature and vLLM's start-up logs, set before any run was fitted (HBM and GDDR
-/// stream at about 80 % of the datasheet rate, paged attention and fused MoE kernels at
-/// less, GEMMs at about 60 % of dense peak, NCCL at about 70 % of a link; a millisecond
-/// or two of CPU per step; 10-30 µs per small all-reduce; 10-30 ms from an HTTP client
-/// to the engine; 1-2 GiB per GPU of activations and buffers).
+/// Where the fit starts, and what it is pulled back to: figures from public
+/// measurements and vLLM's start-up logs, independent of the runs fitted. Streaming reads
+/// reach 85-92 % of a GPU's datasheet bandwidth (nvbandwidth, STREAM-like kernels),
+/// paged-attention decode and fused-MoE kernels less; large bf16 GEMMs 70-80 % of dense
+/// peak; NCCL's all-reduce bus bandwidth about 75 % of an NVLink, far less of a PCIe slot
+/// crossed through the host; a synchronous vLLM step costs 1-3 ms of CPU; a small
+/// all-reduce 10-30 µs; an HTTP client 10-30 ms before the engine sees a request; vLLM
+/// logs 1.5-3 GiB per GPU of activations and buffers at start-up, plus the driver's share.
 pub const PRIOR: Coefficients = Coefficients {
-    mem_efficiency: 0.8,
+    mem_efficiency: 0.85,
     expert_efficiency: 0.5,
-    kv_mem_efficiency: 0.6,
-    flop_efficiency: 0.6,
-    link_efficiency: 0.7,
+    kv_mem_efficiency: 0.75,
+    flop_efficiency: 0.7,
+    link_efficiency: 0.75,
+    pcie_efficiency: 0.3,
     step_overhead_us: 2000.0,
     request_overhead_us: 20.0,
     allreduce_us: 15.0,
     client_overhead_us: 20_000.0,
-    reserve_gib: 2.0,
+    reserve_gib: 3.0,
 };
 
 /// How far (standard deviation of the natural log) each coefficient may plausibly be
-/// from [`PRIOR`]: the fit pays [`PRIOR_WEIGHT`] per squared deviation, so a coefficient
-/// the runs do not pin down stays near its prior instead of absorbing another's error.
-const PRIOR_SD: [f64; COEFFICIENTS] = [0.3, 0.5, 0.5, 0.4, 0.4, 1.0, 1.5, 1.0, 0.7, 1.0];
+/// from [`PRIOR`], by how well the figures above pin it: the fit pays [`PRIOR_WEIGHT`]
+/// per squared deviation, so a coefficient the runs do not pin down stays near its prior
+/// instead of absorbing another's error.
+const PRIOR_SD: [f64; COEFFICIENTS] = [0.1, 0.5, 0.3, 0.2, 0.2, 0.7, 0.7, 1.0, 0.7, 0.5, 0.4];
 
 /// The weight of the prior against the runs (the runs' loss is a mean of absolute log
 /// errors: a coefficient one standard deviation off costs as much as a 1 % error on
@@ -193,6 +197,7 @@ const PRIOR_WEIGHT: f64 = 0.025;
 /// Bounds of each coefficient (efficiencies at most 1).
 const BOUNDS: [(f64, f64); COEFFICIENTS] = [
     (0.05, 1.0),
+    (0.02, 1.0),
     (0.02, 1.0),
     (0.02, 1.0),
     (0.02, 1.0),

@@ -57,6 +57,7 @@ fn is_switch(flag: &str) -> bool {
         || flag.starts_with("no-")
         || flag.starts_with("disable-")
         || flag == "scheduler-reserve-full-isl"
+        || flag == "async-scheduling"
 }
 
 /// Options for [`setup`] beyond the engine flags.
@@ -109,6 +110,8 @@ pub struct Setup {
     pub kv_derivation: Option<crate::profiles::KvInputs>,
     /// The engine's prefix cache holds the run's prompts at its start.
     pub warm_prefix: bool,
+    /// vLLM's async scheduling.
+    pub async_scheduling: bool,
 }
 
 impl Setup {
@@ -138,6 +141,7 @@ impl Setup {
                 dp: self.dp,
             },
             kv_dtype_bytes: self.kv_dtype_bytes,
+            async_scheduling: self.async_scheduling,
         })
     }
 
@@ -370,6 +374,12 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
         .or(e.reserve_full_isl)
         .unwrap_or_else(|| e.vllm_version.as_deref().is_some_and(version_at_least_0_19));
     prov.push(format!("reserve_full_isl = {reserve}"));
+    // vLLM 0.19 schedules asynchronously by default; earlier versions do not.
+    let async_scheduling = flags
+        .switch("async-scheduling", "no-async-scheduling")
+        .or(e.async_scheduling)
+        .unwrap_or_else(|| e.vllm_version.as_deref().is_some_and(version_at_least_0_19));
+    prov.push(format!("async_scheduling = {async_scheduling}"));
     let kv_dtype_bytes = match flags.raw(&["kv-cache-dtype"]).and_then(|(v, _)| v).as_deref() {
         None | Some("auto") | Some("bfloat16") | Some("float16") => 2,
         Some(d) if d.starts_with("fp8") => 1,
@@ -398,6 +408,7 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
         kv_from: String::new(),
         kv_derivation: None,
         warm_prefix: opts.warm_prefix,
+        async_scheduling,
     };
     let (kv_blocks, kv_from, derivation) = kv(m, &s, &flags, opts)?;
     s.kv_derivation = derivation;
@@ -489,6 +500,7 @@ fn derive_kv(
                 gpu,
                 parallel: Parallel { tp, dp: s.dp },
                 kv_dtype_bytes: s.kv_dtype_bytes,
+                async_scheduling: s.async_scheduling,
             };
             d.weight_bytes_per_gpu() * u64::from(tp)
         }

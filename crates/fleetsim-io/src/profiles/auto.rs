@@ -40,9 +40,12 @@ pub struct Coefficients {
     pub kv_mem_efficiency: f64,
     /// Achieved fraction of the datasheet dense tensor throughput (GEMMs and attention).
     pub flop_efficiency: f64,
-    /// Achieved fraction of the GPU-to-GPU link's bandwidth in an all-reduce.
+    /// Achieved fraction of an NVLink's bandwidth in an all-reduce.
     pub link_efficiency: f64,
-    /// Per step, µs: the scheduler, input preparation, sampling and synchronisation.
+    /// Achieved fraction of a PCIe slot's bandwidth in an all-reduce (through the host).
+    pub pcie_efficiency: f64,
+    /// Per step, µs: the scheduler, input preparation and synchronisation on the CPU,
+    /// between GPU steps (hidden under the GPU's step with async scheduling).
     pub step_overhead_us: f64,
     /// Per scheduled request per step, µs.
     pub request_overhead_us: f64,
@@ -58,7 +61,7 @@ pub struct Coefficients {
 }
 
 /// Coefficients in [`Coefficients::named`]'s order.
-pub const COEFFICIENTS: usize = 10;
+pub const COEFFICIENTS: usize = 11;
 
 impl Coefficients {
     /// The coefficients as `(name, value)` pairs, in field order (what the fit varies,
@@ -70,6 +73,7 @@ impl Coefficients {
             ("kv_mem_efficiency", self.kv_mem_efficiency),
             ("flop_efficiency", self.flop_efficiency),
             ("link_efficiency", self.link_efficiency),
+            ("pcie_efficiency", self.pcie_efficiency),
             ("step_overhead_us", self.step_overhead_us),
             ("request_overhead_us", self.request_overhead_us),
             ("allreduce_us", self.allreduce_us),
@@ -86,11 +90,12 @@ impl Coefficients {
             kv_mem_efficiency: v[2],
             flop_efficiency: v[3],
             link_efficiency: v[4],
-            step_overhead_us: v[5],
-            request_overhead_us: v[6],
-            allreduce_us: v[7],
-            client_overhead_us: v[8],
-            reserve_gib: v[9],
+            pcie_efficiency: v[5],
+            step_overhead_us: v[6],
+            request_overhead_us: v[7],
+            allreduce_us: v[8],
+            client_overhead_us: v[9],
+            reserve_gib: v[10],
         }
     }
 }
@@ -99,17 +104,45 @@ impl Coefficients {
 /// over every run that file lists (docs/validation.md gives the table, the runs and the
 /// leave-one-out errors; a test refits them and fails if they drift).
 pub const SHIPPED: Coefficients = Coefficients {
-    mem_efficiency: 0.8,
-    expert_efficiency: 0.5,
-    kv_mem_efficiency: 0.6,
-    flop_efficiency: 0.6,
-    link_efficiency: 0.7,
-    step_overhead_us: 1000.0,
-    request_overhead_us: 10.0,
-    allreduce_us: 10.0,
-    client_overhead_us: 20000.0,
-    reserve_gib: 1.5,
+    mem_efficiency: 0.8505,
+    expert_efficiency: 0.5007,
+    kv_mem_efficiency: 0.8572,
+    flop_efficiency: 0.6925,
+    link_efficiency: 0.7364,
+    pcie_efficiency: 0.1705,
+    step_overhead_us: 2048.0,
+    request_overhead_us: 28.7,
+    allreduce_us: 17.24,
+    client_overhead_us: 23700.0,
+    reserve_gib: 3.608,
 };
+
+/// The shipped coefficients as an aligned table (`sim profiles --physics`).
+pub fn table() -> String {
+    let what = [
+        "achieved fraction of datasheet bandwidth: weights",
+        "achieved fraction of datasheet bandwidth and FLOPs: routed experts",
+        "achieved fraction of datasheet bandwidth: KV cache reads",
+        "achieved fraction of dense tensor FLOPs: GEMMs and attention",
+        "achieved fraction of an NVLink: all-reduce traffic",
+        "achieved fraction of a PCIe slot: all-reduce traffic",
+        "µs per step of CPU work between GPU steps (synchronous scheduling only)",
+        "µs per scheduled request per step",
+        "µs per all-reduce (two per layer at TP > 1)",
+        "µs from a client's send to the engine (client-timed runs only)",
+        "GiB per GPU set aside besides weights and KV (derived capacities)",
+    ];
+    let named = SHIPPED.named();
+    let rows = named
+        .iter()
+        .zip(what)
+        .map(|((k, v), w)| vec![k.to_string(), format!("{v}"), w.to_string()]);
+    let mut o = crate::output::render(&["coefficient", "value", "meaning"], rows, &[1]);
+    o.push_str("
+Fitted by `sim calibrate --physics traces/validation.toml`; judged by `sim validate --leave-one-out traces/validation.toml` (docs/validation.md).
+");
+    o
+}
 
 /// How a model is spread over GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +167,9 @@ pub struct Deployment {
     pub parallel: Parallel,
     /// KV cache bytes per element (2: bf16, 1: fp8).
     pub kv_dtype_bytes: u32,
+    /// vLLM schedules the next step while the GPU runs this one (`async_scheduling`, the
+    /// default from vLLM 0.19): the per-step CPU overhead is hidden.
+    pub async_scheduling: bool,
 }
 
 impl Deployment {
@@ -198,7 +234,8 @@ impl Deployment {
         let kv_bytes = 2.0 * layers * kv_heads * f64::from(m.head_dim) * f64::from(self.kv_dtype_bytes);
         let heads = f64::from(m.heads) / tpf;
         let activation_bytes = m.hidden as f64 * 2.0;
-        let us_per_link_byte = 1e6 / (self.gpu.link_gbs * 1e9 * c.link_efficiency);
+        let link_efficiency = if self.gpu.nvlink { c.link_efficiency } else { c.pcie_efficiency };
+        let us_per_link_byte = 1e6 / (self.gpu.link_gbs * 1e9 * link_efficiency);
         let (mut allreduces, mut comm_bytes_per_token) = (0.0, 0.0);
         if tp > 1 {
             allreduces += 2.0 * layers;
@@ -211,7 +248,7 @@ impl Deployment {
             comm_bytes_per_token += moe_layers * 2.0 * (g - 1.0) / g * dp * activation_bytes;
         }
         PhysicsStep {
-            fixed_us: c.step_overhead_us + c.allreduce_us * allreduces,
+            fixed_us: if self.async_scheduling { 0.0 } else { c.step_overhead_us } + c.allreduce_us * allreduces,
             per_request_us: c.request_overhead_us,
             comm_us_per_token: comm_bytes_per_token * us_per_link_byte,
             weights_us,
@@ -251,6 +288,7 @@ mod tests {
             gpu: gpus::resolve(gpu).unwrap(),
             parallel: Parallel { tp, dp },
             kv_dtype_bytes: 2,
+            async_scheduling: false,
         }
     }
 
@@ -261,6 +299,7 @@ mod tests {
             kv_mem_efficiency: 1.0,
             flop_efficiency: 1.0,
             link_efficiency: 1.0,
+            pcie_efficiency: 1.0,
             step_overhead_us: 0.0,
             request_overhead_us: 0.0,
             allreduce_us: 0.0,

@@ -148,6 +148,9 @@ pub struct Physics {
     pub dp: u32,
     /// KV cache bytes per element.
     pub kv_dtype_bytes: u32,
+    /// vLLM's async scheduling (the per-step CPU overhead hidden).
+    #[serde(default)]
+    pub async_scheduling: bool,
     /// The coefficients, by name (`mem_efficiency`, ..., as `sim profiles --physics`
     /// lists them).
     pub coefficients: std::collections::BTreeMap<String, f64>,
@@ -185,6 +188,7 @@ impl Physics {
                 gpu,
                 parallel: super::auto::Parallel { tp: self.tp, dp: self.dp },
                 kv_dtype_bytes: self.kv_dtype_bytes,
+                async_scheduling: self.async_scheduling,
             },
             super::auto::Coefficients::from_values(&v),
         ))

@@ -31,6 +31,9 @@ pub struct Gpu {
     pub link_gbs: f64,
     /// The link.
     pub link: &'static str,
+    /// True when the link is NVLink (GPUs talk directly); false for PCIe (through the
+    /// host's root complex, or host memory without peer-to-peer).
+    pub nvlink: bool,
     /// Achievable fraction of peak in prefill, as BLIS's `hardware_config.json` gives it
     /// (only the BLIS-derived roofline profiles read it).
     pub mfu_prefill: Option<f64>,
@@ -77,6 +80,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 1979.0,
         link_gbs: 450.0,
         link: "NVLink 4 (900 GB/s both ways)",
+        nvlink: true,
         mfu_prefill: Some(0.45),
         source: H100_PAGE,
     },
@@ -90,6 +94,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 0.0,
         link_gbs: 300.0,
         link: "NVLink 3 (600 GB/s both ways)",
+        nvlink: true,
         mfu_prefill: Some(0.38),
         source: A100_PAGE,
     },
@@ -103,6 +108,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 733.0,
         link_gbs: 32.0,
         link: "PCIe 4.0 x16",
+        nvlink: false,
         mfu_prefill: Some(0.32),
         source: "NVIDIA L40S datasheet, https://www.nvidia.com/en-us/data-center/l40s/",
     },
@@ -116,6 +122,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 1513.0,
         link_gbs: 64.0,
         link: "PCIe 5.0 x16",
+        nvlink: false,
         mfu_prefill: None,
         source: "NVIDIA H100 PCIe datasheet (H100 Tensor Core GPU datasheet, PCIe column), https://www.nvidia.com/en-us/data-center/h100/",
     },
@@ -129,6 +136,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 1670.5,
         link_gbs: 300.0,
         link: "NVLink bridge (600 GB/s both ways)",
+        nvlink: true,
         mfu_prefill: None,
         source: H100_PAGE,
     },
@@ -142,6 +150,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 1979.0,
         link_gbs: 450.0,
         link: "NVLink 4 (900 GB/s both ways)",
+        nvlink: true,
         mfu_prefill: None,
         source: "NVIDIA H200 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h200/",
     },
@@ -155,6 +164,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 4500.0,
         link_gbs: 900.0,
         link: "NVLink 5 (1.8 TB/s both ways)",
+        nvlink: true,
         mfu_prefill: None,
         source: "NVIDIA HGX B200 specifications (8-GPU figures / 8), https://www.nvidia.com/en-us/data-center/hgx/",
     },
@@ -168,6 +178,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 0.0,
         link_gbs: 300.0,
         link: "NVLink 3 (600 GB/s both ways)",
+        nvlink: true,
         mfu_prefill: None,
         source: A100_PAGE,
     },
@@ -181,6 +192,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 242.5,
         link_gbs: 32.0,
         link: "PCIe 4.0 x16",
+        nvlink: false,
         mfu_prefill: None,
         source: "NVIDIA L4 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/l4/",
     },
@@ -194,6 +206,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 0.0,
         link_gbs: 32.0,
         link: "PCIe 4.0 x16",
+        nvlink: false,
         mfu_prefill: None,
         source: "NVIDIA A10 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/products/a10-gpu/",
     },
@@ -207,6 +220,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 330.3,
         link_gbs: 32.0,
         link: "PCIe 4.0 x16 (no peer-to-peer)",
+        nvlink: false,
         mfu_prefill: None,
         source: "NVIDIA Ada GPU architecture whitepaper, appendix A (RTX 4090: FP16/BF16 and FP8 tensor with FP32 accumulate), https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf",
     },
@@ -220,6 +234,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 728.5,
         link_gbs: 32.0,
         link: "PCIe 4.0 x16",
+        nvlink: false,
         mfu_prefill: None,
         source: "NVIDIA RTX 6000 Ada Generation datasheet, https://www.nvidia.com/en-us/design-visualization/rtx-6000/",
     },
@@ -233,6 +248,7 @@ pub const GPUS: &[Gpu] = &[
         tflops_fp8: 1007.6,
         link_gbs: 64.0,
         link: "PCIe 5.0 x16",
+        nvlink: false,
         mfu_prefill: None,
         source: "NVIDIA RTX Blackwell GPU architecture whitepaper (RTX PRO 6000: FP16/BF16 and FP8 tensor, FP32 accumulate) and product page, https://www.nvidia.com/en-us/products/workstations/professional-desktop-gpus/rtx-pro-6000/",
     },
@@ -268,6 +284,61 @@ pub fn resolve(name: &str) -> Option<&'static Gpu> {
         })
         .max_by_key(|(score, _)| *score)
         .map(|(_, g)| g)
+}
+
+/// The datasheets as an aligned table (`sim profiles --gpus`).
+pub fn table() -> String {
+    let rows = GPUS.iter().map(|g| {
+        vec![
+            g.name.to_string(),
+            g.product.to_string(),
+            format!("{}", g.memory_gib),
+            format!("{}", g.bw_tbs),
+            format!("{}", g.tflops),
+            if g.tflops_fp8 > 0.0 { format!("{}", g.tflops_fp8) } else { "-".into() },
+            format!("{} ({})", g.link_gbs, g.link),
+            g.source.to_string(),
+        ]
+    });
+    let mut o = crate::output::render(
+        &[
+            "gpu",
+            "product",
+            "memory_gib",
+            "bw_tbs",
+            "bf16_tflops",
+            "fp8_tflops",
+            "link_gbs_per_direction",
+            "source",
+        ],
+        rows,
+        &[2, 3, 4, 5],
+    );
+    o.push_str("
+Dense tensor throughput (datasheets' sparsity figures halved). `--gpu NAME` takes the name, the driver's name or a Kubernetes gpu.product label.
+");
+    o
+}
+
+/// The datasheets as JSON (`sim profiles --gpus --json`).
+pub fn json() -> serde_json::Value {
+    serde_json::Value::Array(
+        GPUS.iter()
+            .map(|g| {
+                serde_json::json!({
+                    "gpu": g.name,
+                    "product": g.product,
+                    "memory_gib": g.memory_gib,
+                    "bw_tbs": g.bw_tbs,
+                    "bf16_tflops": g.tflops,
+                    "fp8_tflops": if g.tflops_fp8 > 0.0 { Some(g.tflops_fp8) } else { None },
+                    "link_gbs_per_direction": g.link_gbs,
+                    "link": g.link,
+                    "source": g.source,
+                })
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]

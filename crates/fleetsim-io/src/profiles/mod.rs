@@ -49,6 +49,9 @@ pub enum Source {
     },
     /// Derived from BLIS's roofline inputs ([`roofline`]); not a fit.
     Roofline,
+    /// The physics model for a deployment with the shipped coefficients
+    /// (`profile = "auto"`).
+    Physics(auto::Deployment),
 }
 
 /// One model/GPU/TP combination.
@@ -80,6 +83,21 @@ impl Profile {
                 "roofline from BLIS hardware_config.json + sim/latency/roofline.go @ {} (uncalibrated)",
                 &BLIS_HEAD[..7]
             ),
+            Source::Physics(_) => {
+                "physics model from the model's shape and the GPU's datasheet, shipped coefficients (sim profiles --physics)".into()
+            }
+        }
+    }
+
+    /// The auto profile of a deployment: the physics model with the shipped coefficients.
+    pub fn auto(d: auto::Deployment) -> Profile {
+        Profile {
+            id: d.id(),
+            model: *d.model,
+            gpu: *d.gpu,
+            tp: d.parallel.tp,
+            step_time: d.step_time(&auto::SHIPPED),
+            source: Source::Physics(d),
         }
     }
 
@@ -305,7 +323,7 @@ pub fn table() -> String {
         let loss = match p.source {
             Source::Fitted { best_loss: Some(l), .. } => format!("{l:.1}"),
             Source::Fitted { best_loss: None, .. } => "n/p".into(),
-            Source::Roofline => "-".into(),
+            Source::Roofline | Source::Physics(_) => "-".into(),
         };
         vec![
             p.id.clone(),
@@ -350,7 +368,7 @@ pub fn json() -> serde_json::Value {
                     vllm,
                     best_loss,
                 } => ("fitted", commit, Some(vllm), best_loss),
-                Source::Roofline => ("roofline", BLIS_HEAD, None, None),
+                Source::Roofline | Source::Physics(_) => ("roofline", BLIS_HEAD, None, None),
             };
             serde_json::json!({
                 "id": p.id,

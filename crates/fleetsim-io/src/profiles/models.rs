@@ -476,6 +476,97 @@ pub fn resolve(name: &str) -> Option<(&'static ModelShape, WeightDtype)> {
         .map(|m| (m, dtype))
 }
 
+/// The shapes as an aligned table (`sim profiles --models`).
+pub fn table() -> String {
+    let rows = MODELS.iter().map(|m| {
+        let moe = m.moe.map_or("-".to_string(), |e| {
+            format!(
+                "{} experts, top {}, width {}{}, in {} of {} layers",
+                e.experts,
+                e.top_k,
+                e.expert_intermediate,
+                if e.shared_intermediate > 0 {
+                    format!(" + shared {}", e.shared_intermediate)
+                } else {
+                    String::new()
+                },
+                e.moe_layers,
+                m.layers
+            )
+        });
+        let active = m.params - m.expert_params() + m.active_expert_params();
+        vec![
+            m.name.to_string(),
+            m.hf_repo.to_string(),
+            format!("{:.2}", m.params as f64 / 1e9),
+            format!("{:.2}", active as f64 / 1e9),
+            m.layers.to_string(),
+            m.hidden.to_string(),
+            format!("{}/{}x{}", m.heads, m.kv_heads, m.head_dim),
+            m.intermediate.to_string(),
+            moe,
+            format!("{}", m.kv_bytes_per_token(2) / 1024),
+            m.source(),
+        ]
+    });
+    let mut o = crate::output::render(
+        &[
+            "model",
+            "hf_repo",
+            "params_b",
+            "active_b",
+            "layers",
+            "hidden",
+            "heads/kv x dim",
+            "mlp",
+            "experts",
+            "kv_kib_per_token",
+            "source",
+        ],
+        rows,
+        &[2, 3, 4, 5, 7, 9],
+    );
+    o.push_str("
+A served name resolves with or without its organisation and -Instruct; a -FP8 / -FP8-dynamic suffix reads the layer weights as FP8, -AWQ / -GPTQ / -W4A16 / -INT4 / -NVFP4 as 4-bit.
+");
+    o
+}
+
+/// The shapes as JSON (`sim profiles --models --json`).
+pub fn json() -> serde_json::Value {
+    serde_json::Value::Array(
+        MODELS
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "model": m.name,
+                    "hf_repo": m.hf_repo,
+                    "aliases": m.aliases,
+                    "params": m.params,
+                    "active_params": m.params - m.expert_params() + m.active_expert_params(),
+                    "layers": m.layers,
+                    "hidden": m.hidden,
+                    "heads": m.heads,
+                    "kv_heads": m.kv_heads,
+                    "head_dim": m.head_dim,
+                    "intermediate": m.intermediate,
+                    "vocab": m.vocab,
+                    "tied_embeddings": m.tied_embeddings,
+                    "moe": m.moe.map(|e| serde_json::json!({
+                        "experts": e.experts,
+                        "top_k": e.top_k,
+                        "expert_intermediate": e.expert_intermediate,
+                        "shared_intermediate": e.shared_intermediate,
+                        "moe_layers": e.moe_layers,
+                    })),
+                    "kv_bytes_per_token_bf16": m.kv_bytes_per_token(2),
+                    "source": m.source(),
+                })
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
