@@ -353,37 +353,67 @@ pub struct LeaveOneOut {
     pub replays: u64,
 }
 
-/// Leaves each group out in turn.
-pub fn leave_one_out(runs: &[Run]) -> Result<LeaveOneOut> {
-    let mut groups: Vec<&str> = runs.iter().map(|r| r.entry.group.as_str()).collect();
-    groups.dedup();
-    let mut seen = std::collections::BTreeSet::new();
-    groups.retain(|g| seen.insert(*g));
-    if groups.len() < 2 {
-        bail!("leave-one-out needs at least two groups of runs");
-    }
-    let mut rows = Vec::new();
-    let mut folds = Vec::new();
-    let mut replays = 0;
-    for g in groups {
-        let train: Vec<&Run> = runs.iter().filter(|r| r.entry.group != g).collect();
-        let f = fit(&train)?;
-        replays += f.replays;
-        for r in runs.iter().filter(|r| r.entry.group == g) {
-            let v = replay_run(r, &f.coefficients, Window::ALL)?;
-            replays += 1;
-            rows.push(Row {
-                name: r.entry.name.clone(),
-                group: g.to_string(),
-                profile: r.deployment.id(),
-                requests: v.requests,
-                e2e_mean_s: v.latencies.iter().find(|l| l.name == "e2e").map_or(0.0, |l| l.measured.mean),
-                errors: errors(&v),
-            });
+/// What one fold leaves out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaveOut {
+    /// One run: its group's other runs stay in the fit.
+    Run,
+    /// One group (a model on a GPU): the fit never saw that model on that GPU.
+    Group,
+}
+
+/// Leaves each run, or each group, out in turn: fits the global coefficients to the
+/// rest (from [`PRIOR`]) and predicts what was left out.
+pub fn leave_one_out(runs: &[Run], by: LeaveOut) -> Result<LeaveOneOut> {
+    let key = |r: &Run| match by {
+        LeaveOut::Run => r.entry.name.clone(),
+        LeaveOut::Group => r.entry.group.clone(),
+    };
+    let mut folds_keys: Vec<String> = Vec::new();
+    for r in runs {
+        if !folds_keys.contains(&key(r)) {
+            folds_keys.push(key(r));
         }
-        folds.push((g.to_string(), f.coefficients));
     }
-    Ok(LeaveOneOut { rows, folds, replays })
+    if folds_keys.len() < 2 {
+        bail!("leave-one-out needs at least two folds");
+    }
+    let results: Vec<Result<(Vec<Row>, (String, Coefficients), u64)>> = folds_keys
+        .par_iter()
+        .map(|k| {
+            let train: Vec<&Run> = runs.iter().filter(|r| key(r) != *k).collect();
+            let f = fit(&train)?;
+            let mut rows = Vec::new();
+            for r in runs.iter().filter(|r| key(r) == *k) {
+                let v = replay_run(r, &f.coefficients, Window::ALL)?;
+                rows.push(Row {
+                    name: r.entry.name.clone(),
+                    group: r.entry.group.clone(),
+                    profile: r.deployment.id(),
+                    requests: v.requests,
+                    e2e_mean_s: v.latencies.iter().find(|l| l.name == "e2e").map_or(0.0, |l| l.measured.mean),
+                    errors: errors(&v),
+                });
+            }
+            let n = rows.len() as u64;
+            Ok((rows, (k.clone(), f.coefficients), f.replays + n))
+        })
+        .collect();
+    let mut l = LeaveOneOut {
+        rows: Vec::new(),
+        folds: Vec::new(),
+        replays: 0,
+    };
+    for r in results {
+        let (rows, fold, replays) = r?;
+        l.rows.extend(rows);
+        l.folds.push(fold);
+        l.replays += replays;
+    }
+    // Rows in the list's order whatever the folds' order.
+    let order: Vec<&str> = runs.iter().map(|r| r.entry.name.as_str()).collect();
+    l.rows.sort_by_key(|row| order.iter().position(|n| *n == row.name));
+    Ok(l)
 }
 
 /// The median of `xs` (NaN when empty).

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use clap::Args;
 
 use super::out::outln;
@@ -204,11 +204,18 @@ pub(super) fn cmd_calibrate(a: CalibrateArgs) -> Result<ExitCode> {
         cost_line(cpu0, wall0)
     )?;
     if f.terms.total() > POOR_FIT_LOSS && !a.accept_poor_fit {
-        bail!(
-            "the fit's loss {:.3} is far above what a faithful replay reaches (at most {POOR_FIT_LOSS}; the shipped runs fit at 0.03-0.09): the engine setup above or the measurement is not what ran (a series that stops early, a window without the requests that made it, another run's series); {} not written (--accept-poor-fit writes it anyway)",
+        eprintln!(
+            "error: the fit's loss {:.3} is far above what a faithful replay reaches (at most {POOR_FIT_LOSS}; the shipped runs fit at 0.03-0.09): the engine setup above or the measurement is not what ran (a series that stops early, a window without the requests that made it, another run's series); {} not written (--accept-poor-fit writes it anyway)",
             f.terms.total(),
-            out.display()
+            crate::quote::escape(&out.display().to_string())
         );
+        return Ok(ExitCode::from(1));
+    }
+    if f.terms.total() > POOR_FIT_LOSS {
+        outln!(
+            "WARNING: the fit's loss {:.3} is far above what a faithful replay reaches (at most {POOR_FIT_LOSS}); written anyway (--accept-poor-fit)",
+            f.terms.total()
+        )?;
     }
     let name = a.name.clone().unwrap_or_else(|| stem(&a.m.measurements));
     let file = calibrate::profile_file(&name, &m, &s, &f);
@@ -297,6 +304,11 @@ pub(super) struct ValidateArgs {
     /// MEASUREMENTS, refit the global coefficients without it and predict its runs.
     #[arg(long, conflicts_with_all = ["profile", "series", "window"])]
     leave_one_out: bool,
+    /// With --leave-one-out: what each fold leaves out, `group` (a model on a GPU: the
+    /// fit never saw that model on that hardware) or `run` (one run; its group's other
+    /// runs stay in the fit).
+    #[arg(long, default_value = "group", value_parser = ["group", "run"], requires = "leave_one_out")]
+    by: String,
     /// Output folder (default out/validate-<name>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -495,7 +507,12 @@ fn leave_one_out(a: &ValidateArgs) -> Result<ExitCode> {
     let cpu0 = cpu_seconds();
     let wall0 = std::time::Instant::now();
     let runs = physics::read_runs(&a.m.measurements)?;
-    let l = physics::leave_one_out(&runs)?;
+    let by = if a.by == "run" {
+        physics::LeaveOut::Run
+    } else {
+        physics::LeaveOut::Group
+    };
+    let l = physics::leave_one_out(&runs, by)?;
     let md = l.markdown();
     let (means, p90s) = l.medians();
     let (worst, worst_run) = l.worst_e2e();
@@ -506,6 +523,7 @@ fn leave_one_out(a: &ValidateArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
     let json = serde_json::json!({
         "runs": a.m.measurements.display().to_string(),
+        "leave_out": a.by,
         "median_abs_err_pct": {
             "e2e_mean": means[0], "ttft_mean": means[1], "tpot_mean": means[2],
             "e2e_p90": p90s[0], "ttft_p90": p90s[1], "tpot_p90": p90s[2],
@@ -549,9 +567,10 @@ fn leave_one_out(a: &ValidateArgs) -> Result<ExitCode> {
         met(worst, LOO_TARGETS[2])
     )?;
     outln!(
-        "{} runs, {} folds, {} replays, {}",
+        "{} runs, {} folds leaving out one {} each, {} replays, {}",
         l.rows.len(),
         l.folds.len(),
+        a.by,
         l.replays,
         cost_line(cpu0, wall0)
     )?;

@@ -40,6 +40,7 @@ mod invariants;
 mod journey;
 mod lags;
 mod links;
+mod physics;
 mod plots;
 mod policies;
 mod prometheus;
