@@ -70,10 +70,7 @@ fn main() {
         assert!(t0.elapsed() < Duration::from_secs(30), "sim serve did not start");
         std::thread::sleep(Duration::from_millis(10));
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = fleetsim::live::runtime(None).unwrap();
     let urls = Arc::new(urls);
     let (wall, streamed, per_backend) = rt.block_on(async {
         let c: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
@@ -94,7 +91,10 @@ fn main() {
                     .body(Full::new(Bytes::from(body)))
                     .unwrap();
                 let resp = c.request(req).await.expect("a response");
-                let backend = resp.headers()["x-fleetsim-backend"].to_str().unwrap().to_string();
+                let backend = resp.headers()[fleetsim::live::wire::BACKEND_HEADER]
+                    .to_str()
+                    .unwrap()
+                    .to_string();
                 let mut body = resp.into_body();
                 let mut events = 0u64;
                 while let Some(f) = body.frame().await {

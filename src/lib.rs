@@ -16,20 +16,27 @@
 //!    simulation. It depends on no CLI, plotting, YAML, JUnit or schema crate; its own
 //!    top-level doc gives its inner layers.
 //! 2. **Io** (`fleetsim-io`, re-exported as [`scenario`], [`trace`], [`profiles`],
-//!    [`preflight`], [`atomic`], [`output`], [`quote`]): scenarios and traces in, validated
-//!    configs out, whole-or-absent files, user text in messages escaped. It depends on the
-//!    core only.
+//!    [`measure`], [`vllm_metrics`], [`preflight`], [`atomic`], [`output`], [`quote`]):
+//!    scenarios, traces and a real engine's measurements in, validated configs out, vLLM's
+//!    metric names in one place, whole-or-absent files, user text in messages escaped. It
+//!    depends on the core only.
 //! 3. **Application** (this crate): [`cli`] (parse and dispatch only, one file per
-//!    subcommand), [`sweep`], [`tune`], [`check`], [`import`], [`explain`], [`export`],
-//!    [`report`], [`plot`], [`hints`], [`reference`](mod@reference), [`alerts`] (Prometheus
-//!    rules and their proof on runs) and [`observe`] (the same figures on a real fleet's
-//!    series; the only HTTP client). It builds scenarios
-//!    through io, calls [`sim::run`], and renders finished results; it never reaches into
-//!    a running simulation. Plotting, YAML, JUnit and the CLI parser live here only.
+//!    subcommand), [`sweep`], [`tune`], [`family`] (candidate rules over a random family of
+//!    fleets), [`check`], [`import`], [`calibrate`] (a profile fitted to a real engine's
+//!    series, and its validation), [`explain`], [`export`], [`report`], [`plot`], [`hints`],
+//!    [`reference`](mod@reference) (the generated reference pages and blocks of the guide),
+//!    [`alerts`] (Prometheus rules and their proof on runs), [`observe`] (the same figures
+//!    on a real fleet's series) and [`live`], the live wing: `sim serve` (the fleet as vLLM
+//!    servers over HTTP), `sim load` (a scenario's sessions sent in real time to a router)
+//!    and observe's fetching, on one wire contract; the only code that speaks HTTP, and the
+//!    only place wall time drives what happens. It builds scenarios through io, calls
+//!    [`sim::run`], and renders finished results; it never reaches into a running
+//!    simulation. Plotting, YAML, JUnit, HTTP and the CLI parser live here only.
 //!
-//! Inside the application, [`cli`] sits on top; [`sweep`], [`tune`], [`check`] and
-//! [`import`] drive runs; [`explain`], [`export`], [`report`], [`plot`] and [`hints`] see a
-//! finished [`sim::RunResult`] (or sweep tables), never simulation internals.
+//! Inside the application, [`cli`] sits on top; [`sweep`], [`tune`], [`family`], [`check`],
+//! [`calibrate`] and [`import`] drive runs; [`explain`], [`export`], [`report`], [`plot`] and
+//! [`hints`] see a finished [`sim::RunResult`] (or sweep tables), never simulation
+//! internals; [`live`] is the only code that keeps real time.
 //!
 //! ## Determinism contract
 //!
@@ -53,11 +60,10 @@ pub mod export;
 pub mod family;
 pub mod hints;
 pub mod import;
-pub mod load;
+pub mod live;
 pub mod observe;
 pub mod plot;
 pub mod reference;
 pub mod report;
-pub mod serve;
 pub mod sweep;
 pub mod tune;

@@ -31,8 +31,8 @@ use crate::backend::vllm::VllmConfig;
 use crate::measure::{Client, Measurement};
 use crate::profiles::auto::{Coefficients, Deployment, SHIPPED};
 use crate::profiles::file::{About, Engine, Fit, Physics, ProfileFile, StepTime};
-use optim::{Round, minimize};
 use crate::time::{SimDuration, SimTime};
+use optim::{Round, minimize};
 
 /// The replay of a measurement's requests: arrivals relative to `origin_s`.
 pub struct Workload {
@@ -238,8 +238,12 @@ pub fn loss(rep: &Replay, t: &Target) -> LossTerms {
 /// the first arrival) fall in `w`, of `end` samples.
 pub fn span(w: window::Window, dt: f64, offset_s: f64, end: usize) -> (usize, usize) {
     let t = |k: usize| (k + 1) as f64 * dt - offset_s;
-    let k0 = (0..end).find(|&k| w.from_s.is_none_or(|a| t(k) >= a - 1e-9)).unwrap_or(end);
-    let k1 = (k0..end).find(|&k| w.to_s.is_some_and(|b| t(k) > b + 1e-9)).unwrap_or(end);
+    let k0 = (0..end)
+        .find(|&k| w.from_s.is_none_or(|a| t(k) >= a - 1e-9))
+        .unwrap_or(end);
+    let k1 = (k0..end)
+        .find(|&k| w.to_s.is_some_and(|b| t(k) > b + 1e-9))
+        .unwrap_or(end);
     (k0, k1)
 }
 
@@ -285,8 +289,16 @@ impl Fitted {
                 c.mem_efficiency,
                 c.kv_mem_efficiency,
                 c.flop_efficiency,
-                if d.gpu.nvlink { "link_efficiency" } else { "pcie_efficiency" },
-                if d.gpu.nvlink { c.link_efficiency } else { c.pcie_efficiency }
+                if d.gpu.nvlink {
+                    "link_efficiency"
+                } else {
+                    "pcie_efficiency"
+                },
+                if d.gpu.nvlink {
+                    c.link_efficiency
+                } else {
+                    c.pcie_efficiency
+                }
             ),
             None => format!(
                 "{:.1} us + {:.3} us x prefill token + {:.3} us x decode token + {:.5} us x context token",
@@ -328,7 +340,12 @@ fn replay_loss(cfg: &VllmConfig, w: &Workload, t: &Target, step_time: StepTimeMo
 /// the three-term form, then the context form from its optimum.
 pub fn fit(cfg: &VllmConfig, w: &Workload, t: &Target) -> Result<Fitted> {
     let cost = |x: &[f64]| replay_loss(cfg, w, t, model_of(x));
-    let three = minimize(&cost, START_US[..3].iter().map(|b| b.ln()).collect(), &ROUNDS, SD_TOLERANCE)?;
+    let three = minimize(
+        &cost,
+        START_US[..3].iter().map(|b| b.ln()).collect(),
+        &ROUNDS,
+        SD_TOLERANCE,
+    )?;
     // The context form starts from the linear fit, with the context term at its start.
     let mut start4 = three.x.clone();
     start4.push(START_US[3].ln());
@@ -380,7 +397,12 @@ const CORRECTION_SD: f64 = 0.5;
 const CORRECTION_WEIGHT: f64 = 0.05;
 
 /// Names of the corrected coefficients, in [`corrected`]'s order.
-const CORRECTED: [&str; 4] = ["mem_efficiency", "kv_mem_efficiency", "flop_efficiency", "link_efficiency"];
+const CORRECTED: [&str; 4] = [
+    "mem_efficiency",
+    "kv_mem_efficiency",
+    "flop_efficiency",
+    "link_efficiency",
+];
 
 /// The rounds of a physics fit (ln of the correction factors).
 const PHYSICS_ROUNDS: [Round; 2] = [
@@ -495,7 +517,6 @@ pub fn token_totals(m: &Measurement, window: window::Window) -> Result<String> {
 /// How far the series' and the requests' token totals may be apart.
 pub const TOKEN_TOLERANCE: f64 = 0.10;
 
-
 /// Rounds a coefficient for the profile file (4 significant digits after the point is
 /// far below the fit's resolution, and keeps the file readable).
 fn round(x: f64) -> f64 {
@@ -552,4 +573,3 @@ pub fn profile_file(name: &str, m: &Measurement, s: &Setup, f: &Fitted) -> Profi
         },
     }
 }
-

@@ -88,7 +88,12 @@ pub fn read_runs(list: &Path) -> Result<Vec<Run>> {
             };
             let s = setup(&m, &entry.engine_args, &opts).map_err(|e| anyhow!("run {}: {e}", entry.name))?;
             let deployment = s.deployment(&m.source)?;
-            Ok(Run { entry, m, s, deployment })
+            Ok(Run {
+                entry,
+                m,
+                s,
+                deployment,
+            })
         })
         .collect()
 }
@@ -324,6 +329,67 @@ fn significant(x: f64, digits: i32) -> f64 {
     (x * p).round() / p
 }
 
+/// The physics model's error on runs it never saw, % (absolute, simulated / measured - 1):
+/// `sim validate --leave-one-out traces/validation.toml`, each model-on-GPU group of the
+/// shipped runs predicted with coefficients fitted to the other groups. Printed beside
+/// every prediction of an auto profile; `tests/it/physics.rs` holds these figures to what
+/// that command measures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeldOutError {
+    /// Median over runs of the E2E mean's error.
+    pub e2e_median: f64,
+    /// The worst run's E2E mean error.
+    pub e2e_worst: f64,
+    /// Median over runs of the TTFT mean's error.
+    pub ttft_median: f64,
+    /// The worst run's TTFT mean error.
+    pub ttft_worst: f64,
+    /// Median over runs of the TPOT mean's error.
+    pub tpot_median: f64,
+    /// Runs judged.
+    pub runs: usize,
+}
+
+/// See [`HeldOutError`].
+pub const HELD_OUT: HeldOutError = HeldOutError {
+    e2e_median: 12.4,
+    e2e_worst: 36.8,
+    ttft_median: 22.7,
+    ttft_worst: 86.7,
+    tpot_median: 12.0,
+    runs: 15,
+};
+
+impl HeldOutError {
+    /// The figures of a leave-one-out table, to 0.1 %.
+    pub fn of(l: &LeaveOneOut) -> HeldOutError {
+        let r1 = |x: f64| (x * 10.0).round() / 10.0;
+        let worst = |i: usize| {
+            l.rows
+                .iter()
+                .map(|r| r.errors.mean[i].abs() * 100.0)
+                .fold(0.0, f64::max)
+        };
+        let (m, _) = l.medians();
+        HeldOutError {
+            e2e_median: r1(m[0]),
+            e2e_worst: r1(worst(0)),
+            ttft_median: r1(m[1]),
+            ttft_worst: r1(worst(1)),
+            tpot_median: r1(m[2]),
+            runs: l.rows.len(),
+        }
+    }
+
+    /// One line for a prediction: the band it comes with.
+    pub fn band(&self) -> String {
+        format!(
+            "expected error of an auto profile on a model and GPU it was not fitted to (leave-one-out over {} real runs): E2E mean ±{:.1} % median, ±{:.1} % worst; TTFT mean ±{:.1} % median, ±{:.1} % worst; TPOT mean ±{:.1} % median",
+            self.runs, self.e2e_median, self.e2e_worst, self.ttft_median, self.ttft_worst, self.tpot_median
+        )
+    }
+}
+
 /// One run's row of the leave-one-out table.
 #[derive(Clone, Debug)]
 pub struct Row {
@@ -391,7 +457,11 @@ pub fn leave_one_out(runs: &[Run], by: LeaveOut) -> Result<LeaveOneOut> {
                     group: r.entry.group.clone(),
                     profile: r.deployment.id(),
                     requests: v.requests,
-                    e2e_mean_s: v.latencies.iter().find(|l| l.name == "e2e").map_or(0.0, |l| l.measured.mean),
+                    e2e_mean_s: v
+                        .latencies
+                        .iter()
+                        .find(|l| l.name == "e2e")
+                        .map_or(0.0, |l| l.measured.mean),
                     errors: errors(&v),
                 });
             }
@@ -426,7 +496,9 @@ pub fn median(xs: &[f64]) -> f64 {
 impl LeaveOneOut {
     /// Median absolute error per statistic: `[e2e, ttft, tpot]` means, then p90s, %.
     pub fn medians(&self) -> ([f64; 3], [f64; 3]) {
-        let col = |f: &dyn Fn(&Errors) -> f64| median(&self.rows.iter().map(|r| f(&r.errors).abs() * 100.0).collect::<Vec<_>>());
+        let col = |f: &dyn Fn(&Errors) -> f64| {
+            median(&self.rows.iter().map(|r| f(&r.errors).abs() * 100.0).collect::<Vec<_>>())
+        };
         (
             [col(&|e| e.mean[0]), col(&|e| e.mean[1]), col(&|e| e.mean[2])],
             [col(&|e| e.p90[0]), col(&|e| e.p90[1]), col(&|e| e.p90[2])],

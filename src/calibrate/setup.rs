@@ -13,7 +13,7 @@ use anyhow::{Result, anyhow, bail};
 use crate::backend::perf::StepTimeModel;
 use crate::backend::replay::{Dispatch, ReplayOptions};
 use crate::backend::vllm::VllmConfig;
-use crate::measure::Measurement;
+use crate::measure::{EngineMeta, Measurement};
 use crate::profiles::auto::{Deployment, Parallel};
 use crate::profiles::gpus::{self, Gpu};
 use crate::profiles::models::{self, ModelShape, WeightDtype};
@@ -170,7 +170,10 @@ impl Setup {
             (1, 1) => "1 engine".to_string(),
             (dp, 1) => format!(
                 "{dp} data-parallel engines (vLLM's balancer{})",
-                if self.replay_options(ReplayOptions::single(None, crate::time::SimDuration(1))).lockstep {
+                if self
+                    .replay_options(ReplayOptions::single(None, crate::time::SimDuration(1)))
+                    .lockstep
+                {
                     ", stepping together: MoE ranks"
                 } else {
                     ""
@@ -234,26 +237,28 @@ impl Flags {
         match self.raw(names) {
             None => Ok(None),
             Some((None, _)) => bail!("--engine-args: --{} needs a value", names[0]),
-            Some((Some(v), src)) => v.parse::<u32>().ok().filter(|&x| x >= 1).map(|x| Some((x, src))).ok_or_else(|| {
-                anyhow!(
-                    "{}: --{} {}: not a positive whole number",
-                    src.name(),
-                    names[0],
-                    crate::quote::quote(&v)
-                )
-            }),
+            Some((Some(v), src)) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|&x| x >= 1)
+                .map(|x| Some((x, src)))
+                .ok_or_else(|| {
+                    anyhow!(
+                        "{}: --{} {}: not a positive whole number",
+                        src.name(),
+                        names[0],
+                        crate::quote::quote(&v)
+                    )
+                }),
         }
     }
 
     fn float(&self, name: &str) -> Result<Option<f64>> {
         match self.raw(&[name]) {
-            Some((Some(v), src)) => v.parse::<f64>().map(Some).map_err(|_| {
-                anyhow!(
-                    "{}: --{name} {}: not a number",
-                    src.name(),
-                    crate::quote::quote(&v)
-                )
-            }),
+            Some((Some(v), src)) => v
+                .parse::<f64>()
+                .map(Some)
+                .map_err(|_| anyhow!("{}: --{name} {}: not a number", src.name(), crate::quote::quote(&v))),
             _ => Ok(None),
         }
     }
@@ -267,19 +272,16 @@ impl Flags {
     }
 }
 
-/// The measured engine's configuration (see the module doc for the order of sources).
-pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<Setup> {
-    let flags = Flags {
-        given: parse_engine_args(engine_args)?,
-        run: match &m.engine.vllm_command {
-            Some(c) => parse_engine_args(c).map_err(|e| anyhow!("{}: the recorded command line: {e}", m.source))?,
-            None => BTreeMap::new(),
-        },
-    };
-    let e = &m.engine;
-    let src = crate::quote::escape(&m.source);
-    let mut prov = Vec::new();
-    // Model and GPU.
+/// The model served (and its known shape) and the GPU (and its datasheet).
+type Identity = (
+    Option<String>,
+    Option<(&'static ModelShape, WeightDtype)>,
+    Option<String>,
+    Option<&'static Gpu>,
+);
+
+/// The model and GPU: the flags, else the measurement; each said in `prov`.
+fn identity(e: &EngineMeta, flags: &Flags, opts: &SetupOptions, prov: &mut Vec<String>) -> Identity {
     let model = opts
         .model
         .clone()
@@ -290,7 +292,9 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
     let gpu = gpu_name.as_deref().and_then(gpus::resolve);
     if let Some(m) = &model {
         let how = if opts.model.is_some() { "--model" } else { "measurement" };
-        let shape_s = shape.map_or("no known shape".to_string(), |(s, d)| format!("{} {}", s.name, d.name()));
+        let shape_s = shape.map_or("no known shape".to_string(), |(s, d)| {
+            format!("{} {}", s.name, d.name())
+        });
         prov.push(format!("model = {m} ({how}; {shape_s})"));
     }
     if let Some(g) = &gpu_name {
@@ -298,8 +302,22 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
         let sheet = gpu.map_or("no datasheet".to_string(), |g| format!("datasheet {}", g.name));
         prov.push(format!("gpu = {g} ({how}; {sheet})"));
     }
-    // Parallelism.
-    let tp = flags.num(&["tensor-parallel-size", "tp"])?.map(|(v, _)| v).or(e.tensor_parallel_size);
+    (model, shape, gpu_name, gpu)
+}
+
+/// Tensor and data parallelism, replicas and expert parallelism: the flags, else the
+/// measurement; each said in `prov`.
+fn parallelism(
+    e: &EngineMeta,
+    flags: &Flags,
+    opts: &SetupOptions,
+    src: &str,
+    prov: &mut Vec<String>,
+) -> Result<(Option<u32>, u32, u32, bool)> {
+    let tp = flags
+        .num(&["tensor-parallel-size", "tp"])?
+        .map(|(v, _)| v)
+        .or(e.tensor_parallel_size);
     let dp = flags
         .num(&["data-parallel-size", "dp"])?
         .map(|(v, _)| v)
@@ -328,17 +346,36 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
     if opts.warm_prefix {
         prov.push("prefix cache warm with the run's prompts (--warm-prefix-cache)".into());
     }
+    Ok((tp, dp, replicas, expert_parallel))
+}
+
+/// The measured engine's configuration (see the module doc for the order of sources).
+pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<Setup> {
+    let flags = Flags {
+        given: parse_engine_args(engine_args)?,
+        run: match &m.engine.vllm_command {
+            Some(c) => parse_engine_args(c).map_err(|e| anyhow!("{}: the recorded command line: {e}", m.source))?,
+            None => BTreeMap::new(),
+        },
+    };
+    let e = &m.engine;
+    let src = crate::quote::escape(&m.source);
+    let mut prov = Vec::new();
+    let (model, shape, gpu_name, gpu) = identity(e, &flags, opts, &mut prov);
+    let (tp, dp, replicas, expert_parallel) = parallelism(e, &flags, opts, &src, &mut prov)?;
     let fb = opts.fallback.as_ref();
     let batch_defaults = gpu.map(Gpu::vllm_batch_defaults);
-    let mut pick = |key: &str, names: &[&str], meta: Option<u32>, fallback: Option<u32>, default: Option<u32>| -> Result<u32> {
+    let mut pick = |key: &str,
+                    names: &[&str],
+                    meta: Option<u32>,
+                    fallback: Option<u32>,
+                    default: Option<u32>|
+     -> Result<u32> {
         let (v, s) = match (flags.num(names)?, meta, fallback, default) {
             (Some((v, s)), ..) => (v, s.name().to_string()),
             (None, Some(v), ..) => (v, "measurement".into()),
             (None, None, Some(v), _) => (v, "profile file: the run does not record it".into()),
-            (None, None, None, Some(v)) => (
-                v,
-                format!("vLLM's default on {}", gpu.map_or("this GPU", |g| g.name)),
-            ),
+            (None, None, None, Some(v)) => (v, format!("vLLM's default on {}", gpu.map_or("this GPU", |g| g.name))),
             _ => bail!(
                 "{src}: {key} is not recorded; give it: --engine-args \"--{} N\" (or the GPU with --gpu NAME, for vLLM's default)",
                 names[0]
@@ -361,7 +398,11 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
         fb.map(|f| f.max_num_batched_tokens),
         batch_defaults.map(|d| d.0),
     )?;
-    let block_size = flags.num(&["block-size"])?.map(|(v, _)| v).or(e.block_size).unwrap_or(16);
+    let block_size = flags
+        .num(&["block-size"])?
+        .map(|(v, _)| v)
+        .or(e.block_size)
+        .unwrap_or(16);
     prov.push(format!("block_size_tokens = {block_size}"));
     let prefix_caching = flags
         .switch("enable-prefix-caching", "no-enable-prefix-caching")
@@ -470,13 +511,16 @@ fn derive_kv(
     let src = crate::quote::escape(&m.source);
     let (shape, dtype) = s.shape.ok_or_else(|| {
         anyhow!(
-            "{src}: num_gpu_blocks is not recorded and the model {} has no known shape to derive it from; give --model NAME or --engine-args \"--num-gpu-blocks-override N\" (vLLM logs \"# GPU blocks: N\")",
+            "{src}: num_gpu_blocks is not recorded and the model {} has no known shape to derive it from; give --model NAME (`sim profiles --models` lists the known shapes) or --engine-args \"--num-gpu-blocks-override N\" (vLLM logs \"# GPU blocks: N\")",
             crate::quote::quote(s.model.as_deref().unwrap_or("(unknown)"))
         )
     })?;
     let (gib, memory_from) = match (opts.gpu_memory_gib, m.engine.gpu_memory_bytes, s.gpu) {
         (Some(g), ..) => (g, "--gpu-memory-gib".to_string()),
-        (None, Some(b), _) => (b as f64 / f64::from(1u32 << 30), "the run's recorded GPU memory".to_string()),
+        (None, Some(b), _) => (
+            b as f64 / f64::from(1u32 << 30),
+            "the run's recorded GPU memory".to_string(),
+        ),
         (None, None, Some(g)) => (g.memory_gib, format!("the {} datasheet", g.name)),
         (None, None, None) => bail!(
             "{src}: num_gpu_blocks and the GPU's memory are not recorded; give --gpu NAME (its datasheet's memory), --gpu-memory-gib G or --engine-args \"--num-gpu-blocks-override N\""
@@ -488,7 +532,9 @@ fn derive_kv(
         .unwrap_or(0.9);
     // Activations, buffers and the driver's share: as given, else the physics model's
     // shipped reserve (vLLM measures it at start-up; 0 would overstate the cache).
-    let act = opts.activation_memory_gib.unwrap_or(crate::profiles::auto::SHIPPED.reserve_gib);
+    let act = opts
+        .activation_memory_gib
+        .unwrap_or(crate::profiles::auto::SHIPPED.reserve_gib);
     let tp = s.tp.unwrap_or(1);
     // Per-GPU weights (a MoE model's experts spread over its data-parallel ranks too),
     // as the whole-model figure the derivation divides by TP.
@@ -524,7 +570,11 @@ fn derive_kv(
         format!(
             "derived as vLLM does: {} on {gib:.2} GiB ({memory_from}) x {util} per GPU, TP {tp}, {act} GiB set aside for activations and buffers{}",
             shape.name,
-            if opts.activation_memory_gib.is_some() { " (--activation-memory-gib)" } else { " (the shipped reserve_gib)" }
+            if opts.activation_memory_gib.is_some() {
+                " (--activation-memory-gib)"
+            } else {
+                " (the shipped reserve_gib)"
+            }
         ),
         k,
     ))

@@ -262,7 +262,13 @@ fn calibrate_physics(
     outln!("\nin-sample errors at these coefficients (simulated / measured - 1):")?;
     outln!(
         "{:<40} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "run", "E2E mean", "TTFT mean", "TPOT mean", "E2E p90", "TTFT p90", "TPOT p90"
+        "run",
+        "E2E mean",
+        "TTFT mean",
+        "TPOT mean",
+        "E2E p90",
+        "TTFT p90",
+        "TPOT p90"
     )?;
     for r in &runs {
         let v = physics::replay_run(r, &f.coefficients, Window::ALL)?;
@@ -330,23 +336,32 @@ struct Chosen {
     name: String,
     client_delay_s: f64,
     notes: Vec<String>,
+    /// An auto profile: the prediction carries the physics model's held-out error.
+    auto: bool,
 }
 
 /// The run's engine with the profile's step time; a profile file's engine fills only
 /// what the run does not record, and every difference is said.
 fn choose(a: &ValidateArgs, profile: &str, m: &measure::Measurement) -> Result<Chosen> {
-    let p = profile.strip_prefix(crate::profiles::file::FILE_PREFIX).unwrap_or(profile);
+    let p = profile
+        .strip_prefix(crate::profiles::file::FILE_PREFIX)
+        .unwrap_or(profile);
     let mut opts = a.m.options();
     if p.eq_ignore_ascii_case("auto") {
         let s = calibrate::setup(m, &a.m.engine_args, &opts)?;
         let d = s.deployment(&m.source)?;
         let mut cfg = s.cfg.clone();
         cfg.step_time = d.step_time(&SHIPPED);
-        let delay = if m.client_timed() { SHIPPED.client_overhead_us * 1e-6 } else { 0.0 };
+        let delay = if m.client_timed() {
+            SHIPPED.client_overhead_us * 1e-6
+        } else {
+            0.0
+        };
         let mut notes = vec![format!(
             "profile auto: {} priced by the physics model with the shipped coefficients (no fitting to this run)",
             d.id()
         )];
+        notes.push(physics::HELD_OUT.band());
         if delay > 0.0 {
             notes.push(format!(
                 "times are the client's: each request reaches the engine {:.1} ms after it was sent (client_overhead_us)",
@@ -359,6 +374,7 @@ fn choose(a: &ValidateArgs, profile: &str, m: &measure::Measurement) -> Result<C
             cfg,
             client_delay_s: delay,
             notes,
+            auto: true,
         });
     }
     if Path::new(p).is_file() {
@@ -369,7 +385,11 @@ fn choose(a: &ValidateArgs, profile: &str, m: &measure::Measurement) -> Result<C
         let e = &f.engine;
         for (k, prof, run) in [
             ("max_num_seqs", e.max_num_seqs, s.cfg.max_num_seqs),
-            ("max_num_batched_tokens", e.max_num_batched_tokens, s.cfg.max_num_batched_tokens),
+            (
+                "max_num_batched_tokens",
+                e.max_num_batched_tokens,
+                s.cfg.max_num_batched_tokens,
+            ),
             ("kv_blocks", e.kv_blocks, s.cfg.kv_blocks),
         ] {
             if prof != run {
@@ -394,6 +414,7 @@ fn choose(a: &ValidateArgs, profile: &str, m: &measure::Measurement) -> Result<C
             cfg,
             client_delay_s: delay,
             notes,
+            auto: false,
         });
     }
     let prof = crate::profiles::find(p).map_err(|e| anyhow!("--profile: {e} (or `auto`, or a profile file)"))?;
@@ -406,6 +427,7 @@ fn choose(a: &ValidateArgs, profile: &str, m: &measure::Measurement) -> Result<C
         cfg,
         client_delay_s: 0.0,
         notes: vec!["a shipped profile gives the step time only; the engine is the run's".into()],
+        auto: false,
     })
 }
 
@@ -438,6 +460,7 @@ pub(super) fn cmd_validate(a: ValidateArgs) -> Result<ExitCode> {
         "engine": c.s.engines_line(),
         "engine_settings": c.s.provenance,
         "metrics": metrics,
+        "expected_abs_err_pct": c.auto.then(|| held_out_json(&physics::HELD_OUT)),
     });
     crate::atomic::write_atomic(&dir.join("validation.json"), |b| {
         b.extend_from_slice(serde_json::to_string_pretty(&json)?.as_bytes());
@@ -496,6 +519,19 @@ pub(super) fn cmd_validate(a: ValidateArgs) -> Result<ExitCode> {
     }
     outln!("wrote {}", dir.display())?;
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// The held-out error as `validation.json` carries it.
+fn held_out_json(h: &physics::HeldOutError) -> serde_json::Value {
+    serde_json::json!({
+        "source": "sim validate --leave-one-out traces/validation.toml (leave one model-on-GPU group out)",
+        "runs": h.runs,
+        "e2e_mean_median": h.e2e_median,
+        "e2e_mean_worst": h.e2e_worst,
+        "ttft_mean_median": h.ttft_median,
+        "ttft_mean_worst": h.ttft_worst,
+        "tpot_mean_median": h.tpot_median,
+    })
 }
 
 /// The targets the leave-one-out table is held to: median |E2E mean error| and median
@@ -566,6 +602,19 @@ fn leave_one_out(a: &ValidateArgs) -> Result<ExitCode> {
         LOO_TARGETS[2],
         met(worst, LOO_TARGETS[2])
     )?;
+    if by == physics::LeaveOut::Group {
+        let h = physics::HeldOutError::of(&l);
+        outln!(
+            "{}",
+            if h == physics::HELD_OUT {
+                "the band auto predictions print (calibrate::physics::HELD_OUT) is this table's".to_string()
+            } else {
+                format!(
+                    "the band auto predictions print (calibrate::physics::HELD_OUT) differs from this table's: {h:?}"
+                )
+            }
+        )?;
+    }
     outln!(
         "{} runs, {} folds leaving out one {} each, {} replays, {}",
         l.rows.len(),

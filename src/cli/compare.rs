@@ -35,7 +35,7 @@ pub(super) struct CompareArgs {
 }
 
 pub(super) fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
-    use crate::load::side_by_side;
+    use crate::live::load::side_by_side;
     if a.side_by_side || (a.a.is_dir() && a.b.is_dir() && (side_by_side::is_live(&a.a) || side_by_side::is_live(&a.b)))
     {
         let (sa, sb) = (side_by_side::read(&a.a)?, side_by_side::read(&a.b)?);

@@ -10,7 +10,9 @@ use clap::Args;
 use super::out::outln;
 use super::shared::{ScenarioArgs, default_out, load_scenario};
 use crate::export::write_json;
-use crate::load::{LoadConfig, run, summarize, write_requests_csv};
+use crate::live::Speed;
+use crate::live::load::{LoadConfig, LoadSummary, run, summarize, write_requests_csv};
+use crate::live::wire::Codec;
 
 #[derive(Args, Debug)]
 pub(super) struct LoadArgs {
@@ -21,8 +23,8 @@ pub(super) struct LoadArgs {
     pub(super) target: String,
     /// Simulated seconds per wall second (think times and arrivals run this much faster;
     /// give `sim serve` the same).
-    #[arg(long, default_value_t = 1.0)]
-    pub(super) speed: f64,
+    #[arg(long, default_value_t = Speed::REAL_TIME)]
+    pub(super) speed: Speed,
     /// Results folder (default: out/<scenario name>-load).
     #[arg(long)]
     pub(super) out: Option<PathBuf>,
@@ -54,21 +56,9 @@ fn seconds(flag: &str, v: f64, max: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
-pub(super) fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
-    anyhow::ensure!(
-        a.speed.is_finite() && (0.001..=1000.0).contains(&a.speed),
-        "--speed {}: expected a factor between 0.001 and 1000",
-        a.speed
-    );
-    let duration = seconds("--duration", a.duration, 86_400.0)?;
-    let request_timeout = seconds("--request-timeout", a.request_timeout, 86_400.0)?;
-    anyhow::ensure!(a.max_requests >= 1, "--max-requests 0: send at least one request");
-    anyhow::ensure!(
-        (1..=100_000).contains(&a.max_in_flight),
-        "--max-in-flight {}: expected 1 to 100000",
-        a.max_in_flight
-    );
-    let target = a.target.trim_end_matches('/').to_string();
+/// `--target` without its trailing slashes, if an http(s) URL with a host.
+fn target(given: &str) -> Result<String> {
+    let target = given.trim_end_matches('/').to_string();
     let url = reqwest::Url::parse(&target)
         .map_err(|e| anyhow::anyhow!("--target {}: not a URL ({e})", crate::quote::one_line(&target)))?;
     anyhow::ensure!(
@@ -76,19 +66,41 @@ pub(super) fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
         "--target {}: expected http://HOST:PORT",
         crate::quote::one_line(&target)
     );
+    Ok(target)
+}
+
+impl LoadArgs {
+    /// The checked flags as a load configuration (the codec is the scenario's, the model
+    /// the target's: set once known).
+    fn config(&self) -> Result<LoadConfig> {
+        let duration = seconds("--duration", self.duration, 86_400.0)?;
+        let request_timeout = seconds("--request-timeout", self.request_timeout, 86_400.0)?;
+        anyhow::ensure!(self.max_requests >= 1, "--max-requests 0: send at least one request");
+        anyhow::ensure!(
+            (1..=100_000).contains(&self.max_in_flight),
+            "--max-in-flight {}: expected 1 to 100000",
+            self.max_in_flight
+        );
+        Ok(LoadConfig {
+            target: target(&self.target)?,
+            model: String::new(),
+            speed: self.speed,
+            max_requests: self.max_requests,
+            duration,
+            request_timeout,
+            codec: Codec::new(1),
+            max_in_flight: self.max_in_flight,
+        })
+    }
+}
+
+/// `sim load`: check, send, summarise, write, report; exit 1 unless every planned request
+/// finished.
+pub(super) fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
+    let mut cfg = a.config()?;
     let (scenario, workload, effective) = load_scenario(&a.scenario)?;
-    let name = scenario.sim.name.clone();
-    let seed = scenario.sim.seed;
-    let cfg = LoadConfig {
-        target,
-        model: String::new(),
-        speed: a.speed,
-        max_requests: a.max_requests,
-        duration,
-        request_timeout,
-        chars_per_token: scenario.sim.router.chars_per_token,
-        max_in_flight: a.max_in_flight,
-    };
+    let (name, seed) = (scenario.sim.name.clone(), scenario.sim.seed);
+    cfg.codec = Codec::new(scenario.sim.router.chars_per_token);
     if !a.quiet {
         outln!(
             "{name}: {} requests in {} sessions to {} at speed {}",
@@ -98,53 +110,59 @@ pub(super) fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
             cfg.speed
         )?;
     }
-    let mut cfg_used = cfg.clone();
-    let res = run(workload, cfg, a.model.clone())?;
-    cfg_used.model = res.model.clone();
-    let summary = summarize(&res, &name, seed, &cfg_used);
+    let res = run(workload, cfg.clone(), a.model.clone())?;
+    cfg.model = res.model.clone();
+    let summary = summarize(&res, &name, seed, &cfg);
     let dir = a.out.clone().unwrap_or_else(|| default_out(&format!("{name}-load")));
     let stage = crate::atomic::Staging::new(&dir)?;
     write_requests_csv(&stage.path().join("requests.csv"), &res)?;
     write_json(&stage.path().join("summary.json"), &summary)?;
     crate::atomic::write_file(&stage.path().join("scenario.toml"), effective.as_bytes())?;
     stage.commit()?;
-    let c = &summary.requests;
     if !a.quiet {
-        outln!(
-            "{} of {} requests finished in {:.1} s wall ({:.1} simulated s, {:.1} requests/s); {} failed, {} HTTP errors, {} timed out, {} cut, {} not sent",
-            c.finished,
-            c.planned,
-            summary.wall_s,
-            summary.sim_time_s,
-            summary.throughput_rps_wall,
-            c.failed,
-            c.http_error,
-            c.timed_out,
-            c.cut,
-            c.not_sent
-        )?;
-        outln!("\nbackend          requests   share")?;
-        for b in &summary.backends {
-            let n = if b.name.is_empty() {
-                "(unnamed)"
-            } else {
-                b.name.as_str()
-            };
-            outln!("{:<16} {:>8}  {:>5.1}%", n, b.requests, 100.0 * b.share)?;
-        }
-        outln!(
-            "\nttft_s p50 {:.3} p99 {:.3}   e2e_s p50 {:.3} p99 {:.3}   prefix_cache_hit_rate {}",
-            summary.ttft_s.p50,
-            summary.ttft_s.p99,
-            summary.e2e_s.p50,
-            summary.e2e_s.p99,
-            summary.prefix_cache_hit_rate.map_or("-".into(), |r| format!("{r:.3}"))
-        )?;
-        outln!("results: {}", dir.display())?;
+        print_report(&summary, &dir)?;
     }
+    let c = &summary.requests;
     Ok(if c.finished == c.planned {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The counts, the share per backend, latencies and the prefix hit rate.
+fn print_report(summary: &LoadSummary, dir: &std::path::Path) -> Result<()> {
+    let c = &summary.requests;
+    outln!(
+        "{} of {} requests finished in {:.1} s wall ({:.1} simulated s, {:.1} requests/s); {} failed, {} HTTP errors, {} timed out, {} cut, {} not sent",
+        c.finished,
+        c.planned,
+        summary.wall_s,
+        summary.sim_time_s,
+        summary.throughput_rps_wall,
+        c.failed,
+        c.http_error,
+        c.timed_out,
+        c.cut,
+        c.not_sent
+    )?;
+    outln!("\nbackend          requests   share")?;
+    for b in &summary.backends {
+        let n = if b.name.is_empty() {
+            "(unnamed)"
+        } else {
+            b.name.as_str()
+        };
+        outln!("{:<16} {:>8}  {:>5.1}%", n, b.requests, 100.0 * b.share)?;
+    }
+    outln!(
+        "\nttft_s p50 {:.3} p99 {:.3}   e2e_s p50 {:.3} p99 {:.3}   prefix_cache_hit_rate {}",
+        summary.ttft_s.p50,
+        summary.ttft_s.p99,
+        summary.e2e_s.p50,
+        summary.e2e_s.p99,
+        summary.prefix_cache_hit_rate.map_or("-".into(), |r| format!("{r:.3}"))
+    )?;
+    outln!("results: {}", dir.display())?;
+    Ok(())
 }

@@ -6,7 +6,7 @@
 //! * `sim check`: `[expect]` bounds, `--determinism`, `--invariants`, JUnit (`check.rs`);
 //! * `sim compare`: two runs, goldens or sweeps, metric by metric (`compare.rs`);
 //! * `sim load`: a scenario's workload sent in real time to an OpenAI-compatible endpoint
-//!   (`load.rs`, logic in `crate::load`);
+//!   (`load.rs`, logic in `crate::live::load`);
 //! * `sim explain`: a run's stranded capacity and its counterfactuals (`explain.rs`);
 //! * `sim family`: candidate rules judged over a random family of fleets (`family.rs`, logic
 //!   in `crate::family`);
@@ -17,15 +17,17 @@
 //! * `sim profiles`: the model/GPU/TP profiles (`profiles.rs`);
 //! * `sim import`: a scenario from router flags, Helm values and `vllm serve` flags
 //!   (`crate::import`);
-//! * `sim reference`: the reference pages generated from the code (`reference.rs`);
+//! * `sim reference`: the reference pages and the guide's blocks generated from the code
+//!   (`reference.rs`);
 //! * `sim calibrate`, `sim validate`: a profile fitted to a real engine's series, and its
 //!   error on per-request latencies (`calibrate.rs`, logic in `crate::calibrate`);
 //! * `sim schema`: the scenario file's JSON Schema (`reference.rs`);
 //! * `sim alerts`: Prometheus rules on vLLM's series and their promtool proof on a run
 //!   (`alerts.rs`, logic in `crate::alerts`);
 //! * `sim observe`: the stranding figures on a real fleet's series (`observe.rs`, logic in
-//!   `crate::observe`);
-//! * `sim serve`: the fleet as vLLM servers over HTTP (`crate::serve`).
+//!   `crate::observe`, fetching in `crate::live::fetch`);
+//! * `sim serve`: the fleet as vLLM servers over HTTP (`serve.rs`, logic in
+//!   `crate::live::serve`).
 //!
 //! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
 //! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
@@ -47,6 +49,7 @@ mod policies;
 mod profiles;
 mod reference;
 mod run;
+mod serve;
 mod shared;
 mod sweep;
 mod trace;
@@ -155,10 +158,13 @@ enum Command {
     /// Example: sim import --router-args "--routing-logic prefixaware --static-backends
     ///          http://a:8000,http://b:8000 --static-models m,m" -o out/mine.toml
     Import(Box<crate::import::ImportArgs>),
-    /// Write the reference pages generated from the code: every scenario key with its type,
-    /// default and meaning, every policy with its options, and the scenario JSON Schema.
+    /// Write the reference pages generated from the code (every scenario key, every policy
+    /// with its options, the scenario JSON Schema) and the generated blocks of the guide.
     ///
-    /// Example: sim reference --out docs/reference
+    /// The blocks are the counts, the policy table and the command tables of README.md and
+    /// docs/**/*.md, between `<!-- generated: NAME -->` and `<!-- /generated -->`.
+    ///
+    /// Example: sim reference --root .
     Reference(reference::ReferenceArgs),
     /// Write Prometheus recording and alerting rules that detect, from vLLM's series alone,
     /// the failures fleetsim models (a free slot while another backend queues, request-share
@@ -201,7 +207,7 @@ enum Command {
     /// than real time; point a real router at the URLs (docs/serve.md).
     ///
     /// Example: sim serve scenarios/burst8.toml --speed 10 --out out/burst8-served
-    Serve(Box<crate::serve::ServeArgs>),
+    Serve(Box<serve::ServeArgs>),
 }
 
 /// Parses arguments and runs; never panics on user input.
@@ -292,6 +298,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             fleetsim_io::out!("{}", String::from_utf8_lossy(&buf))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve(a) => crate::serve::cmd_serve(*a),
+        Command::Serve(a) => serve::cmd_serve(*a),
     }
 }

@@ -8,7 +8,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use super::out::{out, outln};
-use crate::observe::{Slots, analyze, fetch, parse_query_range, plot_data, render};
+use crate::live::fetch;
+use crate::observe::{Slots, analyze, parse_query_range, plot_data, render};
 
 #[derive(Args, Debug)]
 pub(super) struct ObserveArgs {

@@ -34,7 +34,7 @@ pub fn cli(a: &ProfilesArgs) -> anyhow::Result<std::process::ExitCode> {
     let tables: [(bool, fn() -> String, fn() -> serde_json::Value); 3] = [
         (a.gpus, profiles::gpus::table, profiles::gpus::json),
         (a.models, profiles::models::table, profiles::models::json),
-        (a.physics, profiles::auto::table, physics_json),
+        (a.physics, physics_table, physics_json),
     ];
     if let Some((_, table, json)) = tables.iter().find(|t| t.0) {
         if a.json {
@@ -115,6 +115,15 @@ pub fn cli(a: &ProfilesArgs) -> anyhow::Result<std::process::ExitCode> {
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The shipped coefficients and the error they come with on runs they were not fitted to.
+fn physics_table() -> String {
+    format!(
+        "{}\n{}\n",
+        profiles::auto::table().trim_end(),
+        crate::calibrate::physics::HELD_OUT.band()
+    )
 }
 
 fn physics_json() -> serde_json::Value {

@@ -3,13 +3,12 @@
 //! the requests, and the per-backend plot.
 //!
 //! The series come from a Prometheus server's `/api/v1/query_range`, from a saved
-//! query_range response, or from polling the engines' `/metrics` directly ([`fetch`]). A
-//! backend is an `instance`; its engines (data parallel) are added up. Each sample holds
-//! until the next, so the integrals are those of the simulator's definitions (module
-//! [`crate::metrics`]) on a step function sampled at the query's resolution: each change
-//! of state moves a stretch's ends by less than one step.
-
-pub mod fetch;
+//! query_range response, or from polling the engines' `/metrics` directly (fetched by
+//! [`crate::live::fetch`]; this module only reads what came). A backend is an `instance`;
+//! its engines (data parallel) are added up. Each sample holds until the next, so the
+//! integrals are those of the simulator's definitions (module [`crate::metrics`]) on a step
+//! function sampled at the query's resolution: each change of state moves a stretch's ends
+//! by less than one step.
 
 use std::collections::BTreeMap;
 

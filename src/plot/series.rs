@@ -380,7 +380,7 @@ impl Figure for BackendSeries {
                 .y_label_area_size(56)
                 .build_cartesian_2d(0f64..end_u, 0f64..top * 1.12)
                 .map_err(pe)?;
-            let mut mesh = chart.configure_mesh();
+            let mut mesh = super::mesh(&mut chart);
             // The same vertical and horizontal grid in every panel; only the last one
             // prints the time labels.
             mesh.y_labels(5)
@@ -392,11 +392,7 @@ impl Figure for BackendSeries {
                         String::new()
                     }
                 })
-                .y_desc(format!("{} (requests)", super::clip(name, 16)))
-                .label_style(font(11.0))
-                .axis_desc_style(font(12.0))
-                .light_line_style(TRANSPARENT)
-                .bold_line_style(RGBColor(225, 225, 225));
+                .y_desc(format!("{} (requests)", super::clip(name, 16)));
             if k == last {
                 mesh.x_desc(format!("{} ({unit})", self.x_desc))
                     .x_label_formatter(&|v| fmt_stat(*v));

@@ -9,7 +9,7 @@ use std::io::Write;
 use anyhow::Result;
 use serde_json::Value;
 
-use super::table::{Meta, RunRow, point_runs};
+use super::table::{Meta, RunRow, md_point_cells, point_runs, write_md_head, write_md_preamble};
 
 /// One cell: `value: seeds (percent)` for each value seen, ascending by value.
 fn cell(xs: &[f64]) -> String {
@@ -32,26 +32,18 @@ fn cell(xs: &[f64]) -> String {
 /// Writes `counts.md` for `meta.plan.counts` (rows in run order).
 pub fn write_counts_md(out: &mut Vec<u8>, meta: &Meta, rows: &[RunRow]) -> Result<()> {
     let plan = &meta.plan;
-    writeln!(
+    write_md_preamble(
         out,
-        "Sweep of `{}` (scenario sha256 `{}`), {} points x {} seeds, fleetsim {}. Cells: value: seeds (share of the point's seeds).\n",
-        meta.scenario,
-        &meta.scenario_sha256[..12.min(meta.scenario_sha256.len())],
-        meta.points,
-        plan.seeds.len(),
-        meta.fleetsim_version
+        meta,
+        &format!("{} seeds", plan.seeds.len()),
+        "value: seeds (share of the point's seeds).",
     )?;
     let mut head: Vec<String> = plan.axes.iter().map(|a| a.name.clone()).collect();
     head.push("seeds".into());
     head.extend(plan.counts.iter().cloned());
-    writeln!(out, "| {} |", head.join(" | "))?;
-    writeln!(out, "|{}", head.iter().map(|_| "---|").collect::<String>())?;
+    write_md_head(out, &head)?;
     for (p, run) in point_runs(rows) {
-        let mut cells: Vec<String> = plan
-            .labels(p)
-            .into_iter()
-            .map(|l| format!("`{}`", l.replace('|', "\\|")))
-            .collect();
+        let mut cells = md_point_cells(plan, p);
         cells.push(run.len().to_string());
         for m in &plan.counts {
             let xs: Vec<f64> = rows[run.clone()]

@@ -4,7 +4,8 @@
 //! * [`spec`]: axes, seeds and the grid order (what runs);
 //! * [`exec`]: the rayon pool, progress and partial files (how it runs);
 //! * [`table`]: rows, aggregates and files (what comes out), a pure function of the rows;
-//! * [`counts`]: the per-branch decision counts table (`counts.md`);
+//! * [`counts`]: how many seeds of each point gave each value of a discrete metric
+//!   (`counts.md`);
 //! * [`plot`]: the sweep's line plots, drawn from the aggregates;
 //! * [`build`] and [`progress`]: the build id that shards must share, and the progress bar;
 //! * [`shard`]: `--shard K/N | auto`, from the flags or a Slurm array's or Kubernetes

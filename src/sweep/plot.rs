@@ -17,7 +17,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::plot::{
     Figure, Swatch, axis_label, axis_value, clip, draw_legend_outside, draw_marker, font, grid_shape, human_metric,
-    legend_width, metric_label, natural_bounds, pe, readable_label, save, series_style,
+    legend_width, mesh, metric_label, natural_bounds, pe, readable_label, save, series_style,
 };
 use crate::sweep::spec::Plan;
 use crate::sweep::table::{Aggregate, Meta, Stat, fmt_stat};
@@ -504,8 +504,7 @@ impl Lines {
             .y_label_area_size(56)
             .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), self.range.0..self.range.1)
             .map_err(pe)?;
-        chart
-            .configure_mesh()
+        mesh(&mut chart)
             .x_labels(n.min(10))
             .x_label_formatter(&|v| {
                 let r = v.round();
@@ -518,10 +517,6 @@ impl Lines {
             .y_label_formatter(&|v| self.tick(*v))
             .y_desc(metric_label(&self.metric))
             .x_desc(self.x_name.clone())
-            .label_style(font(11.0))
-            .axis_desc_style(font(12.0))
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(225, 225, 225))
             .draw()
             .map_err(pe)?;
         let k = lines.len();
@@ -612,8 +607,7 @@ impl Lines {
             .y_label_area_size(name_width)
             .build_cartesian_2d(self.range.0..self.range.1, (n as f64 - 0.5)..-0.5f64)
             .map_err(pe)?;
-        chart
-            .configure_mesh()
+        mesh(&mut chart)
             .y_labels(n)
             .y_label_formatter(&|v| {
                 let r = v.round();
@@ -625,10 +619,6 @@ impl Lines {
             })
             .x_label_formatter(&|v| self.tick(*v))
             .x_desc(metric_label(&self.metric))
-            .label_style(font(11.0))
-            .axis_desc_style(font(12.0))
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(225, 225, 225))
             .draw()
             .map_err(pe)?;
         let k = lines.len().max(1) as f64;

@@ -498,6 +498,35 @@ pub fn write_aggregate_csv(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> R
     Ok(())
 }
 
+/// The first paragraph of the sweep's Markdown files (`aggregate.md`, `counts.md`): what was
+/// swept, over how many points and `seeds`, by which build, and what a cell holds.
+pub(crate) fn write_md_preamble(out: &mut Vec<u8>, meta: &Meta, seeds: &str, cells: &str) -> Result<()> {
+    writeln!(
+        out,
+        "Sweep of `{}` (scenario sha256 `{}`), {} points x {seeds}, fleetsim {}. Cells: {cells}\n",
+        meta.scenario,
+        &meta.scenario_sha256[..12.min(meta.scenario_sha256.len())],
+        meta.points,
+        meta.fleetsim_version
+    )?;
+    Ok(())
+}
+
+/// A Markdown table's header row and its rule.
+pub(crate) fn write_md_head(out: &mut Vec<u8>, head: &[String]) -> Result<()> {
+    writeln!(out, "| {} |", head.join(" | "))?;
+    writeln!(out, "|{}", head.iter().map(|_| "---|").collect::<String>())?;
+    Ok(())
+}
+
+/// A point's axis labels as the first cells of its Markdown row (code spans, `|` escaped).
+pub(crate) fn md_point_cells(plan: &Plan, point: u64) -> Vec<String> {
+    plan.labels(point)
+        .into_iter()
+        .map(|l| format!("`{}`", l.replace('|', "\\|")))
+        .collect()
+}
+
 /// `aggregate.md`: the headline metrics as `mean ± ci95` per point.
 pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Result<()> {
     let plan = &meta.plan;
@@ -511,15 +540,11 @@ pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Re
     } else {
         String::new()
     };
-    writeln!(
+    write_md_preamble(
         out,
-        "Sweep of `{}` (scenario sha256 `{}`), {} points x {} seeds ({}), fleetsim {}. Cells: mean ± 95% CI half-width over seeds.{partial}\n",
-        meta.scenario,
-        &meta.scenario_sha256[..12.min(meta.scenario_sha256.len())],
-        meta.points,
-        plan.seeds.len(),
-        seeds_text(&plan.seeds),
-        meta.fleetsim_version
+        meta,
+        &format!("{} seeds ({})", plan.seeds.len(), seeds_text(&plan.seeds)),
+        &format!("mean ± 95% CI half-width over seeds.{partial}"),
     )?;
     let shown: Vec<(usize, &String)> = plan
         .metrics
@@ -536,15 +561,10 @@ pub fn write_aggregate_md(out: &mut Vec<u8>, meta: &Meta, agg: &Aggregate) -> Re
     }
     let mut head: Vec<String> = plan.axes.iter().map(|a| a.name.clone()).collect();
     head.extend(shown.iter().map(|(_, m)| m.to_string()));
-    writeln!(out, "| {} |", head.join(" | "))?;
-    writeln!(out, "|{}", head.iter().map(|_| "---|").collect::<String>())?;
+    write_md_head(out, &head)?;
     let mut fell_back = Vec::new();
     for (p, stats) in &agg.points {
-        let mut cells: Vec<String> = plan
-            .labels(*p)
-            .into_iter()
-            .map(|l| format!("`{}`", l.replace('|', "\\|")))
-            .collect();
+        let mut cells = md_point_cells(plan, *p);
         if let Some(share) = kv_fallback_share(&agg.columns, stats) {
             fell_back.push((cells.join(" "), share));
             if let Some(last) = cells.last_mut() {

@@ -9,7 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::plot::{Figure, PALETTE, clip, draw_legend, font, human_metric, pe};
+use crate::plot::{Figure, PALETTE, clip, draw_legend, font, human_metric, mesh, pe};
 use crate::sweep::table::fmt_stat;
 use crate::tune::report::Report;
 use crate::tune::space::OWN;
@@ -112,18 +112,13 @@ impl Figure for ParetoPlot {
             .y_label_area_size(70)
             .build_cartesian_2d(x0..x1, y0..y1)
             .map_err(pe)?;
-        chart
-            .configure_mesh()
+        mesh(&mut chart)
             .x_desc(format!("{}, mean", scale(&self.x_name, lx)))
             .y_desc(format!("{}, mean", scale(&self.y_name, ly)))
             .x_labels(if lx { 40 } else { 10 })
             .y_labels(if ly { 40 } else { 10 })
             .x_label_formatter(&|v| tick(*v, lx))
             .y_label_formatter(&|v| tick(*v, ly))
-            .label_style(font(11.0))
-            .axis_desc_style(font(12.0))
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(225, 225, 225))
             .draw()
             .map_err(pe)?;
         let grey = RGBColor(150, 150, 150);

@@ -23,6 +23,7 @@ mod calibrate;
 mod check;
 mod cli;
 mod cli_pipe;
+mod code_map;
 mod columnar;
 mod determinism;
 mod engine_modes;

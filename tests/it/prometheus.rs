@@ -9,6 +9,7 @@ use std::process::{Child, Command as Proc, Stdio};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
+use fleetsim::live::client::get_text;
 
 fn sim() -> Command {
     Command::cargo_bin("sim").unwrap()
@@ -218,10 +219,12 @@ fn observe_on_prometheus_agrees_with_the_simulation() {
         .unwrap();
     let _server = Server(child);
     let t0 = Instant::now();
+    let rt = fleetsim::live::runtime(Some(1)).unwrap();
+    let client = fleetsim::live::client::client(None).unwrap();
+    let ready_url = format!("{base}/-/ready");
     loop {
-        let ready = ureq::get(format!("{base}/-/ready"))
-            .call()
-            .is_ok_and(|r| r.status() == 200);
+        let answer = get_text(&client, &ready_url, &[], Duration::from_secs(5), 1 << 20);
+        let ready = rt.block_on(answer).is_ok_and(|(status, _)| status == 200);
         if ready {
             break;
         }

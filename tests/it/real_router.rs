@@ -244,7 +244,10 @@ fn unreachable_target_is_one_error_exit_2() {
 #[test]
 fn bad_flags_name_the_flag() {
     for (args, needle) in [
-        (vec!["--target", "http://127.0.0.1:9", "--speed", "0"], "--speed 0"),
+        (
+            vec!["--target", "http://127.0.0.1:9", "--speed", "0"],
+            "invalid value '0' for '--speed <SPEED>': expected simulated seconds per wall second, from 0.001 to 1000000",
+        ),
         (vec!["--target", "ftp://x", "--speed", "1"], "--target ftp://x"),
         (vec!["--target", "not a url"], "--target not a url"),
         (

@@ -110,11 +110,7 @@ fn client() -> Http {
 }
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    fleetsim::live::runtime(Some(2)).unwrap()
 }
 
 /// One request: status, the backend header, the whole body.
@@ -154,6 +150,25 @@ fn error_of(body: &str) -> Value {
         assert!(e.get(k).is_some(), "no error.{k} in {body}");
     }
     e
+}
+
+/// `--speed` is checked as the flags are parsed, with `sim load`'s bounds: one line naming
+/// the flag, exit 2, nothing started.
+#[test]
+fn a_bad_speed_is_one_line_naming_the_flag() {
+    for bad in ["0", "0.0001", "2e6", "inf", "fast"] {
+        let out = sim()
+            .args(["serve", "scenarios/burst8.toml", "--speed", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("invalid value '{bad}' for '--speed <SPEED>'")),
+            "{err}"
+        );
+    }
 }
 
 #[test]

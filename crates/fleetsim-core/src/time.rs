@@ -1,13 +1,17 @@
 //! Simulated time: integer nanoseconds, never floats on the clock.
 //!
 //! Floats appear only at the edges (scenario seconds in, report seconds out), and every
-//! float-to-time conversion goes through [`secs_to_ns`], so rounding happens in one place.
+//! float-to-time conversion goes through [`secs_to_ns`], so rounding happens in one place;
+//! the live commands' wall spans go through [`Speed`], the one mapping between wall and
+//! simulated time (it converts spans; the core never reads a clock).
 //!
-//! Owns: `SimTime`/`SimDuration` and the conversions at the edges. Invariant: the clock is
-//! integer nanoseconds; floats appear only at the edges.
+//! Owns: `SimTime`/`SimDuration`, the conversions at the edges, and `Speed`. Invariant:
+//! the clock is integer nanoseconds; floats appear only at the edges.
 
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
+use std::str::FromStr;
+use std::time::Duration;
 
 /// Nanoseconds per second.
 pub const NS_PER_S: u64 = 1_000_000_000;
@@ -116,6 +120,82 @@ impl fmt::Display for SimTime {
     }
 }
 
+/// Simulated seconds per wall second: how the live commands (`sim serve`, `sim load`) map
+/// the wall clock onto simulated time, and the only place that mapping is computed.
+///
+/// Checked when made ([`Speed::new`], or parsed from a flag): finite, from [`Speed::MIN`]
+/// to [`Speed::MAX`]. Both conversions saturate at [`HORIZON`] (as simulated time one way,
+/// as nanoseconds of wall time the other), so no instant they produce overflows.
+#[derive(Copy, Clone, Debug, PartialEq, PartialOrd)]
+pub struct Speed(f64);
+
+impl Speed {
+    /// Real time: one simulated second per wall second.
+    pub const REAL_TIME: Speed = Speed(1.0);
+    /// The slowest speed accepted.
+    pub const MIN: f64 = 0.001;
+    /// The fastest speed accepted.
+    pub const MAX: f64 = 1e6;
+
+    /// `x` simulated seconds per wall second, if finite and within [`Speed::MIN`] and
+    /// [`Speed::MAX`]; else why not.
+    pub fn new(x: f64) -> Result<Speed, String> {
+        if x.is_finite() && (Speed::MIN..=Speed::MAX).contains(&x) {
+            Ok(Speed(x))
+        } else {
+            Err(format!(
+                "expected simulated seconds per wall second, from {} to {}",
+                Speed::MIN,
+                Speed::MAX
+            ))
+        }
+    }
+
+    /// Simulated seconds per wall second, for reports.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// The simulated time `wall` after simulated zero.
+    pub fn wall_to_sim(self, wall: Duration) -> SimTime {
+        let ns = wall.as_nanos() as f64 * self.0;
+        SimTime(ns.min(HORIZON.0 as f64) as u64)
+    }
+
+    /// The wall time from simulated zero to `t`.
+    pub fn sim_to_wall(self, t: SimTime) -> Duration {
+        Duration::from_nanos((t.0 as f64 / self.0).min(HORIZON.0 as f64) as u64)
+    }
+
+    /// The wall time a simulated span `d` takes.
+    pub fn span_to_wall(self, d: SimDuration) -> Duration {
+        self.sim_to_wall(SimTime(d.0))
+    }
+}
+
+impl Default for Speed {
+    fn default() -> Speed {
+        Speed::REAL_TIME
+    }
+}
+
+/// Parses a speed as a flag gives it (`10`, `0.5`, `1e3`).
+impl FromStr for Speed {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Speed, String> {
+        let x: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
+        Speed::new(x)
+    }
+}
+
+/// As the number it is (`10`, `0.5`).
+impl fmt::Display for Speed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +218,35 @@ mod tests {
         assert_eq!(SimTime(1).checked_add(SimDuration(2)), Some(SimTime(3)));
         assert_eq!(HORIZON.checked_add(SimDuration(1)), None);
         assert_eq!(SimTime(u64::MAX).checked_add(SimDuration(1)), None);
+    }
+
+    #[test]
+    fn speed_is_checked_and_converts_both_ways() {
+        for bad in ["0", "-1", "0.0009", "1000001", "nan", "inf", "fast", ""] {
+            assert!(bad.parse::<Speed>().is_err(), "{bad}");
+        }
+        let s: Speed = "10".parse().unwrap();
+        assert_eq!(s.to_string(), "10");
+        assert_eq!(Speed::REAL_TIME.to_string(), "1");
+        assert_eq!(s.wall_to_sim(Duration::from_millis(1500)), SimTime(15 * NS_PER_S));
+        assert_eq!(s.sim_to_wall(SimTime(15 * NS_PER_S)), Duration::from_millis(1500));
+        assert_eq!(s.span_to_wall(SimDuration(NS_PER_S)), Duration::from_millis(100));
+        let slow = Speed::new(0.5).unwrap();
+        assert_eq!(slow.wall_to_sim(Duration::from_secs(3)), SimTime(3 * NS_PER_S / 2));
+        assert_eq!(slow.sim_to_wall(SimTime(NS_PER_S)), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn speed_conversions_saturate() {
+        let fast = Speed::new(Speed::MAX).unwrap();
+        assert_eq!(fast.wall_to_sim(Duration::MAX), HORIZON);
+        let slow = Speed::new(Speed::MIN).unwrap();
+        assert_eq!(slow.sim_to_wall(SimTime(u64::MAX)), Duration::from_nanos(HORIZON.0));
+        // Far from saturation, a round trip keeps the instant to the nanosecond.
+        let s = Speed::new(3.0).unwrap();
+        let t = SimTime(123_456_789_012);
+        let back = s.wall_to_sim(s.sim_to_wall(t));
+        assert!(t.0 - back.0 <= 3, "{t:?} {back:?}");
     }
 
     #[test]

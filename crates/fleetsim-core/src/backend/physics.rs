@@ -71,8 +71,12 @@ impl PhysicsStep {
         } else {
             0.0
         };
-        let gemm = self.weights_us.max(self.gemm_us_per_token * t + self.head_us_per_request * b) + experts;
-        let attention = (self.kv_us_per_token * s.context_tokens as f64).max(self.attention_us_per_pair * s.attention_pairs as f64);
+        let gemm = self
+            .weights_us
+            .max(self.gemm_us_per_token * t + self.head_us_per_request * b)
+            + experts;
+        let attention =
+            (self.kv_us_per_token * s.context_tokens as f64).max(self.attention_us_per_pair * s.attention_pairs as f64);
         self.fixed_us + self.per_request_us * b + self.comm_us_per_token * t + gemm + attention
     }
 }

@@ -371,12 +371,7 @@ fn run_independent(st: &mut State) {
     let mut next = 0usize;
     loop {
         let arrival = st.requests.get(next).map(|r| SimTime(r.arrival.0 + st.offset.0));
-        let end = st
-            .ends
-            .iter()
-            .enumerate()
-            .filter_map(|(k, e)| e.map(|t| (t, k)))
-            .min();
+        let end = st.ends.iter().enumerate().filter_map(|(k, e)| e.map(|t| (t, k))).min();
         match (arrival, end) {
             (Some(a), e) if e.is_none_or(|(t, _)| a <= t) => {
                 next += 1;

@@ -186,6 +186,8 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "aibrix_prefix_cache";
     const DOC: Doc = Doc {
         source: "AIBrix gateway prefix-cache (pkg/plugins/gateway/algorithms/prefix_cache.go) with the load gates of PR #933 / #1906",
+        decision: "gate max - min > 8: only the least loaded pods; the best match% within mean + 1 sd of load; \
+                   else least-request",
         signals: "gateway in-flight requests (router-local, fresh) and a router-local LRU index of 4-byte prompt blocks",
         params: &[
             param(

@@ -205,6 +205,8 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "sglang_cache_aware";
     const DOC: Doc = Doc {
         source: "SGLang classic sgl-router cache_aware (src/policies/cache_aware.rs, tree.rs; PR #2114), RouterArgs defaults",
+        decision: "imbalanced (max - min > 64 and max > 1.5 min): shortest queue; match rate > 0.3: a tenant of \
+                   the deepest match; else the worker with the smallest tree",
         signals: "router-local in-flight (fresh) and a router-local approximate radix tree of request text, LRU-evicted \
                   per tenant by a background pass every eviction_interval_secs from router start",
         params: &[

@@ -13,6 +13,8 @@ pub struct PolicyDoc {
     pub kind: &'static str,
     /// The router and code it reproduces.
     pub source: &'static str,
+    /// How it picks an endpoint.
+    pub decision: &'static str,
     /// Signals read, with their freshness.
     pub signals: &'static str,
     /// Parameters.
@@ -26,12 +28,14 @@ pub fn catalogue() -> Vec<PolicyDoc> {
         .map(|e| {
             let Doc {
                 source,
+                decision,
                 signals,
                 params,
             } = e.doc();
             PolicyDoc {
                 kind: e.kind(),
                 source,
+                decision,
                 signals,
                 params,
             }
@@ -44,8 +48,8 @@ pub fn render() -> String {
     let mut out = String::new();
     for d in catalogue() {
         out.push_str(&format!(
-            "{}\n  source:  {}\n  signals: {}\n",
-            d.kind, d.source, d.signals
+            "{}\n  source:  {}\n  decides: {}\n  signals: {}\n",
+            d.kind, d.source, d.decision, d.signals
         ));
         if d.params.is_empty() {
             out.push_str("  params:  none\n");
@@ -59,7 +63,7 @@ pub fn render() -> String {
     out
 }
 
-/// The catalogue as JSON (`sim policies --json`): a list of `{kind, source, signals,
+/// The catalogue as JSON (`sim policies --json`): a list of `{kind, source, decision, signals,
 /// params: [{key, default, meaning}]}`, defaults as written in TOML.
 pub fn to_json() -> String {
     serde_json::to_string_pretty(&catalogue()).expect("the catalogue serializes") + "\n"

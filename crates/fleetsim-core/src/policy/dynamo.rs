@@ -183,6 +183,8 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "dynamo";
     const DOC: Doc = Doc {
         source: "NVIDIA Dynamo KV router (lib/llm/src/kv_router), KvRouterConfig defaults",
+        decision: "argmin of overlap_score_weight x prefill blocks + decode blocks; ties: the smaller tree, then \
+                   random; softmax sampling when router_temperature > 0",
         signals: "overlap from engine KV events (router.kv_event_lag_s, 10 ms); router-tracked active prompt tokens and \
                   KV blocks (fresh, per replica)",
         params: &[

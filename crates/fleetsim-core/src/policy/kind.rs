@@ -40,6 +40,8 @@ pub const fn param(key: &'static str, default: &'static str, meaning: &'static s
 pub struct Doc {
     /// The router and code it reproduces.
     pub source: &'static str,
+    /// How it picks an endpoint, in one sentence (the parameters name the variants).
+    pub decision: &'static str,
     /// Signals read, with their freshness.
     pub signals: &'static str,
     /// Parameters.

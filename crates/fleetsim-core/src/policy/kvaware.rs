@@ -184,6 +184,8 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "kvaware";
     const DOC: Doc = Doc {
         source: "production-stack KvawareRouter (LMCache controller lookup)",
+        decision: "the holder of the longest cached prefix unless more than kv_aware_threshold tokens stay \
+                   uncached; else the session ring, or _qps_routing without a session key",
         signals: "cached prefix per engine from KV events (router.kv_event_lag_s, 10 ms) standing in for the LMCache \
                   controller; no load at all; fallback: session ring, else _qps_routing",
         params: &[param(
@@ -228,6 +230,7 @@ impl PolicyKind for LoadBalancedKind {
     const KIND: &'static str = "load_balanced_kvaware";
     const DOC: Doc = Doc {
         source: "production-stack PR #884 LoadBalancedKvawareRouter",
+        decision: "scraped max - min >= imbalanced_threshold: the least loaded; else kvaware's rule",
         signals: "as kvaware, plus scraped running + waiting (router.engine_stats_interval_s, 30 s; missing = 0)",
         params: &[
             param("kv_aware_threshold", "2000", "as kvaware"),

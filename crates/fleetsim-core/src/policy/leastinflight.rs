@@ -66,20 +66,25 @@ pub struct LeastInflight {
     pub tie: Tie,
 }
 
+/// The decision of a pick by load, or `_qps_routing` when a load is missing (PR #1089).
+pub fn by_load_or_qps(pick: Option<usize>, view: &RouterView) -> Decision {
+    match pick {
+        Some(pos) => Decision {
+            pos,
+            branch: Branch::LeastInflight,
+            match_chars: 0,
+        },
+        None => Decision {
+            pos: qps_routing(view),
+            branch: Branch::LeastInflightNoStatsQps,
+            match_chars: 0,
+        },
+    }
+}
+
 impl RoutingPolicy for LeastInflight {
     fn route(&mut self, _req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision {
-        match least_inflight(view, self.band, self.tie, rng) {
-            Some(pos) => Decision {
-                pos,
-                branch: Branch::LeastInflight,
-                match_chars: 0,
-            },
-            None => Decision {
-                pos: qps_routing(view),
-                branch: Branch::LeastInflightNoStatsQps,
-                match_chars: 0,
-            },
-        }
+        by_load_or_qps(least_inflight(view, self.band, self.tie, rng), view)
     }
 }
 
@@ -119,6 +124,7 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "leastinflight";
     const DOC: Doc = Doc {
         source: "PR #1089's least-in-flight rule on every request",
+        decision: "fewest scraped running + waiting, random among the loads within band of the least",
         signals: "scraped running + waiting (router.engine_stats_interval_s, 30 s); missing stats -> _qps_routing",
         params: &[
             param("band", "1", "candidates: loads <= min + band"),

@@ -65,6 +65,7 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "least_request";
     const DOC: Doc = Doc {
         source: "AIBrix least-request (gateway realtime_num_requests_running); SGLang shortest queue with tie = first",
+        decision: "fewest in-flight requests, random ties (first with tie = first)",
         signals: "router-local in-flight requests (zero staleness, this router's traffic only)",
         params: &[param(
             "tie",

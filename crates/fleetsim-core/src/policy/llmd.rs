@@ -254,6 +254,7 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "llmd";
     const DOC: Doc = Doc {
         source: "llm-d / Gateway API Inference Extension EPP default profile (pkg/epp/config/loader/defaults.go)",
+        decision: "highest weighted score (queue x2, KV utilisation x2, prefix x3), random ties",
         signals: "scraped waiting and kv_cache_usage_perc every 50 ms (--refresh-metrics-interval, the default \
                   router.engine_stats_interval_s for this policy); router-local approximate prefix index",
         params: &[

@@ -105,6 +105,7 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "loadaware";
     const DOC: Doc = Doc {
         source: "production-stack PR #1035 LoadAwareRouter",
+        decision: "argmax of hit fraction - beta (load - mean) / max(1, mean); ties: smallest URL",
         signals: "cached prefix from KV events (10 ms) and router-local in-flight (fresh)",
         params: &[param(
             "beta",

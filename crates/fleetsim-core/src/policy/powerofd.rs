@@ -109,6 +109,7 @@ impl PolicyKind for Kind {
     const KIND: &'static str = "power_of_d";
     const DOC: Doc = Doc {
         source: "SGLang power_of_two / AIBrix power-of-two generalised to d samples (tie -> first sampled)",
+        decision: "the less loaded of d endpoints drawn at random; ties: the first drawn",
         signals: "load = \"local\" (router in-flight, fresh), \"scraped\" (running + waiting, \
                   router.engine_stats_interval_s), or \"sglang_monitor\" (GET /get_load every 10 s, which vLLM \
                   does not serve: -1 everywhere, so uniform random)",

@@ -28,6 +28,7 @@ impl ParamlessKind for Kind {
     const KIND: &'static str = "random";
     const DOC: Doc = Doc {
         source: "SGLang random, AIBrix random",
+        decision: "uniform over the endpoints",
         signals: "none",
         params: &[],
     };

@@ -59,6 +59,7 @@ impl ParamlessKind for Kind {
     const KIND: &'static str = "roundrobin";
     const DOC: Doc = Doc {
         source: "vLLM production-stack RoundRobinRouter (src/vllm_router/routers/routing_logic.py)",
+        decision: "one counter over the URL-sorted endpoint set",
         signals: "none (a counter over the URL-sorted endpoint list)",
         params: &[],
     };

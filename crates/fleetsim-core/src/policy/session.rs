@@ -48,6 +48,7 @@ impl ParamlessKind for Kind {
     const KIND: &'static str = "session";
     const DOC: Doc = Doc {
         source: "production-stack SessionRouter: uhashring consistent hash of the session header",
+        decision: "uhashring ring (MD5, 160 virtual nodes per URL) on the session key; no key: _qps_routing",
         signals: "session key; without one, _qps_routing on router-local request stats",
         params: &[],
     };

@@ -15,7 +15,10 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{Client, EngineMeta, MeasuredRequest, Measurement, TraceError, check_clock, err, finite, read_bounded, series_from_tokens, tokens};
+use super::{
+    Client, EngineMeta, MeasuredRequest, Measurement, TraceError, check_clock, err, finite, read_bounded,
+    series_from_tokens, tokens,
+};
 
 /// The columns, in the order LMBench writes them.
 pub const COLUMNS: [&str; 6] = [
@@ -110,9 +113,8 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
     }
     let (requests, token_times): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
     let series = series_from_tokens(&requests, &token_times, super::bench::DERIVED_INTERVAL_S);
-    let mut notes = vec![
-        "times are the client's (launch, first token, finish); the series are derived from them".to_string(),
-    ];
+    let mut notes =
+        vec!["times are the client's (launch, first token, finish); the series are derived from them".to_string()];
     let mut engine = EngineMeta {
         started_at: Some(format!("{t0:.3} (Unix s)")),
         ..EngineMeta::default()
@@ -120,11 +122,7 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
     let dep = path.parent().map(|d| d.join(DEPLOYMENT_FILE));
     if let Some(dep) = dep.filter(|d| d.is_file()) {
         let d = deployment(&dep)?;
-        notes.push(format!(
-            "engine from {}: {}",
-            dep.display(),
-            d.describe()
-        ));
+        notes.push(format!("engine from {}: {}", dep.display(), d.describe()));
         engine = d.apply(engine);
     }
     Ok(Measurement {
@@ -214,9 +212,13 @@ pub fn deployment(path: &Path) -> Result<Deployment, TraceError> {
     let mut words = strings(&container["command"]);
     words.extend(strings(&container["args"]));
     let joined = words.join(" ").replace("\\\n", " ").replace('\n', " ");
-    let vllm_command = joined
-        .find("vllm serve")
-        .map(|i| joined[i..].split_whitespace().filter(|w| *w != "\\").collect::<Vec<_>>().join(" "));
+    let vllm_command = joined.find("vllm serve").map(|i| {
+        joined[i..]
+            .split_whitespace()
+            .filter(|w| *w != "\\")
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
     let gpu = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         .as_array()
         .into_iter()
@@ -229,7 +231,8 @@ pub fn deployment(path: &Path) -> Result<Deployment, TraceError> {
         Some(r) => Some(
             r.as_u64()
                 .filter(|&x| (1..=4096).contains(&x))
-                .ok_or_else(|| err(&file, None, Some("spec.replicas"), format!("not a count ({r})")))? as u32,
+                .ok_or_else(|| err(&file, None, Some("spec.replicas"), format!("not a count ({r})")))?
+                as u32,
         ),
     };
     Ok(Deployment {
@@ -287,11 +290,18 @@ mod tests {
         assert_eq!(dep.gpu.as_deref(), Some("NVIDIA-A100-SXM4-80GB"));
         assert_eq!(
             dep.vllm_command.as_deref(),
-            Some("vllm serve meta-llama/Llama-3.1-70B-Instruct --port 80 --max-model-len 20000 --gpu-memory-utilization 0.95 --tensor-parallel-size 2")
+            Some(
+                "vllm serve meta-llama/Llama-3.1-70B-Instruct --port 80 --max-model-len 20000 --gpu-memory-utilization 0.95 --tensor-parallel-size 2"
+            )
         );
         let e = dep.apply(EngineMeta::default());
         assert_eq!(e.model.as_deref(), Some("meta-llama/Llama-3.1-70B-Instruct"));
         std::fs::write(&y, "kind: Service\n").unwrap();
-        assert!(deployment(&y).unwrap_err().to_string().contains("not a Kubernetes Deployment"));
+        assert!(
+            deployment(&y)
+                .unwrap_err()
+                .to_string()
+                .contains("not a Kubernetes Deployment")
+        );
     }
 }

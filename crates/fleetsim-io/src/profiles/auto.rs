@@ -201,7 +201,11 @@ impl Deployment {
 
     /// Data-parallel ranks sharing the experts (1 for a dense model).
     fn moe_dp(&self) -> u32 {
-        if self.model.moe.is_some() { self.parallel.dp.max(1) } else { 1 }
+        if self.model.moe.is_some() {
+            self.parallel.dp.max(1)
+        } else {
+            1
+        }
     }
 
     /// The physics step-time constants with `c`.
@@ -234,7 +238,11 @@ impl Deployment {
         let kv_bytes = 2.0 * layers * kv_heads * f64::from(m.head_dim) * f64::from(self.kv_dtype_bytes);
         let heads = f64::from(m.heads) / tpf;
         let activation_bytes = m.hidden as f64 * 2.0;
-        let link_efficiency = if self.gpu.nvlink { c.link_efficiency } else { c.pcie_efficiency };
+        let link_efficiency = if self.gpu.nvlink {
+            c.link_efficiency
+        } else {
+            c.pcie_efficiency
+        };
         let us_per_link_byte = 1e6 / (self.gpu.link_gbs * 1e9 * link_efficiency);
         let (mut allreduces, mut comm_bytes_per_token) = (0.0, 0.0);
         if tp > 1 {
@@ -339,7 +347,12 @@ mod tests {
 
     #[test]
     fn fp8_moe_reads_its_experts_and_computes_in_fp8() {
-        let d = dep("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "NVIDIA-H100-80GB-HBM3", 4, 1);
+        let d = dep(
+            "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic",
+            "NVIDIA-H100-80GB-HBM3",
+            4,
+            1,
+        );
         assert_eq!(d.id(), "llama-4-scout-fp8/h100/tp4");
         let p = d.physics(&unit());
         // 48 layers x 16 experts x 3 x 5120 x 8192 x 1 B / 4 GPUs at 3.35 TB/s.
@@ -353,7 +366,8 @@ mod tests {
         assert!((p.gemm_us_per_token - 2.0 * active / 4.0 / 1979e12 * 1e6).abs() < 1e-12);
         // Weights per GPU: a quarter of the layers in FP8 plus the embeddings in bf16.
         let w = d.weight_bytes_per_gpu() as f64;
-        let want = (m.shared_layer_params() + m.expert_params()) as f64 / 4.0 + 2.0 * 2.0 * (m.vocab * m.hidden) as f64 / 4.0;
+        let want =
+            (m.shared_layer_params() + m.expert_params()) as f64 / 4.0 + 2.0 * 2.0 * (m.vocab * m.hidden) as f64 / 4.0;
         assert!((w - want).abs() < 2.0);
     }
 

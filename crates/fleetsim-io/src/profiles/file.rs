@@ -159,7 +159,8 @@ pub struct Physics {
 impl Physics {
     /// The deployment and coefficients, or what is wrong (naming the key).
     pub fn resolve(&self) -> Result<(super::auto::Deployment, super::auto::Coefficients), String> {
-        let (model, _) = super::models::resolve(&self.model).ok_or_else(|| format!("physics.model: unknown model `{}`", self.model))?;
+        let (model, _) = super::models::resolve(&self.model)
+            .ok_or_else(|| format!("physics.model: unknown model `{}`", self.model))?;
         let dtype = match self.dtype.as_str() {
             "bf16" => super::models::WeightDtype::Bf16,
             "fp8" => super::models::WeightDtype::Fp8,
@@ -178,7 +179,11 @@ impl Physics {
             }
             v[i] = x;
         }
-        if let Some(k) = self.coefficients.keys().find(|k| !super::auto::SHIPPED.named().iter().any(|(n, _)| n == k)) {
+        if let Some(k) = self
+            .coefficients
+            .keys()
+            .find(|k| !super::auto::SHIPPED.named().iter().any(|(n, _)| n == k))
+        {
             return Err(format!("physics.coefficients.{k}: unknown coefficient"));
         }
         Ok((
@@ -186,7 +191,10 @@ impl Physics {
                 model,
                 dtype,
                 gpu,
-                parallel: super::auto::Parallel { tp: self.tp, dp: self.dp },
+                parallel: super::auto::Parallel {
+                    tp: self.tp,
+                    dp: self.dp,
+                },
                 kv_dtype_bytes: self.kv_dtype_bytes,
                 async_scheduling: self.async_scheduling,
             },
@@ -260,7 +268,8 @@ impl ProfileFile {
             }
         }
         if let Some(ph) = &p.physics {
-            ph.resolve().map_err(|m| format!("{}: {m}", crate::quote::escape(file)))?;
+            ph.resolve()
+                .map_err(|m| format!("{}: {m}", crate::quote::escape(file)))?;
         }
         let e = &p.engine;
         for (k, x) in [

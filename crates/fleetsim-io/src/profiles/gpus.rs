@@ -295,7 +295,11 @@ pub fn table() -> String {
             format!("{}", g.memory_gib),
             format!("{}", g.bw_tbs),
             format!("{}", g.tflops),
-            if g.tflops_fp8 > 0.0 { format!("{}", g.tflops_fp8) } else { "-".into() },
+            if g.tflops_fp8 > 0.0 {
+                format!("{}", g.tflops_fp8)
+            } else {
+                "-".into()
+            },
             format!("{} ({})", g.link_gbs, g.link),
             g.source.to_string(),
         ]
@@ -349,7 +353,10 @@ mod tests {
     fn names_from_drivers_labels_and_users_resolve() {
         let r = |n: &str| resolve(n).map(|g| g.name);
         assert_eq!(r("NVIDIA GeForce RTX 4090"), Some("rtx-4090"));
-        assert_eq!(r("NVIDIA RTX PRO 6000 Blackwell Workstation Edition"), Some("rtx-pro-6000"));
+        assert_eq!(
+            r("NVIDIA RTX PRO 6000 Blackwell Workstation Edition"),
+            Some("rtx-pro-6000")
+        );
         assert_eq!(r("NVIDIA RTX PRO 6000 Blackwell Server Edition"), Some("rtx-pro-6000"));
         assert_eq!(r("rtx-pro-6000"), Some("rtx-pro-6000"));
         assert_eq!(r("NVIDIA-H100-80GB-HBM3"), Some("h100"));
@@ -368,8 +375,16 @@ mod tests {
     #[test]
     fn datasheets_are_plausible() {
         for g in GPUS {
-            assert!(g.memory_gib > 0.0 && g.bw_tbs > 0.0 && g.tflops > 0.0 && g.link_gbs > 0.0, "{}", g.name);
-            assert!(g.tflops_fp8 == 0.0 || (g.tflops_fp8 / g.tflops - 2.0).abs() < 0.01, "{}", g.name);
+            assert!(
+                g.memory_gib > 0.0 && g.bw_tbs > 0.0 && g.tflops > 0.0 && g.link_gbs > 0.0,
+                "{}",
+                g.name
+            );
+            assert!(
+                g.tflops_fp8 == 0.0 || (g.tflops_fp8 / g.tflops - 2.0).abs() < 0.01,
+                "{}",
+                g.name
+            );
             assert!(g.source.contains("https://"), "{}", g.name);
         }
         assert_eq!(resolve("rtx-pro-6000").unwrap().vllm_batch_defaults(), (8192, 1024));

@@ -624,7 +624,10 @@ mod tests {
             Some(("llama-4-scout", WeightDtype::Fp8))
         );
         assert_eq!(r("Qwen/Qwen3-32B-AWQ"), Some(("qwen3-32b", WeightDtype::Int4)));
-        assert_eq!(r("meta-llama/Llama-3.1-70B-Instruct"), Some(("llama-3.1-70b", WeightDtype::Bf16)));
+        assert_eq!(
+            r("meta-llama/Llama-3.1-70B-Instruct"),
+            Some(("llama-3.1-70b", WeightDtype::Bf16))
+        );
         assert_eq!(r("LLAMA-4-MAVERICK"), Some(("llama-4-maverick", WeightDtype::Bf16)));
         assert!(r("deepseek-ai/DeepSeek-V3").is_none());
     }

@@ -1,7 +1,7 @@
 //! One backend's HTTP server: vLLM's OpenAI-compatible API (completions and chat
 //! completions, streamed or not), `/v1/models`, `/health`, `/version`, `/metrics` in
 //! vLLM's exposition, and the extra endpoints routers call at start-up. Every response
-//! names the backend in the `x-fleetsim-backend` header (and every completion body in
+//! names the backend in the [`wire::BACKEND_HEADER`] header (and every completion body in
 //! `system_fingerprint`, which routers pass through).
 
 use std::sync::Arc;
@@ -22,11 +22,9 @@ use crate::backend::Gauges;
 use crate::faults::FaultKind;
 use crate::fleet::Membership;
 use crate::ids::RequestId;
+use crate::live::wire::{self, BACKEND_HEADER};
 use crate::time::SimTime;
 use crate::vllm_metrics as vm;
-
-/// The response header naming the backend that served a request.
-pub const BACKEND_HEADER: &str = "x-fleetsim-backend";
 
 /// The prefix under which a `zero_stats` backend exports its metrics (another engine's, as
 /// an SGLang backend behind production-stack: the router parses nothing and reads zeros).
@@ -44,9 +42,9 @@ pub fn router(shared: Arc<Shared>, b: usize, shutdown: tokio::sync::watch::Recei
     let name = HeaderValue::from_str(&shared.backends[b].name).expect("backend names are ASCII");
     let app = App { shared, b, shutdown };
     Router::new()
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/models", get(models))
+        .route(wire::COMPLETIONS_PATH, post(completions))
+        .route(wire::CHAT_COMPLETIONS_PATH, post(chat_completions))
+        .route(wire::MODELS_PATH, get(models))
         .route("/health", get(health))
         .route("/ping", get(health).post(health))
         .route("/version", get(version))
@@ -104,6 +102,22 @@ fn error(status: StatusCode, kind: &'static str, message: impl Into<String>, par
 
 fn bad_request(message: impl Into<String>, param: Option<&str>) -> ApiError {
     error(StatusCode::BAD_REQUEST, "BadRequestError", message, param)
+}
+
+/// 503, the backend out of service (draining, restarting, or the server stopping).
+fn unavailable(message: &str) -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailableError",
+        message,
+        None,
+    )
+    .into_response()
+}
+
+/// 500, the backend failing (a restart, a scenario fault).
+fn internal(message: &str) -> Response {
+    error(StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError", message, None).into_response()
 }
 
 async fn not_found() -> Response {
@@ -302,44 +316,11 @@ struct Ask {
 }
 
 fn parse(a: &App, chat: bool, req: &serde_json::Map<String, Value>, headers: &HeaderMap) -> Result<Ask, ApiError> {
-    let model = &a.shared.model;
-    match req.get("model") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(m)) if m == model => {}
-        Some(Value::String(m)) => {
-            return Err(error(
-                StatusCode::NOT_FOUND,
-                "NotFoundError",
-                format!("The model `{m}` does not exist."),
-                Some("model"),
-            ));
-        }
-        Some(_) => return Err(bad_request("`model` must be a string", Some("model"))),
-    }
+    check_model(&a.shared.model, req)?;
     let prompt = if chat {
-        match req.get("messages") {
-            Some(Value::Array(ms)) if !ms.is_empty() => render_chat(ms)?,
-            _ => {
-                return Err(bad_request(
-                    "`messages` (a non-empty list) is required",
-                    Some("messages"),
-                ));
-            }
-        }
+        chat_prompt(req)?
     } else {
-        match req.get("prompt") {
-            Some(Value::String(p)) => p.clone(),
-            Some(Value::Array(ps)) if ps.len() == 1 && ps[0].is_string() => {
-                ps[0].as_str().unwrap_or_default().to_string()
-            }
-            Some(_) => {
-                return Err(bad_request(
-                    "sim serve takes one text prompt per request (a string, or a list of one string)",
-                    Some("prompt"),
-                ));
-            }
-            None => return Err(bad_request("`prompt` is required", Some("prompt"))),
-        }
+        completion_prompt(req)?
     };
     if let Some(n) = uint(req, "n")?
         && n != 1
@@ -354,11 +335,85 @@ fn parse(a: &App, chat: bool, req: &serde_json::Map<String, Value>, headers: &He
         return Err(bad_request("the prompt is empty", Some("prompt")));
     }
     let max_len = a.shared.backends[a.b].max_model_len;
+    let max_tokens = max_tokens(req, chat, prompt_tokens, max_len)?;
+    let (output_tokens, reason) = output_length(req, &prompt, max_tokens)?;
+    let stream = flag(req, "stream")?;
+    let include_usage = stream
+        && req
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+    let session = wire::SESSION_HEADERS
+        .iter()
+        .find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
+        .map(str::to_string);
+    Ok(Ask {
+        chat,
+        prompt,
+        prompt_tokens,
+        output_tokens,
+        reason,
+        stream,
+        include_usage,
+        session,
+    })
+}
+
+/// `model`, if given, must be the served one.
+fn check_model(model: &str, req: &serde_json::Map<String, Value>) -> Result<(), ApiError> {
+    match req.get("model") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(m)) if m == model => Ok(()),
+        Some(Value::String(m)) => Err(error(
+            StatusCode::NOT_FOUND,
+            "NotFoundError",
+            format!("The model `{m}` does not exist."),
+            Some("model"),
+        )),
+        Some(_) => Err(bad_request("`model` must be a string", Some("model"))),
+    }
+}
+
+/// A chat request's prompt text ([`render_chat`] of its `messages`).
+fn chat_prompt(req: &serde_json::Map<String, Value>) -> Result<String, ApiError> {
+    match req.get("messages") {
+        Some(Value::Array(ms)) if !ms.is_empty() => render_chat(ms),
+        _ => Err(bad_request(
+            "`messages` (a non-empty list) is required",
+            Some("messages"),
+        )),
+    }
+}
+
+/// A completions request's one prompt.
+fn completion_prompt(req: &serde_json::Map<String, Value>) -> Result<String, ApiError> {
+    match req.get("prompt") {
+        Some(Value::String(p)) => Ok(p.clone()),
+        Some(Value::Array(ps)) if ps.len() == 1 && ps[0].is_string() => {
+            Ok(ps[0].as_str().unwrap_or_default().to_string())
+        }
+        Some(_) => Err(bad_request(
+            "sim serve takes one text prompt per request (a string, or a list of one string)",
+            Some("prompt"),
+        )),
+        None => Err(bad_request("`prompt` is required", Some("prompt"))),
+    }
+}
+
+/// The most tokens the request may generate: `max_completion_tokens`, else `max_tokens`,
+/// else vLLM's default (16 for completions, OpenAI's; what the context leaves for chat),
+/// refused past the context as vLLM refuses it.
+fn max_tokens(
+    req: &serde_json::Map<String, Value>,
+    chat: bool,
+    prompt_tokens: u32,
+    max_len: u32,
+) -> Result<u32, ApiError> {
     let asked = match (uint(req, "max_completion_tokens")?, uint(req, "max_tokens")?) {
         (Some(x), _) | (None, Some(x)) => Some(x),
         (None, None) => None,
     };
-    // vLLM's defaults: 16 for completions (OpenAI's), what the context leaves for chat.
     let max_tokens = match asked {
         Some(x) => x,
         None if chat => u64::from(max_len.saturating_sub(prompt_tokens)),
@@ -378,7 +433,16 @@ fn parse(a: &App, chat: bool, req: &serde_json::Map<String, Value>, headers: &He
             Some("max_tokens"),
         ));
     }
-    let max_tokens = max_tokens as u32;
+    Ok(max_tokens as u32)
+}
+
+/// How many tokens the request generates, and why it stops: `max_tokens` under
+/// `ignore_eos`, else the prompt's natural length within `[max(min_tokens, 1), max_tokens]`.
+fn output_length(
+    req: &serde_json::Map<String, Value>,
+    prompt: &str,
+    max_tokens: u32,
+) -> Result<(u32, Reason), ApiError> {
     let min_tokens = uint(req, "min_tokens")?.unwrap_or(0);
     if min_tokens > u64::from(max_tokens) {
         return Err(bad_request(
@@ -386,38 +450,17 @@ fn parse(a: &App, chat: bool, req: &serde_json::Map<String, Value>, headers: &He
             Some("min_tokens"),
         ));
     }
-    let ignore_eos = flag(req, "ignore_eos")?;
-    let output_tokens = if ignore_eos {
+    let output_tokens = if flag(req, "ignore_eos")? {
         max_tokens
     } else {
-        natural_length(&prompt).clamp((min_tokens as u32).max(1), max_tokens)
+        natural_length(prompt).clamp((min_tokens as u32).max(1), max_tokens)
     };
     let reason = if output_tokens == max_tokens {
         Reason::Length
     } else {
         Reason::Stop
     };
-    let stream = flag(req, "stream")?;
-    let include_usage = stream
-        && req
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-    let session = ["x-session-id", "x-user-id"]
-        .iter()
-        .find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
-        .map(str::to_string);
-    Ok(Ask {
-        chat,
-        prompt,
-        prompt_tokens,
-        output_tokens,
-        reason,
-        stream,
-        include_usage,
-        session,
-    })
+    Ok((output_tokens, reason))
 }
 
 async fn completions(State(a): State<App>, headers: HeaderMap, body: Body) -> Response {
@@ -474,13 +517,7 @@ async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Respons
         Err(e) => return e.into_response(),
     };
     if *a.shared.backends[a.b].membership.borrow() != Membership::Active {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailableError",
-            "the backend is draining or restarting",
-            None,
-        )
-        .into_response();
+        return unavailable("the backend is draining or restarting");
     }
     let id = a.shared.request_id();
     let content = a.shared.tokenizer.content(&ask.prompt, ask.output_tokens, id);
@@ -495,13 +532,7 @@ async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Respons
         tx,
     };
     if a.shared.cmd.send(Cmd::Submit(Box::new(submit))).is_err() {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailableError",
-            "the server is shutting down",
-            None,
-        )
-        .into_response();
+        return unavailable("the server is shutting down");
     }
     let guard = Guard {
         shared: a.shared.clone(),
@@ -514,7 +545,7 @@ async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Respons
         id: format!("{}-{:016x}", if chat { "chatcmpl" } else { "cmpl" }, id.0),
         created: unix_now(),
         model: a.shared.model.clone(),
-        fingerprint: format!("fleetsim:{}", a.shared.backends[a.b].name),
+        fingerprint: wire::fingerprint(&a.shared.backends[a.b].name),
         chat: ask.chat,
         prompt_tokens: ask.prompt_tokens,
         output_tokens: ask.output_tokens,
@@ -554,7 +585,7 @@ impl Meta {
 
 async fn whole_response(a: App, meta: Meta, mut rx: UnboundedReceiver<Ev>, mut guard: Guard) -> Response {
     let tok = a.shared.tokenizer;
-    let mut text = String::with_capacity(meta.output_tokens as usize * tok.chars_per_token as usize);
+    let mut text = String::with_capacity(meta.output_tokens as usize * tok.codec.chars_per_token() as usize);
     let mut k = 0u32;
     loop {
         match rx.recv().await {
@@ -565,13 +596,7 @@ async fn whole_response(a: App, meta: Meta, mut rx: UnboundedReceiver<Ev>, mut g
             Some(Ev::Done { .. }) => break,
             Some(Ev::Failed) | None => {
                 guard.done = true;
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "InternalServerError",
-                    "the backend restarted while it held the request",
-                    None,
-                )
-                .into_response();
+                return internal("the backend restarted while it held the request");
             }
         }
     }
@@ -776,13 +801,7 @@ async fn metrics(State(a): State<App>) -> Response {
     for &(i, f) in &mine {
         match f.kind {
             FaultKind::ScrapeFail => {
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "InternalServerError",
-                    "metrics unavailable (scenario fault scrape_fail)",
-                    None,
-                )
-                .into_response();
+                return internal("metrics unavailable (scenario fault scrape_fail)");
             }
             FaultKind::ScrapeHang => {
                 // Accept and never answer within the window; answer once it has passed
@@ -796,13 +815,7 @@ async fn metrics(State(a): State<App>) -> Response {
                     _ = tokio::time::sleep(wait) => {}
                     _ = async { let _ = sd.wait_for(|s| *s).await; } => {}
                 }
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "InternalServerError",
-                    "metrics unavailable (scenario fault scrape_hang)",
-                    None,
-                )
-                .into_response();
+                return internal("metrics unavailable (scenario fault scrape_hang)");
             }
             FaultKind::ZeroStats => {
                 prefix = WRONG_PREFIX;

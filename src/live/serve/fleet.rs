@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::{mpsc::UnboundedSender, watch};
 
@@ -23,36 +23,10 @@ use crate::decision::Branch;
 use crate::faults::{Fault, FaultKind};
 use crate::fleet::{FleetEvent, FleetEventKind, Membership};
 use crate::ids::{BackendId, RequestId, SessionId};
+use crate::live::Clock;
 use crate::metrics::{FleetTracker, RequestRec, TsRow};
 use crate::time::{SimDuration, SimTime};
 use crate::vllm_metrics as vm;
-
-/// Simulated time against wall time: `speed` simulated seconds per wall second.
-#[derive(Clone, Copy, Debug)]
-pub struct Clock {
-    /// Wall time of simulated zero.
-    pub start: Instant,
-    /// Simulated seconds per wall second.
-    pub speed: f64,
-}
-
-impl Clock {
-    /// Simulated now.
-    pub fn sim_now(&self) -> SimTime {
-        self.sim_at(Instant::now())
-    }
-
-    /// The simulated time of wall instant `w`.
-    pub fn sim_at(&self, w: Instant) -> SimTime {
-        let ns = w.saturating_duration_since(self.start).as_nanos() as f64 * self.speed;
-        SimTime(ns.min(u64::MAX as f64 / 2.0) as u64)
-    }
-
-    /// The wall instant of simulated time `t`.
-    pub fn wall_of(&self, t: SimTime) -> Instant {
-        self.start + Duration::from_nanos((t.0 as f64 / self.speed).min(1e18) as u64)
-    }
-}
 
 /// Why a request ended, as vLLM's `finish_reason` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,7 +215,7 @@ pub struct Shared {
     pub cmd: Sender<Cmd>,
     /// Served model name.
     pub model: String,
-    /// Token counting.
+    /// Text to tokens and back.
     pub tokenizer: super::text::Tokenizer,
     /// Accepted request body size, bytes.
     pub max_body_bytes: usize,
@@ -582,60 +556,10 @@ impl Fleet {
                             .set(at, BackendId::from_index(b), running, waiting, kv_used_blocks);
                     }
                 }
-                Emission::Admitted { id, at, cached_tokens } => {
-                    if let Some(l) = self.live.get(&id) {
-                        let r = &mut self.records[l.rec];
-                        if r.t_admit.is_none() {
-                            r.t_admit = Some(at);
-                            r.cached_tokens = cached_tokens;
-                            let q = (at - r.t_engine.unwrap_or(at)).as_secs_f64();
-                            self.lock(b).queue.observe(q);
-                        }
-                    }
-                }
+                Emission::Admitted { id, at, cached_tokens } => self.admitted(b, id, at, cached_tokens),
                 Emission::Preempted { .. } => {}
-                Emission::Token { id, at } => {
-                    let Some(l) = self.live.get_mut(&id) else { continue };
-                    let r = &mut self.records[l.rec];
-                    let first = l.last_token.is_none();
-                    let gap = l.last_token.map(|p| (at - p).0);
-                    l.last_token = Some(at);
-                    if first {
-                        r.t_first_token = Some(at);
-                        r.t_first_chunk = Some(at);
-                    }
-                    let (arrival, prompt) = (r.t_router, r.prompt_tokens);
-                    if l.tx.send(Ev::Token { at }).is_err() {
-                        // The handler is gone without an abort (it panicked or was
-                        // cancelled): abort here.
-                        self.pending_abort(b, id);
-                        continue;
-                    }
-                    if let Some(g) = gap {
-                        *self.itl_ns.entry(g).or_insert(0) += 1;
-                    }
-                    let mut m = self.lock(b);
-                    m.generation_tokens += 1;
-                    if first {
-                        m.prompt_tokens += u64::from(prompt);
-                        m.ttft.observe((at - arrival).as_secs_f64());
-                    } else if let Some(g) = gap {
-                        m.tpot.observe(g as f64 / 1e9);
-                    }
-                }
-                Emission::Finished { id, at, preemptions } => {
-                    let Some(l) = self.live.remove(&id) else { continue };
-                    let r = &mut self.records[l.rec];
-                    r.t_finish_engine = Some(at);
-                    r.t_done = Some(at);
-                    r.preemptions = preemptions;
-                    let e2e = (at - r.t_router).as_secs_f64();
-                    let _ = l.tx.send(Ev::Done { at });
-                    self.nodes[l.backend].outstanding -= 1;
-                    let mut m = self.lock(b);
-                    m.e2e.observe(e2e);
-                    m.success[if l.reason == Reason::Stop { 0 } else { 1 }] += 1;
-                }
+                Emission::Token { id, at } => self.token(b, id, at),
+                Emission::Finished { id, at, preemptions } => self.finished(b, id, at, preemptions),
             }
         }
         merged.clear();
@@ -647,6 +571,65 @@ impl Fleet {
                 self.maybe_drained(now, b);
             }
         }
+    }
+
+    /// Request `id` left backend `b`'s queue at `at`: its queue time.
+    fn admitted(&mut self, b: usize, id: RequestId, at: SimTime, cached_tokens: u32) {
+        if let Some(l) = self.live.get(&id) {
+            let r = &mut self.records[l.rec];
+            if r.t_admit.is_none() {
+                r.t_admit = Some(at);
+                r.cached_tokens = cached_tokens;
+                let q = (at - r.t_engine.unwrap_or(at)).as_secs_f64();
+                self.lock(b).queue.observe(q);
+            }
+        }
+    }
+
+    /// Request `id` sampled a token at `at`: to its handler, and into the figures.
+    fn token(&mut self, b: usize, id: RequestId, at: SimTime) {
+        let Some(l) = self.live.get_mut(&id) else { return };
+        let r = &mut self.records[l.rec];
+        let first = l.last_token.is_none();
+        let gap = l.last_token.map(|p| (at - p).0);
+        l.last_token = Some(at);
+        if first {
+            r.t_first_token = Some(at);
+            r.t_first_chunk = Some(at);
+        }
+        let (arrival, prompt) = (r.t_router, r.prompt_tokens);
+        if l.tx.send(Ev::Token { at }).is_err() {
+            // The handler is gone without an abort (it panicked or was cancelled): abort
+            // here.
+            self.pending_abort(b, id);
+            return;
+        }
+        if let Some(g) = gap {
+            *self.itl_ns.entry(g).or_insert(0) += 1;
+        }
+        let mut m = self.lock(b);
+        m.generation_tokens += 1;
+        if first {
+            m.prompt_tokens += u64::from(prompt);
+            m.ttft.observe((at - arrival).as_secs_f64());
+        } else if let Some(g) = gap {
+            m.tpot.observe(g as f64 / 1e9);
+        }
+    }
+
+    /// Request `id` finished at `at`.
+    fn finished(&mut self, b: usize, id: RequestId, at: SimTime, preemptions: u32) {
+        let Some(l) = self.live.remove(&id) else { return };
+        let r = &mut self.records[l.rec];
+        r.t_finish_engine = Some(at);
+        r.t_done = Some(at);
+        r.preemptions = preemptions;
+        let e2e = (at - r.t_router).as_secs_f64();
+        let _ = l.tx.send(Ev::Done { at });
+        self.nodes[l.backend].outstanding -= 1;
+        let mut m = self.lock(b);
+        m.e2e.observe(e2e);
+        m.success[if l.reason == Reason::Stop { 0 } else { 1 }] += 1;
     }
 
     /// Aborts `id` at backend `b`'s current time (its handler vanished). Counted as an

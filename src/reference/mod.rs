@@ -1,11 +1,16 @@
 //! Reference pages generated from the code, so they cannot drift from it: every scenario key
 //! (from the JSON Schema derived on the raw scenario types), every policy with its options
-//! (from the catalogue `sim policies` prints), and the schema itself for editors.
+//! (from the catalogue `sim policies` prints), and the schema itself for editors; and the
+//! generated blocks of the hand-written pages ([`blocks`]: counts, the policy table, the
+//! command tables).
 //!
-//! Owns: the rendering of `docs/reference/`. Sees: the raw scenario schema
-//! ([`crate::scenario::ScenarioFile`]) and the policy catalogue's JSON; never a run.
-//! Invariant: the output is a pure function of the code (no clock, no paths, no hash-map
-//! order), so `tests/it/reference.rs` can compare the committed files byte for byte.
+//! Owns: the rendering of `docs/reference/` and of the generated blocks. Sees: the raw
+//! scenario schema ([`crate::scenario::ScenarioFile`]), the policy catalogue and the CLI's
+//! command tree; never a run. Invariant: the output is a pure function of the code (no
+//! clock, no paths, no hash-map order), so `tests/it/reference.rs` can compare the committed
+//! files byte for byte.
+
+pub mod blocks;
 
 use schemars::schema_for;
 use serde_json::Value;
@@ -18,8 +23,11 @@ pub const SCENARIO_KEYS: &str = "scenario-keys.md";
 pub const POLICIES: &str = "policies.md";
 /// File name of the scenario JSON Schema.
 pub const SCHEMA: &str = "scenario.schema.json";
-/// The one command that regenerates the committed reference.
-pub const REGENERATE: &str = "cargo run --release -- reference --out docs/reference";
+/// The one command that regenerates the committed reference pages and the generated blocks
+/// of README.md and the guide (run at the repository's root).
+pub const REGENERATE: &str = "cargo run --release -- reference --root .";
+/// Where the reference pages live in the repository.
+pub const DIR: &str = "docs/reference";
 
 /// The scenario file's JSON Schema (draft 2020-12), with each key's doc comment and default.
 pub fn schema() -> Value {
@@ -184,7 +192,7 @@ pub fn scenario_keys() -> String {
         "# Scenario keys\n\n\
          Every key a scenario file accepts, with its type, default and meaning. Generated from the\n\
          scenario types' doc comments (`crates/fleetsim-io/src/scenario/schema.rs` and\n\
-         `backends.rs` beside it) by `sim reference --out docs/reference`; do not edit by hand. `[]` marks an array of tables\n\
+         `backends.rs` beside it) by `sim reference --root .`; do not edit by hand. `[]` marks an array of tables\n\
          (`[[workload.groups]]`). The options of each `router.policy` kind are in\n\
          [policies.md](policies.md); the `[sweep]` and `[expect]` tables belong to `sim sweep` and\n\
          `sim check`. Editors can validate a scenario against\n\
@@ -216,7 +224,7 @@ pub fn policies() -> String {
         "# Routing policies\n\n\
          Every `router.policy` kind, its options with their upstream defaults, the signals it reads\n\
          and the upstream code it reproduces. Generated from the policy catalogue (`sim policies\n\
-         --json`) by `sim reference --out docs/reference`; do not edit by hand.\n\n\
+         --json`) by `sim reference --root .`; do not edit by hand.\n\n\
          | kind | reproduces |\n|---|---|\n",
     );
     for p in &list {
@@ -226,6 +234,7 @@ pub fn policies() -> String {
     for p in &list {
         s.push_str(&format!("\n## {}\n\n", cell(p.get("kind"))));
         s.push_str(&format!("- Reproduces: {}\n", cell(p.get("source"))));
+        s.push_str(&format!("- Decides: {}\n", cell(p.get("decision"))));
         s.push_str(&format!("- Reads: {}\n\n", cell(p.get("signals"))));
         let params = p.get("params").and_then(Value::as_array).cloned().unwrap_or_default();
         if params.is_empty() {

@@ -1,12 +1,13 @@
-//! Text to tokens and back, deterministically: a token is `chars_per_token` characters
-//! (the scenario's `router.chars_per_token`), the engine's cache blocks are keyed by the
-//! text of their tokens, and generated tokens are filler words of the same length. So two
-//! requests share exactly the cache blocks whose text they share, as with a real
-//! tokenizer and vLLM's chained block hashes, and a client that sends a reply back in its
-//! next prompt hits the blocks that reply filled.
+//! The server's side of the text codec ([`Codec`]): a prompt's tokens as the
+//! engine sees them. The engine's cache blocks are keyed by the text of their tokens, and
+//! generated tokens are the codec's filler words. So two requests share exactly the cache
+//! blocks whose text they share, as with a real tokenizer and vLLM's chained block hashes,
+//! and a client that sends a reply back in its next prompt hits the blocks that reply
+//! filled.
 
 use crate::content::{Content, mix};
 use crate::ids::RequestId;
+use crate::live::wire::Codec;
 
 /// FNV-1a over `bytes`, continuing from `h`.
 fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
@@ -22,39 +23,28 @@ const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
 /// Tokenisation settings of one fleet.
 #[derive(Clone, Copy, Debug)]
 pub struct Tokenizer {
-    /// Characters per token.
-    pub chars_per_token: u32,
+    /// Text to tokens and back.
+    pub codec: Codec,
     /// Tokens per KV-cache block of the engines.
     pub block_tokens: u32,
 }
 
 impl Tokenizer {
-    /// Tokens of a prompt: one per `chars_per_token` characters, the last possibly
-    /// shorter; at least one (vLLM refuses an empty prompt, and so does the server).
+    /// Tokens of a prompt ([`Codec::count`]; vLLM refuses an empty prompt, and so does the
+    /// server).
     pub fn count(&self, text: &str) -> u32 {
-        let chars = text.chars().count() as u64;
-        chars.div_ceil(u64::from(self.chars_per_token)).min(u64::from(u32::MAX)) as u32
+        self.codec.count(text)
     }
 
-    /// Generated token `k` (from 0): `chars_per_token` characters, letters then a space
-    /// (one letter when a token is one character), the same for every request.
+    /// Generated token `k` (from 0), [`Codec::push_filler`].
     pub fn filler(&self, k: u32, out: &mut String) {
-        let cpt = self.chars_per_token;
-        for j in 0..cpt {
-            if j + 1 == cpt && cpt > 1 {
-                out.push(' ');
-            } else {
-                let x = (u64::from(k) * 7 + u64::from(j) * 3) % 26;
-                out.push(char::from(b'a' + x as u8));
-            }
-        }
+        self.codec.push_filler(out, k);
     }
 
     /// The engine's view of a request: `prompt` then `output_tokens` filler tokens, each
     /// full block keyed by a hash of its tokens' text (token boundaries included), the
     /// partial last block by the request.
     pub fn content(&self, prompt: &str, output_tokens: u32, id: RequestId) -> Content {
-        let cpt = self.chars_per_token as usize;
         let bt = self.block_tokens;
         let prompt_tokens = self.count(prompt);
         let total = u64::from(prompt_tokens) + u64::from(output_tokens);
@@ -72,22 +62,11 @@ impl Tokenizer {
                 in_block = 0;
             }
         };
-        // Prompt tokens: `cpt` characters each (the last may be shorter).
-        let mut start = 0usize;
-        let mut n = 0usize;
-        for (i, _) in prompt.char_indices() {
-            if n == cpt {
-                push_token(&prompt.as_bytes()[start..i], &mut keys);
-                start = i;
-                n = 0;
-            }
-            n += 1;
-        }
-        if n > 0 {
-            push_token(&prompt.as_bytes()[start..], &mut keys);
+        for token in self.codec.tokens(prompt) {
+            push_token(token.as_bytes(), &mut keys);
         }
         // Output tokens, only as far as they fill whole blocks.
-        let mut word = String::with_capacity(cpt);
+        let mut word = String::with_capacity(self.codec.chars_per_token() as usize);
         let mut k = 0u32;
         while keys.len() < full_blocks && k < output_tokens {
             word.clear();
@@ -103,30 +82,15 @@ impl Tokenizer {
             output_tokens,
         )
     }
-}
 
-impl Tokenizer {
     /// Token ids of `text` (for `/tokenize` and the render endpoints): each token's id is
     /// a hash of its characters below 128,000 (Llama 3's vocabulary), so equal text gives
     /// equal ids.
     pub fn token_ids(&self, text: &str) -> Vec<u32> {
-        let cpt = self.chars_per_token as usize;
-        let mut ids = Vec::with_capacity(text.len() / cpt.max(1) + 1);
-        let mut start = 0usize;
-        let mut n = 0usize;
-        let id = |b: &[u8]| (mix(fnv(FNV_OFFSET, b), 0x1D) % 128_000) as u32;
-        for (i, _) in text.char_indices() {
-            if n == cpt {
-                ids.push(id(&text.as_bytes()[start..i]));
-                start = i;
-                n = 0;
-            }
-            n += 1;
-        }
-        if n > 0 {
-            ids.push(id(&text.as_bytes()[start..]));
-        }
-        ids
+        self.codec
+            .tokens(text)
+            .map(|t| (mix(fnv(FNV_OFFSET, t.as_bytes()), 0x1D) % 128_000) as u32)
+            .collect()
     }
 }
 
@@ -144,28 +108,8 @@ mod tests {
 
     fn tok(cpt: u32) -> Tokenizer {
         Tokenizer {
-            chars_per_token: cpt,
+            codec: Codec::new(cpt),
             block_tokens: 4,
-        }
-    }
-
-    #[test]
-    fn counts_characters_not_bytes() {
-        let t = tok(4);
-        assert_eq!(t.count(""), 0);
-        assert_eq!(t.count("abcd"), 1);
-        assert_eq!(t.count("abcde"), 2);
-        assert_eq!(t.count("ééééé"), 2);
-    }
-
-    #[test]
-    fn filler_tokens_are_chars_per_token_long() {
-        for cpt in 1..6 {
-            let mut s = String::new();
-            for k in 0..50 {
-                tok(cpt).filler(k, &mut s);
-            }
-            assert_eq!(s.chars().count(), 50 * cpt as usize);
         }
     }
 

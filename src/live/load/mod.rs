@@ -4,11 +4,9 @@
 //!
 //! The sessions are the ones `sim run` simulates (the same generated [`Workload`]: groups,
 //! bursts, closed-loop think times, replayed traces with happens-before pacing), paced on
-//! the wall clock at `speed` simulated seconds per wall second, and sent as the content
-//! model says ([`text`]). Times in the outputs are simulated seconds from the start (wall
-//! time x speed), so they line up with a `sim run` of the same scenario.
-//!
-//! The async runtime lives here and in `sim serve`, never in the core.
+//! the wing's [`Clock`] at `speed` simulated seconds per wall second, and sent as the
+//! content model says ([`text`]). Times in the outputs are simulated seconds from the start
+//! (on the same clock), so they line up with a `sim run` of the same scenario.
 
 pub mod side_by_side;
 pub mod text;
@@ -22,18 +20,13 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde::Serialize;
 
+use super::client::{client, root_cause};
+use super::wire::{self, Codec};
+use super::{Clock, Speed, runtime};
 use crate::ids::SessionId;
 use crate::metrics::{Percentiles, percentiles, round6};
+use crate::time::SimDuration;
 use crate::workload::{RequestApi, Workload};
-
-/// The response header naming the backend that served a request (`sim serve` sets it).
-pub const BACKEND_HEADER: &str = "x-fleetsim-backend";
-/// Prefix of `system_fingerprint` naming the backend (for routers that drop headers).
-pub const FINGERPRINT_PREFIX: &str = "fleetsim:";
-/// The session key headers sent with a group's requests when it sends its key:
-/// production-stack's session router (`--session-key`, commonly `x-user-id`) and the
-/// `x-session-id` read by vllm-project/router's and SGLang's consistent hashing.
-pub const SESSION_HEADERS: [&str; 2] = ["x-user-id", "x-session-id"];
 
 /// How to drive the target.
 #[derive(Clone, Debug)]
@@ -43,15 +36,15 @@ pub struct LoadConfig {
     /// Model name sent in every request.
     pub model: String,
     /// Simulated seconds per wall second.
-    pub speed: f64,
+    pub speed: Speed,
     /// Most requests sent.
     pub max_requests: usize,
     /// Wall-clock bound on the whole run.
     pub duration: Duration,
     /// Wall-clock bound on one request.
     pub request_timeout: Duration,
-    /// Characters per token of the rendered text (the scenario's `router.chars_per_token`).
-    pub chars_per_token: u32,
+    /// The text codec (at the scenario's `router.chars_per_token`).
+    pub codec: Codec,
     /// Most requests in flight at once (a bound on sockets).
     pub max_in_flight: usize,
 }
@@ -139,7 +132,7 @@ pub struct LoadRun {
 /// Checks that `target` answers HTTP at all and finds the model: `GET /v1/models`' first id
 /// unless `model` is given. An unreachable target is one error naming it.
 pub async fn probe(client: &reqwest::Client, target: &str, model: Option<&str>) -> Result<String> {
-    let url = format!("{target}/v1/models");
+    let url = format!("{target}{}", wire::MODELS_PATH);
     let resp = client
         .get(&url)
         .timeout(Duration::from_secs(10))
@@ -164,19 +157,11 @@ pub async fn probe(client: &reqwest::Client, target: &str, model: Option<&str>) 
         .with_context(|| format!("--target {target}: GET /v1/models lists no model; name it with --model"))
 }
 
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    crate::quote::one_line(&cur.to_string()).into_owned()
-}
-
 struct Ctx {
     workload: Arc<Workload>,
     cfg: LoadConfig,
     client: reqwest::Client,
-    t0: Instant,
+    clock: Clock,
     deadline: Instant,
     sent: AtomicUsize,
     records: std::sync::Mutex<Vec<Record>>,
@@ -186,42 +171,36 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// Simulated seconds at wall instant `t`, as the outputs give them.
     fn sim_s(&self, t: Instant) -> f64 {
-        round6(t.duration_since(self.t0).as_secs_f64() * self.cfg.speed)
+        round6(self.clock.sim_at(t).as_secs_f64())
     }
 
-    fn wall(&self, sim_ns: u64) -> Duration {
-        Duration::from_secs_f64(sim_ns as f64 / 1e9 / self.cfg.speed)
+    /// The wall time a simulated span takes.
+    fn wall(&self, d: SimDuration) -> Duration {
+        self.clock.speed().span_to_wall(d)
     }
 }
 
-/// Replays `workload` against `cfg.target` on a runtime of its own; returns when every
+/// Replays `workload` against `cfg.target` on the wing's runtime; returns when every
 /// session ended or `cfg.duration` elapsed.
 pub fn run(workload: Workload, cfg: LoadConfig, model_given: Option<String>) -> Result<LoadRun> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(run_async(workload, cfg, model_given))
+    runtime(Some(2))?.block_on(run_async(workload, cfg, model_given))
 }
 
 async fn run_async(workload: Workload, mut cfg: LoadConfig, model_given: Option<String>) -> Result<LoadRun> {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(cfg.max_in_flight)
-        .build()
-        .context("building the HTTP client")?;
+    let client = client(Some(cfg.max_in_flight))?;
     cfg.model = probe(&client, &cfg.target, model_given.as_deref()).await?;
     let planned = workload.total_requests();
     let n_sessions = workload.sessions.len();
-    let t0 = Instant::now();
+    let clock = Clock::start(cfg.speed);
     let ctx = Arc::new(Ctx {
-        deadline: t0 + cfg.duration,
+        deadline: clock.wall_zero() + cfg.duration,
         in_flight: tokio::sync::Semaphore::new(cfg.max_in_flight),
         workload: Arc::new(workload),
         cfg,
         client,
-        t0,
+        clock,
         sent: AtomicUsize::new(0),
         records: std::sync::Mutex::new(Vec::with_capacity(planned.min(1 << 20))),
         replies: (0..n_sessions).map(|_| std::sync::Mutex::new(Vec::new())).collect(),
@@ -235,7 +214,7 @@ async fn run_async(workload: Workload, mut cfg: LoadConfig, model_given: Option<
     let timed_out = tokio::time::timeout_at(deadline, all).await.is_err();
     // Requests still in flight at the deadline: their tasks are dropped, their rows stay
     // with no end.
-    let wall = t0.elapsed();
+    let wall = ctx.clock.elapsed();
     let mut records = std::mem::take(&mut *ctx.records.lock().unwrap_or_else(|e| e.into_inner()));
     if timed_out {
         for r in records.iter_mut().filter(|r| r.outcome == Outcome::Cut) {
@@ -263,13 +242,13 @@ async fn run_async(workload: Workload, mut cfg: LoadConfig, model_given: Option<
 /// Sends session `s`'s turns as the simulation paces them (see `sim::requests`).
 async fn drive_session(ctx: Arc<Ctx>, s: SessionId) {
     let plan = &ctx.workload.sessions[s.index()];
-    tokio::time::sleep_until((ctx.t0 + ctx.wall(plan.open_at.0)).into()).await;
+    tokio::time::sleep_until(ctx.clock.wall_of(plan.open_at).into()).await;
     if let Some(rp) = plan.replay.as_deref().filter(|r| r.paced()) {
         // Happens-before: call 0 now, the other roots at their offsets, each further call
         // the recorded gap after the call it waits for completes.
         let mut set = tokio::task::JoinSet::new();
         for &t in rp.roots_after_first() {
-            let d = ctx.wall(plan.turns[t as usize].think_before.0);
+            let d = ctx.wall(plan.turns[t as usize].think_before);
             set.spawn(paced_call(ctx.clone(), s, t, d));
         }
         set.spawn(paced_call(ctx.clone(), s, 0, Duration::ZERO));
@@ -282,7 +261,7 @@ async fn drive_session(ctx: Arc<Ctx>, s: SessionId) {
         let mut at = Instant::now();
         for (t, turn) in plan.turns.iter().enumerate() {
             if t > 0 {
-                at += ctx.wall(turn.think_before.0);
+                at += ctx.wall(turn.think_before);
                 tokio::time::sleep_until(at.into()).await;
             }
             let c = ctx.clone();
@@ -295,7 +274,7 @@ async fn drive_session(ctx: Arc<Ctx>, s: SessionId) {
     }
     for (t, turn) in plan.turns.iter().enumerate() {
         if t > 0 {
-            tokio::time::sleep(ctx.wall(turn.think_before.0)).await;
+            tokio::time::sleep(ctx.wall(turn.think_before)).await;
         }
         if !send(&ctx, s, t as u32).await {
             // A closed-loop session whose turn failed ends there, as in the simulation
@@ -316,7 +295,7 @@ fn paced_call(ctx: Arc<Ctx>, s: SessionId, t: u32, delay: Duration) -> futures_u
         let rp = plan.replay.as_deref().expect("paced");
         let mut set = tokio::task::JoinSet::new();
         for &w in rp.waiting_for(t) {
-            let d = ctx.wall(plan.turns[w as usize].think_before.0);
+            let d = ctx.wall(plan.turns[w as usize].think_before);
             set.spawn(paced_call(ctx.clone(), s, w, d));
         }
         while set.join_next().await.is_some() {}
@@ -331,77 +310,25 @@ async fn send(ctx: &Ctx, s: SessionId, t: u32) -> bool {
     let Ok(_permit) = ctx.in_flight.acquire().await else {
         return false;
     };
-    let w = &ctx.workload;
-    let plan = &w.sessions[s.index()];
-    let content = w.content(s, t as usize);
-    let msgs = text::turn_messages(w, s, t as usize);
-    let rendered = {
-        let replies = ctx.replies[s.index()].lock().unwrap_or_else(|e| e.into_inner());
-        text::render(&msgs, &replies, ctx.cfg.chars_per_token)
-    };
-    let api = plan.api;
-    let body = text::request_body(api, &ctx.cfg.model, &rendered, content.output_tokens);
-    let path = match api {
-        RequestApi::Chat => "/v1/chat/completions",
-        RequestApi::Completions => "/v1/completions",
-    };
-    let mut req = ctx
-        .client
-        .post(format!("{}{path}", ctx.cfg.target))
-        .timeout(ctx.cfg.request_timeout)
-        .json(&body);
-    if plan.sends_key {
-        for h in SESSION_HEADERS {
-            req = req.header(h, plan.key.as_str());
-        }
-    }
-    let sent_at = Instant::now();
+    let plan = &ctx.workload.sessions[s.index()];
+    let content = ctx.workload.content(s, t as usize);
+    let req = request(ctx, s, t, content.output_tokens);
     let idx = {
         let mut recs = ctx.records.lock().unwrap_or_else(|e| e.into_inner());
-        recs.push(Record {
-            session: plan.key.clone(),
-            turn: t,
-            prompt_tokens: content.prompt_tokens,
-            output_tokens: content.output_tokens,
-            backend: String::new(),
-            status: 0,
-            t_send_s: ctx.sim_s(sent_at),
-            t_first_token_s: None,
-            t_last_token_s: None,
-            t_done_s: None,
-            usage_prompt_tokens: None,
-            usage_completion_tokens: None,
-            cached_tokens: None,
-            chunks: 0,
-            outcome: Outcome::Cut,
-            error: String::new(),
-        });
+        recs.push(Record::sent(
+            plan.key.clone(),
+            t,
+            (content.prompt_tokens, content.output_tokens),
+            ctx.sim_s(Instant::now()),
+        ));
         recs.len() - 1
     };
     let mut rec = Streamed::default();
-    let outcome = stream_response(req, ctx, &mut rec, api).await;
+    let outcome = stream_response(req, ctx, &mut rec, plan.api).await;
     let ok = outcome.is_ok();
     {
         let mut recs = ctx.records.lock().unwrap_or_else(|e| e.into_inner());
-        let r = &mut recs[idx];
-        r.backend = rec.backend;
-        r.status = rec.status;
-        r.t_first_token_s = rec.first.map(|i| ctx.sim_s(i));
-        r.t_last_token_s = rec.last.map(|i| ctx.sim_s(i));
-        r.usage_prompt_tokens = rec.usage_prompt;
-        r.usage_completion_tokens = rec.usage_completion;
-        r.cached_tokens = rec.cached;
-        r.chunks = rec.chunks;
-        match outcome {
-            Ok(()) => {
-                r.t_done_s = Some(ctx.sim_s(Instant::now()));
-                r.outcome = Outcome::Finished;
-            }
-            Err((o, e)) => {
-                r.outcome = o;
-                r.error = crate::quote::one_line(&e).into_owned();
-            }
-        }
+        recs[idx].received(ctx, &mut rec, outcome);
     }
     if ok {
         let mut replies = ctx.replies[s.index()].lock().unwrap_or_else(|e| e.into_inner());
@@ -413,6 +340,77 @@ async fn send(ctx: &Ctx, s: SessionId, t: u32) -> bool {
     ok
 }
 
+/// The request for turn `t` of session `s`: its messages rendered as the codec says, with
+/// the replies received so far, and the session key headers if the group sends its key.
+fn request(ctx: &Ctx, s: SessionId, t: u32, output_tokens: u32) -> reqwest::RequestBuilder {
+    let w = &ctx.workload;
+    let plan = &w.sessions[s.index()];
+    let msgs = text::turn_messages(w, s, t as usize);
+    let rendered = {
+        let replies = ctx.replies[s.index()].lock().unwrap_or_else(|e| e.into_inner());
+        text::render(&msgs, &replies, ctx.cfg.codec)
+    };
+    let body = text::request_body(plan.api, &ctx.cfg.model, &rendered, output_tokens);
+    let mut req = ctx
+        .client
+        .post(format!("{}{}", ctx.cfg.target, wire::completion_path(plan.api)))
+        .timeout(ctx.cfg.request_timeout)
+        .json(&body);
+    if plan.sends_key {
+        for h in wire::SESSION_HEADERS {
+            req = req.header(h, plan.key.as_str());
+        }
+    }
+    req
+}
+
+impl Record {
+    /// A request just sent at simulated `t_send_s`, cut until it ends.
+    fn sent(session: String, turn: u32, (prompt_tokens, output_tokens): (u32, u32), t_send_s: f64) -> Record {
+        Record {
+            session,
+            turn,
+            prompt_tokens,
+            output_tokens,
+            backend: String::new(),
+            status: 0,
+            t_send_s,
+            t_first_token_s: None,
+            t_last_token_s: None,
+            t_done_s: None,
+            usage_prompt_tokens: None,
+            usage_completion_tokens: None,
+            cached_tokens: None,
+            chunks: 0,
+            outcome: Outcome::Cut,
+            error: String::new(),
+        }
+    }
+
+    /// What the response brought, and how it ended.
+    fn received(&mut self, ctx: &Ctx, rec: &mut Streamed, outcome: std::result::Result<(), (Outcome, String)>) {
+        self.backend = std::mem::take(&mut rec.backend);
+        self.status = rec.status;
+        self.t_first_token_s = rec.first.map(|i| ctx.sim_s(i));
+        self.t_last_token_s = rec.last.map(|i| ctx.sim_s(i));
+        self.usage_prompt_tokens = rec.usage_prompt;
+        self.usage_completion_tokens = rec.usage_completion;
+        self.cached_tokens = rec.cached;
+        self.chunks = rec.chunks;
+        match outcome {
+            Ok(()) => {
+                self.t_done_s = Some(ctx.sim_s(Instant::now()));
+                self.outcome = Outcome::Finished;
+            }
+            Err((o, e)) => {
+                self.outcome = o;
+                self.error = crate::quote::one_line(&e).into_owned();
+            }
+        }
+    }
+}
+
+/// What a streamed response brought so far.
 #[derive(Default)]
 struct Streamed {
     backend: String,
@@ -426,6 +424,35 @@ struct Streamed {
     text: String,
 }
 
+impl Streamed {
+    /// One streamed chunk: the backend its fingerprint names (if no header did), its text
+    /// at `now`, its usage.
+    fn chunk(&mut self, v: &serde_json::Value, api: RequestApi, now: Instant) {
+        if self.backend.is_empty()
+            && let Some(b) = v["system_fingerprint"].as_str().and_then(wire::backend_of_fingerprint)
+        {
+            self.backend = b.to_string();
+        }
+        let piece = match api {
+            RequestApi::Chat => v["choices"][0]["delta"]["content"].as_str(),
+            RequestApi::Completions => v["choices"][0]["text"].as_str(),
+        };
+        if let Some(p) = piece.filter(|p| !p.is_empty()) {
+            self.first.get_or_insert(now);
+            self.last = Some(now);
+            self.chunks += 1;
+            self.text.push_str(p);
+        }
+        let u = &v["usage"];
+        if u.is_object() {
+            self.usage_prompt = u["prompt_tokens"].as_u64();
+            self.usage_completion = u["completion_tokens"].as_u64();
+            self.cached = u["prompt_tokens_details"]["cached_tokens"].as_u64();
+        }
+    }
+}
+
+/// Sends `req` and streams its answer into `rec`; how it failed, if it did.
 async fn stream_response(
     req: reqwest::RequestBuilder,
     ctx: &Ctx,
@@ -447,23 +474,11 @@ async fn stream_response(
     };
     let resp = req.send().await.map_err(failed)?;
     rec.status = resp.status().as_u16();
-    if let Some(b) = resp.headers().get(BACKEND_HEADER).and_then(|v| v.to_str().ok()) {
+    if let Some(b) = resp.headers().get(wire::BACKEND_HEADER).and_then(|v| v.to_str().ok()) {
         rec.backend = b.to_string();
     }
     if !resp.status().is_success() {
-        let status = resp.status();
-        let body = resp.text().await.unwrap_or_default();
-        let msg = serde_json::from_str::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| {
-                v["error"]["message"]
-                    .as_str()
-                    .or(v["message"].as_str())
-                    .map(str::to_string)
-            })
-            .unwrap_or(body);
-        let msg: String = msg.chars().take(200).collect();
-        return Err((Outcome::HttpError, format!("HTTP {status}: {msg}")));
+        return Err(http_error(resp).await);
     }
     let mut events = resp.bytes_stream().eventsource();
     while let Some(ev) = events.next().await {
@@ -474,38 +489,32 @@ async fn stream_response(
         if ev.data.trim() == "[DONE]" {
             break;
         }
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&ev.data) else {
-            continue;
-        };
-        if rec.backend.is_empty()
-            && let Some(fp) = v["system_fingerprint"]
-                .as_str()
-                .and_then(|f| f.strip_prefix(FINGERPRINT_PREFIX))
-        {
-            rec.backend = fp.to_string();
-        }
-        let piece = match api {
-            RequestApi::Chat => v["choices"][0]["delta"]["content"].as_str(),
-            RequestApi::Completions => v["choices"][0]["text"].as_str(),
-        };
-        if let Some(p) = piece.filter(|p| !p.is_empty()) {
-            let now = Instant::now();
-            rec.first.get_or_insert(now);
-            rec.last = Some(now);
-            rec.chunks += 1;
-            rec.text.push_str(p);
-        }
-        let u = &v["usage"];
-        if u.is_object() {
-            rec.usage_prompt = u["prompt_tokens"].as_u64();
-            rec.usage_completion = u["completion_tokens"].as_u64();
-            rec.cached = u["prompt_tokens_details"]["cached_tokens"].as_u64();
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&ev.data) {
+            rec.chunk(&v, api, Instant::now());
         }
     }
     if rec.first.is_none() {
         return Err((Outcome::Failed, "the stream ended without a token".into()));
     }
     Ok(())
+}
+
+/// A non-2xx answer: its status and the first 200 characters of its error message (or
+/// body).
+async fn http_error(resp: reqwest::Response) -> (Outcome, String) {
+    let status = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    let msg = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v["error"]["message"]
+                .as_str()
+                .or(v["message"].as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or(body);
+    let msg: String = msg.chars().take(200).collect();
+    (Outcome::HttpError, format!("HTTP {status}: {msg}"))
 }
 
 /// Requests per backend, in order of name.
@@ -605,9 +614,9 @@ pub fn summarize(run: &LoadRun, scenario: &str, seed: u64, cfg: &LoadConfig) -> 
         seed,
         target: cfg.target.clone(),
         model: cfg.model.clone(),
-        speed: cfg.speed,
+        speed: cfg.speed.get(),
         wall_s: round6(wall_s),
-        sim_time_s: round6(wall_s * cfg.speed),
+        sim_time_s: round6(cfg.speed.wall_to_sim(run.wall).as_secs_f64()),
         requests: Counts {
             planned: run.planned as u64,
             sent: run.records.len() as u64,

@@ -1,18 +1,20 @@
 //! A planned turn as the text a client sends: the content model's tokens rendered as
-//! characters, cut into chat messages or joined into one completions prompt.
+//! characters by the wire's codec ([`Codec::push_content`]), cut into chat messages or
+//! joined into one completions prompt.
 //!
-//! Every token is exactly `chars_per_token` characters (`cpt - 1` lowercase letters drawn from
-//! a hash of its content source and position, then a space; one letter when `cpt` is 1), so
-//! a server that counts `len / cpt` tokens sees the plan's token counts, and two requests
-//! whose content shares a prefix share exactly that prefix of text: a real router's prefix
-//! tree and an emulated engine's prefix cache meet the sharing the simulation models.
+//! A token is a word of exactly `chars_per_token` characters drawn from its content source
+//! and position, so a server that counts tokens as the codec does sees the plan's token
+//! counts, and two requests whose content shares a prefix share exactly that prefix of
+//! text: a real router's prefix tree and an emulated engine's prefix cache meet the sharing
+//! the simulation models.
 //!
 //! An assistant message is the text the server streamed back for that turn when the client
 //! has it (a real agent sends back what it received), else the content model's own tokens
 //! for that output.
 
-use crate::content::{Segment, mix};
+use crate::content::Segment;
 use crate::ids::SessionId;
+use crate::live::wire::Codec;
 use crate::workload::{NO_TRACE, RequestApi, SessionPlan, Workload};
 
 /// Who speaks a chat message.
@@ -49,28 +51,11 @@ pub struct Message {
     pub reply_of: Option<usize>,
 }
 
-/// Appends token `pos` of `source`, `cpt` characters.
-pub fn push_token(out: &mut String, source: u64, pos: u32, cpt: u32) {
-    let letters = if cpt >= 2 { cpt - 1 } else { 1 };
-    let mut h = mix(source, u64::from(pos));
-    for i in 0..letters {
-        // 26^12 < 2^64: draw a fresh word every 12 letters.
-        if i > 0 && i % 12 == 0 {
-            h = mix(h, u64::from(i));
-        }
-        out.push(char::from(b'a' + (h % 26) as u8));
-        h /= 26;
-    }
-    if cpt >= 2 {
-        out.push(' ');
-    }
-}
-
 /// Appends the tokens of `segments`.
-pub fn push_segments(out: &mut String, segments: &[Segment], cpt: u32) {
+pub fn push_segments(out: &mut String, segments: &[Segment], codec: Codec) {
     for s in segments {
         for p in s.start..s.start + s.len {
-            push_token(out, s.source, p, cpt);
+            codec.push_content(out, s.source, p);
         }
     }
 }
@@ -152,7 +137,7 @@ fn clip(segments: &[Segment], n: u32) -> Vec<Segment> {
 }
 
 /// Renders `msgs` as `(role, text)` pairs; `replies[j]` is turn `j`'s received output.
-pub fn render(msgs: &[Message], replies: &[Option<String>], cpt: u32) -> Vec<(Role, String)> {
+pub fn render(msgs: &[Message], replies: &[Option<String>], codec: Codec) -> Vec<(Role, String)> {
     msgs.iter()
         .map(|m| {
             let received = m.reply_of.and_then(|j| replies.get(j)).and_then(Option::as_ref);
@@ -160,8 +145,8 @@ pub fn render(msgs: &[Message], replies: &[Option<String>], cpt: u32) -> Vec<(Ro
                 Some(r) => r.clone(),
                 None => {
                     let n: u32 = m.segments.iter().map(|s| s.len).sum();
-                    let mut text = String::with_capacity((n * cpt) as usize);
-                    push_segments(&mut text, &m.segments, cpt);
+                    let mut text = String::with_capacity((n * codec.chars_per_token()) as usize);
+                    push_segments(&mut text, &m.segments, codec);
                     text
                 }
             };
@@ -236,33 +221,24 @@ mod tests {
     #[test]
     fn tokens_are_cpt_characters_and_prefixes_agree() {
         for cpt in [1, 2, 4, 13, 64] {
-            let mut a = String::new();
-            push_segments(
-                &mut a,
-                &[Segment {
-                    source: 5,
-                    start: 0,
-                    len: 10,
-                }],
-                cpt,
-            );
+            let codec = Codec::new(cpt);
+            let run = |len| {
+                let mut text = String::new();
+                push_segments(
+                    &mut text,
+                    &[Segment {
+                        source: 5,
+                        start: 0,
+                        len,
+                    }],
+                    codec,
+                );
+                text
+            };
+            let (a, b) = (run(10), run(4));
             assert_eq!(a.len(), 10 * cpt as usize);
-            let mut b = String::new();
-            push_segments(
-                &mut b,
-                &[Segment {
-                    source: 5,
-                    start: 0,
-                    len: 4,
-                }],
-                cpt,
-            );
             assert!(a.starts_with(&b));
         }
-        let (mut x, mut y) = (String::new(), String::new());
-        push_token(&mut x, 1, 0, 4);
-        push_token(&mut y, 2, 0, 4);
-        assert_ne!(x, y, "sources differ");
     }
 
     #[test]
@@ -274,21 +250,21 @@ mod tests {
         assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::User]);
         let lens: Vec<u32> = m1.iter().map(|m| m.segments[0].len).collect();
         assert_eq!(lens, [3, 5, 4, 2]);
-        let r0 = render(&conversation(&p, 0), &[], 4);
-        let r1 = render(&m1, &[], 4);
+        let r0 = render(&conversation(&p, 0), &[], Codec::new(4));
+        let r1 = render(&m1, &[], Codec::new(4));
         // Turn 1's messages start with turn 0's.
         assert_eq!(r0[..], r1[..2]);
         let tokens: usize = r1.iter().map(|(_, t)| t.len() / 4).sum();
         assert_eq!(tokens, 3 + 11);
         // A received reply replaces the planned one.
-        let r1e = render(&m1, &[Some("reply".into())], 4);
+        let r1e = render(&m1, &[Some("reply".into())], Codec::new(4));
         assert_eq!(r1e[2].1, "reply");
     }
 
     #[test]
     fn completions_prompt_is_the_concatenation() {
         let p = plan(&[(5, 4), (11, 3)]);
-        let r = render(&conversation(&p, 1), &[], 4);
+        let r = render(&conversation(&p, 1), &[], Codec::new(4));
         let b = request_body(RequestApi::Completions, "m", &r, 3);
         assert_eq!(b["prompt"].as_str().unwrap().len(), 14 * 4);
         assert_eq!(b["max_tokens"], 3);

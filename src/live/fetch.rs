@@ -1,43 +1,21 @@
 //! Where `sim observe` gets series: a Prometheus server's HTTP API, or the engines'
-//! `/metrics` polled directly. Plain blocking HTTP with a bounded wait per request.
+//! `/metrics` polled directly. Through the wing's one HTTP client on its runtime, with a
+//! bounded wait and a bounded answer per request.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
-use super::{Observed, collect, parse_metrics_text, parse_query_range, query, wanted};
+use super::client::{client, get_text};
+use super::runtime;
 use crate::export::openmetrics::instance_of;
+use crate::observe::{LabeledSeries, Observed, collect, parse_metrics_text, parse_query_range, query, wanted};
 
 /// Longest wait for one HTTP answer.
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest answer read (a query_range over a big fleet is tens of MB).
 const MAX_BODY: u64 = 512 << 20;
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(TIMEOUT))
-        .build()
-        .into()
-}
-
-/// `GET url` with query parameters: the status and the body.
-fn get(url: &str, params: &[(&str, &str)]) -> Result<(u16, String)> {
-    let mut req = agent().get(url);
-    for (k, v) in params {
-        req = req.query(*k, *v);
-    }
-    let mut resp = req.call().with_context(|| format!("GET {url}"))?;
-    let status = resp.status().as_u16();
-    let body = resp
-        .body_mut()
-        .with_config()
-        .limit(MAX_BODY)
-        .read_to_string()
-        .with_context(|| format!("reading the answer of {url}"))?;
-    Ok((status, body))
-}
 
 /// Queries `/api/v1/query_range` on a Prometheus server for the vLLM series `sim observe`
 /// reads (one query), between `from` and `to` (Unix seconds or RFC 3339) every `step_s`.
@@ -45,7 +23,11 @@ pub fn prometheus(base: &str, selector: &str, from: &str, to: &str, step_s: f64)
     let url = format!("{}/api/v1/query_range", base.trim_end_matches('/'));
     let q = query(selector);
     let step = format!("{step_s}");
-    let (status, body) = get(&url, &[("query", &q), ("start", from), ("end", to), ("step", &step)])?;
+    let params = [("query", q.as_str()), ("start", from), ("end", to), ("step", &step)];
+    let (status, body) = runtime(Some(1))?.block_on(async {
+        let client = client(None)?;
+        get_text(&client, &url, &params, TIMEOUT, MAX_BODY).await
+    })?;
     let source = format!("{base} ({q})");
     if status != 200 && !body.trim_start().starts_with('{') {
         bail!("{source}: HTTP {status}: {}", body.lines().next().unwrap_or(""));
@@ -62,9 +44,17 @@ pub fn scrape(urls: &[String], duration: Duration, step: Duration) -> Result<Obs
     if step.is_zero() {
         bail!("--step must be positive");
     }
+    let series = runtime(Some(1))?.block_on(poll(urls, duration, step))?;
+    collect(format!("--scrape {}", urls.join(",")), series)
+}
+
+/// [`scrape`]'s polls: each engine's samples of the [`wanted`] series, those with none
+/// left out; a note per engine whose polls failed.
+async fn poll(urls: &[String], duration: Duration, step: Duration) -> Result<Vec<LabeledSeries>> {
+    let client = client(None)?;
     let names = wanted();
     let start = Instant::now();
-    let mut series: Vec<super::LabeledSeries> = Vec::new();
+    let mut series: Vec<LabeledSeries> = Vec::new();
     for u in urls {
         for n in &names {
             let labels = BTreeMap::from([
@@ -82,7 +72,7 @@ pub fn scrape(urls: &[String], duration: Duration, step: Duration) -> Result<Obs
             break;
         }
         if let Some(wait) = due.checked_sub(start.elapsed()) {
-            std::thread::sleep(wait);
+            tokio::time::sleep(wait).await;
         }
         let t = due.as_secs_f64();
         for (i, u) in urls.iter().enumerate() {
@@ -91,7 +81,7 @@ pub fn scrape(urls: &[String], duration: Duration, step: Duration) -> Result<Obs
             } else {
                 format!("{}/metrics", u.trim_end_matches('/'))
             };
-            match get(&url, &[]) {
+            let failed = match get_text(&client, &url, &[], TIMEOUT, MAX_BODY).await {
                 Ok((200, body)) => {
                     let m = parse_metrics_text(&body);
                     for (j, n) in names.iter().enumerate() {
@@ -99,26 +89,21 @@ pub fn scrape(urls: &[String], duration: Duration, step: Duration) -> Result<Obs
                             series[i * names.len() + j].1.push((t, *v));
                         }
                     }
+                    continue;
                 }
-                Ok((status, _)) => {
-                    let f = failures.entry(url).or_insert((0, String::new()));
-                    f.0 += 1;
-                    f.1 = format!("HTTP {status}");
-                }
-                Err(e) => {
-                    let f = failures.entry(url).or_insert((0, String::new()));
-                    f.0 += 1;
-                    f.1 = format!("{e:#}");
-                }
-            }
+                Ok((status, _)) => format!("HTTP {status}"),
+                Err(e) => format!("{e:#}"),
+            };
+            let f = failures.entry(url).or_insert((0, String::new()));
+            f.0 += 1;
+            f.1 = failed;
         }
         k += 1;
     }
     for (url, (n, last)) in &failures {
         eprintln!("note: {url}: {n} of {k} polls failed (last: {last})");
     }
-    let series = series.into_iter().filter(|(_, p)| !p.is_empty()).collect();
-    collect(format!("--scrape {}", urls.join(",")), series)
+    Ok(series.into_iter().filter(|(_, p)| !p.is_empty()).collect())
 }
 
 #[cfg(test)]
@@ -173,5 +158,18 @@ mod tests {
         );
         let e = prometheus(&url, "", "0", "10", 1.0).unwrap_err().to_string();
         assert!(e.contains("parse error at char 3"), "{e}");
+    }
+
+    /// An answer past the limit is refused, naming the URL, and one at it is read whole.
+    #[test]
+    fn answers_are_bounded() {
+        let url = serve("0123456789", 200, 2);
+        let rt = runtime(Some(1)).unwrap();
+        let c = client(None).unwrap();
+        let get = |limit| rt.block_on(get_text(&c, &url, &[("q", "a b")], TIMEOUT, limit));
+        let e = format!("{:#}", get(9).unwrap_err());
+        assert!(e.contains(&format!("reading the answer of {url}")), "{e}");
+        assert!(e.contains("larger than 9 bytes"), "{e}");
+        assert_eq!(get(10).unwrap(), (200, "0123456789".to_string()));
     }
 }

@@ -126,27 +126,22 @@ pub fn render(a: &Side, la: &str, b: &Side, lb: &str) -> String {
         f(a.idle_while_queued_s, 1),
         f(b.idle_while_queued_s, 1),
     ));
-    let p = |s: &Side, which: fn(&Percentiles) -> f64, ttft: bool| {
+    // A side's p50, p90 and p99 of TTFT (or E2E), `-` where it has none.
+    let quantiles = |s: &Side, ttft: bool| {
         let ps = if ttft { &s.ttft_s } else { &s.e2e_s };
-        if ps.count == 0 {
-            "-".to_string()
-        } else {
-            format!("{:.3}", which(ps))
-        }
+        [ps.p50, ps.p90, ps.p99].map(|v| {
+            if ps.count == 0 {
+                "-".to_string()
+            } else {
+                format!("{v:.3}")
+            }
+        })
     };
-    for (name, which) in [
-        ("p50", (|p: &Percentiles| p.p50) as fn(&Percentiles) -> f64),
-        ("p90", |p: &Percentiles| p.p90),
-        ("p99", |p: &Percentiles| p.p99),
-    ] {
-        rows.push((format!("ttft_s {name}"), p(a, which, true), p(b, which, true)));
-    }
-    for (name, which) in [
-        ("p50", (|p: &Percentiles| p.p50) as fn(&Percentiles) -> f64),
-        ("p90", |p: &Percentiles| p.p90),
-        ("p99", |p: &Percentiles| p.p99),
-    ] {
-        rows.push((format!("e2e_s {name}"), p(a, which, false), p(b, which, false)));
+    for (metric, ttft) in [("ttft_s", true), ("e2e_s", false)] {
+        let names = ["p50", "p90", "p99"].into_iter();
+        for ((name, x), y) in names.zip(quantiles(a, ttft)).zip(quantiles(b, ttft)) {
+            rows.push((format!("{metric} {name}"), x, y));
+        }
     }
     let mut out = format!("| metric | {la} [{}] | {lb} [{}] |\n|---|---:|---:|\n", a.kind, b.kind);
     for (m, x, y) in rows {

@@ -1,0 +1,168 @@
+//! `sim serve`: the scenario's fleet as vLLM servers over HTTP (logic in
+//! `crate::live::serve`).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use clap::Args;
+
+use super::out::{out, outln};
+use crate::live::serve::{Options, Served, Server};
+use crate::live::{Speed, wire};
+use crate::metrics::Summary;
+use crate::sim::SimConfig;
+use crate::time::SimDuration;
+
+/// `sim serve` arguments.
+#[derive(Args, Debug)]
+pub(super) struct ServeArgs {
+    /// Scenario file (TOML): its fleet, engine settings, faults and fleet events.
+    pub(super) scenario: PathBuf,
+    /// Override any scenario key: --set backends.count=8 (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE", value_parser = crate::scenario::parse_set)]
+    pub(super) sets: Vec<(String, String)>,
+    /// Address to listen on. Loopback by default: anything else exposes an unauthenticated
+    /// server.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(super) host: IpAddr,
+    /// First port: backend i listens on P + i (0: ports chosen by the system).
+    #[arg(long, default_value_t = 0)]
+    pub(super) port_base: u16,
+    /// Simulated seconds per wall second (10 runs ten times faster than real time).
+    #[arg(long, default_value_t = Speed::REAL_TIME)]
+    pub(super) speed: Speed,
+    /// Stop after this many simulated seconds (default: on SIGINT or SIGTERM only).
+    #[arg(long)]
+    pub(super) duration: Option<f64>,
+    /// Write what `sim run` writes, seen from the backends, into DIR when the server stops.
+    #[arg(long, value_name = "DIR")]
+    pub(super) out: Option<PathBuf>,
+    /// Where to write the backends' URLs, one per line (default: `out/<scenario>.urls`).
+    #[arg(long, value_name = "FILE")]
+    pub(super) urls_file: Option<PathBuf>,
+    /// Served model name (default: the profile's model, else Llama-3.1-8B-Instruct).
+    #[arg(long)]
+    pub(super) model: Option<String>,
+    /// Largest request body accepted, bytes (a larger one gets HTTP 413).
+    #[arg(long, default_value_t = 32 << 20)]
+    pub(super) max_body_bytes: usize,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    pub(super) quiet: bool,
+}
+
+impl ServeArgs {
+    /// The checked options, and `--duration` in simulated time.
+    fn options(&self) -> Result<(Options, Option<SimDuration>)> {
+        let duration = match self.duration {
+            Some(d) if !(d.is_finite() && d > 0.0 && d <= 1e9) => {
+                bail!("--duration {d}: expected positive simulated seconds")
+            }
+            d => d.map(SimDuration::from_secs_f64),
+        };
+        if self.max_body_bytes < 1024 {
+            bail!("--max-body-bytes {}: expected at least 1024", self.max_body_bytes);
+        }
+        let o = Options {
+            host: self.host,
+            port_base: self.port_base,
+            speed: self.speed,
+            urls_file: self.urls_file.clone(),
+            model: self.model.clone(),
+            max_body_bytes: self.max_body_bytes,
+        };
+        Ok((o, duration))
+    }
+}
+
+/// `sim serve`: start, wait for a signal or the duration, stop, report, write.
+pub(super) fn cmd_serve(a: ServeArgs) -> Result<ExitCode> {
+    let (o, duration) = a.options()?;
+    let (scenario, _workload, effective) = crate::scenario::load(&a.scenario, &a.sets)?;
+    let cfg = &scenario.sim;
+    let server = Server::start(cfg, &a.scenario.display().to_string(), &o)?;
+    if !a.quiet {
+        print_banner(cfg, &server, o.speed)?;
+    }
+    let reason = server.wait(duration);
+    let served = server.stop()?;
+    let summary = served.summary(cfg);
+    if !a.quiet {
+        print_report(&served, &summary, reason)?;
+    }
+    if let Some(dir) = &a.out {
+        served.write(dir, summary, &effective, reason)?;
+        if !a.quiet {
+            outln!("wrote {}", dir.display())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The URLs, and the router's intervals and command line at this speed.
+fn print_banner(cfg: &SimConfig, s: &Server, speed: Speed) -> Result<()> {
+    let urls = &s.urls;
+    outln!(
+        "sim serve: {} ({} backends), model {}, speed {speed} (1 wall s = {speed} simulated s)",
+        cfg.name,
+        urls.len(),
+        s.model,
+    )?;
+    for ((name, _), u) in cfg.backends.iter().zip(urls) {
+        outln!("{name} {u}")?;
+    }
+    outln!("urls: {}", s.urls_file.display())?;
+    let esi = cfg.router.engine_stats_interval;
+    let rsw = cfg.router.request_stats_window;
+    let (esi_wall, rsw_wall) = (
+        speed.span_to_wall(esi).as_secs_f64(),
+        speed.span_to_wall(rsw).as_secs_f64(),
+    );
+    outln!(
+        "router intervals at speed {speed}: engine_stats_interval {} s -> {esi_wall} s wall, request_stats_window {} s -> {rsw_wall} s wall",
+        esi.as_secs_f64(),
+        rsw.as_secs_f64(),
+    )?;
+    outln!(
+        "production-stack: vllm-router --service-discovery static --static-backends {} --static-models {} \
+         --engine-stats-interval {} --request-stats-window {}",
+        urls.join(","),
+        vec![s.model.as_str(); urls.len()].join(","),
+        fmt_secs(esi_wall),
+        fmt_secs(rsw_wall)
+    )?;
+    outln!("backend header: {}; stop with Ctrl-C", wire::BACKEND_HEADER)?;
+    Ok(())
+}
+
+/// Seconds to the millisecond, a whole number without a fraction.
+fn fmt_secs(x: f64) -> String {
+    let r = (x * 1000.0).round() / 1000.0;
+    if r.fract() == 0.0 {
+        format!("{}", r as i64)
+    } else {
+        format!("{r}")
+    }
+}
+
+/// Why and when it stopped, `sim run`'s report of the backends, and the streamed tokens'
+/// lateness.
+fn print_report(served: &Served, summary: &Summary, reason: &str) -> Result<()> {
+    outln!(
+        "\nstopped ({reason}) after {:.1} s wall, {:.1} s simulated",
+        served.wall.as_secs_f64(),
+        served.records.end.as_secs_f64()
+    )?;
+    out!("{}", crate::report::render(summary, None))?;
+    let late = &served.token_lateness_ms;
+    outln!(
+        "streamed token lateness (wall written - engine schedule) ms: p50 {:.3} p99 {:.3} max {:.3} over {} tokens",
+        late.p50,
+        late.p99,
+        late.max,
+        late.count
+    )?;
+    Ok(())
+}
