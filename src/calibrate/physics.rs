@@ -419,6 +419,10 @@ pub struct LeaveOneOut {
     pub replays: u64,
 }
 
+/// One fold's result: its rows, what it left out with the coefficients fitted without
+/// it, and the replays it ran.
+type Fold = (Vec<Row>, (String, Coefficients), u64);
+
 /// What one fold leaves out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaveOut {
@@ -444,7 +448,7 @@ pub fn leave_one_out(runs: &[Run], by: LeaveOut) -> Result<LeaveOneOut> {
     if folds_keys.len() < 2 {
         bail!("leave-one-out needs at least two folds");
     }
-    let results: Vec<Result<(Vec<Row>, (String, Coefficients), u64)>> = folds_keys
+    let results: Vec<Result<Fold>> = folds_keys
         .par_iter()
         .map(|k| {
             let train: Vec<&Run> = runs.iter().filter(|r| key(r) != *k).collect();

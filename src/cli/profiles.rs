@@ -29,9 +29,12 @@ pub struct ProfilesArgs {
     pub files: Vec<PathBuf>,
 }
 
+/// A table `sim profiles` can list: asked for, its text, its JSON.
+type Table = (bool, fn() -> String, fn() -> serde_json::Value);
+
 /// Runs `sim profiles`.
 pub fn cli(a: &ProfilesArgs) -> anyhow::Result<std::process::ExitCode> {
-    let tables: [(bool, fn() -> String, fn() -> serde_json::Value); 3] = [
+    let tables: [Table; 3] = [
         (a.gpus, profiles::gpus::table, profiles::gpus::json),
         (a.models, profiles::models::table, profiles::models::json),
         (a.physics, physics_table, physics_json),
