@@ -46,6 +46,7 @@ mod lags;
 mod links;
 mod load;
 mod observe;
+mod physics;
 mod plots;
 mod policies;
 mod prometheus;
