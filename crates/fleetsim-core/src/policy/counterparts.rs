@@ -1,5 +1,6 @@
 //! Which real router policy each catalogue model claims to be: one row per policy that a
-//! router installable from PyPI ships for plain vLLM workers, with the router's version,
+//! router installable from PyPI ships for plain vLLM workers (and production-stack's router,
+//! installed from source), with the router's version,
 //! the flag that selects it, and the catalogue model (`[router.policy]` table) that stands
 //! for it. `sim policies --json` lists each kind's rows; `sim conform` runs each row's real
 //! router against its model. Rows without a model are the policies nothing in the catalogue
@@ -52,6 +53,10 @@ const SGLANG_ROUTER: &str = "sglang-router";
 const SGLANG_ROUTER_VERSION: &str = "0.3.2";
 const SMG: &str = "smg";
 const SMG_VERSION: &str = "1.13.0";
+const PRODUCTION_STACK: &str = "production-stack";
+/// production-stack's router is installed from a source checkout (its PyPI name belongs to
+/// vllm-project/router): the commit its models were read at.
+const PRODUCTION_STACK_VERSION: &str = "a6c01db";
 
 /// A row with the defaults of most: no parameters, no poll, no URL hashing.
 const fn row(
@@ -94,7 +99,8 @@ pub static COUNTERPARTS: &[Counterpart] = &[
         "uniform over the healthy workers (src/policies/random.rs)",
     ),
     Counterpart {
-        params: "load = \"local\"",
+        params: "load = \"scraped\"",
+        poll_interval_s: Some(30.0),
         ..row(
             VLLM_ROUTER,
             VLLM_ROUTER_VERSION,
@@ -104,14 +110,17 @@ pub static COUNTERPARTS: &[Counterpart] = &[
             "two random workers, the lower polled GET /get_load wins (ties: the first drawn); the poll, every --worker-startup-check-interval (30 s), replaces the router's in-flight count (src/policies/power_of_two.rs, src/routers/http/router.rs)",
         )
     },
-    row(
-        VLLM_ROUTER,
-        VLLM_ROUTER_VERSION,
-        "cache_aware",
-        "--policy cache_aware",
-        Some("sglang_cache_aware"),
-        "the match rate above 0.3 follows the tree, else the least in-flight worker, ties to the first in the router's random worker order (src/policies/cache_aware.rs); it matches per worker on tokens from /render where the model matches text",
-    ),
+    Counterpart {
+        params: "low_match = \"least_load\"",
+        ..row(
+            VLLM_ROUTER,
+            VLLM_ROUTER_VERSION,
+            "cache_aware",
+            "--policy cache_aware",
+            Some("sglang_cache_aware"),
+            "the match rate above 0.3 follows the tree, else the least in-flight worker, ties to the first in the router's random worker order (src/policies/cache_aware.rs); it matches per worker on tokens from /render where the model matches text",
+        )
+    },
     row(
         VLLM_ROUTER,
         VLLM_ROUTER_VERSION,
@@ -144,25 +153,25 @@ pub static COUNTERPARTS: &[Counterpart] = &[
         Some("random"),
         "uniform over the available workers (src/policies/random.rs)",
     ),
-    Counterpart {
-        params: "load = \"sglang_monitor\"",
-        ..row(
-            SGLANG_ROUTER,
-            SGLANG_ROUTER_VERSION,
-            "power_of_two",
-            "--policy power_of_two",
-            Some("power_of_d"),
-            "the load monitor stores -1 for vLLM workers (no SGLang /get_load array) and the in-flight counter moves only for cache_aware and manual, so every comparison ties: uniform random (src/policies/power_of_two.rs, src/core/worker_manager.rs, src/routers/http/router.rs)",
-        )
-    },
     row(
         SGLANG_ROUTER,
         SGLANG_ROUTER_VERSION,
-        "cache_aware",
-        "--policy cache_aware",
-        Some("sglang_cache_aware"),
-        "the match rate above 0.3 follows the matched node's tenant, else the least in-flight worker (sglang #14650, since 0.2.4), eviction every 60 s (src/policies/cache_aware.rs, router_args.py)",
+        "power_of_two",
+        "--policy power_of_two",
+        Some("random"),
+        "the load monitor stores -1 for vLLM workers (no SGLang /get_load array) and the in-flight counter moves only for cache_aware and manual, so every comparison ties: uniform random (src/policies/power_of_two.rs, src/core/worker_manager.rs, src/routers/http/router.rs)",
     ),
+    Counterpart {
+        params: "low_match = \"least_load\", eviction_interval_secs = 60",
+        ..row(
+            SGLANG_ROUTER,
+            SGLANG_ROUTER_VERSION,
+            "cache_aware",
+            "--policy cache_aware",
+            Some("sglang_cache_aware"),
+            "the match rate above 0.3 follows the matched node's tenant, else the least in-flight worker (sglang #14650, since 0.2.4), eviction every 60 s (src/policies/cache_aware.rs, router_args.py)",
+        )
+    },
     row(
         SGLANG_ROUTER,
         SGLANG_ROUTER_VERSION,
@@ -199,14 +208,17 @@ pub static COUNTERPARTS: &[Counterpart] = &[
             "two random workers, the lower expected wait wins: max(scraped running + waiting + own dispatches since the poll, own in-flight) from /metrics every 10 s, workers with 8 waiting vetoed (policies/power_of_two.rs, policies/least_load.rs); the model reads the scrape alone",
         )
     },
-    row(
-        SMG,
-        SMG_VERSION,
-        "cache_aware",
-        "--policy cache_aware",
-        Some("sglang_cache_aware"),
-        "the string tree's holders unless one spills (load > 1.5 mean and > mean + a margin), then expected wait (policies/cache_aware.rs); the model has no spill gate",
-    ),
+    Counterpart {
+        params: "low_match = \"least_load\", spill_gate = true, tie = \"random\", eviction_interval_secs = 60",
+        ..row(
+            SMG,
+            SMG_VERSION,
+            "cache_aware",
+            "--policy cache_aware",
+            Some("sglang_cache_aware"),
+            "the string tree's holders unless one spills (load > 1.5 mean and > mean + a margin), then expected wait (policies/cache_aware.rs); the model has no spill gate",
+        )
+    },
     row(
         SMG,
         SMG_VERSION,
@@ -239,6 +251,37 @@ pub static COUNTERPARTS: &[Counterpart] = &[
         None,
         "xxh3 of the first 1024 characters on a blake3 ring of worker URLs, bounded by max(1.25 mean, mean + 10) in-flight (policies/prefix_hash.rs)",
     ),
+    row(
+        PRODUCTION_STACK,
+        PRODUCTION_STACK_VERSION,
+        "roundrobin",
+        "--routing-logic roundrobin",
+        Some("roundrobin"),
+        "one counter over the URL-sorted endpoints (src/vllm_router/routers/routing_logic.py, RoundRobinRouter)",
+    ),
+    Counterpart {
+        hashes_urls: true,
+        ..row(
+            PRODUCTION_STACK,
+            PRODUCTION_STACK_VERSION,
+            "session",
+            "--routing-logic session --session-key x-user-id",
+            Some("session"),
+            "uhashring over the endpoint URLs keyed by the session header (routing_logic.py, SessionRouter): the model hashes the live URLs",
+        )
+    },
+    Counterpart {
+        params: "prefix_min_match_length = 16384, fallback = \"qps\"",
+        poll_interval_s: Some(30.0),
+        ..row(
+            PRODUCTION_STACK,
+            PRODUCTION_STACK_VERSION,
+            "prefixaware",
+            "--routing-logic prefixaware --prefix-min-match-length 16384",
+            Some("prefixaware"),
+            "the longest 128-character-chunk trie match above the threshold, else _qps_routing on the request-stats window (routing_logic.py, PrefixAwareRouter; PR #990)",
+        )
+    },
 ];
 
 /// The rows whose model is `kind`.
@@ -275,11 +318,16 @@ mod tests {
         }
         assert_eq!(
             routers(),
-            vec![("vllm-router", "0.1.17"), ("sglang-router", "0.3.2"), ("smg", "1.13.0")]
+            vec![
+                ("vllm-router", "0.1.17"),
+                ("sglang-router", "0.3.2"),
+                ("smg", "1.13.0"),
+                ("production-stack", "a6c01db")
+            ]
         );
         assert_eq!(
             COUNTERPARTS[2].model_toml().as_deref(),
-            Some("{ kind = \"power_of_d\", load = \"local\" }")
+            Some("{ kind = \"power_of_d\", load = \"scraped\" }")
         );
     }
 }
