@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::common::{sim, write};
 
-/// Two backends of four slots, six agents sharing a system prompt, next to one chat user.
+/// Two backends of four slots, twelve agents sharing a system prompt, next to one chat user.
 const SCENARIO: &str = r#"
 name = "conform-small"
 seed = 1
@@ -20,7 +20,7 @@ chars_per_token = 4
 policy.kind = "roundrobin"
 [[workload.groups]]
 name = "agents"
-sessions = 6
+sessions = 12
 arrival = { kind = "burst", at_s = 2, spread_s = 1 }
 turns = 4
 system_prompt_tokens = 400

@@ -197,7 +197,7 @@ pub static COUNTERPARTS: &[Counterpart] = &[
         "uniform over the available workers (policies/random.rs)",
     ),
     Counterpart {
-        params: "load = \"scraped\"",
+        params: "load = \"smg\"",
         poll_interval_s: Some(10.0),
         ..row(
             SMG,
@@ -205,7 +205,7 @@ pub static COUNTERPARTS: &[Counterpart] = &[
             "power_of_two",
             "--policy power_of_two",
             Some("power_of_d"),
-            "two random workers, the lower expected wait wins: max(scraped running + waiting + own dispatches since the poll, own in-flight) from /metrics every 10 s, workers with 8 waiting vetoed (policies/power_of_two.rs, policies/least_load.rs); the model reads the scrape alone",
+            "two random workers, the lower expected wait wins: max(scraped running + waiting + own dispatches since the poll, own in-flight) from /metrics every 10 s, workers with 8 waiting vetoed, ties random (policies/power_of_two.rs, policies/least_load.rs, worker/monitor.rs); the model leaves out the KV-pressure term",
         )
     },
     Counterpart {
@@ -219,14 +219,18 @@ pub static COUNTERPARTS: &[Counterpart] = &[
             "the string tree's holders unless one spills (load > 1.5 mean and > mean + a margin), then expected wait (policies/cache_aware.rs); the model has no spill gate",
         )
     },
-    row(
-        SMG,
-        SMG_VERSION,
-        "least_load",
-        "--policy least_load",
-        None,
-        "the least expected wait over every available worker, from /metrics every 10 s plus own dispatches (policies/least_load.rs)",
-    ),
+    Counterpart {
+        params: "load = \"smg\", d = 1000",
+        poll_interval_s: Some(10.0),
+        ..row(
+            SMG,
+            SMG_VERSION,
+            "least_load",
+            "--policy least_load",
+            Some("power_of_d"),
+            "the least expected wait over every available worker, the same score as power_of_two (policies/least_load.rs); d at least the fleet size samples them all",
+        )
+    },
     row(
         SMG,
         SMG_VERSION,
