@@ -47,7 +47,7 @@ fn split_text(v: &[u64]) -> String {
 /// The matrix: one row per pair.
 pub fn table(pairs: &[Pair]) -> String {
     let mut s = String::from(
-        "| router | policy | model | idle_while_queued_s served | model mean (min–max) | split served | model mean | hit rate served / model | TTFT p99 s served / model | verdict |\n\
+        "| router | policy | model | idle_while_queued_s served | model mean (min–max) | split served (shares) | model mean shares | hit rate served / model | TTFT p99 s served / model | verdict |\n\
          |---|---|---|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for p in pairs {
@@ -58,7 +58,15 @@ pub fn table(pairs: &[Pair]) -> String {
         let (iwq, split, hit, ttft) = match &p.served {
             Some(f) => (
                 format!("{:.1}", f.idle_while_queued_s),
-                split_text(&f.split()),
+                format!(
+                    "{} ({} %)",
+                    split_text(&f.split()),
+                    f.split_shares()
+                        .iter()
+                        .map(|x| format!("{:.1}", 100.0 * x))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                ),
                 format!("{:.3}", f.prefix_cache_hit_rate),
                 format!("{:.2}", f.ttft_p99_s),
             ),
@@ -69,9 +77,10 @@ pub fn table(pairs: &[Pair]) -> String {
                 spread(&m.idle_while_queued_s, 1),
                 m.split
                     .iter()
-                    .map(|x| format!("{:.0}", x.mean))
+                    .map(|x| format!("{:.1}", 100.0 * x.mean))
                     .collect::<Vec<_>>()
-                    .join(" / "),
+                    .join(" / ")
+                    + " %",
                 format!("{:.3}", m.prefix_cache_hit_rate.mean),
                 format!("{:.2}", m.ttft_p99_s.mean),
             ),

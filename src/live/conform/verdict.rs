@@ -49,6 +49,12 @@ impl Figures {
         v.sort_unstable_by(|a, b| b.cmp(a));
         v
     }
+
+    /// [`Figures::split`] as shares of all requests (seeds plan different totals).
+    pub fn split_shares(&self) -> Vec<f64> {
+        let total = self.requests.iter().sum::<u64>().max(1) as f64;
+        self.split().into_iter().map(|r| r as f64 / total).collect()
+    }
 }
 
 /// One figure over the model's seeds.
@@ -89,13 +95,14 @@ impl Spread {
 pub const REL_TOLERANCE: f64 = 0.10;
 /// Absolute floor of the tolerance on `idle_while_queued_s`, seconds.
 pub const IWQ_FLOOR_S: f64 = 1.0;
-/// Absolute floor of the tolerance on one backend's request count.
+/// Absolute floor of the tolerance on one backend's request share, in requests (divided by
+/// the served total).
 pub const SPLIT_FLOOR_REQUESTS: f64 = 1.0;
 
 /// The rule, in words (written into conform.json and conform.md).
 pub const RULE: &str = "agrees when the served idle_while_queued_s is within 10 % (or 1 s) of the model's mean over \
-     seeds or inside its range over seeds, and so is each backend's request count, the backends ranked by requests \
-     (a router's worker order is its own)";
+     seeds or inside its range over seeds, and so is each backend's share of the requests (or within 1 request), the \
+     backends ranked by requests (a router's worker order is its own)";
 
 /// The model over its seeds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -114,7 +121,7 @@ pub struct ModelFigures {
     pub ttft_p50_s: Spread,
     /// TTFT p99 over seeds.
     pub ttft_p99_s: Spread,
-    /// Ranked split (most first) over seeds, rank by rank.
+    /// Ranked request shares (most first) over seeds, rank by rank.
     pub split: Vec<Spread>,
 }
 
@@ -122,10 +129,10 @@ impl ModelFigures {
     /// The spreads of `runs` (one per seed, not empty).
     pub fn of(seeds: Vec<u64>, runs: Vec<Figures>) -> ModelFigures {
         let over = |f: fn(&Figures) -> f64| Spread::of(runs.iter().map(f));
-        let splits: Vec<Vec<u64>> = runs.iter().map(Figures::split).collect();
+        let splits: Vec<Vec<f64>> = runs.iter().map(Figures::split_shares).collect();
         let n = splits.iter().map(Vec::len).max().unwrap_or(0);
         let split = (0..n)
-            .map(|r| Spread::of(splits.iter().map(|s| s.get(r).copied().unwrap_or(0) as f64)))
+            .map(|r| Spread::of(splits.iter().map(|s| s.get(r).copied().unwrap_or(0.0))))
             .collect();
         ModelFigures {
             idle_while_queued_s: over(|f| f.idle_while_queued_s),
@@ -158,11 +165,9 @@ pub fn judge(served: &Figures, model: &ModelFigures) -> Verdict {
     let idle_while_queued = model
         .idle_while_queued_s
         .admits(served.idle_while_queued_s, IWQ_FLOOR_S);
-    let s = served.split();
-    let split = s.len() == model.split.len()
-        && s.iter()
-            .zip(&model.split)
-            .all(|(&x, m)| m.admits(x as f64, SPLIT_FLOOR_REQUESTS));
+    let s = served.split_shares();
+    let floor = SPLIT_FLOOR_REQUESTS / served.requests.iter().sum::<u64>().max(1) as f64;
+    let split = s.len() == model.split.len() && s.iter().zip(&model.split).all(|(&x, m)| m.admits(x, floor));
     Verdict {
         agrees: idle_while_queued && split,
         idle_while_queued,
@@ -206,7 +211,7 @@ mod tests {
             vec![1, 2],
             vec![fig(&[40, 40, 480, 0], 392.0), fig(&[40, 480, 40, 0], 400.0)],
         );
-        assert_eq!(model.split[0].mean, 480.0);
+        assert_eq!(model.split[0].mean, 480.0 / 560.0);
         let served = fig(&[0, 520, 0, 40], 399.0);
         let v = judge(&served, &model);
         assert!(v.idle_while_queued);
@@ -214,6 +219,9 @@ mod tests {
         assert!(!v.agrees);
         let v = judge(&fig(&[480, 0, 40, 40], 396.0), &model);
         assert!(v.agrees, "{v:?}");
+        // Shares, not counts: a seed planning twice the requests splits the same way.
+        let v = judge(&fig(&[960, 0, 80, 80], 396.0), &model);
+        assert!(v.split, "{v:?}");
     }
 
     #[test]

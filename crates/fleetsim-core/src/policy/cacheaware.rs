@@ -83,6 +83,21 @@ pub struct CacheAwareParams {
     pub low_match: LowMatch,
     /// smg's spill gate instead of the imbalance gate.
     pub spill_gate: bool,
+    /// Which holder of the deepest match a hit goes to.
+    pub hit: Hit,
+}
+
+/// Which holder of the deepest matched node a hit goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hit {
+    /// A uniformly random one (the classic router's first key of a concurrent map).
+    Random,
+    /// The node's creator (sglang-router 0.3.2: the node's cached `last_tenant`, set by the
+    /// inserting tenant and inherited on a split, `src/policies/tree.rs`).
+    First,
+    /// The least in-flight one, ties by `tie` (vllm-router 0.1.17: the least loaded of the
+    /// workers at the best match rate, `select_prepared`).
+    LeastLoad,
 }
 
 /// Where a request below the match threshold goes.
@@ -106,6 +121,7 @@ impl Default for CacheAwareParams {
             tie: Tie::First,
             low_match: LowMatch::SmallestTree,
             spill_gate: false,
+            hit: Hit::Random,
         }
     }
 }
@@ -197,7 +213,18 @@ impl RoutingPolicy for CacheAware {
             };
             // The deepest node's tenants, in endpoint order; upstream takes the first key.
             let holders: Vec<usize> = (0..n).filter(|&i| self.tree.node_has(node, tenant(i))).collect();
-            let first = (matched > 0 && !holders.is_empty()).then(|| holders[uniform_index(rng, holders.len())]);
+            let first = (matched > 0 && !holders.is_empty()).then(|| match p.hit {
+                Hit::Random => holders[uniform_index(rng, holders.len())],
+                Hit::First => self
+                    .tree
+                    .tenants(node)
+                    .find_map(|t| holders.iter().copied().find(|&i| tenant(i) == t))
+                    .unwrap_or(holders[0]),
+                Hit::LeastLoad => {
+                    let sub: Vec<u64> = holders.iter().map(|&i| loads[i]).collect();
+                    holders[argmin(&sub, p.tie, rng)]
+                }
+            });
             if let Some(f) = first {
                 self.tree.refresh(node, tenant(f), ms);
             }
@@ -274,6 +301,7 @@ pub struct Params {
     tie: Option<String>,
     low_match: Option<String>,
     spill_gate: Option<bool>,
+    hit: Option<String>,
 }
 
 impl PolicyKind for Kind {
@@ -316,6 +344,11 @@ impl PolicyKind for Kind {
                 "spill_gate",
                 "false",
                 "true: smg's spill gate replaces the imbalance gate (a holder above 1.5 x mean and mean + margin in-flight is skipped)",
+            ),
+            param(
+                "hit",
+                "\"random\"",
+                "a hit's holder: \"random\" (classic), \"first\" (the node's creator: sglang-router 0.3.2) or \"least_load\" (vllm-router 0.1.17)",
             ),
         ],
     };
@@ -362,6 +395,17 @@ impl PolicyKind for Kind {
                 }
             },
             spill_gate: f.spill_gate.unwrap_or(d.spill_gate),
+            hit: match f.hit.as_deref() {
+                None | Some("random") => Hit::Random,
+                Some("first") => Hit::First,
+                Some("least_load") => Hit::LeastLoad,
+                Some(o) => {
+                    return Err(ParamError::new(
+                        "hit",
+                        format!("{o:?}: expected \"random\", \"first\" or \"least_load\""),
+                    ));
+                }
+            },
         })
     }
     fn describe(p: &CacheAwareParams) -> String {
@@ -595,5 +639,29 @@ mod tests {
         assert!(Kind::describe(&c).ends_with(", low_match = least_load, spill_gate = true"));
         assert_eq!(parse("{}").unwrap(), CacheAwareParams::default());
         assert_eq!(parse(r#"{"low_match": "tree"}"#).unwrap_err().key, "low_match");
+        assert_eq!(parse(r#"{"hit": "first"}"#).unwrap().hit, Hit::First);
+        assert_eq!(parse(r#"{"hit": "any"}"#).unwrap_err().key, "hit");
+    }
+
+    #[test]
+    fn a_hit_goes_to_the_creator_or_the_least_loaded_holder() {
+        let a = [1u64, 2, 3, 4];
+        let mut rng = stream(6, "t", 0);
+        for (hit, want) in [(Hit::First, 1), (Hit::LeastLoad, 0)] {
+            let mut p = CacheAware::new(CacheAwareParams {
+                hit,
+                low_match: LowMatch::LeastLoad,
+                ..CacheAwareParams::default()
+            });
+            // Worker 1 creates the node (worker 0 busy), then worker 0 holds it too (imbalanced).
+            let f = ViewFixture::new(2).in_flight(&[Some(1), Some(0)]);
+            assert_eq!(p.route(&req_chars(&a, 16, 64), &f.view(), &mut rng).pos, 1);
+            let f = ViewFixture::new(2).in_flight(&[Some(0), Some(100)]);
+            assert_eq!(p.route(&req_chars(&a, 16, 64), &f.view(), &mut rng).pos, 0);
+            // Balanced now, worker 0 less loaded: the creator (1) or the least loaded (0).
+            let f = ViewFixture::new(2).in_flight(&[Some(2), Some(3)]);
+            let d = p.route(&req_chars(&a, 16, 64), &f.view(), &mut rng);
+            assert_eq!((d.pos, d.branch), (want, Branch::CacheAwareHit), "{hit:?}");
+        }
     }
 }

@@ -111,7 +111,7 @@ pub static COUNTERPARTS: &[Counterpart] = &[
         )
     },
     Counterpart {
-        params: "low_match = \"least_load\"",
+        params: "low_match = \"least_load\", hit = \"least_load\"",
         ..row(
             VLLM_ROUTER,
             VLLM_ROUTER_VERSION,
@@ -162,7 +162,7 @@ pub static COUNTERPARTS: &[Counterpart] = &[
         "the load monitor stores -1 for vLLM workers (no SGLang /get_load array) and the in-flight counter moves only for cache_aware and manual, so every comparison ties: uniform random (src/policies/power_of_two.rs, src/core/worker_manager.rs, src/routers/http/router.rs)",
     ),
     Counterpart {
-        params: "low_match = \"least_load\", eviction_interval_secs = 60",
+        params: "low_match = \"least_load\", hit = \"first\", eviction_interval_secs = 60",
         ..row(
             SGLANG_ROUTER,
             SGLANG_ROUTER_VERSION,
