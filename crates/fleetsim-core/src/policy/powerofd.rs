@@ -2,9 +2,11 @@
 //! ties go to the first sampled (SGLang `power_of_two` and AIBrix `power-of-two` compare with
 //! `<=`). With `d = 2` and `load = "sglang_monitor"` this is SGLang's classic
 //! `power_of_two`: its LoadMonitor polls `GET /get_load` every
-//! `worker_load_check_interval` (10 s), which vLLM workers do not serve, so every load reads
-//! -1, every pair ties, and the policy is uniform random (sgl-project/sglang
-//! `sgl-router/src/policies/power_of_two.rs`, `sgl-router/src/core/worker_manager.rs`).
+//! `--worker-startup-check-interval` (30 s in sglang-router 0.3.2, `app_context.rs`), which
+//! vLLM workers do not serve, so every load reads -1, every pair ties, and the policy is
+//! uniform random; before the first poll its own counter reads 0 everywhere, since it moves
+//! only for `cache_aware` and `manual` (sgl-project/sglang `sgl-model-gateway/src/policies/power_of_two.rs`,
+//! `src/core/worker_manager.rs`, `src/routers/http/router.rs`, in sglang-router 0.3.2's sdist).
 //!
 //! `load = "smg"` is smg 1.13.0's default `power_of_two` (sdist
 //! `model_gateway/src/policies/power_of_two.rs`, `policies/least_load.rs`,
@@ -181,7 +183,7 @@ impl PolicyKind for Kind {
         source: "SGLang power_of_two / AIBrix power-of-two generalised to d samples (tie -> first sampled)",
         decision: "the less loaded of d endpoints drawn at random; ties: the first drawn",
         signals: "load = \"local\" (router in-flight, fresh), \"scraped\" (running + waiting, \
-                  router.engine_stats_interval_s), or \"sglang_monitor\" (GET /get_load every 10 s, which vLLM \
+                  router.engine_stats_interval_s), or \"sglang_monitor\" (GET /get_load every 30 s, which vLLM \
                   does not serve: -1 everywhere, so uniform random), or \"smg\" (smg's expected wait: max(scrape + own \
                   dispatches since, own in-flight), workers with 8 waiting at the last scrape vetoed, random ties)",
         params: &[
