@@ -26,6 +26,8 @@ pub(super) fn family(b: Branch) -> Cause {
         | Branch::LeastRequest
         | Branch::AibrixLeastRequest
         | Branch::CacheAwareImbalanced
+        | Branch::CacheAwareLeastLoad
+        | Branch::CacheAwareSpill
         | Branch::AibrixPrebleGatedHit
         | Branch::AibrixPrebleGatedCost => Cause::LoadView,
         Branch::PrefixMatch

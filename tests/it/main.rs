@@ -26,6 +26,7 @@ mod cli;
 mod cli_pipe;
 mod code_map;
 mod columnar;
+mod conform;
 mod determinism;
 mod engine_modes;
 mod explain;

@@ -23,6 +23,7 @@ pub mod aibrix_preble;
 pub mod cacheaware;
 pub mod capacity;
 pub mod catalogue;
+pub mod counterparts;
 pub mod dynamo;
 pub mod hashring;
 pub mod hashtrie;
