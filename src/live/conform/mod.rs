@@ -171,6 +171,9 @@ fn serve_through(o: &Options, t: &Template, exe: &Path, c: &Counterpart, log: &P
         urls_file: Some(urls_file.to_path_buf()),
         model: None,
         max_body_bytes: 32 << 20,
+        header_timeout: ServeOptions::HEADER_TIMEOUT,
+        body_timeout: ServeOptions::BODY_TIMEOUT,
+        max_connections: ServeOptions::MAX_CONNECTIONS,
     };
     let server = Server::start(cfg, &o.scenario.display().to_string(), &so)?;
     let (urls, model) = (server.urls.clone(), server.model.clone());
