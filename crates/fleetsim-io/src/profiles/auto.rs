@@ -360,10 +360,10 @@ mod tests {
         assert!((p.experts_us - experts).abs() < 1e-6);
         // One token touches 1 of 16 experts.
         assert!(((1.0 - p.expert_miss_ln.exp()) - 1.0 / 16.0).abs() < 1e-12);
-        // FP8 GEMMs at 1979 TFLOPS: 2 FLOPs per active layer parameter over 4 GPUs.
+        // FP8 GEMMs at 1979 TFLOPS: 2 FLOPs per shared layer parameter over 4 GPUs.
         let m = d.model;
         let shared = m.shared_layer_params() as f64;
-        assert!((p.gemm_us_per_token - 2.0 * active / 4.0 / 1979e12 * 1e6).abs() < 1e-12);
+        assert!((p.gemm_us_per_token - 2.0 * shared / 4.0 / 1979e12 * 1e6).abs() < 1e-12);
         // Weights per GPU: a quarter of the layers in FP8 plus the embeddings in bf16.
         let w = d.weight_bytes_per_gpu() as f64;
         let want =
