@@ -308,11 +308,24 @@ pub fn summary_of(alert: &str) -> &'static str {
 
 /// The rules, in one group evaluated at the scrape interval.
 pub fn rules(c: &AlertConfig) -> RuleFile {
+    let mut r = recording_rules(c);
+    r.extend(alerts(c));
+    RuleFile {
+        groups: vec![Group {
+            name: "fleetsim".into(),
+            interval: promql_duration(c.scrape_interval),
+            rules: r,
+        }],
+    }
+}
+
+/// The recording rules: per backend its running, waiting, slots and free slots, the
+/// fleet's free, waiting and stranded slots, and each backend's share of its pool's
+/// requests.
+fn recording_rules(c: &AlertConfig) -> Vec<Rule> {
     let running = c.sel(vm::NUM_REQUESTS_RUNNING.name, "");
     let waiting = c.sel(vm::NUM_REQUESTS_WAITING.name, "");
     let success = c.sel(&vm::REQUEST_SUCCESS.sample_name(), "");
-    let e2e_sum = c.sel(&format!("{}_sum", vm::E2E_REQUEST_LATENCY.name), "");
-    let zw = promql_duration(c.zero_window);
     let sw = promql_duration(c.skew_window);
     let mut r = vec![
         // Per backend (instance): engines of one server (data parallel) added up, as a
@@ -367,6 +380,17 @@ pub fn rules(c: &AlertConfig) -> RuleFile {
                 .into(),
         ),
     ]);
+    r
+}
+
+/// The alerts: split fleet, skewed share, zero stats, stale series.
+fn alerts(c: &AlertConfig) -> Vec<Rule> {
+    let running = c.sel(vm::NUM_REQUESTS_RUNNING.name, "");
+    let waiting = c.sel(vm::NUM_REQUESTS_WAITING.name, "");
+    let e2e_sum = c.sel(&format!("{}_sum", vm::E2E_REQUEST_LATENCY.name), "");
+    let zw = promql_duration(c.zero_window);
+    let sw = promql_duration(c.skew_window);
+    let mut r = Vec::new();
     r.push(alert(
         SPLIT,
         "fleetsim:fleet_free_slots > 0 and fleetsim:fleet_waiting > 0".into(),
@@ -424,13 +448,7 @@ pub fn rules(c: &AlertConfig) -> RuleFile {
             promql_duration(c.stale_for)
         ),
     ));
-    RuleFile {
-        groups: vec![Group {
-            name: "fleetsim".into(),
-            interval: promql_duration(c.scrape_interval),
-            rules: r,
-        }],
-    }
+    r
 }
 
 /// What each rule catches and why its window is what it is, written as a comment above its

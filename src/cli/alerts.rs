@@ -10,7 +10,7 @@ use clap::Args;
 use super::out::outln;
 use super::shared::{ScenarioArgs, load_scenario};
 use crate::alerts::proof::{ALERTS, expected, promtool_test};
-use crate::alerts::{AlertConfig, Pool, promql_duration, rules, to_yaml};
+use crate::alerts::{AlertConfig, Pool, RuleFile, promql_duration, rules, to_yaml};
 use crate::export::openmetrics::{instance_of, sample};
 use crate::sim::{EngineMode, RunOptions};
 use crate::time::SimDuration;
@@ -167,25 +167,7 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
     if let Some((sc, _, _)) = &loaded {
         interval = Some(sc.sim.router.engine_stats_interval);
         if pools.is_empty() {
-            // One pool per (group, slots): equal backends, as the skew alert compares.
-            let slots: Vec<u32> = sc.sim.models.iter().map(model_slots).collect();
-            for (i, (_, url)) in sc.sim.backends.iter().enumerate() {
-                let group = sc.sim.labels.get(i).map(|l| l.group.clone()).unwrap_or_default();
-                let name = if group.is_empty() { "default".to_string() } else { group };
-                let name = if pools.iter().any(|p| p.name == name && p.slots != slots[i]) {
-                    format!("{name}-{}", slots[i])
-                } else {
-                    name
-                };
-                match pools.iter_mut().find(|p| p.name == name) {
-                    Some(p) => p.instances.push(instance_of(url)),
-                    None => pools.push(Pool {
-                        name,
-                        slots: slots[i],
-                        instances: vec![instance_of(url)],
-                    }),
-                }
-            }
+            pools = scenario_pools(sc);
         }
     }
     let mut c = AlertConfig::new(scrape, interval, pools);
@@ -212,39 +194,80 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
     }
     outln!("wrote {}", a.output.as_ref().expect("checked").display())?;
     if let (Some(test), Some((sc, wl, _))) = (&a.test_out, &loaded) {
-        let opts = RunOptions {
-            record_series: true,
-            record_decisions: false,
-            check_invariants: false,
-            record_event_log: false,
-        };
-        let name = a.scenario.as_ref().expect("checked").display().to_string();
-        let (res, _) = crate::sim::run_mode(sc.sim.clone(), wl, opts, EngineMode::Fast)
-            .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-        let s = sample(&res, &sc.sim, scrape.0);
-        let exp = expected(&s, &c);
-        let rules_path = relative_to(a.output.as_ref().expect("checked"), test);
-        let t = promtool_test(&s, &c, &file, &exp, &rules_path)?;
-        write(test, &t)?;
-        outln!("wrote {} (promtool test rules {})", test.display(), test.display())?;
-        outln!(
-            "{name}: idle_while_queued_s {}, run {} s, sampled every {}",
-            res.summary.idle_while_queued_s,
-            res.summary.sim_time_s,
-            promql_duration(scrape)
-        )?;
-        for al in ALERTS {
-            let st = exp.stretches(al);
-            let text = if st.is_empty() {
-                "never fires".to_string()
-            } else {
-                let parts: Vec<String> = st.iter().map(|(a, b)| format!("{a} s to {b} s")).collect();
-                format!("fires {}", parts.join(", "))
-            };
-            outln!("  {al}: {text}")?;
-        }
+        write_test(&a, test, sc, wl, &c, &file)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One pool per (group, slots) of the scenario's backends: equal backends, as the skew
+/// alert compares.
+fn scenario_pools(sc: &crate::scenario::Scenario) -> Vec<Pool> {
+    let mut pools: Vec<Pool> = Vec::new();
+    let slots: Vec<u32> = sc.sim.models.iter().map(model_slots).collect();
+    for (i, (_, url)) in sc.sim.backends.iter().enumerate() {
+        let group = sc.sim.labels.get(i).map(|l| l.group.clone()).unwrap_or_default();
+        let name = if group.is_empty() { "default".to_string() } else { group };
+        let name = if pools.iter().any(|p| p.name == name && p.slots != slots[i]) {
+            format!("{name}-{}", slots[i])
+        } else {
+            name
+        };
+        match pools.iter_mut().find(|p| p.name == name) {
+            Some(p) => p.instances.push(instance_of(url)),
+            None => pools.push(Pool {
+                name,
+                slots: slots[i],
+                instances: vec![instance_of(url)],
+            }),
+        }
+    }
+    pools
+}
+
+/// `--test-out`: runs the scenario, samples its series at the scrape interval as vLLM
+/// exports them, and writes to `test` the promtool test of the rules `file` (as written to
+/// `--output`) on them; says when each alert fires.
+fn write_test(
+    a: &AlertsArgs,
+    test: &Path,
+    sc: &crate::scenario::Scenario,
+    wl: &crate::workload::Workload,
+    c: &AlertConfig,
+    file: &RuleFile,
+) -> Result<()> {
+    let scrape = c.scrape_interval;
+    let name = a.scenario.as_ref().expect("checked").display().to_string();
+    let opts = RunOptions {
+        record_series: true,
+        record_decisions: false,
+        check_invariants: false,
+        record_event_log: false,
+    };
+    let (res, _) =
+        crate::run::simulate(sc.sim.clone(), wl, opts, EngineMode::Fast).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let s = sample(&res, &sc.sim, scrape.0);
+    let exp = expected(&s, c);
+    let rules_path = relative_to(a.output.as_ref().expect("checked"), test);
+    let t = promtool_test(&s, c, file, &exp, &rules_path)?;
+    write(test, &t)?;
+    outln!("wrote {} (promtool test rules {})", test.display(), test.display())?;
+    outln!(
+        "{name}: idle_while_queued_s {}, run {} s, sampled every {}",
+        res.summary.idle_while_queued_s,
+        res.summary.sim_time_s,
+        promql_duration(scrape)
+    )?;
+    for al in ALERTS {
+        let st = exp.stretches(al);
+        let text = if st.is_empty() {
+            "never fires".to_string()
+        } else {
+            let parts: Vec<String> = st.iter().map(|(a, b)| format!("{a} s to {b} s")).collect();
+            format!("fires {}", parts.join(", "))
+        };
+        outln!("  {al}: {text}")?;
+    }
+    Ok(())
 }
 
 fn model_slots(m: &crate::sim::BackendModel) -> u32 {

@@ -9,9 +9,9 @@ use clap::Args;
 
 use super::out::{out, outln};
 use super::shared::file_names;
-use crate::export::write_json;
+use crate::explain::ExplainOptions;
 use crate::scenario::{Scenario, Source};
-use crate::sim::run;
+use crate::sim::{EngineMode, RunOptions};
 use crate::time::SimDuration;
 use crate::workload::Workload;
 
@@ -56,67 +56,45 @@ pub(super) struct ExplainArgs {
     pub(super) timeline: Option<PathBuf>,
 }
 
-/// Explains `res` and adds the counterfactual re-runs (same scenario, seed and workload):
-/// fresh signals for the scenario's own policy, then each `--policy`.
-pub(super) fn explanation(
-    res: &crate::sim::RunResult,
-    scenario: &Scenario,
-    workload: &Workload,
-    src: &Source,
-    f: &ExplainFlags,
-) -> Result<crate::explain::Explanation> {
-    use crate::explain::{Counterfactual, ExplainOptions, explain};
-    anyhow::ensure!(
-        f.merge_gap_s.is_finite() && f.merge_gap_s >= 0.0,
-        "--merge-gap-s must be a finite number of seconds >= 0"
-    );
-    let interval = scenario.sim.router.engine_stats_interval;
-    let stale_after = match f.stale_after_s {
-        None => interval,
-        Some(v) => {
-            anyhow::ensure!(
-                v.is_finite() && (0.0..=1e9).contains(&v),
-                "--stale-after-s must be a finite number of seconds in [0, 1e9]"
-            );
-            SimDuration::from_secs_f64(v)
-        }
-    };
-    let opts = ExplainOptions {
-        merge_gap_s: f.merge_gap_s,
-        max_episodes: f.episodes,
-        stale_after,
-        ..ExplainOptions::for_interval(interval)
-    };
-    let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
-    let mut x = explain(res, &scenario.sim, &names, &opts);
-    if f.no_counterfactual {
-        return Ok(x);
+impl ExplainFlags {
+    /// The explanation these flags ask for, of a run scraped every `interval`.
+    pub(super) fn explain(&self, interval: SimDuration) -> Result<crate::run::Explain> {
+        anyhow::ensure!(
+            self.merge_gap_s.is_finite() && self.merge_gap_s >= 0.0,
+            "--merge-gap-s must be a finite number of seconds >= 0"
+        );
+        let stale_after = match self.stale_after_s {
+            None => interval,
+            Some(v) => {
+                anyhow::ensure!(
+                    v.is_finite() && (0.0..=1e9).contains(&v),
+                    "--stale-after-s must be a finite number of seconds in [0, 1e9]"
+                );
+                SimDuration::from_secs_f64(v)
+            }
+        };
+        Ok(crate::run::Explain {
+            options: ExplainOptions {
+                merge_gap_s: self.merge_gap_s,
+                max_episodes: self.episodes,
+                stale_after,
+                ..ExplainOptions::for_interval(interval)
+            },
+            policies: self.policies(),
+        })
     }
-    let quiet = crate::sim::RunOptions::summary_only();
-    let fresh = run(scenario.sim.with_fresh_signals(), workload, quiet).context("the fresh-signals re-run")?;
-    x.counterfactuals
-        .push(Counterfactual::of("fresh signals", &fresh.0.summary));
-    let policies = if f.policies.is_empty() {
-        vec!["{ kind = \"least_request\" }".to_string()]
-    } else {
-        f.policies.clone()
-    };
-    for p in &policies {
-        let mut alt = src.clone();
-        alt.apply(&[("router.policy".to_string(), p.clone())], "--policy")?;
-        let s = alt.scenario()?;
-        let (r, _) = run(s.sim, workload, quiet).with_context(|| format!("the re-run with --policy {p}"))?;
-        x.counterfactuals.push(Counterfactual::of("other policy", &r.summary));
-    }
-    Ok(x)
-}
 
-pub(super) fn write_explanation(dir: &Path, x: &crate::explain::Explanation) -> Result<Vec<PathBuf>> {
-    let md = dir.join("explain.md");
-    crate::atomic::write_file(&md, crate::explain::render(x).as_bytes())?;
-    let js = dir.join("explain.json");
-    write_json(&js, x).with_context(|| format!("writing {}", js.display()))?;
-    Ok(vec![md, js])
+    /// The counterfactual policies (`{ kind = "least_request" }` unless `--policy` names
+    /// some); `None` with `--no-counterfactual`.
+    fn policies(&self) -> Option<Vec<String>> {
+        if self.no_counterfactual {
+            None
+        } else if self.policies.is_empty() {
+            Some(vec!["{ kind = \"least_request\" }".to_string()])
+        } else {
+            Some(self.policies.clone())
+        }
+    }
 }
 
 pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
@@ -143,7 +121,7 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
         None => None,
     };
     super::shared::check_held_audit(&scenario, &workload, &scen_path.display().to_string(), "sim explain")?;
-    let (res, _) = run(scenario.sim.clone(), &workload, crate::sim::RunOptions::default())
+    let (res, _) = crate::run::simulate(scenario.sim.clone(), &workload, RunOptions::default(), EngineMode::Fast)
         .with_context(|| format!("re-running {}", scen_path.display()))?;
     let mut again = Vec::new();
     serde_json::to_writer_pretty(&mut again, &res.summary)?;
@@ -158,8 +136,9 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
     if let Some(s) = session {
         return journey_cmd(&a, &res, &scenario, &workload, &src, s);
     }
-    let x = explanation(&res, &scenario, &workload, &src, &a.opts)?;
-    let written = write_explanation(&a.dir, &x)?;
+    let how = a.opts.explain(scenario.sim.router.engine_stats_interval)?;
+    let x = crate::run::explained(&res, &scenario, &workload, &src, &how)?;
+    let written = crate::run::write_explanation(&a.dir, &x)?;
     crate::atomic::add_to_manifest(&a.dir, &["explain.md", "explain.json"])?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&x)?)?;
@@ -244,24 +223,10 @@ fn journey_cmd(
     use crate::explain::{journey, render_journey, session_outcome};
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
     let mut j = journey(res, &names, session);
-    if !a.opts.no_counterfactual {
-        // Requests are always kept (the session's turns are read from them).
-        let opts = crate::sim::RunOptions::summary_only();
-        let (fresh, _) = run(scenario.sim.with_fresh_signals(), workload, opts).context("the fresh-signals re-run")?;
-        j.counterfactuals
-            .extend(session_outcome("fresh signals", &fresh, session));
-        let policies = if a.opts.policies.is_empty() {
-            vec!["{ kind = \"least_request\" }".to_string()]
-        } else {
-            a.opts.policies.clone()
-        };
-        for p in &policies {
-            let mut alt = src.clone();
-            alt.apply(&[("router.policy".to_string(), p.clone())], "--policy")?;
-            let s = alt.scenario()?;
-            let (r, _) = run(s.sim, workload, opts).with_context(|| format!("the re-run with --policy {p}"))?;
-            j.counterfactuals.extend(session_outcome("other policy", &r, session));
-        }
+    if let Some(policies) = a.opts.policies() {
+        crate::run::counterfactuals(scenario, workload, src, &policies, |label, r| {
+            j.counterfactuals.extend(session_outcome(label, r, session));
+        })?;
     }
     j.conclude();
     if let Some(out) = &a.timeline {

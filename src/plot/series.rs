@@ -34,6 +34,9 @@ pub struct BackendSeries {
     /// Per panel, the backend's profile or group (empty for a plain `[backends]` table).
     captions: Vec<String>,
     panels: Vec<(String, u32, Steps)>,
+    /// An autoscaled run's `(t_s, replicas, ready)` at each change (empty otherwise): drawn
+    /// as a panel above the backends'.
+    replicas: Steps,
 }
 
 /// Reduces a step series to at most [`BINS`] bins keeping each bin's maxima, so peaks
@@ -271,6 +274,12 @@ impl BackendSeries {
                     (b.name.clone(), b.slots, steps)
                 })
                 .collect(),
+            replicas: summary.autoscale.as_ref().map_or_else(Vec::new, |a| {
+                a.replica_timeline
+                    .iter()
+                    .map(|p| (p.t_s, p.replicas, p.ready))
+                    .collect()
+            }),
         }
     }
 }
@@ -296,6 +305,7 @@ impl BackendSeries {
                 .take(MAX_BACKENDS)
                 .map(|(name, slots, s)| (name, slots, reduce(s, end_s)))
                 .collect(),
+            replicas: Vec::new(),
         }
     }
 }
@@ -330,23 +340,65 @@ impl BackendSeries {
 
 impl Figure for BackendSeries {
     fn size(&self) -> (u32, u32) {
-        (WIDTH, PANEL_H * self.panels.len().max(1) as u32 + TOP + 30)
+        let extra = if self.replicas.is_empty() { 0 } else { PANEL_H };
+        (WIDTH, PANEL_H * self.panels.len().max(1) as u32 + TOP + 30 + extra)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
         let (title, body) = root.split_vertically(TOP);
+        self.draw_title(&title)?;
+        let (unit, per) = time_unit(self.end_s);
+        let body = if self.replicas.is_empty() {
+            body
+        } else {
+            let (head, rest) = body.split_vertically(PANEL_H);
+            self.draw_replicas(&head, per)?;
+            rest
+        };
+        let areas = body.split_evenly((self.panels.len().max(1), 1));
+        let scale = Scale {
+            top: self.y_top(),
+            last: self.panels.len().saturating_sub(1),
+            unit,
+            per,
+            end_u: (self.end_s / per).max(1e-9),
+        };
+        for (k, area) in areas.iter().enumerate().take(self.panels.len()) {
+            self.draw_panel(area, k, &scale)?;
+        }
+        Ok(())
+    }
+}
+
+/// The colours of running, waiting and the slot line.
+const RUN_C: RGBColor = PALETTE[0];
+const WAIT_C: RGBColor = PALETTE[3];
+const SLOT_C: RGBColor = RGBColor(0, 0, 0);
+
+/// The scales every panel shares: the y top, the last panel (the one with time labels),
+/// and the time unit (`per` seconds each) with the run's end in it.
+struct Scale {
+    top: f64,
+    last: usize,
+    unit: &'static str,
+    per: f64,
+    end_u: f64,
+}
+
+impl BackendSeries {
+    /// The title strip: the title, the figure's one legend (outside every panel's data) and
+    /// what the panels show.
+    fn draw_title<DB: DrawingBackend>(&self, title: &DrawingArea<DB, Shift>) -> Result<()> {
         title
             .draw(&Text::new(super::clip(&self.title, 124), (10, 6), font(15.0)))
             .map_err(pe)?;
-        let (run_c, wait_c, slot_c) = (PALETTE[0], PALETTE[3], RGBColor(0, 0, 0));
-        // One legend for the figure, in the title strip (outside every panel's data).
         let legend = [
-            ("running".to_string(), Swatch::Area(run_c.mix(0.55))),
-            ("waiting (stacked)".to_string(), Swatch::Area(wait_c.mix(0.75))),
-            ("slots".to_string(), Swatch::Line(slot_c, 1)),
+            ("running".to_string(), Swatch::Area(RUN_C.mix(0.55))),
+            ("waiting (stacked)".to_string(), Swatch::Area(WAIT_C.mix(0.75))),
+            ("slots".to_string(), Swatch::Line(SLOT_C, 1)),
         ];
         let (w, _) = title.dim_in_pixel();
-        draw_legend_outside(&title, &legend, (w as i32 - 12, 36), true)?;
+        draw_legend_outside(title, &legend, (w as i32 - 12, 36), true)?;
         title
             .draw(&Text::new(
                 "requests per backend over time".to_string(),
@@ -357,90 +409,147 @@ impl Figure for BackendSeries {
                 )),
             ))
             .map_err(pe)?;
-        let areas = body.split_evenly((self.panels.len().max(1), 1));
-        let last = self.panels.len().saturating_sub(1);
-        let top = self.y_top();
-        let (unit, per) = time_unit(self.end_s);
-        let end_u = (self.end_s / per).max(1e-9);
-        for (k, ((name, slots, steps), area)) in self.panels.iter().zip(&areas).enumerate() {
-            let mut caption: Vec<String> = self
-                .captions
-                .get(k)
-                .filter(|c| !c.is_empty())
-                .cloned()
-                .into_iter()
-                .collect();
-            if f64::from(*slots) > top {
-                caption.push(format!("slot limit {slots}, above the scale"));
-            }
-            let mut chart = ChartBuilder::on(area)
-                .margin(4)
-                .margin_right(12)
-                .x_label_area_size(if k == last { 34 } else { 4 })
-                .y_label_area_size(56)
-                .build_cartesian_2d(0f64..end_u, 0f64..top * 1.12)
-                .map_err(pe)?;
-            let mut mesh = super::mesh(&mut chart);
-            // The same vertical and horizontal grid in every panel; only the last one
-            // prints the time labels.
-            mesh.y_labels(5)
-                .x_labels(10)
-                .y_label_formatter(&|v| {
-                    if v.fract() == 0.0 {
-                        format!("{v:.0}")
-                    } else {
-                        String::new()
-                    }
-                })
-                .y_desc(format!("{} (requests)", super::clip(name, 16)));
-            if k == last {
-                mesh.x_desc(format!("{} ({unit})", self.x_desc))
-                    .x_label_formatter(&|v| fmt_stat(*v));
-            } else {
-                mesh.x_label_formatter(&|_| String::new());
-            }
-            mesh.draw().map_err(pe)?;
-            if !caption.is_empty() {
-                chart
-                    .plotting_area()
-                    .strip_coord_spec()
-                    .draw(&Text::new(caption.join("; "), (6, 3), font(11.0)))
-                    .map_err(pe)?;
-            }
-            let to_u =
-                |pts: Vec<(f64, f64)>| -> Vec<(f64, f64)> { pts.into_iter().map(|(t, v)| (t / per, v)).collect() };
-            // Running as an area from 0, waiting as an area stacked on it: 4 running + 4
-            // waiting fills to the slot line and doubles it, with no line drawn on another.
-            let running = to_u(step_path(steps, |p| p.1, self.end_s));
-            let total = to_u(step_path(steps, |p| p.1 + p.2, self.end_s));
-            let band: Vec<(f64, f64)> = total.iter().copied().chain(running.iter().rev().copied()).collect();
-            if steps.iter().any(|p| p.2 > 0) {
-                chart
-                    .draw_series(std::iter::once(Polygon::new(band, wait_c.mix(0.75).filled())))
-                    .map_err(pe)?;
-            }
-            chart
-                .draw_series(AreaSeries::new(running.clone(), 0.0, run_c.mix(0.55)))
-                .map_err(pe)?;
-            let x_px = |t: f64| chart.backend_coord(&(t, 0.0)).0;
-            let edge = split_close_verticals(&running, x_px, 3);
-            chart
-                .draw_series(
-                    edge.into_iter()
-                        .map(|piece| PathElement::new(piece, run_c.stroke_width(1))),
-                )
-                .map_err(pe)?;
-            if f64::from(*slots) <= top {
-                chart
-                    .draw_series(DashedLineSeries::new(
-                        [(0.0, f64::from(*slots)), (end_u, f64::from(*slots))],
-                        6,
-                        4,
-                        slot_c.stroke_width(1),
-                    ))
-                    .map_err(pe)?;
-            }
+        Ok(())
+    }
+
+    /// Panel `k`: one backend's grid, caption and occupancy.
+    fn draw_panel<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, k: usize, sc: &Scale) -> Result<()> {
+        let (name, slots, steps) = &self.panels[k];
+        let mut caption: Vec<String> = self
+            .captions
+            .get(k)
+            .filter(|c| !c.is_empty())
+            .cloned()
+            .into_iter()
+            .collect();
+        if f64::from(*slots) > sc.top {
+            caption.push(format!("slot limit {slots}, above the scale"));
         }
+        let mut chart = ChartBuilder::on(area)
+            .margin(4)
+            .margin_right(12)
+            .x_label_area_size(if k == sc.last { 34 } else { 4 })
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..sc.end_u, 0f64..sc.top * 1.12)
+            .map_err(pe)?;
+        let mut mesh = super::mesh(&mut chart);
+        // The same vertical and horizontal grid in every panel; only the last one
+        // prints the time labels.
+        mesh.y_labels(5)
+            .x_labels(10)
+            .y_label_formatter(&|v| {
+                if v.fract() == 0.0 {
+                    format!("{v:.0}")
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc(format!("{} (requests)", super::clip(name, 16)));
+        if k == sc.last {
+            mesh.x_desc(format!("{} ({})", self.x_desc, sc.unit))
+                .x_label_formatter(&|v| fmt_stat(*v));
+        } else {
+            mesh.x_label_formatter(&|_| String::new());
+        }
+        mesh.draw().map_err(pe)?;
+        if !caption.is_empty() {
+            chart
+                .plotting_area()
+                .strip_coord_spec()
+                .draw(&Text::new(caption.join("; "), (6, 3), font(11.0)))
+                .map_err(pe)?;
+        }
+        self.draw_occupancy(&mut chart, *slots, steps, sc)
+    }
+
+    /// Running as an area from 0, waiting as an area stacked on it (4 running + 4 waiting
+    /// fills to the slot line and doubles it, with no line drawn on another), and the slot
+    /// line when it is on the scale.
+    fn draw_occupancy<DB: DrawingBackend>(
+        &self,
+        chart: &mut super::Chart<'_, DB>,
+        slots: u32,
+        steps: &Steps,
+        sc: &Scale,
+    ) -> Result<()> {
+        let to_u =
+            |pts: Vec<(f64, f64)>| -> Vec<(f64, f64)> { pts.into_iter().map(|(t, v)| (t / sc.per, v)).collect() };
+        let running = to_u(step_path(steps, |p| p.1, self.end_s));
+        let total = to_u(step_path(steps, |p| p.1 + p.2, self.end_s));
+        let band: Vec<(f64, f64)> = total.iter().copied().chain(running.iter().rev().copied()).collect();
+        if steps.iter().any(|p| p.2 > 0) {
+            chart
+                .draw_series(std::iter::once(Polygon::new(band, WAIT_C.mix(0.75).filled())))
+                .map_err(pe)?;
+        }
+        chart
+            .draw_series(AreaSeries::new(running.clone(), 0.0, RUN_C.mix(0.55)))
+            .map_err(pe)?;
+        let x_px = |t: f64| chart.backend_coord(&(t, 0.0)).0;
+        let edge = split_close_verticals(&running, x_px, 3);
+        chart
+            .draw_series(
+                edge.into_iter()
+                    .map(|piece| PathElement::new(piece, RUN_C.stroke_width(1))),
+            )
+            .map_err(pe)?;
+        if f64::from(slots) <= sc.top {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.0, f64::from(slots)), (sc.end_u, f64::from(slots))],
+                    6,
+                    4,
+                    SLOT_C.stroke_width(1),
+                ))
+                .map_err(pe)?;
+        }
+        Ok(())
+    }
+}
+
+impl BackendSeries {
+    /// The autoscaler's panel: replicas (pods created, loading or Ready) and Ready replicas
+    /// over time, on the backends' time axis (`per` seconds a unit).
+    fn draw_replicas<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, per: f64) -> Result<()> {
+        let end_u = (self.end_s / per).max(1e-9);
+        let top = self.replicas.iter().map(|p| p.1.max(p.2)).max().unwrap_or(1).max(1);
+        let mut chart = ChartBuilder::on(area)
+            .margin(4)
+            .margin_right(12)
+            .x_label_area_size(4)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..end_u, 0f64..f64::from(top) * 1.25)
+            .map_err(pe)?;
+        super::mesh(&mut chart)
+            .y_labels(5)
+            .x_labels(10)
+            .y_label_formatter(&|v| {
+                if v.fract() == 0.0 {
+                    format!("{v:.0}")
+                } else {
+                    String::new()
+                }
+            })
+            .x_label_formatter(&|_| String::new())
+            .y_desc("replicas")
+            .draw()
+            .map_err(pe)?;
+        let to_u = |pts: Vec<(f64, f64)>| -> Vec<(f64, f64)> { pts.into_iter().map(|(t, v)| (t / per, v)).collect() };
+        let (spec_c, ready_c) = (PALETTE[7], PALETTE[2]);
+        let spec = to_u(step_path(&self.replicas, |p| p.1, self.end_s));
+        let ready = to_u(step_path(&self.replicas, |p| p.2, self.end_s));
+        chart
+            .draw_series(std::iter::once(PathElement::new(spec, spec_c.stroke_width(2))))
+            .map_err(pe)?;
+        chart
+            .draw_series(DashedLineSeries::new(ready, 6, 3, ready_c.stroke_width(2)))
+            .map_err(pe)?;
+        let legend = [
+            ("replicas (created)".to_string(), Swatch::Line(spec_c, 2)),
+            ("Ready".to_string(), Swatch::Line(ready_c, 2)),
+        ];
+        let (w, _) = area.dim_in_pixel();
+        draw_legend_outside(area, &legend, (w as i32 - 16, 14), true)?;
         Ok(())
     }
 }

@@ -430,6 +430,7 @@ mod tests {
             decision: "at random",
             signals: "none",
             params: &[],
+            counterparts: Vec::new(),
         });
         assert!(
             policy_table(&docs, "x.md").ends_with("| [`brand_new`](x.md#brand_new) | nowhere | at random | none |\n")

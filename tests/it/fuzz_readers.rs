@@ -99,7 +99,7 @@ fn bench(n: usize) -> String {
     let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(",");
     format!(
         r#"{{"date":"20260101-120000","model_id":"meta-llama/Llama-3.1-8B","max_concurrency":{},"input_lens":[{}],"output_lens":[{}],"ttfts":[{}],"itls":[{}],"start_times":[{}],"errors":[{}]}}"#,
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             "null".to_string()
         } else {
             "4".to_string()

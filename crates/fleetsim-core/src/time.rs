@@ -66,6 +66,14 @@ impl SimDuration {
         checked_secs_to_ns(secs, max).map(SimDuration)
     }
 
+    /// Seconds to a duration, rounding to the nearest ns, if `secs` is finite, not negative
+    /// and within the [`HORIZON`]; else `None` (for input a caller has not bounded yet:
+    /// the caller names the flag or key and the range).
+    pub fn checked_from_secs_f64(secs: f64) -> Option<SimDuration> {
+        let ns = secs * NS_PER_S as f64;
+        (secs.is_finite() && secs >= 0.0 && ns.round() <= HORIZON.0 as f64).then(|| SimDuration(ns.round() as u64))
+    }
+
     /// Converts microseconds (finite, non-negative) to a duration, rounding to the nearest ns.
     pub fn from_micros_f64(us: f64) -> SimDuration {
         SimDuration(secs_to_ns(us / 1e6))
@@ -272,6 +280,19 @@ mod tests {
         assert_eq!(secs_to_ns(1e-9 * 0.4), 0);
         assert_eq!(secs_to_ns(1e-9 * 0.6), 1);
         assert_eq!(SimDuration::from_micros_f64(5752.7).0, 5_752_700);
+    }
+
+    #[test]
+    fn checked_seconds_refuse_what_does_not_fit() {
+        assert_eq!(
+            SimDuration::checked_from_secs_f64(1.5),
+            Some(SimDuration(1_500_000_000))
+        );
+        assert_eq!(SimDuration::checked_from_secs_f64(0.0), Some(SimDuration::ZERO));
+        assert_eq!(SimDuration::checked_from_secs_f64(1e9), Some(SimDuration(HORIZON.0)));
+        for bad in [-1e-9, -0.5, f64::NAN, f64::INFINITY, 1e9 + 1.0, 1e300] {
+            assert_eq!(SimDuration::checked_from_secs_f64(bad), None, "{bad}");
+        }
     }
 
     #[test]

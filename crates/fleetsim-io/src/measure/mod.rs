@@ -8,6 +8,8 @@
 //! * [`bench`](mod@bench): `vllm bench serve --save-result --save-detailed` JSON
 //!   (`vllm/benchmarks/serve.py`): per-request start, prompt and output lengths, TTFT and
 //!   inter-token gaps; the token series follow from the token times;
+//! * [`lmbench`]: LMBench's per-request CSV (as llm-d-benchmark publishes them), with the
+//!   Kubernetes Deployment beside it for the engine;
 //! * [`prom`]: an engine's series as a Prometheus `query_range` answer or an OpenMetrics
 //!   text dump with timestamps (prompt and generation token counters, running, waiting,
 //!   KV usage), added to either of the above;
@@ -24,6 +26,7 @@
 
 pub mod bench;
 pub mod harness;
+pub mod lmbench;
 pub mod prom;
 
 use std::path::Path;
@@ -129,6 +132,14 @@ pub struct EngineMeta {
     pub gpu_memory_bytes: Option<u64>,
     /// `--tensor-parallel-size`.
     pub tensor_parallel_size: Option<u32>,
+    /// `--data-parallel-size`: engines in one `vllm serve`, balanced by vLLM.
+    pub data_parallel_size: Option<u32>,
+    /// `--enable-expert-parallel`.
+    pub expert_parallel: Option<bool>,
+    /// Separate servers behind one load balancer (a Deployment's `replicas`).
+    pub replicas: Option<u32>,
+    /// The `vllm serve ...` command line, when recorded (flags the engine ran with).
+    pub vllm_command: Option<String>,
     /// `--max-num-seqs`.
     pub max_num_seqs: Option<u32>,
     /// `--max-num-batched-tokens`.
@@ -177,6 +188,14 @@ pub struct Measurement {
     /// What the reader did that a user should know (skipped failed requests, derived
     /// series, alignment).
     pub notes: Vec<String>,
+}
+
+impl Measurement {
+    /// True when the times are the client's (sent, first and last chunk received), so
+    /// they include the trip to the engine; false when the engine stamped them.
+    pub fn client_timed(&self) -> bool {
+        self.format != "harness"
+    }
 }
 
 /// A one-line error.
@@ -264,7 +283,7 @@ pub fn check_span(file: &str, m: &Measurement, fields: [&str; 3]) -> Result<(), 
     let end = s.rows.iter().map(|r| r.t_s).fold(0.0f64, f64::max);
     let end = end.max(m.requests.iter().map(|r| r.last_token_s).fold(0.0f64, f64::max));
     let samples = ((end - origin) / s.interval_s).ceil();
-    if !(samples <= MAX_SAMPLES as f64) {
+    if samples.is_nan() || samples > MAX_SAMPLES as f64 {
         return Err(err(
             &s.source,
             None,
@@ -316,6 +335,8 @@ pub fn load(path: &Path, series: Option<&Path>) -> Result<Measurement, TraceErro
         return Err(err(&file, None, None, "no such file or folder"));
     } else if file.ends_with(".json") {
         bench::read(path)?
+    } else if file.ends_with(".csv") && lmbench::sniff(path) {
+        lmbench::read(path)?
     } else {
         from_trace(path)?
     };
