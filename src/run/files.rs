@@ -6,10 +6,18 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::pipeline::Sampling;
 use crate::export::{Output, write_all, write_json, write_rest};
 use crate::plot::series::{BackendSeries, SeriesPoints};
 use crate::scenario::Scenario;
+
+/// How `metrics.om` samples the run.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampling {
+    /// Sampling interval (a scrape interval), nanoseconds.
+    pub step_ns: u64,
+    /// Unix time, seconds, of simulated time zero.
+    pub epoch_s: u64,
+}
 
 /// Writes the files of `out` into `dir` (the decision tables only if `decisions`) and, at
 /// the same time, the time-series plot at `dpi`; returns their paths.

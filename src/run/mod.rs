@@ -36,8 +36,9 @@ use crate::trace::TraceCache;
 use crate::workload::Workload;
 
 pub use counterfactual::{Explain, counterfactuals, explained};
+pub use files::Sampling;
 pub use files::{write_explanation, write_files};
-pub use pipeline::{Options, Progress, Run, RunError, Sampling, Simulated};
+pub use pipeline::{Options, Progress, Run, RunError, Simulated};
 
 /// Simulates `sim` on `workload` (the core's event loop, nothing written); returns the
 /// result and the loop's wall time.

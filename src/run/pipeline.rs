@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::counterfactual::{Explain, explained};
-use super::files::{Kept, tables_and_plot, write_explanation};
+use super::files::{Kept, Sampling, tables_and_plot, write_explanation};
 use super::stream::{Streamed, Streams};
 use crate::check::golden::{Golden, golden_path};
 use crate::export::{Output, Perf, Tables, write_json};
@@ -38,15 +38,6 @@ pub struct Options {
     pub dpi: u32,
     /// What shows on stderr while it runs.
     pub progress: Progress,
-}
-
-/// How `metrics.om` samples the run.
-#[derive(Clone, Copy, Debug)]
-pub struct Sampling {
-    /// Sampling interval (a scrape interval), nanoseconds.
-    pub step_ns: u64,
-    /// Unix time, seconds, of simulated time zero.
-    pub epoch_s: u64,
 }
 
 /// What shows on stderr while a run simulates (never in an output file).

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::fleet::{Cmd, Ev, MetricsState, Reason, Shared, Submit};
-use super::request::{self, Ask};
+use super::request::{self, ApiError, Ask, BODY_UNREADABLE, bad_request, error};
 use crate::backend::Gauges;
 use crate::content::Content;
 use crate::faults::FaultKind;
@@ -77,63 +77,6 @@ pub fn router(shared: Arc<Shared>, b: usize, shutdown: tokio::sync::watch::Recei
             }
         }))
         .with_state(app)
-}
-
-/// An OpenAI-style error, as vLLM's `ErrorResponse` serialises it.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    kind: &'static str,
-    /// What is wrong.
-    pub message: String,
-    /// The request field (or header) it is about.
-    pub param: Option<String>,
-}
-
-impl ApiError {
-    /// 404, as vLLM answers a model it does not serve.
-    pub fn not_found(message: String) -> ApiError {
-        error(StatusCode::NOT_FOUND, "NotFoundError", message, Some("model"))
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        // A body left unread (too large, too slow, malformed): the connection closes.
-        let close = matches!(self.status, StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT)
-            || self.message.starts_with(BODY_UNREADABLE);
-        let body = json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.status.as_u16(),
-            }
-        });
-        let mut r = (self.status, axum::Json(body)).into_response();
-        if close {
-            r.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
-        r
-    }
-}
-
-/// How the message of a body that could not be read begins.
-const BODY_UNREADABLE: &str = "the request body could not be read";
-
-fn error(status: StatusCode, kind: &'static str, message: impl Into<String>, param: Option<&str>) -> ApiError {
-    ApiError {
-        status,
-        kind,
-        message: message.into(),
-        param: param.map(str::to_string),
-    }
-}
-
-/// 400, a request vLLM refuses, `param` naming the field.
-pub fn bad_request(message: impl Into<String>, param: Option<&str>) -> ApiError {
-    error(StatusCode::BAD_REQUEST, "BadRequestError", message, param)
 }
 
 /// 503, the backend out of service (draining, restarting, or the server stopping).

@@ -15,11 +15,11 @@
 //! Sampling fields sim serve does not model (temperature, top_p, ...) are checked and then
 //! ignored: a request vLLM refuses is refused here too.
 
-use axum::http::HeaderMap;
-use serde_json::{Map, Value};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
 
 use super::fleet::Reason;
-use super::http::{ApiError, bad_request};
 use super::text::natural_length;
 use crate::live::wire;
 
@@ -435,6 +435,69 @@ fn session(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         return Ok(Some(v.to_string()));
     }
     Ok(None)
+}
+
+/// An OpenAI-style error, as vLLM's `ErrorResponse` serialises it.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    /// What is wrong.
+    pub message: String,
+    /// The request field (or header) it is about.
+    pub param: Option<String>,
+}
+
+impl ApiError {
+    /// 404, as vLLM answers a model it does not serve.
+    pub fn not_found(message: String) -> ApiError {
+        error(StatusCode::NOT_FOUND, "NotFoundError", message, Some("model"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        // A body left unread (too large, too slow, malformed): the connection closes.
+        let close = matches!(self.status, StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT)
+            || self.message.starts_with(BODY_UNREADABLE);
+        let body = json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.status.as_u16(),
+            }
+        });
+        let mut r = (self.status, axum::Json(body)).into_response();
+        if close {
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        r
+    }
+}
+
+/// How the message of a body that could not be read begins.
+pub(super) const BODY_UNREADABLE: &str = "the request body could not be read";
+
+/// An error answer of `status`, vLLM's `type` `kind`, about field `param`.
+pub(super) fn error(
+    status: StatusCode,
+    kind: &'static str,
+    message: impl Into<String>,
+    param: Option<&str>,
+) -> ApiError {
+    ApiError {
+        status,
+        kind,
+        message: message.into(),
+        param: param.map(str::to_string),
+    }
+}
+
+/// 400, a request vLLM refuses, `param` naming the field.
+pub fn bad_request(message: impl Into<String>, param: Option<&str>) -> ApiError {
+    error(StatusCode::BAD_REQUEST, "BadRequestError", message, param)
 }
 
 #[cfg(test)]

@@ -380,8 +380,10 @@ mod tests {
                 "{}",
                 g.name
             );
+            // FP8 is twice the dense BF16 figure, as the sheets round it (the L40S sheet:
+            // 733 against 362.05, 2.02x).
             assert!(
-                g.tflops_fp8 == 0.0 || (g.tflops_fp8 / g.tflops - 2.0).abs() < 0.01,
+                g.tflops_fp8 == 0.0 || (g.tflops_fp8 / g.tflops - 2.0).abs() < 0.03,
                 "{}",
                 g.name
             );
