@@ -437,13 +437,7 @@ impl BackendSeries {
         // prints the time labels.
         mesh.y_labels(5)
             .x_labels(10)
-            .y_label_formatter(&|v| {
-                if v.fract() == 0.0 {
-                    format!("{v:.0}")
-                } else {
-                    String::new()
-                }
-            })
+            .y_label_formatter(&whole_counts)
             .y_desc(format!("{} (requests)", super::clip(name, 16)));
         if k == sc.last {
             mesh.x_desc(format!("{} ({})", self.x_desc, sc.unit))
@@ -523,13 +517,7 @@ impl BackendSeries {
         super::mesh(&mut chart)
             .y_labels(5)
             .x_labels(10)
-            .y_label_formatter(&|v| {
-                if v.fract() == 0.0 {
-                    format!("{v:.0}")
-                } else {
-                    String::new()
-                }
-            })
+            .y_label_formatter(&whole_counts)
             .x_label_formatter(&|_| String::new())
             .y_desc("replicas")
             .draw()
@@ -551,6 +539,15 @@ impl BackendSeries {
         let (w, _) = area.dim_in_pixel();
         draw_legend_outside(area, &legend, (w as i32 - 16, 14), true)?;
         Ok(())
+    }
+}
+
+/// A count axis's label: whole numbers only (requests and replicas come in ones).
+fn whole_counts(v: &f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        String::new()
     }
 }
 
