@@ -94,7 +94,7 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
 }
 
 /// The values file as YAML: a mapping of chart values (or nothing).
-fn values(path: &Path, file: &str) -> Result<Value, String> {
+pub(super) fn values(path: &Path, file: &str) -> Result<Value, String> {
     let text =
         crate::atomic::read_text(path, crate::scenario::MAX_SCENARIO_BYTES, "the values file").map_err(|(at, m)| {
             match at {
@@ -132,14 +132,8 @@ fn model_spec(
         imp.ignored.push(format!("{p} `{name}` (enabled: false)"));
         return Ok(None);
     }
-    let count = match h.int(m, p, "replicaCount")? {
-        Some(n) if n < 0 => return Err(h.at(&format!("{p}.replicaCount"), "must be >= 0")),
-        Some(0) => {
-            imp.ignored.push(format!("{p} `{name}` (replicaCount: 0)"));
-            return Ok(None);
-        }
-        Some(n) => src(n, format!("{p}.replicaCount")),
-        None => src(1, format!("{p}.replicaCount absent: chart default 1")),
+    let Some(count) = replica_count(h, m, p, &name, imp, allow_unknown)? else {
+        return Ok(None);
     };
     let gpu = match h.string(m, p, "requestGPUType")? {
         Some(t) => match ["h100", "a100", "l40s"]
@@ -175,8 +169,11 @@ fn model_spec(
         "image, storage, scheduling: no effect on routing or step times",
         imp,
     );
+    let keda = m
+        .get("keda")
+        .is_some_and(|k| h.boolean(k, p, "enabled") == Ok(Some(true)));
     for key in ["name", "modelURL", "replicaCount", "requestGPUType"] {
-        if m.get(key).is_some() {
+        if m.get(key).is_some() && !(keda && key == "replicaCount") {
             imp.read.push(format!("{p}.{key} (--helm)"));
         }
     }
@@ -195,6 +192,42 @@ fn model_spec(
     }))
 }
 
+/// How many engines `modelSpec` entry `m` starts with (`None`: none); under `keda` the
+/// chart's ScaledObject goes to `imp.autoscaler`.
+fn replica_count(
+    h: &Helm,
+    m: &Value,
+    p: &str,
+    name: &str,
+    imp: &mut Import,
+    allow_unknown: bool,
+) -> Result<Option<super::Sourced<i64>>, String> {
+    if let Some(k) = m.get("keda").filter(|k| !k.is_null())
+        && super::autoscaler::read_helm(h, k, &format!("{p}.keda"), name, imp, allow_unknown)?
+    {
+        // The chart omits the Deployment's `replicas` under KEDA (deployment-vllm-multi.yaml
+        // L33-35): it starts at Kubernetes' default 1 and the HPA raises it to its minimum.
+        if m.get("replicaCount").is_some() {
+            imp.ignored.push(format!(
+                "{p}.replicaCount (--helm; keda.enabled: the chart omits the Deployment's replicas)"
+            ));
+        }
+        return Ok(Some(src(
+            1,
+            format!("{p}.keda.enabled: the Deployment starts at Kubernetes' default 1"),
+        )));
+    }
+    Ok(match h.int(m, p, "replicaCount")? {
+        Some(n) if n < 0 => return Err(h.at(&format!("{p}.replicaCount"), "must be >= 0")),
+        Some(0) => {
+            imp.ignored.push(format!("{p} `{name}` (replicaCount: 0)"));
+            None
+        }
+        Some(n) => Some(src(n, format!("{p}.replicaCount"))),
+        None => Some(src(1, format!("{p}.replicaCount absent: chart default 1"))),
+    })
+}
+
 /// `modelSpec[]` keys `sim import` reads (or lists with their own reason).
 const MODEL_SPEC_READ: &[&str] = &[
     "name",
@@ -205,6 +238,7 @@ const MODEL_SPEC_READ: &[&str] = &[
     "vllmConfig",
     "requestGPU",
     "resources",
+    "keda",
 ];
 
 /// `routerSpec` keys `sim import` reads.
@@ -238,12 +272,12 @@ fn unread(m: &Value, p: &str, read: &[&str], why: &str, imp: &mut Import) {
 }
 
 /// Error helpers that name the file and key path.
-struct Helm<'a> {
-    file: &'a str,
+pub(super) struct Helm<'a> {
+    pub(super) file: &'a str,
 }
 
 impl Helm<'_> {
-    fn at(&self, path: &str, msg: &str) -> String {
+    pub(super) fn at(&self, path: &str, msg: &str) -> String {
         format!(
             "{}: {}: {msg}",
             crate::quote::escape(self.file),
@@ -251,7 +285,7 @@ impl Helm<'_> {
         )
     }
 
-    fn string(&self, m: &Value, p: &str, k: &str) -> Result<Option<String>, String> {
+    pub(super) fn string(&self, m: &Value, p: &str, k: &str) -> Result<Option<String>, String> {
         match m.get(k) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -260,7 +294,7 @@ impl Helm<'_> {
         }
     }
 
-    fn boolean(&self, m: &Value, p: &str, k: &str) -> Result<Option<bool>, String> {
+    pub(super) fn boolean(&self, m: &Value, p: &str, k: &str) -> Result<Option<bool>, String> {
         match m.get(k) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -270,7 +304,7 @@ impl Helm<'_> {
     }
 
     /// An integer (the chart's schema also allows numeric strings).
-    fn int(&self, m: &Value, p: &str, k: &str) -> Result<Option<i64>, String> {
+    pub(super) fn int(&self, m: &Value, p: &str, k: &str) -> Result<Option<i64>, String> {
         match m.get(k) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) if n.as_i64().is_some() => Ok(n.as_i64()),
@@ -279,7 +313,7 @@ impl Helm<'_> {
         }
     }
 
-    fn float(&self, m: &Value, p: &str, k: &str) -> Result<Option<f64>, String> {
+    pub(super) fn float(&self, m: &Value, p: &str, k: &str) -> Result<Option<f64>, String> {
         match m.get(k) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) => Ok(n.as_f64()),
@@ -288,7 +322,7 @@ impl Helm<'_> {
         }
     }
 
-    fn strings(&self, m: &Value, p: &str, k: &str) -> Result<Vec<String>, String> {
+    pub(super) fn strings(&self, m: &Value, p: &str, k: &str) -> Result<Vec<String>, String> {
         match m.get(k) {
             None | Some(Value::Null) => Ok(Vec::new()),
             Some(Value::Sequence(s)) => s
@@ -306,7 +340,7 @@ impl Helm<'_> {
     }
 }
 
-fn show(v: &Value) -> String {
+pub(super) fn show(v: &Value) -> String {
     serde_yaml_ng::to_string(v)
         .map(|s| crate::quote::quote(s.trim()))
         .unwrap_or_else(|_| "a value of another type".into())

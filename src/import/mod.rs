@@ -10,6 +10,7 @@
 //! Owns: the mapping from deployment flags to scenario keys. May not see: the simulation.
 //! Invariant: every value written names the flag or key it came from.
 
+mod autoscaler;
 mod flags;
 mod helm;
 mod tables;
@@ -50,6 +51,10 @@ pub struct ImportArgs {
     /// A production-stack Helm values file (the chart's own schema).
     #[arg(long, value_name = "VALUES_YAML")]
     pub helm: Option<PathBuf>,
+    /// A Kubernetes HorizontalPodAutoscaler (autoscaling/v2) or KEDA ScaledObject manifest
+    /// (YAML), imported as the scenario's `[autoscaler]`.
+    #[arg(long, value_name = "MANIFEST_YAML")]
+    pub autoscaler: Option<PathBuf>,
     /// A `vllm serve` command line, applied to every engine (after Helm's vllmConfig).
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub vllm_args: Option<String>,
@@ -147,12 +152,14 @@ pub(crate) struct Import {
     pub read: Vec<String>,
     /// Notes for the header (simplifications the reader should know).
     pub notes: Vec<String>,
+    /// `[autoscaler]`, from a manifest or the chart's `keda` values.
+    pub autoscaler: Option<autoscaler::Autoscaler>,
 }
 
 /// Runs `sim import`.
 pub fn run(a: ImportArgs) -> Result<std::process::ExitCode> {
-    if a.router_args.is_none() && a.helm.is_none() && a.vllm_args.is_none() {
-        bail!("sim import: give at least one of --router-args, --helm, --vllm-args");
+    if a.router_args.is_none() && a.helm.is_none() && a.vllm_args.is_none() && a.autoscaler.is_none() {
+        bail!("sim import: give at least one of --router-args, --helm, --vllm-args, --autoscaler");
     }
     if !crate::profiles::GPUS
         .iter()
@@ -199,6 +206,9 @@ fn import_with_origins(a: &ImportArgs) -> Result<(String, Origins), String> {
     if let Some(line) = &a.router_args {
         let p = flags::parse(line, tables::ROUTER, "--router-args", false, a.allow_unknown)?;
         router_flags(&p, &mut imp, "--router-args")?;
+    }
+    if let Some(path) = &a.autoscaler {
+        autoscaler::read_manifest(path, &mut imp, a.allow_unknown)?;
     }
     let vllm = match &a.vllm_args {
         Some(line) => Some(flags::parse(line, tables::VLLM, "--vllm-args", true, a.allow_unknown)?),
@@ -264,6 +274,17 @@ fn import_with_origins(a: &ImportArgs) -> Result<(String, Origins), String> {
         }
         None => None,
     };
+    if imp.autoscaler.is_some() && imp.groups.len() > 1 {
+        return Err(format!(
+            "the autoscaler scales one pool, but the configuration has {} groups of engines ({}): keep the autoscaled group only",
+            imp.groups.len(),
+            imp.groups
+                .iter()
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let stem = a.out.file_stem().and_then(|s| s.to_str()).unwrap_or("imported");
     write(&imp, a, stem, trace.as_deref())
 }
@@ -576,6 +597,13 @@ fn write(imp: &Import, a: &ImportArgs, stem: &str, trace: Option<&str>) -> Resul
     doc.insert("router", toml_edit::Item::Table(rt));
     let wl = workload(&mut o, imp, trace, min_context, &mut carry);
     doc.insert("workload", toml_edit::Item::Table(wl));
+    if let Some(a) = &imp.autoscaler {
+        let mut sec = Section::new("autoscaler");
+        for (k, v) in &a.keys {
+            sec.put(&mut o, k, v.v.clone(), &v.from);
+        }
+        doc.insert("autoscaler", toml_edit::Item::Table(sec.finish(&mut carry)));
+    }
     let mut text = doc.to_string();
     text.push_str(&carry);
     if !text.ends_with('\n') {
@@ -600,6 +628,9 @@ fn preamble(imp: &Import, a: &ImportArgs) -> Section {
     }
     if let Some(v) = &a.vllm_args {
         root.note(&format!("  --vllm-args {}", crate::quote::quote(v)));
+    }
+    if let Some(m) = &a.autoscaler {
+        root.note(&format!("  --autoscaler {}", crate::quote::path(m)));
     }
     root.note("Each value's comment names the flag or key it came from; \"default\" means the flag or");
     root.note("key was absent and the upstream default applies.");

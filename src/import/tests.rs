@@ -7,6 +7,7 @@ fn args(router: Option<&str>, helm: Option<&Path>, vllm: Option<&str>) -> Import
         router_args: router.map(String::from),
         helm: helm.map(Path::to_path_buf),
         vllm_args: vllm.map(String::from),
+        autoscaler: None,
         trace: None,
         gpu: "h100".into(),
         allow_unknown: false,
@@ -387,4 +388,175 @@ fn a_value_the_scenario_refuses_names_its_flag() {
     assert!(m.starts_with("--max-num-seqs 99999999999 (--vllm-args): "), "{m}");
     assert!(m.contains("backends.max_num_seqs"), "{m}");
     assert!(!m.contains("please report"), "{m}");
+}
+
+fn with_autoscaler(router: Option<&str>, manifest: &Path) -> ImportArgs {
+    ImportArgs {
+        autoscaler: Some(manifest.to_path_buf()),
+        ..args(router, None, None)
+    }
+}
+
+fn autoscaler_of(text: &str) -> fleetsim_core::autoscale::AutoscalerConfig {
+    load(text)
+        .sim
+        .autoscaler
+        .unwrap_or_else(|| panic!("no [autoscaler]\n{text}"))
+}
+
+#[test]
+fn production_stacks_hpa_manifest_is_an_hpa_on_the_namespace_total() {
+    let text = import(&with_autoscaler(None, Path::new("docs/examples/hpa-vllm.yaml"))).unwrap();
+    let a = autoscaler_of(&text);
+    assert_eq!(a.kind, fleetsim_core::autoscale::Kind::Hpa);
+    assert_eq!(a.hpa.metric_target, fleetsim_core::autoscale::hpa::MetricTarget::Value);
+    assert_eq!((a.hpa.target, a.hpa.min_replicas, a.hpa.max_replicas), (1.0, 1, 2));
+    assert!(a.hpa.behavior.is_none(), "no behavior: the legacy path");
+    assert!(text.contains("query = \"sum(vllm:num_requests_waiting)\""), "{text}");
+    assert!(text.contains("# spec.metrics[0].object.target.value"), "{text}");
+    assert!(text.contains("spec.scaleTargetRef ("), "listed as ignored: {text}");
+}
+
+/// Importing the study's KEDA settings as a ScaledObject beside burst8's router gives
+/// exactly the autoscaler `scenarios/autoscale-keda.toml` writes by hand.
+#[test]
+fn a_scaled_object_imports_as_the_hand_written_keda_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let so = dir.path().join("so.yaml");
+    let manifest = std::fs::read_to_string("docs/examples/keda-scaledobject.yaml")
+        .unwrap()
+        .replace("maxReplicaCount: 2", "maxReplicaCount: 4")
+        .replace(
+            "query: vllm:num_requests_waiting",
+            "query: sum(vllm:num_requests_waiting)",
+        )
+        .replace("threshold: '5'", "threshold: '1'");
+    std::fs::write(&so, manifest).unwrap();
+    let text = import(&ImportArgs {
+        vllm_args: Some(REPORT_VLLM.into()),
+        ..with_autoscaler(Some(REPORT_ROUTER), &so)
+    })
+    .unwrap();
+    let got = autoscaler_of(&text);
+    let (want, _, _) = crate::scenario::load(Path::new("scenarios/autoscale-keda.toml"), &[]).unwrap();
+    assert_eq!(Some(got), want.sim.autoscaler, "{text}");
+}
+
+#[test]
+fn the_charts_keda_values_import_with_behavior_and_fallback() {
+    let text = import(&args(
+        None,
+        Some(Path::new("docs/examples/helm-keda-values.yaml")),
+        None,
+    ))
+    .unwrap();
+    let a = autoscaler_of(&text);
+    let fleetsim_core::autoscale::Kind::Keda(k) = &a.kind else {
+        panic!("KEDA expected")
+    };
+    assert_eq!(k.fallback, Some((3, 2)));
+    assert_eq!((a.hpa.min_replicas, a.hpa.max_replicas, a.hpa.target), (1, 3, 5.0));
+    let b = a.hpa.behavior.as_ref().expect("behavior");
+    assert_eq!(b.scale_down.policies.len(), 1);
+    assert_eq!(b.scale_down.policies[0].value, 50);
+    assert!(text.contains("count = 1"), "the Deployment starts at 1: {text}");
+    assert!(
+        text.contains("servingEngineSpec.modelSpec[0].keda.triggers[0].metadata.query"),
+        "{text}"
+    );
+}
+
+/// Without `triggers`, the chart renders its default trigger, whose `model` label selects
+/// no vLLM series.
+#[test]
+fn the_charts_default_trigger_selects_the_model_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("v.yaml");
+    std::fs::write(
+        &p,
+        "servingEngineSpec:\n  modelSpec:\n  - name: m1\n    modelURL: meta-llama/Llama-3.1-8B-Instruct\n    keda:\n      enabled: true\n      maxReplicaCount: 3\n",
+    )
+    .unwrap();
+    let text = import(&args(None, Some(&p), None)).unwrap();
+    assert!(
+        text.contains(r#"query = "vllm:num_requests_waiting{model=\"m1\"}""#),
+        "{text}"
+    );
+    assert_eq!(autoscaler_of(&text).hpa.target, 5.0);
+}
+
+#[test]
+fn manifests_that_change_behaviour_unmodelled_are_refused_by_file_and_key_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let hpa = std::fs::read_to_string("docs/examples/hpa-vllm.yaml").unwrap();
+    let keda = std::fs::read_to_string("docs/examples/keda-scaledobject.yaml").unwrap();
+    let cases: Vec<(String, &str)> = vec![
+        (
+            hpa.replace("  minReplicas: 1", "  minReplicas: 1\n  paused: true"),
+            "spec.paused: unknown key",
+        ),
+        (
+            hpa.replace("type: Object", "type: Resource"),
+            "spec.metrics[0].type: Resource",
+        ),
+        (
+            hpa.replace("vllm_num_requests_waiting", "gpu_util"),
+            "spec.metrics[0].object.metric.name",
+        ),
+        (
+            hpa.replace("value: 1", "value: one"),
+            "spec.metrics[0].object.target.value",
+        ),
+        (hpa.replace("  maxReplicas: 2\n", ""), "spec.maxReplicas: is required"),
+        (hpa.replace("autoscaling/v2", "autoscaling/v1"), "apiVersion"),
+        (hpa.replace("HorizontalPodAutoscaler", "Deployment"), "kind: expected"),
+        (
+            keda.replace(
+                "  triggers:",
+                "  advanced:\n    scalingModifiers: {formula: x}\n  triggers:",
+            ),
+            "spec.advanced.scalingModifiers: unknown key",
+        ),
+        (keda.replace("type: prometheus", "type: cpu"), "spec.triggers[0].type"),
+        (
+            keda.replace("        threshold: '5'\n", ""),
+            "spec.triggers[0].metadata.threshold: is required",
+        ),
+        (
+            format!("{keda}    - type: prometheus\n      metadata: {{query: x, threshold: '1'}}\n"),
+            "spec.triggers[1]: a second trigger",
+        ),
+        (
+            keda.replace("query: vllm:num_requests_waiting", "query: rate(x[1m])"),
+            "metadata.query",
+        ),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let p = dir.path().join(format!("m{i}.yaml"));
+        std::fs::write(&p, text).unwrap();
+        let a = with_autoscaler(None, &p);
+        // As `sim import` reports it: a value the scenario refuses names its origin.
+        let err = import_with_origins(&a).and_then(|(t, o)| {
+            crate::scenario::load_str(&t, "x.toml", "x", &[])
+                .map(|_| t)
+                .map_err(|e| refused(&e, &o))
+        });
+        let err = err.expect_err(want);
+        assert!(err.contains(want), "case {i}: {err}");
+    }
+}
+
+#[test]
+fn allow_unknown_lists_an_unknown_manifest_key_as_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("h.yaml");
+    let hpa = std::fs::read_to_string("docs/examples/hpa-vllm.yaml").unwrap();
+    std::fs::write(&p, hpa.replace("  minReplicas: 1", "  minReplicas: 1\n  paused: true")).unwrap();
+    let a = ImportArgs {
+        allow_unknown: true,
+        ..with_autoscaler(None, &p)
+    };
+    let text = import(&a).unwrap();
+    assert!(text.contains("spec.paused ("), "{text}");
+    assert!(text.contains("; unknown)"), "{text}");
 }

@@ -227,6 +227,56 @@ fn import_writes_a_scenario_that_runs() {
     );
 }
 
+/// An autoscaler manifest imports as `[autoscaler]` and the scenario runs with it; a key
+/// that would change the decisions unmodelled is one line naming the file and key path.
+#[test]
+fn import_reads_autoscaler_manifests_and_refuses_unmodelled_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("keda.toml");
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/keda-scaledobject.yaml");
+    sim()
+        .args([
+            "import",
+            "--autoscaler",
+            manifest,
+            "--router-args",
+            "--static-backends http://a:8000 --static-models m",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("[autoscaler]") && text.contains("cooldown_s = 360"),
+        "{text}"
+    );
+    sim().arg("run").arg(&out).arg("--no-files").assert().success();
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let bad = write(
+        tmp.path(),
+        "so.yaml",
+        &text.replace("  triggers:", "  advanced:\n    scalingModifiers: {}\n  triggers:"),
+    );
+    let o = tmp.path().join("x.toml");
+    let a = sim()
+        .args([
+            "import",
+            "--autoscaler",
+            bad.to_str().unwrap(),
+            "-o",
+            o.to_str().unwrap(),
+        ])
+        .assert()
+        .code(2);
+    let err = String::from_utf8(a.get_output().stderr.clone()).unwrap();
+    assert!(
+        err.contains("so.yaml: spec.advanced.scalingModifiers: unknown key") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(!o.exists(), "nothing written on error");
+}
+
 #[test]
 fn import_rejects_bad_flags_and_yaml_with_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
