@@ -7,7 +7,10 @@
 //!   the pool's requests;
 //! * [`ZERO`]: a backend's running and waiting gauges read zero for a whole window while its
 //!   own request counters show it serving (an exporter the router misreads);
-//! * [`STALE`]: a backend's series stopped arriving.
+//! * [`STALE`]: a backend's series stopped arriving;
+//! * [`NEW_IDLE`]: a replica that has finished no request since it started (one a
+//!   scale-up just added) sits idle while another backend queues: the autoscaler bought
+//!   capacity the router does not use (fleetsim's `replicas_never_served`).
 //!
 //! Capacity in slots is not among vLLM's series (`vllm:cache_config_info` lists the KV
 //! cache, not `max_num_seqs`): each pool's slot count is given (from a scenario's backends,
@@ -32,6 +35,8 @@ pub const SKEW: &str = "FleetsimRequestShareSkew";
 pub const ZERO: &str = "FleetsimEngineStatsAllZero";
 /// The stale scrape alert's name.
 pub const STALE: &str = "FleetsimScrapeStale";
+/// The idle new replica alert's name.
+pub const NEW_IDLE: &str = "FleetsimNewReplicaIdleWhileQueued";
 
 /// Backends of one capacity.
 #[derive(Clone, Debug, PartialEq)]
@@ -300,6 +305,7 @@ fn alert(name: &str, expr: String, hold: Option<SimDuration>, summary: &str, des
 pub fn summary_of(alert: &str) -> &'static str {
     match alert {
         SPLIT => "A backend has a free slot while another backend queues",
+        NEW_IDLE => "{{ $labels.instance }} has served nothing since it started while another backend queues",
         SKEW => "{{ $labels.instance }} takes far more than its share of its pool's requests",
         ZERO => "{{ $labels.instance }} reports zero running and waiting requests while it serves",
         _ => "{{ $labels.instance }} stopped sending its vLLM series",
@@ -437,6 +443,7 @@ fn alerts(c: &AlertConfig) -> Vec<Rule> {
             c.zero_min_inflight
         ),
     ));
+    r.push(new_replica_idle(c));
     r.push(alert(
         STALE,
         format!("count by (instance) (max_over_time({running}[1h])) unless count by (instance) ({running})"),
@@ -449,6 +456,30 @@ fn alerts(c: &AlertConfig) -> Vec<Rule> {
         ),
     ));
     r
+}
+
+/// [`NEW_IDLE`]: an instance whose request counter still reads 0 (vLLM's counters start at
+/// 0 with the process, so: nothing finished since the pod started), with nothing running
+/// or waiting, while requests wait on the fleet; held as long as the split.
+fn new_replica_idle(c: &AlertConfig) -> Rule {
+    let success = c.sel(&vm::REQUEST_SUCCESS.sample_name(), "");
+    alert(
+        NEW_IDLE,
+        format!(
+            "(sum by (instance) ({success}) == 0) \
+             and on (instance) (fleetsim:backend_running + on (instance) fleetsim:backend_waiting == 0) \
+             and on () (fleetsim:fleet_waiting > 0)"
+        ),
+        Some(c.split_for),
+        summary_of(NEW_IDLE),
+        format!(
+            "For {} this backend has finished no request since its process started and holds \
+             none, while requests wait on another backend: a replica an autoscaler added for a \
+             queue the router will not send it (sessions latched on their first pick). Adding \
+             replicas does not help; fix the routing (fleetsim's replicas_never_served).",
+            promql_duration(c.split_for)
+        ),
+    )
 }
 
 /// What each rule catches and why its window is what it is, written as a comment above its
@@ -496,6 +527,13 @@ fn comment_of(key: &str, c: &AlertConfig) -> Option<String> {
              and at least 2 minutes, so a busy engine cannot slip between samples.",
             promql_duration(c.zero_window),
             c.zero_min_inflight
+        ),
+        NEW_IDLE => format!(
+            "A new replica idle while the fleet queues: its vllm:request_success_total still \
+             reads 0 (counters start with the process), it runs and holds nothing, and requests \
+             wait elsewhere. Held {} like the split: past any router view's staleness, a \
+             replica that has not been given a request is not going to be.",
+            promql_duration(c.split_for)
         ),
         STALE => format!(
             "A scrape gone stale: the backend exported vllm:num_requests_running within the \
@@ -583,7 +621,7 @@ mod tests {
         let back: serde_yaml_ng::Value = serde_yaml_ng::from_str(&y).unwrap();
         let rules = back["groups"][0]["rules"].as_sequence().unwrap();
         let alerts: Vec<&str> = rules.iter().filter_map(|r| r["alert"].as_str()).collect();
-        assert_eq!(alerts, [SPLIT, SKEW, ZERO, STALE]);
+        assert_eq!(alerts, [SPLIT, SKEW, ZERO, NEW_IDLE, STALE]);
         let slots = rules
             .iter()
             .find(|r| r["record"].as_str() == Some("fleetsim:backend_slots"))

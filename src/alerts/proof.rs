@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{AlertConfig, Pool, RuleFile, SKEW, SPLIT, STALE, ZERO, promql_duration};
+use super::{AlertConfig, NEW_IDLE, Pool, RuleFile, SKEW, SPLIT, STALE, ZERO, promql_duration};
 use crate::export::openmetrics::{Sampled, input_series};
 use crate::time::SimDuration;
 use crate::vllm_metrics as vm;
@@ -165,6 +165,7 @@ impl Frame {
                 }
                 out
             }
+            NEW_IDLE => self.new_idle(k, closed).into_iter().map(inst).collect(),
             ZERO => {
                 let w = c.zero_window.0;
                 let thr = c.zero_min_inflight * c.zero_window.as_secs_f64();
@@ -187,6 +188,26 @@ impl Frame {
                 .map(inst)
                 .collect(),
         }
+    }
+
+    /// [`NEW_IDLE`]'s backends at sample `k`: nothing finished, running or waiting there,
+    /// while the fleet's waiting requests (the backends with a sample) are above zero.
+    fn new_idle(&self, k: usize, closed: bool) -> Vec<usize> {
+        let nb = self.instances.len();
+        let waiting: Vec<f64> = (0..nb).filter_map(|b| self.at(&self.waiting[b], k, closed)).collect();
+        if waiting.is_empty() || waiting.iter().sum::<f64>() <= 0.0 {
+            return vec![];
+        }
+        (0..nb)
+            .filter(|&b| {
+                let (s, r, w) = (
+                    self.at(&self.success[b], k, closed),
+                    self.at(&self.running[b], k, closed),
+                    self.at(&self.waiting[b], k, closed),
+                );
+                matches!((s, r, w), (Some(s), Some(r), Some(w)) if s == 0.0 && r + w == 0.0)
+            })
+            .collect()
     }
 
     /// Alerts firing at each sample: the expression held at every evaluation since one at
@@ -214,7 +235,7 @@ impl Frame {
 
 fn hold_of(c: &AlertConfig, alert: &str) -> SimDuration {
     match alert {
-        SPLIT => c.split_for,
+        SPLIT | NEW_IDLE => c.split_for,
         SKEW => c.skew_for,
         ZERO => SimDuration(0),
         _ => c.stale_for,
@@ -222,7 +243,7 @@ fn hold_of(c: &AlertConfig, alert: &str) -> SimDuration {
 }
 
 /// Every alert, in rule order.
-pub const ALERTS: [&str; 4] = [SPLIT, SKEW, ZERO, STALE];
+pub const ALERTS: [&str; 5] = [SPLIT, SKEW, ZERO, NEW_IDLE, STALE];
 
 /// What the rules must raise on a run: per alert, per sample instant, the firing label sets
 /// (`None` where Prometheus versions may differ).
@@ -433,5 +454,82 @@ mod tests {
         assert!(e.stretches(SKEW).is_empty() && e.stretches(ZERO).is_empty() && e.stretches(STALE).is_empty());
         let y = promtool_test(&two(), &c, &super::super::rules(&c), &e, "rules.yml").unwrap();
         assert!(y.contains("eval_time: 50s"), "{y}");
+    }
+
+    /// `two()` with finished-request counters (b0 never finishes, b1 finishes one every
+    /// 10 s from 30 s) and a third backend b2 that exports nothing before 40 s (a pod not
+    /// yet Ready), then idles with its counter at 0.
+    fn three() -> Sampled {
+        let mut s = two();
+        let n = s.times.len();
+        s.instances.push("b2".into());
+        s.slots.push(2);
+        let present = |v: f64| (0..n).map(|k| (k >= 4).then_some(v)).collect::<Vec<_>>();
+        for f in &mut s.families {
+            let sample = f.members[0].rows[0].sample.clone();
+            let values = present(if f.metric.name == vm::CACHE_CONFIG_INFO.name {
+                1.0
+            } else {
+                0.0
+            });
+            f.members.push(Member {
+                instance: "b2".into(),
+                rows: vec![Row {
+                    sample,
+                    labels: vec![("instance".into(), "b2".into())],
+                    values,
+                }],
+            });
+        }
+        let success = |inst: &str, v: Vec<Option<f64>>| Member {
+            instance: inst.into(),
+            rows: vec![Row {
+                sample: vm::REQUEST_SUCCESS.sample_name(),
+                labels: vec![("instance".into(), inst.into())],
+                values: v,
+            }],
+        };
+        let b1 = (0..n).map(|k| Some(k.saturating_sub(2) as f64)).collect();
+        s.families.push(Family {
+            metric: vm::REQUEST_SUCCESS,
+            members: vec![
+                success("b0", vec![Some(0.0); n]),
+                success("b1", b1),
+                success("b2", present(0.0)),
+            ],
+        });
+        s
+    }
+
+    #[test]
+    fn the_new_replica_alert_waits_for_the_pod_and_its_hold() {
+        let pools = vec![Pool {
+            name: "p".into(),
+            slots: 2,
+            instances: vec![],
+        }];
+        let mut c = AlertConfig::new(SimDuration(10_000_000_000), None, pools);
+        c.split_for = SimDuration(30_000_000_000);
+        let e = expected(&three(), &c);
+        // b0 (never finished, idle) qualifies from 20 s, when b1 starts to queue: held 30 s
+        // at 50 s. b2 joins at 40 s and is held at 70 s.
+        assert_eq!(e.stretches(NEW_IDLE), vec![(50.0, 110.0)]);
+        let i = ALERTS.iter().position(|a| *a == NEW_IDLE).unwrap();
+        let at = |k: usize| -> Vec<String> {
+            e.firing[i][k]
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|l| l["instance"].clone())
+                .collect()
+        };
+        assert_eq!(
+            (at(5), at(6), at(7)),
+            (
+                vec!["b0".to_string()],
+                vec!["b0".to_string()],
+                vec!["b0".to_string(), "b2".to_string()]
+            )
+        );
     }
 }

@@ -153,9 +153,13 @@ pub fn sample(res: &RunResult, cfg: &SimConfig, step_ns: u64) -> Sampled {
         instances: &instances,
         gauges: gauges(res, &times),
         counts: counts(res, &times),
-        unscraped: fault_grid(cfg, &times, res.summary.backends.len(), |k| {
-            matches!(k, FaultKind::ScrapeFail)
-        }),
+        unscraped: unscraped_pods(
+            res,
+            &times,
+            fault_grid(cfg, &times, res.summary.backends.len(), |k| {
+                matches!(k, FaultKind::ScrapeFail)
+            }),
+        ),
         zero: fault_grid(cfg, &times, res.summary.backends.len(), |k| {
             matches!(k, FaultKind::ZeroStats)
         }),
@@ -179,6 +183,25 @@ pub fn sample(res: &RunResult, cfg: &SimConfig, step_ns: u64) -> Sampled {
         slots,
         families,
     }
+}
+
+/// `grid` with, under an autoscaler, every instant a backend had no Ready pod marked
+/// unscraped: Prometheus scrapes a pod from Ready until its deletion.
+fn unscraped_pods(res: &RunResult, times: &[SimTime], mut grid: Vec<Vec<bool>>) -> Vec<Vec<bool>> {
+    let Some(a) = &res.summary.autoscale else {
+        return grid;
+    };
+    for (b, row) in grid.iter_mut().enumerate() {
+        let spans: Vec<_> = a.pods.iter().filter(|p| p.backend as usize == b).collect();
+        for (k, t) in times.iter().enumerate() {
+            let t = t.as_secs_f64();
+            let up = spans
+                .iter()
+                .any(|p| p.ready_s.is_some_and(|r| r <= t) && p.deleted_s.is_none_or(|d| t < d));
+            row[k] |= !up;
+        }
+    }
+    grid
 }
 
 /// Per backend, the engine's (running, waiting, KV blocks used) at each instant: the last

@@ -104,6 +104,25 @@ fn alerts_fire_on_the_failures_and_not_on_the_fixes() {
     assert_eq!(proven("skew6.toml", &["router.policy.kind=roundrobin"]), vec![]);
 }
 
+/// The study's KEDA scale-up: the two pods Ready at 160 s serve nothing while backend-1
+/// queues, and the new-replica alert fires once that has held its 60 s; with the routing
+/// fix no replica is left idle (and before Ready a pod exports nothing).
+#[test]
+fn the_new_replica_alert_fires_on_the_scale_up_that_bought_nothing() {
+    if !have("promtool") {
+        return;
+    }
+    const NEW_IDLE: &str = "FleetsimNewReplicaIdleWhileQueued";
+    let k = proven("autoscale-keda.toml", &[]);
+    let first = k.iter().find(|(a, _)| a == NEW_IDLE).map(|x| x.1);
+    assert!(
+        first.is_some_and(|t| (160.0 + 60.0..=160.0 + 60.0 + 15.0).contains(&t)),
+        "{k:?}"
+    );
+    let fixed = proven("autoscale-keda.toml", &["router.policy.fallback=leastinflight"]);
+    assert!(fixed.iter().all(|(a, _)| a != NEW_IDLE), "{fixed:?}");
+}
+
 #[test]
 fn a_run_exports_vllm_series() {
     let dir = tempfile::tempdir().unwrap();

@@ -313,6 +313,19 @@ pub struct ReplicaPoint {
     pub ready: u32,
 }
 
+/// One pod's life: Prometheus scrapes it from Ready until its deletion.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PodSpan {
+    /// Its backend's index in `backends`.
+    pub backend: u32,
+    /// Created at, seconds (0 for the replicas at time zero).
+    pub created_s: f64,
+    /// Ready at, seconds (`None`: deleted or the run ended while it loaded).
+    pub ready_s: Option<f64>,
+    /// Deleted at, seconds (`None`: it ran to the end).
+    pub deleted_s: Option<f64>,
+}
+
 /// Per backend: what its pods cost.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct BackendCost {
@@ -362,6 +375,8 @@ pub struct AutoscaleSummary {
     pub scale_events: Vec<ScaleEvent>,
     /// Replicas and Ready replicas over time (from time zero, one point per change).
     pub replica_timeline: Vec<ReplicaPoint>,
+    /// Every pod, in creation order: when it was created, Ready and deleted.
+    pub pods: Vec<PodSpan>,
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use super::Summary;
 use crate::decision::Branch;
 
 /// Summary keys that identify rather than measure.
-const NOT_METRICS: [&str; 7] = [
+const NOT_METRICS: [&str; 8] = [
     "scenario",
     "seed",
     "policy",
@@ -13,6 +13,7 @@ const NOT_METRICS: [&str; 7] = [
     "worst_moment",
     "scale_events",
     "replica_timeline",
+    "pods",
 ];
 
 /// Adds the numbers in `v` to `out` as `prefix.key[i].leaf` -> value (booleans as 0/1;

@@ -12,8 +12,8 @@ use crate::autoscale::hpa::{Counts, Hpa, MetricTarget};
 use crate::autoscale::keda::{Keda, trigger_value};
 use crate::autoscale::query::QueryResult;
 use crate::autoscale::{
-    AutoscaleSummary, AutoscalerConfig, BackendCost, Discovery, Kind, Phase, Pods, Prometheus, ReplicaPoint, Sample,
-    ScaleEvent,
+    AutoscaleSummary, AutoscalerConfig, BackendCost, Discovery, Kind, Phase, PodSpan, Pods, Prometheus, ReplicaPoint,
+    Sample, ScaleEvent,
 };
 use crate::fleet::{FleetEventKind, Membership};
 use crate::ids::BackendId;
@@ -29,6 +29,8 @@ pub(super) struct Scaler {
     pub(super) pods: Pods,
     events: Vec<ScaleEvent>,
     timeline: Vec<ReplicaPoint>,
+    /// Every pod's life, in creation order.
+    spans: Vec<PodSpan>,
     peak: u32,
 }
 
@@ -51,6 +53,14 @@ impl Scaler {
                 replicas: cfg.initial_replicas,
                 ready: cfg.initial_replicas,
             }],
+            spans: (0..cfg.initial_replicas)
+                .map(|b| PodSpan {
+                    backend: b,
+                    created_s: 0.0,
+                    ready_s: Some(0.0),
+                    deleted_s: None,
+                })
+                .collect(),
             peak: cfg.initial_replicas,
             cfg,
         }
@@ -67,6 +77,14 @@ impl Scaler {
     }
 
     /// Notes the replica counts at `now` (one point per instant: the last one wins).
+    /// Records an instant of backend `b`'s current pod (its span opened at its creation).
+    fn mark(&mut self, b: BackendId, set: impl FnOnce(&mut PodSpan)) {
+        let i = b.index() as u32;
+        if let Some(s) = self.spans.iter_mut().rev().find(|s| s.backend == i) {
+            set(s);
+        }
+    }
+
     fn note(&mut self, now: SimTime) {
         let p = ReplicaPoint {
             t_s: round6(now.as_secs_f64()),
@@ -208,6 +226,12 @@ impl Simulation<'_> {
         p.ready_at = None;
         p.served_before = routed;
         p.added = true;
+        sc.spans.push(PodSpan {
+            backend: b.index() as u32,
+            created_s: now.as_secs_f64(),
+            ready_s: None,
+            deleted_s: None,
+        });
         let ev = Event::PodReady {
             backend: b,
             generation: p.generation,
@@ -225,6 +249,7 @@ impl Simulation<'_> {
         }
         p.phase = Phase::Ready;
         p.ready_at = Some(now);
+        sc.mark(b, |s| s.ready_s = Some(now.as_secs_f64()));
         sc.note(now);
         let listed = sc.cfg.discovery == Discovery::Kubernetes;
         self.fleet.set_pod_up(now, b, true);
@@ -239,6 +264,7 @@ impl Simulation<'_> {
     fn delete_pod(&mut self, now: SimTime, b: BackendId) {
         let sc = self.scaler();
         let drain = sc.cfg.drain.min(sc.cfg.grace);
+        sc.mark(b, |s| s.deleted_s = Some(now.as_secs_f64()));
         let p = &mut sc.pods.pods[b.index()];
         p.generation += 1;
         let generation = p.generation;
@@ -346,6 +372,7 @@ impl Simulation<'_> {
             requests_cut_by_scale_down: sc.pods.cut_requests,
             scale_events: sc.events.clone(),
             replica_timeline: sc.timeline.clone(),
+            pods: sc.spans.clone(),
         };
         Some((s, costs))
     }
