@@ -37,6 +37,10 @@ pub struct TuneArgs {
     /// of the scenario's own mean; hit rates, throughputs and Jain's index are maximized.
     #[arg(long, default_value = DEFAULT_OBJECTIVE)]
     objective: String,
+    /// Also weigh GPU-seconds (the autoscaler's pod-seconds times GPUs per replica): adds
+    /// the term gpu_seconds=WEIGHT to the objective. Needs an [autoscaler].
+    #[arg(long, value_name = "WEIGHT")]
+    gpu_weight: Option<f64>,
     /// A bound every recommendation must meet, in the [expect] syntax:
     /// 'mean(ttft_p99_s) <= 2' (a bare metric must hold on every seed). Repeatable.
     #[arg(long = "constraint", value_name = "BOUND")]
@@ -119,12 +123,14 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let mut fingerprints = crate::sweep::Fingerprints::new();
     fingerprints.of(&src, None);
     let (base, _, _) = src.build_with(&fingerprints.traces)?;
+    let objective = super::gpu::objective(&a.objective, a.gpu_weight).map_err(|m| anyhow!(m))?;
+    super::gpu::check(&objective, base.sim.autoscaler.is_some()).map_err(|m| anyhow!(m))?;
     let (cands, dropped) = candidates(&a, &src)?;
     if a.list {
         list(&cands, &dropped)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let (mut search, pareto) = new_search(&a, cands.len(), src.first_seed())?;
+    let (mut search, pareto) = new_search(&a, &objective, cands.len(), src.first_seed())?;
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -198,8 +204,8 @@ fn list(cands: &[space::Candidate], dropped: &[space::Dropped]) -> Result<()> {
 /// The search over `candidates` as the flags set it (objective, constraints, budget, by
 /// default [`DEFAULT_RUNS_PER_CANDIDATE`] each, halving and confidence, seeds from
 /// `base_seed`) and the Pareto front's metrics.
-fn new_search(a: &TuneArgs, candidates: usize, base_seed: u64) -> Result<(Search, Vec<String>)> {
-    let objective = Objective::parse(&a.objective).map_err(|m| anyhow!(m))?;
+fn new_search(a: &TuneArgs, objective: &str, candidates: usize, base_seed: u64) -> Result<(Search, Vec<String>)> {
+    let objective = Objective::parse(objective).map_err(|m| anyhow!(m))?;
     let bounds = constraints(&a.constraints).map_err(|m| anyhow!(m))?;
     let pareto = pareto_metrics(&a.pareto).map_err(|m| anyhow!(m))?;
     let settings = Settings {

@@ -21,6 +21,7 @@
 
 pub mod cli;
 pub mod flags;
+pub mod gpu;
 pub mod halving;
 pub mod objective;
 pub mod pareto;
