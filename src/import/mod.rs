@@ -37,7 +37,9 @@ parser is listed as ignored. vLLM flags read: the model (positional or --model),
 servingEngineSpec.modelSpec[] (name, enabled, modelURL, replicaCount, requestGPUType,
 vllmConfig.*, vllmConfig.extraArgs) and routerSpec (routingLogic, engineScrapeInterval,
 requestStatsWindow, sessionKey, prefixMinMatchLength, replicaCount, serviceDiscovery,
-staticBackends, extraArgs).
+staticBackends, extraArgs) and servingEngineSpec.modelSpec[].keda. --autoscaler reads an
+autoscaling/v2 HorizontalPodAutoscaler or a keda.sh/v1alpha1 ScaledObject (docs/autoscaling.md
+lists the keys).
 
 Example:
   sim import --router-args \"--service-discovery static --static-backends http://a:8000,http://b:8000 \\
