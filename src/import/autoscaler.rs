@@ -270,26 +270,49 @@ fn hpa_metric(
         query,
         format!("{fp}.metric (prometheus-adapter: the series summed)"),
     );
-    let tp = format!("{fp}.target");
-    let target = body.get("target").ok_or_else(|| h.at(&tp, "is required"))?;
-    Keys::new(h, &tp, allow_unknown).check(target, &["type", "value", "averageValue"], imp)?;
+    let target = body
+        .get("target")
+        .ok_or_else(|| h.at(&format!("{fp}.target"), "is required"))?;
+    hpa_target(
+        h,
+        target,
+        &format!("{fp}.target"),
+        field == "pods",
+        a,
+        imp,
+        allow_unknown,
+    )
+}
+
+/// An HPA metric's `target` (at `tp`): `Value` (not for a Pods metric) or `AverageValue`,
+/// and its quantity.
+fn hpa_target(
+    h: &Helm,
+    target: &Value,
+    tp: &str,
+    pods: bool,
+    a: &mut Autoscaler,
+    imp: &mut Import,
+    allow_unknown: bool,
+) -> Result<(), String> {
+    Keys::new(h, tp, allow_unknown).check(target, &["type", "value", "averageValue"], imp)?;
     let tt = h
-        .string(target, &tp, "type")?
+        .string(target, tp, "type")?
         .ok_or_else(|| h.at(&format!("{tp}.type"), "is required"))?;
     let key = match tt.as_str() {
-        "Value" if field != "pods" => "value",
+        "Value" if !pods => "value",
         "AverageValue" => "averageValue",
         other => {
+            let allowed = if pods {
+                "AverageValue (a Pods metric)"
+            } else {
+                "Value or AverageValue"
+            };
             return Err(h.at(
                 &format!("{tp}.type"),
                 &format!(
-                    "{} is not supported for a {ty} metric; expected {}",
-                    show(&Value::String(other.into())),
-                    if field == "pods" {
-                        "AverageValue"
-                    } else {
-                        "Value or AverageValue"
-                    }
+                    "{} is not supported; expected {allowed}",
+                    show(&Value::String(other.into()))
                 ),
             ));
         }
@@ -594,7 +617,24 @@ fn trigger(
     }
     let mp = format!("{p0}.metadata");
     let md = t.get("metadata").ok_or_else(|| h.at(&mp, "is required"))?;
-    let mut keys = Keys::new(h, &mp, allow_unknown);
+    prometheus_metadata(h, md, &mp, a, imp, allow_unknown)?;
+    if let Some(m) = h.string(t, &p0, "metricType")? {
+        a.put("metric_type", m.as_str(), format!("{p0}.metricType"));
+    }
+    Ok(())
+}
+
+/// A Prometheus trigger's `metadata` (at `mp`): the query and thresholds; where and how
+/// KEDA reaches Prometheus is listed as ignored.
+fn prometheus_metadata(
+    h: &Helm,
+    md: &Value,
+    mp: &str,
+    a: &mut Autoscaler,
+    imp: &mut Import,
+    allow_unknown: bool,
+) -> Result<(), String> {
+    let mut keys = Keys::new(h, mp, allow_unknown);
     let none = "where and how KEDA reaches Prometheus: no effect on the value";
     keys.ignore(
         md,
@@ -615,21 +655,18 @@ fn trigger(
         imp,
     )?;
     let q = h
-        .string(md, &mp, "query")?
+        .string(md, mp, "query")?
         .ok_or_else(|| h.at(&format!("{mp}.query"), "is required"))?;
     a.put("query", q.trim(), format!("{mp}.query"));
     let th = h
-        .float(md, &mp, "threshold")?
+        .float(md, mp, "threshold")?
         .ok_or_else(|| h.at(&format!("{mp}.threshold"), "is required"))?;
     a.put("threshold", th, format!("{mp}.threshold"));
-    if let Some(v) = h.float(md, &mp, "activationThreshold")? {
+    if let Some(v) = h.float(md, mp, "activationThreshold")? {
         a.put("activation_threshold", v, format!("{mp}.activationThreshold"));
     }
-    if let Some(v) = h.boolean(md, &mp, "ignoreNullValues")? {
+    if let Some(v) = h.boolean(md, mp, "ignoreNullValues")? {
         a.put("ignore_null_values", v, format!("{mp}.ignoreNullValues"));
-    }
-    if let Some(m) = h.string(t, &p0, "metricType")? {
-        a.put("metric_type", m.as_str(), format!("{p0}.metricType"));
     }
     Ok(())
 }
