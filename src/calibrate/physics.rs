@@ -46,6 +46,8 @@ pub struct RunEntry {
     /// `--warm-prefix-cache`: the same prompts ran on the server just before.
     #[serde(default)]
     pub warm_prefix_cache: bool,
+    /// `--vllm-version`.
+    pub vllm_version: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -84,6 +86,7 @@ pub fn read_runs(list: &Path) -> Result<Vec<Run>> {
                 model: entry.model.clone(),
                 replicas: entry.replicas,
                 warm_prefix: entry.warm_prefix_cache,
+                vllm_version: entry.vllm_version.clone(),
                 ..SetupOptions::default()
             };
             let s = setup(&m, &entry.engine_args, &opts).map_err(|e| anyhow!("run {}: {e}", entry.name))?;
@@ -103,9 +106,14 @@ pub fn replay_run(r: &Run, c: &Coefficients, window: Window) -> Result<Validatio
     let mut cfg = r.s.cfg.clone();
     cfg.step_time = r.deployment.step_time(c);
     if let Some(k) = r.s.kv_derivation {
-        // A capacity derived from the datasheet sets aside the coefficients' reserve.
+        // A capacity derived from the datasheet sets aside the coefficients' reserve and
+        // the activation peak vLLM profiles for the run's batch limits.
+        let peak = r
+            .deployment
+            .model
+            .profile_peak_gib(k.tp, cfg.max_num_batched_tokens, cfg.max_num_seqs);
         cfg.kv_blocks = crate::profiles::kv_blocks(&crate::profiles::KvInputs {
-            activation_memory_gib: c.reserve_gib.min(k.gpu_memory_gib),
+            activation_memory_gib: (c.reserve_gib + peak).min(k.gpu_memory_gib),
             ..k
         })
         .map_err(|e| anyhow!("run {}: {e}", r.entry.name))?;
@@ -173,7 +181,9 @@ fn loss(runs: &[&Run], c: &Coefficients) -> f64 {
 /// peak; NCCL's all-reduce bus bandwidth about 75 % of an NVLink, far less of a PCIe slot
 /// crossed through the host; a synchronous vLLM step costs 1-3 ms of CPU; a small
 /// all-reduce 10-30 µs; an HTTP client 10-30 ms before the engine sees a request; vLLM
-/// logs 1.5-3 GiB per GPU of activations and buffers at start-up, plus the driver's share.
+/// logs 0.5-2.5 GiB per GPU of non-torch memory (CUDA context, NCCL and cuBLAS buffers)
+/// besides the activation peak it profiles (which the KV derivation computes:
+/// `ModelShape::profile_peak_gib`).
 pub const PRIOR: Coefficients = Coefficients {
     mem_efficiency: 0.85,
     expert_efficiency: 0.5,
@@ -185,7 +195,7 @@ pub const PRIOR: Coefficients = Coefficients {
     request_overhead_us: 20.0,
     allreduce_us: 15.0,
     client_overhead_us: 20_000.0,
-    reserve_gib: 3.0,
+    reserve_gib: 1.5,
 };
 
 /// How far (standard deviation of the natural log) each coefficient may plausibly be
@@ -352,11 +362,11 @@ pub struct HeldOutError {
 
 /// See [`HeldOutError`].
 pub const HELD_OUT: HeldOutError = HeldOutError {
-    e2e_median: 12.4,
-    e2e_worst: 36.8,
-    ttft_median: 22.7,
-    ttft_worst: 86.7,
-    tpot_median: 12.0,
+    e2e_median: 11.0,
+    e2e_worst: 36.2,
+    ttft_median: 22.6,
+    ttft_worst: 84.1,
+    tpot_median: 11.7,
     runs: 15,
 };
 

@@ -215,6 +215,9 @@ pub struct SetupOptions {
     pub fallback: Option<crate::profiles::file::Engine>,
     /// The same prompts ran on the engine just before (its prefix cache holds them).
     pub warm_prefix: bool,
+    /// `--vllm-version`: the vLLM that ran, where the measurement does not record it
+    /// (its defaults differ between versions).
+    pub vllm_version: Option<String>,
 }
 
 /// The engine a measurement ran, with where each value came from.
@@ -520,22 +523,19 @@ fn parallelism(
     Ok((tp, dp, replicas, expert_parallel))
 }
 
-/// The measured engine's configuration (see the module doc for the order of sources).
-pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<Setup> {
-    let flags = Flags {
-        given: parse_engine_args(engine_args)?,
-        run: match &m.engine.vllm_command {
-            Some(c) => parse_recorded(c).map_err(|e| anyhow!("{}: the recorded command line: {e}", m.source))?,
-            None => BTreeMap::new(),
-        },
-    };
-    let e = &m.engine;
-    let src = crate::quote::escape(&m.source);
-    let mut prov = Vec::new();
-    let (model, shape, gpu_name, gpu) = identity(e, &flags, opts, &mut prov);
-    let (tp, dp, replicas, expert_parallel) = parallelism(e, &flags, opts, &src, &mut prov)?;
+/// `(max_num_seqs, max_num_batched_tokens)`: the flags, else the measurement, else a
+/// profile file's, else vLLM's default on the GPU in the version that ran.
+fn batch_limits(
+    e: &EngineMeta,
+    flags: &Flags,
+    opts: &SetupOptions,
+    gpu: Option<&'static Gpu>,
+    version: Option<&str>,
+    src: &str,
+    prov: &mut Vec<String>,
+) -> Result<(u32, u32)> {
     let fb = opts.fallback.as_ref();
-    let batch_defaults = gpu.map(Gpu::vllm_batch_defaults);
+    let batch_defaults = gpu.map(|g| g.vllm_batch_defaults_in(version));
     let mut pick = |key: &str,
                     names: &[&str],
                     meta: Option<u32>,
@@ -546,7 +546,14 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
             (Some((v, s)), ..) => (v, s.name().to_string()),
             (None, Some(v), ..) => (v, "measurement".into()),
             (None, None, Some(v), _) => (v, "profile file: the run does not record it".into()),
-            (None, None, None, Some(v)) => (v, format!("vLLM's default on {}", gpu.map_or("this GPU", |g| g.name))),
+            (None, None, None, Some(v)) => (
+                v,
+                format!(
+                    "vLLM{}'s default on {}",
+                    version.map_or(String::new(), |v| format!(" {v}")),
+                    gpu.map_or("this GPU", |g| g.name)
+                ),
+            ),
             _ => bail!(
                 "{src}: {key} is not recorded; give it: --engine-args \"--{} N\" (or the GPU with --gpu NAME, for vLLM's default)",
                 names[0]
@@ -569,6 +576,26 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
         fb.map(|f| f.max_num_batched_tokens),
         batch_defaults.map(|d| d.0),
     )?;
+    Ok((max_num_seqs, max_num_batched_tokens))
+}
+
+/// The measured engine's configuration (see the module doc for the order of sources).
+pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<Setup> {
+    let flags = Flags {
+        given: parse_engine_args(engine_args)?,
+        run: match &m.engine.vllm_command {
+            Some(c) => parse_recorded(c).map_err(|e| anyhow!("{}: the recorded command line: {e}", m.source))?,
+            None => BTreeMap::new(),
+        },
+    };
+    let e = &m.engine;
+    let src = crate::quote::escape(&m.source);
+    let mut prov = Vec::new();
+    let (model, shape, gpu_name, gpu) = identity(e, &flags, opts, &mut prov);
+    let (tp, dp, replicas, expert_parallel) = parallelism(e, &flags, opts, &src, &mut prov)?;
+    let version = vllm_version(e, opts, &mut prov);
+    let (max_num_seqs, max_num_batched_tokens) =
+        batch_limits(e, &flags, opts, gpu, version.as_deref(), &src, &mut prov)?;
     let block_size = flags
         .num(&["block-size"])?
         .map(|(v, _)| v)
@@ -584,13 +611,13 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
     let reserve = flags
         .switch("scheduler-reserve-full-isl", "no-scheduler-reserve-full-isl")?
         .or(e.reserve_full_isl)
-        .unwrap_or_else(|| e.vllm_version.as_deref().is_some_and(version_at_least_0_19));
+        .unwrap_or_else(|| version.as_deref().is_some_and(version_at_least_0_19));
     prov.push(format!("reserve_full_isl = {reserve}"));
     // vLLM 0.19 schedules asynchronously by default; earlier versions do not.
     let async_scheduling = flags
         .switch("async-scheduling", "no-async-scheduling")?
         .or(e.async_scheduling)
-        .unwrap_or_else(|| e.vllm_version.as_deref().is_some_and(version_at_least_0_19));
+        .unwrap_or_else(|| version.as_deref().is_some_and(version_at_least_0_19));
     prov.push(format!("async_scheduling = {async_scheduling}"));
     let kv_dtype_bytes = match flags.raw(&["kv-cache-dtype"]).and_then(|(v, _)| v).as_deref() {
         None | Some("auto") | Some("bfloat16") | Some("float16") => 2,
@@ -645,10 +672,19 @@ pub fn setup(m: &Measurement, engine_args: &str, opts: &SetupOptions) -> Result<
 }
 
 pub(super) fn version_at_least_0_19(v: &str) -> bool {
-    let mut it = v.trim_start_matches('v').split(['.', '+', '-']);
-    let major: u32 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-    let minor: u32 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-    (major, minor) >= (0, 19)
+    gpus::vllm_version(v) >= (0, 19, 0)
+}
+
+/// The vLLM that ran: the measurement's record, else `--vllm-version`, else unknown (the
+/// newest defaults, said so).
+fn vllm_version(e: &EngineMeta, opts: &SetupOptions, prov: &mut Vec<String>) -> Option<String> {
+    let (v, from) = match (&e.vllm_version, &opts.vllm_version) {
+        (Some(v), _) => (Some(v.clone()), "measurement"),
+        (None, Some(v)) => (Some(v.clone()), "--vllm-version"),
+        (None, None) => (None, "not recorded: the newest vLLM's defaults"),
+    };
+    prov.push(format!("vllm_version = {} ({from})", v.as_deref().unwrap_or("?")));
+    v
 }
 
 /// KV blocks: the override flag, the run's `num_gpu_blocks`, a profile file's, else
@@ -723,10 +759,10 @@ fn derive_kv(
     if opts.activation_memory_gib.is_some_and(|a| !(a.is_finite() && a >= 0.0)) {
         bail!("--activation-memory-gib: not a number of GiB >= 0");
     }
-    let act = opts
-        .activation_memory_gib
-        .unwrap_or(crate::profiles::auto::SHIPPED.reserve_gib);
     let tp = s.tp.unwrap_or(1);
+    let reserve = crate::profiles::auto::SHIPPED.reserve_gib;
+    let peak = shape.profile_peak_gib(tp, s.cfg.max_num_batched_tokens, s.cfg.max_num_seqs);
+    let act = opts.activation_memory_gib.unwrap_or(reserve + peak);
     // Per-GPU weights (a MoE model's experts spread over its data-parallel ranks too),
     // as the whole-model figure the derivation divides by TP.
     let weight_bytes = match s.gpu {
@@ -765,12 +801,15 @@ fn derive_kv(
     Ok((
         b,
         format!(
-            "derived as vLLM does: {} on {gib:.2} GiB ({memory_from}) x {util} per GPU, TP {tp}, {act} GiB set aside for activations and buffers{}",
+            "derived as vLLM does: {} on {gib:.2} GiB ({memory_from}) x {util} per GPU, TP {tp}, {act:.3} GiB set aside for activations and buffers ({})",
             shape.name,
             if opts.activation_memory_gib.is_some() {
-                " (--activation-memory-gib)"
+                "--activation-memory-gib".to_string()
             } else {
-                " (the shipped reserve_gib)"
+                format!(
+                    "the shipped reserve_gib {reserve} + the activation peak vLLM profiles for {} tokens and {} sequences, {peak:.3}",
+                    s.cfg.max_num_batched_tokens, s.cfg.max_num_seqs
+                )
             }
         ),
         k,

@@ -49,6 +49,10 @@ pub(super) struct MeasureArgs {
     /// what the real one held.
     #[arg(long)]
     warm_prefix_cache: bool,
+    /// The vLLM version that ran (e.g. 0.8.5), where the measurement does not record it:
+    /// its defaults (token budget, sequences, scheduling) differ between versions.
+    #[arg(long, value_name = "VERSION")]
+    vllm_version: Option<String>,
     /// GPU memory, GiB, to derive KV blocks when neither they nor the GPU are recorded.
     #[arg(long)]
     gpu_memory_gib: Option<f64>,
@@ -76,6 +80,7 @@ impl MeasureArgs {
             replicas: self.replicas,
             fallback: None,
             warm_prefix: self.warm_prefix_cache,
+            vllm_version: self.vllm_version.clone(),
         }
     }
 

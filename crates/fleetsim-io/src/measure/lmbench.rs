@@ -175,11 +175,24 @@ impl Deployment {
         )
     }
 
+    /// The vLLM version an image's tag names (`vllm/vllm-openai:v0.8.5` → `0.8.5`);
+    /// `None` for a moving tag (`latest`, `nightly`) or a digest.
+    pub fn image_version(&self) -> Option<String> {
+        let (_, tag) = self.image.as_deref()?.rsplit_once(':')?;
+        let v = tag.strip_prefix('v').unwrap_or(tag);
+        let numeric = v
+            .split('.')
+            .next()
+            .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()));
+        (numeric && v.contains('.') && !tag.contains('/')).then(|| v.to_string())
+    }
+
     /// The engine metadata with the deployment's facts.
     pub fn apply(&self, mut e: EngineMeta) -> EngineMeta {
         e.replicas = self.replicas.or(e.replicas);
         e.gpu = self.gpu.clone().or(e.gpu);
         e.vllm_command = self.vllm_command.clone().or(e.vllm_command);
+        e.vllm_version = self.image_version().or(e.vllm_version);
         if let Some(cmd) = &self.vllm_command {
             let words = shell_words(cmd);
             if let Some(i) = words.iter().position(|w| w == "serve") {
@@ -310,6 +323,19 @@ mod tests {
         );
         let e = dep.apply(EngineMeta::default());
         assert_eq!(e.model.as_deref(), Some("meta-llama/Llama-3.1-70B-Instruct"));
+        // A moving tag names no version; a release tag does.
+        assert_eq!(e.vllm_version, None);
+        let tagged = |image: &str| {
+            Deployment {
+                image: Some(image.into()),
+                ..dep.clone()
+            }
+            .image_version()
+        };
+        assert_eq!(tagged("vllm/vllm-openai:v0.8.5").as_deref(), Some("0.8.5"));
+        assert_eq!(tagged("docker.io/vllm/vllm-openai:0.9.0.1").as_deref(), Some("0.9.0.1"));
+        assert_eq!(tagged("registry:5000/vllm/vllm-openai"), None);
+        assert_eq!(tagged("vllm/vllm-openai:nightly"), None);
         std::fs::write(&y, "kind: Service\n").unwrap();
         assert!(
             deployment(&y)

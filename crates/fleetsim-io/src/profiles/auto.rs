@@ -54,9 +54,10 @@ pub struct Coefficients {
     /// From a client's send to the engine's queue (HTTP, tokenisation), µs: added to
     /// latencies measured at the client, not to the engine's step.
     pub client_overhead_us: f64,
-    /// Memory per GPU that is neither weights nor KV cache, GiB (activation peak, CUDA
-    /// graphs, communication buffers, the driver's share): what a KV capacity derived
-    /// from a datasheet sets aside.
+    /// Memory per GPU that is neither weights, KV cache nor the profiled activation peak,
+    /// GiB (non-torch memory: the CUDA context, communication and GEMM buffers): what a KV
+    /// capacity derived from a datasheet sets aside besides
+    /// [`ModelShape::profile_peak_gib`](super::models::ModelShape::profile_peak_gib).
     pub reserve_gib: f64,
 }
 
@@ -104,17 +105,17 @@ impl Coefficients {
 /// over every run that file lists (docs/validation.md gives the table, the runs and the
 /// leave-one-out errors; a test refits them and fails if they drift).
 pub const SHIPPED: Coefficients = Coefficients {
-    mem_efficiency: 0.8505,
-    expert_efficiency: 0.5007,
-    kv_mem_efficiency: 0.8572,
-    flop_efficiency: 0.6925,
-    link_efficiency: 0.7364,
-    pcie_efficiency: 0.1705,
-    step_overhead_us: 2048.0,
-    request_overhead_us: 28.7,
-    allreduce_us: 17.24,
-    client_overhead_us: 23700.0,
-    reserve_gib: 3.608,
+    mem_efficiency: 0.8631,
+    expert_efficiency: 0.4927,
+    kv_mem_efficiency: 0.8531,
+    flop_efficiency: 0.6893,
+    link_efficiency: 0.7387,
+    pcie_efficiency: 0.1707,
+    step_overhead_us: 2009.0,
+    request_overhead_us: 31.57,
+    allreduce_us: 16.86,
+    client_overhead_us: 23010.0,
+    reserve_gib: 1.726,
 };
 
 /// The shipped coefficients as an aligned table (`sim profiles --physics`).
@@ -130,7 +131,7 @@ pub fn table() -> String {
         "µs per scheduled request per step",
         "µs per all-reduce (two per layer at TP > 1)",
         "µs from a client's send to the engine (client-timed runs only)",
-        "GiB per GPU set aside besides weights and KV (derived capacities)",
+        "GiB per GPU set aside besides weights, KV and the profiled activation peak",
     ];
     let named = SHIPPED.named();
     let rows = named

@@ -42,17 +42,30 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// `vllm serve`'s `(max_num_batched_tokens, max_num_seqs)` defaults on this GPU
-    /// (`vllm/engine/arg_utils.py`, `get_batch_defaults`: at least 70 GiB and not an A100:
-    /// 8192 / 1024; otherwise 2048 / 256).
+    /// `vllm serve`'s `(max_num_batched_tokens, max_num_seqs)` defaults on this GPU in
+    /// the newest vLLM ([`Gpu::vllm_batch_defaults_in`] with no version).
     pub fn vllm_batch_defaults(&self) -> (u32, u32) {
-        if self.memory_gib >= 70.0 && !self.name.starts_with("a100") {
-            (8192, 1024)
-        } else {
-            (2048, 256)
-        }
+        self.vllm_batch_defaults_in(None)
     }
 
+    /// `vllm serve`'s `(max_num_batched_tokens, max_num_seqs)` defaults on this GPU in vLLM
+    /// `version` (`None`: the newest rule). `vllm/engine/arg_utils.py`,
+    /// `_set_default_args_v1` (later `get_batch_defaults`), for the API server:
+    /// * from 0.9.0 (vllm-project/vllm#17885: a large token budget slowed Llama-3.1-70B at
+    ///   TP 2 on A100s by 36 %): at least 70 GiB and not an A100: 8192 / 1024, else
+    ///   2048 / 256;
+    /// * 0.8.5 (#17073): at least 70 GiB, A100 80 GB included: 8192 / 1024, else 2048 / 256;
+    /// * before (#12369, #16158): H100 and H200 by name: 8192 / 1024, else 2048 / 256.
+    pub fn vllm_batch_defaults_in(&self, version: Option<&str>) -> (u32, u32) {
+        let large = self.memory_gib >= 70.0;
+        let big_budget = match version.map(vllm_version) {
+            None => large && !self.name.starts_with("a100"),
+            Some(v) if v >= (0, 9, 0) => large && !self.name.starts_with("a100"),
+            Some(v) if v >= (0, 8, 5) => large,
+            Some(_) => self.name.starts_with("h100") || self.name.starts_with("h200"),
+        };
+        if big_budget { (8192, 1024) } else { (2048, 256) }
+    }
     /// Dense throughput for weights of `fp8` (FP8 tensor cores where the GPU has them,
     /// else BF16: vLLM dequantises), TFLOPS.
     pub fn gemm_tflops(&self, fp8: bool) -> f64 {
@@ -62,6 +75,14 @@ impl Gpu {
             self.tflops
         }
     }
+}
+
+/// A vLLM version as `(major, minor, patch)`: `0.8.5`, `v0.8.5.post1`, `0.19.0+cu130`
+/// (a part that is not a number reads as 0).
+pub fn vllm_version(v: &str) -> (u32, u32, u32) {
+    let mut it = v.trim().trim_start_matches('v').split(['.', '+', '-']);
+    let mut next = || it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+    (next(), next(), next())
 }
 
 const H100_PAGE: &str = "NVIDIA H100 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h100/";
@@ -392,5 +413,18 @@ mod tests {
         assert_eq!(resolve("rtx-pro-6000").unwrap().vllm_batch_defaults(), (8192, 1024));
         assert_eq!(resolve("a100").unwrap().vllm_batch_defaults(), (2048, 256));
         assert_eq!(resolve("rtx-4090").unwrap().vllm_batch_defaults(), (2048, 256));
+        // vLLM 0.8.5 gave an A100 80 GB the large budget; 0.9.0 took it back.
+        let a100 = resolve("a100").unwrap();
+        assert_eq!(a100.vllm_batch_defaults_in(Some("0.8.5.post1")), (8192, 1024));
+        assert_eq!(a100.vllm_batch_defaults_in(Some("v0.9.0")), (2048, 256));
+        assert_eq!(a100.vllm_batch_defaults_in(Some("0.8.4")), (2048, 256));
+        assert_eq!(
+            resolve("h100").unwrap().vllm_batch_defaults_in(Some("0.8.4")),
+            (8192, 1024)
+        );
+        assert_eq!(
+            resolve("rtx-4090").unwrap().vllm_batch_defaults_in(Some("0.8.5")),
+            (2048, 256)
+        );
     }
 }

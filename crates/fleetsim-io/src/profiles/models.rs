@@ -102,6 +102,31 @@ impl ModelShape {
         self.vocab * self.hidden
     }
 
+    /// The activation peak vLLM's start-up profile measures on one GPU of a tensor-parallel
+    /// group of `tp`, GiB: the larger of
+    /// its two dummy runs (`vllm/v1/worker/gpu_model_runner.py`, `profile_run`), which the
+    /// KV cache is sized after:
+    /// * a forward pass of `max_num_batched_tokens` tokens: per token, the MLP's
+    ///   gate-and-up output and their product (`3·intermediate/tp`, the routed experts'
+    ///   `top_k` of them in a mixture-of-experts layer) and two hidden-state buffers, bf16;
+    /// * `_dummy_sampler_run` over `max_num_seqs` requests: per request, the whole
+    ///   vocabulary's logits in bf16 (gathered on every rank), then in fp32, their softmax
+    ///   and the exponential noise of random sampling in fp32 (14 bytes per entry).
+    ///
+    /// So a larger token budget or sequence limit leaves a smaller KV cache, as in vLLM.
+    pub fn profile_peak_gib(&self, tp: u32, max_num_batched_tokens: u32, max_num_seqs: u32) -> f64 {
+        let m = self;
+        let tp = f64::from(tp.max(1));
+        let mlp = m
+            .moe
+            .map_or(0, |e| u64::from(e.top_k) * e.expert_intermediate)
+            .max(m.intermediate);
+        let per_token = (3.0 * mlp as f64 / tp + 2.0 * m.hidden as f64) * 2.0;
+        let forward = f64::from(max_num_batched_tokens) * per_token;
+        let sampler = f64::from(max_num_seqs) * m.vocab as f64 * 14.0;
+        forward.max(sampler) / f64::from(1u32 << 30)
+    }
+
     /// Parameters every token multiplies through in the layers: attention, dense MLPs,
     /// shared experts and the routers (not the routed experts).
     pub fn shared_layer_params(&self) -> u64 {
@@ -570,6 +595,20 @@ pub fn json() -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_profiled_activation_peak_is_the_larger_of_the_forward_pass_and_the_sampler() {
+        let (m, _) = resolve("llama-3.1-70b").unwrap();
+        let gib = f64::from(1u32 << 30);
+        // 8192 tokens x (3 x 28672 / 2 + 2 x 8192) x 2 B = 973,078,528 B; 1024 requests x
+        // 128,256 x 14 B = 1,838,678,016 B: the sampler's.
+        let p = m.profile_peak_gib(2, 8192, 1024);
+        assert!((p - 1_838_678_016.0 / gib).abs() < 1e-9, "{p} {}", m.vocab);
+        // With 4096 tokens and 64 requests the forward pass is the larger.
+        assert!((m.profile_peak_gib(2, 4096, 64) - 486_539_264.0 / gib).abs() < 1e-9);
+        // vLLM 0.9's A100 defaults (2048 / 256) leave more to the KV cache than 0.8.5's.
+        assert!(m.profile_peak_gib(2, 2048, 256) < m.profile_peak_gib(2, 8192, 1024) / 3.0);
+    }
 
     #[test]
     fn params_are_the_shapes_and_match_the_published_totals() {

@@ -606,20 +606,23 @@ fn engine(
         &at("block_size_tokens"),
         1,
     )?;
-    let kv_blocks = kv_blocks(g, profile, file, block_size_tokens, at)?;
     // `vllm serve` defaults for the profile's GPU; the H100-class ones without a profile.
     let (d_tokens, d_seqs) = match (profile, file) {
         (Some(p), _) => p.gpu.vllm_batch_defaults(),
         (None, Some(f)) => (f.engine.max_num_batched_tokens, f.engine.max_num_seqs),
         (None, None) => (8192, 1024),
     };
+    let max_num_seqs = count(g.max_num_seqs.unwrap_or(i64::from(d_seqs)), &at("max_num_seqs"), 1)?;
+    let max_num_batched_tokens = count(
+        g.max_num_batched_tokens.unwrap_or(i64::from(d_tokens)),
+        &at("max_num_batched_tokens"),
+        1,
+    )?;
+    let batch = (max_num_batched_tokens, max_num_seqs);
+    let kv_blocks = kv_blocks(g, profile, file, block_size_tokens, batch, at)?;
     Ok(VllmConfig {
-        max_num_seqs: count(g.max_num_seqs.unwrap_or(i64::from(d_seqs)), &at("max_num_seqs"), 1)?,
-        max_num_batched_tokens: count(
-            g.max_num_batched_tokens.unwrap_or(i64::from(d_tokens)),
-            &at("max_num_batched_tokens"),
-            1,
-        )?,
+        max_num_seqs,
+        max_num_batched_tokens,
         kv_blocks,
         block_size_tokens,
         prefix_caching: g.prefix_caching.unwrap_or(file.is_none_or(|f| f.engine.prefix_caching)),
@@ -677,6 +680,7 @@ fn kv_blocks(
     profile: Option<&Profile>,
     file: Option<&profiles::file::ProfileFile>,
     block_size_tokens: u32,
+    batch: (u32, u32),
     at: &dyn Fn(&str) -> String,
 ) -> Res<u32> {
     let refuse_memory = |why: &str| match g.first_memory_key() {
@@ -692,7 +696,7 @@ fn kv_blocks(
             refuse_memory("kv_blocks is given, so the memory inputs would be ignored; give one or the other")?;
             count(k, &at("kv_blocks"), 1)?
         }
-        (None, Some(p)) => kv_blocks_from_memory(g, p, block_size_tokens, at)?,
+        (None, Some(p)) => kv_blocks_from_memory(g, p, block_size_tokens, batch, at)?,
         (None, None) => {
             refuse_memory(
                 "deriving KV blocks from memory needs a `profile` (the model's layers, KV heads and weights)",
@@ -711,7 +715,13 @@ fn kv_blocks(
 
 /// The KV blocks vLLM derives from the GPU's memory for profile `p` and the group's memory
 /// inputs; an error names the input it is about.
-fn kv_blocks_from_memory(g: &GroupFile, p: &Profile, block_size_tokens: u32, at: &dyn Fn(&str) -> String) -> Res<u32> {
+fn kv_blocks_from_memory(
+    g: &GroupFile,
+    p: &Profile,
+    block_size_tokens: u32,
+    (max_num_batched_tokens, max_num_seqs): (u32, u32),
+    at: &dyn Fn(&str) -> String,
+) -> Res<u32> {
     let dtype_bytes = match g.kv_cache_dtype.as_deref().unwrap_or("auto") {
         "auto" | "bfloat16" | "float16" | "bf16" | "fp16" => 2,
         "fp8" | "fp8_e4m3" | "fp8_e5m2" => 1,
@@ -730,10 +740,11 @@ fn kv_blocks_from_memory(g: &GroupFile, p: &Profile, block_size_tokens: u32, at:
         g.gpu_memory_utilization.unwrap_or(0.9),
         block_size_tokens,
         dtype_bytes,
-        // An auto profile sets aside the physics model's reserve, as vLLM measures it at
-        // start-up; the fitted profiles keep BLIS's upper bound (0).
+        // An auto profile sets aside the physics model's reserve and the activation peak
+        // vLLM profiles at start-up for this batch; the fitted profiles keep BLIS's upper
+        // bound (0).
         g.activation_memory_gib.unwrap_or(if is_auto(Some(p)) {
-            profiles::auto::SHIPPED.reserve_gib
+            profiles::auto::SHIPPED.reserve_gib + p.model.profile_peak_gib(p.tp, max_num_batched_tokens, max_num_seqs)
         } else {
             0.0
         }),
