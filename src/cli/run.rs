@@ -365,7 +365,8 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
                 let series = match points {
                     Some(p) => BackendSeries::of_points(&res.summary, p),
                     None => BackendSeries::new(&res.summary, &res.series),
-                };
+                }
+                .with_stranded(&res.episodes);
                 save(&series, &stage.path().join("timeseries"), a.plot.dpi)
             },
         );

@@ -364,8 +364,8 @@ impl Served {
             requests_per_s: res.requests.len() as f64 / wall_s.max(1e-9),
         };
         crate::export::write_all(stage.path(), &res, effective, &perf, &[], true)?;
-        let fig = crate::plot::series::BackendSeries::new(&res.summary, &res.series);
-        crate::plot::save(&fig, &stage.path().join("timeseries"), 96)?;
+        let fig = crate::plot::series::BackendSeries::new(&res.summary, &res.series).with_stranded(&res.episodes);
+        crate::plot::save(&fig, &stage.path().join("timeseries"), crate::plot::DEFAULT_DPI)?;
         crate::export::write_json(
             &stage.path().join("serve.json"),
             &serde_json::json!({
