@@ -208,6 +208,11 @@ impl Content {
             start: 0,
             len: session_prompt_tokens + output_tokens,
         });
+        Content::of_segments(segments, prompt_tokens, output_tokens)
+    }
+
+    /// A completions request of `segments`, which cover its prompt and output exactly.
+    fn of_segments(segments: SmallVec<[Segment; 2]>, prompt_tokens: u32, output_tokens: u32) -> Content {
         let c = Content {
             segments,
             prompt_tokens,
@@ -277,31 +282,11 @@ impl Content {
     ) -> Content {
         let bt = block_tokens.max(1);
         let whole = blocks.len().min((prompt_tokens / bt) as usize);
-        let mut segments = SmallVec::with_capacity(whole + 1);
-        for &b in &blocks[..whole] {
-            segments.push(Segment {
-                source: mix(salt ^ 0x7472_6163_655F_626Bu64, u64::from(b)),
-                start: 0,
-                len: bt,
-            });
-        }
-        let rest = prompt_tokens - whole as u32 * bt + output_tokens;
-        if rest > 0 {
-            segments.push(Segment {
-                source: mix(salt ^ 0x7472_6163_655F_7571u64, unique),
-                start: 0,
-                len: rest,
-            });
-        }
-        let c = Content {
-            segments,
-            prompt_tokens,
-            output_tokens,
-            message_ends: None,
-            memo: MemoLink::default(),
-        };
-        c.assert_consistent();
-        c
+        let sources = blocks[..whole]
+            .iter()
+            .map(|&b| mix(salt ^ 0x7472_6163_655F_626Bu64, u64::from(b)));
+        let tail = mix(salt ^ 0x7472_6163_655F_7571u64, unique);
+        Content::blocks_then_tail(sources, bt, tail, prompt_tokens, output_tokens)
     }
 
     /// A request whose token blocks are named by `keys`, one per full block of
@@ -314,15 +299,29 @@ impl Content {
         let bt = block_tokens.max(1);
         let total = prompt_tokens + output_tokens;
         let whole = keys.len().min((total / bt) as usize);
+        Content::blocks_then_tail(keys[..whole].iter().copied(), bt, tail, prompt_tokens, output_tokens)
+    }
+
+    /// A request of one `block_tokens` block per source in `sources`, then the rest of its
+    /// prompt-then-output sequence from source `tail`.
+    fn blocks_then_tail(
+        sources: impl ExactSizeIterator<Item = u64>,
+        block_tokens: u32,
+        tail: u64,
+        prompt_tokens: u32,
+        output_tokens: u32,
+    ) -> Content {
+        let whole = sources.len();
         let mut segments = SmallVec::with_capacity(whole + 1);
-        for &k in &keys[..whole] {
+        for source in sources {
             segments.push(Segment {
-                source: k,
+                source,
                 start: 0,
-                len: bt,
+                len: block_tokens,
             });
         }
-        let rest = total - whole as u32 * bt;
+        let rest =
+            (u64::from(prompt_tokens) + u64::from(output_tokens) - whole as u64 * u64::from(block_tokens)) as u32;
         if rest > 0 {
             segments.push(Segment {
                 source: tail,
@@ -330,15 +329,7 @@ impl Content {
                 len: rest,
             });
         }
-        let c = Content {
-            segments,
-            prompt_tokens,
-            output_tokens,
-            message_ends: None,
-            memo: MemoLink::default(),
-        };
-        c.assert_consistent();
-        c
+        Content::of_segments(segments, prompt_tokens, output_tokens)
     }
 
     /// Total tokens (prompt + output).

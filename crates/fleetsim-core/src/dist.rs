@@ -73,6 +73,99 @@ pub struct DistTable {
 /// Valid values of `dist`, for error messages.
 pub const DIST_FAMILIES: &str = "constant, uniform, exponential, normal, lognormal, gamma, weibull";
 
+/// The parameterisations a family accepts, each a list of keys: the first whose keys are
+/// all present (and nothing else is) wins.
+fn forms(dist: &str) -> Result<&'static [&'static [&'static str]], (String, String)> {
+    Ok(match dist {
+        "constant" => &[&["value"]],
+        "uniform" => &[&["min", "max"]],
+        "exponential" => &[&["mean"]],
+        "normal" => &[&["mean", "std"]],
+        "lognormal" => &[&["mu", "sigma"], &["mean", "cv"], &["median", "sigma"]],
+        "gamma" => &[&["shape", "scale"], &["mean", "cv"]],
+        "weibull" => &[&["shape", "scale"]],
+        other => {
+            return Err((
+                "dist".into(),
+                format!("unknown distribution `{other}`; expected one of {DIST_FAMILIES}"),
+            ));
+        }
+    })
+}
+
+/// The distribution of family `dist` in the parameterisation starting with key `first`
+/// (`get` gives a key's value): the derived ones (lognormal from mean and cv or median,
+/// gamma from mean and cv) converted, their own bounds checked.
+fn spec(dist: &str, first: &str, get: impl Fn(&str) -> f64) -> Result<DistSpec, (String, String)> {
+    Ok(match (dist, first) {
+        ("constant", _) => DistSpec::Constant { value: get("value") },
+        ("uniform", _) => DistSpec::Uniform {
+            min: get("min"),
+            max: get("max"),
+        },
+        ("exponential", _) => DistSpec::Exponential { mean: get("mean") },
+        ("normal", _) => DistSpec::Normal {
+            mean: get("mean"),
+            std: get("std"),
+        },
+        ("lognormal", "mu") => DistSpec::LogNormal {
+            mu: get("mu"),
+            sigma: get("sigma"),
+        },
+        ("lognormal", "mean") => lognormal_of_mean(get("mean"), get("cv"))?,
+        ("lognormal", "median") => {
+            let median = get("median");
+            if median <= 0.0 {
+                return Err(("median".into(), "must be > 0".into()));
+            }
+            DistSpec::LogNormal {
+                mu: median.ln(),
+                sigma: get("sigma"),
+            }
+        }
+        ("gamma", "shape") => DistSpec::Gamma {
+            shape: get("shape"),
+            scale: get("scale"),
+        },
+        ("gamma", "mean") => gamma_of_mean(get("mean"), get("cv"))?,
+        ("weibull", _) => DistSpec::Weibull {
+            shape: get("shape"),
+            scale: get("scale"),
+        },
+        _ => unreachable!("forms and specs out of sync"),
+    })
+}
+
+/// The lognormal of mean `mean` (> 0) and coefficient of variation `cv` (>= 0).
+fn lognormal_of_mean(mean: f64, cv: f64) -> Result<DistSpec, (String, String)> {
+    if mean <= 0.0 {
+        return Err(("mean".into(), "must be > 0".into()));
+    }
+    if cv < 0.0 {
+        return Err(("cv".into(), "must be >= 0".into()));
+    }
+    let sigma2 = (1.0 + cv * cv).ln();
+    Ok(DistSpec::LogNormal {
+        mu: mean.ln() - sigma2 / 2.0,
+        sigma: sigma2.sqrt(),
+    })
+}
+
+/// The gamma of mean `mean` (> 0) and coefficient of variation `cv` (> 0).
+fn gamma_of_mean(mean: f64, cv: f64) -> Result<DistSpec, (String, String)> {
+    if mean <= 0.0 {
+        return Err(("mean".into(), "must be > 0".into()));
+    }
+    if cv <= 0.0 {
+        return Err(("cv".into(), "must be > 0".into()));
+    }
+    let shape = 1.0 / (cv * cv);
+    Ok(DistSpec::Gamma {
+        shape,
+        scale: mean / shape,
+    })
+}
+
 impl Dist {
     /// A constant.
     pub fn constant(value: f64) -> Result<Dist, String> {
@@ -81,7 +174,7 @@ impl Dist {
 
     /// Builds from a scenario table; the error names the offending key (`(key, message)`).
     pub fn from_table(t: &DistTable) -> Result<Dist, (String, String)> {
-        let given: Vec<(&str, Option<f64>)> = vec![
+        let given: [(&str, Option<f64>); 11] = [
             ("value", t.value),
             ("min", t.min),
             ("max", t.max),
@@ -94,25 +187,7 @@ impl Dist {
             ("shape", t.shape),
             ("scale", t.scale),
         ];
-        // Each accepted parameterisation is a list of keys; the first whose keys are all
-        // present (and nothing else is) wins.
-        let forms: &[&[&str]] = match t.dist.as_str() {
-            "constant" => &[&["value"]],
-            "uniform" => &[&["min", "max"]],
-            "exponential" => &[&["mean"]],
-            "normal" => &[&["mean", "std"]],
-            "lognormal" => &[&["mu", "sigma"], &["mean", "cv"], &["median", "sigma"]],
-            "gamma" => &[&["shape", "scale"], &["mean", "cv"]],
-            "weibull" => &[&["shape", "scale"]],
-            other => {
-                return Err((
-                    "dist".into(),
-                    format!("unknown distribution `{other}`; expected one of {DIST_FAMILIES}"),
-                ));
-            }
-        };
-        let present: Vec<&str> = given.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| *k).collect();
-        let get = |k: &str| given.iter().find(|(n, _)| *n == k).and_then(|(_, v)| *v).unwrap();
+        let forms = forms(&t.dist)?;
         for (k, v) in &given {
             if let Some(v) = v
                 && !v.is_finite()
@@ -120,6 +195,7 @@ impl Dist {
                 return Err(((*k).into(), "must be a finite number".into()));
             }
         }
+        let present: Vec<&str> = given.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| *k).collect();
         let form = forms
             .iter()
             .find(|f| f.len() == present.len() && f.iter().all(|k| present.contains(k)));
@@ -139,69 +215,8 @@ impl Dist {
                 ),
             ));
         };
-        let spec = match (t.dist.as_str(), form[0]) {
-            ("constant", _) => DistSpec::Constant { value: get("value") },
-            ("uniform", _) => DistSpec::Uniform {
-                min: get("min"),
-                max: get("max"),
-            },
-            ("exponential", _) => DistSpec::Exponential { mean: get("mean") },
-            ("normal", _) => DistSpec::Normal {
-                mean: get("mean"),
-                std: get("std"),
-            },
-            ("lognormal", "mu") => DistSpec::LogNormal {
-                mu: get("mu"),
-                sigma: get("sigma"),
-            },
-            ("lognormal", "mean") => {
-                let (mean, cv) = (get("mean"), get("cv"));
-                if mean <= 0.0 {
-                    return Err(("mean".into(), "must be > 0".into()));
-                }
-                if cv < 0.0 {
-                    return Err(("cv".into(), "must be >= 0".into()));
-                }
-                let sigma2 = (1.0 + cv * cv).ln();
-                DistSpec::LogNormal {
-                    mu: mean.ln() - sigma2 / 2.0,
-                    sigma: sigma2.sqrt(),
-                }
-            }
-            ("lognormal", "median") => {
-                let median = get("median");
-                if median <= 0.0 {
-                    return Err(("median".into(), "must be > 0".into()));
-                }
-                DistSpec::LogNormal {
-                    mu: median.ln(),
-                    sigma: get("sigma"),
-                }
-            }
-            ("gamma", "shape") => DistSpec::Gamma {
-                shape: get("shape"),
-                scale: get("scale"),
-            },
-            ("gamma", "mean") => {
-                let (mean, cv) = (get("mean"), get("cv"));
-                if mean <= 0.0 {
-                    return Err(("mean".into(), "must be > 0".into()));
-                }
-                if cv <= 0.0 {
-                    return Err(("cv".into(), "must be > 0".into()));
-                }
-                let shape = 1.0 / (cv * cv);
-                DistSpec::Gamma {
-                    shape,
-                    scale: mean / shape,
-                }
-            }
-            ("weibull", _) => DistSpec::Weibull {
-                shape: get("shape"),
-                scale: get("scale"),
-            },
-            _ => unreachable!("forms and specs out of sync"),
-        };
+        let get = |k: &str| given.iter().find(|(n, _)| *n == k).and_then(|(_, v)| *v).unwrap();
+        let spec = spec(&t.dist, form[0], get)?;
         Dist::from_spec(spec).map_err(|m| (form[0].to_string(), m))
     }
 

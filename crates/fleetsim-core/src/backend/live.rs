@@ -297,23 +297,12 @@ impl LiveEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::perf::StepTimeModel;
     use crate::backend::vllm::StepEvents;
+    use crate::backend::vllm::testkit::req;
 
+    /// An engine of `seqs` sequences and `blocks` KV blocks, 8,192 tokens per step.
     fn cfg(seqs: u32, blocks: u32) -> VllmConfig {
-        VllmConfig {
-            max_num_seqs: seqs,
-            max_num_batched_tokens: 8192,
-            kv_blocks: blocks,
-            block_size_tokens: 16,
-            prefix_caching: true,
-            step_time: StepTimeModel::default(),
-            reserve_full_isl: false,
-        }
-    }
-
-    fn req(session: u64, prompt: u32, out: u32) -> Content {
-        Content::session_turn(None, session, prompt, out)
+        crate::backend::vllm::testkit::cfg(seqs, 8192, blocks)
     }
 
     /// The live engine steps as the simulation steps the same engine: same step ends, same

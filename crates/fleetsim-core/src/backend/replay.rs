@@ -95,89 +95,123 @@ pub fn replay(cfg: &VllmConfig, requests: &[ReplayRequest], opts: &ReplayOptions
         "replayed requests must be sorted by arrival"
     );
     assert!(opts.interval.0 > 0, "a replay interval must be positive");
-    let mut engine = VllmEngine::new(cfg.clone());
-    let mut ev = StepEvents::default();
-    let mut out = vec![ReplayedRequest::default(); requests.len()];
+    let mut c = Client {
+        requests,
+        engine: VllmEngine::new(cfg.clone()),
+        ev: StepEvents::default(),
+        out: vec![ReplayedRequest::default(); requests.len()],
+        held: VecDeque::new(),
+        in_flight: 0,
+        limit: opts.max_concurrency.unwrap_or(u32::MAX).max(1),
+        points: Vec::new(),
+        sampled_before: 0,
+    };
     // Arrived or not yet: the next request the client may send.
     let mut next = 0usize;
-    // Requests that arrived while the client's slots were full, in arrival order.
-    let mut held: VecDeque<usize> = VecDeque::new();
-    let mut in_flight = 0u32;
-    let limit = opts.max_concurrency.unwrap_or(u32::MAX).max(1);
     let mut step_end: Option<SimTime> = None;
-    // Step ends with the tokens sampled and prompt tokens counted in them, and the gauges.
-    let mut points: Vec<(SimTime, u64, u64, u32, u32, u32)> = Vec::new();
-    let mut sampled_before = 0u64;
+    loop {
+        let arrival = requests.get(next).map(|r| r.arrival);
+        match (arrival, step_end) {
+            (Some(a), end) if end.is_none_or(|e| a <= e) => {
+                next += 1;
+                if let Some(end) = c.arrive(next - 1, a) {
+                    step_end = end;
+                }
+            }
+            (_, Some(now)) => step_end = c.step_done(now),
+            (None, None) => break,
+            (Some(_), None) => unreachable!("the first arm takes an arrival when no step runs"),
+        }
+    }
+    Replay {
+        samples: bin(&c.points, opts.interval),
+        steps: c.engine.steps(),
+        preemptions: c.engine.preemptions(),
+        requests: c.out,
+    }
+}
 
-    let send = |i: usize, now: SimTime, engine: &mut VllmEngine, out: &mut [ReplayedRequest]| -> bool {
-        let r = requests[i];
-        out[i].queued = now;
+/// A step end: when, the prompt tokens counted and the tokens sampled in it, and the
+/// gauges running, waiting and KV blocks used.
+type Point = (SimTime, u64, u64, u32, u32, u32);
+
+/// The client and its engine during a replay.
+struct Client<'r> {
+    requests: &'r [ReplayRequest],
+    engine: VllmEngine,
+    ev: StepEvents,
+    out: Vec<ReplayedRequest>,
+    /// Requests that arrived while the client's slots were full, in arrival order.
+    held: VecDeque<usize>,
+    in_flight: u32,
+    /// The client's slots (`--max-concurrency`).
+    limit: u32,
+    points: Vec<Point>,
+    sampled_before: u64,
+}
+
+impl Client<'_> {
+    /// Request `i` arrives at `a`: sent if a client slot is free, else held. Returns the
+    /// new step end when sending it started a step on an idle engine.
+    fn arrive(&mut self, i: usize, a: SimTime) -> Option<Option<SimTime>> {
+        if self.in_flight >= self.limit {
+            self.held.push_back(i);
+            return None;
+        }
+        self.in_flight += 1;
+        self.send(i, a)
+            .then(|| start(&mut self.engine, &mut self.ev, a, &mut self.out))
+    }
+
+    /// Sends request `i` at `now`; true when the engine was idle.
+    fn send(&mut self, i: usize, now: SimTime) -> bool {
+        let r = self.requests[i];
+        self.out[i].queued = now;
         let content = Content::session_turn(
             None,
             source_id("replay", "", i as u64),
             r.prompt_tokens,
             r.output_tokens,
         );
-        engine.enqueue(RequestId(i as u32), content)
-    };
-
-    loop {
-        let arrival = requests.get(next).map(|r| r.arrival);
-        match (arrival, step_end) {
-            (Some(a), end) if end.is_none_or(|e| a <= e) => {
-                next += 1;
-                if in_flight >= limit {
-                    held.push_back(next - 1);
-                    continue;
-                }
-                in_flight += 1;
-                if send(next - 1, a, &mut engine, &mut out) {
-                    step_end = start(&mut engine, &mut ev, a, &mut out);
-                }
-            }
-            (_, Some(now)) => {
-                engine.finish_step(now, &mut ev);
-                let mut prompt = 0u64;
-                for id in &ev.first_tokens {
-                    let i = id.0 as usize;
-                    out[i].first_token = now;
-                    prompt += u64::from(requests[i].prompt_tokens);
-                }
-                for f in &ev.finished {
-                    let i = f.id.0 as usize;
-                    out[i].last_token = now;
-                    out[i].preemptions = f.preemptions;
-                    in_flight -= 1;
-                }
-                let sampled = engine.tokens_sampled();
-                let g = engine.gauges();
-                points.push((
-                    now,
-                    prompt,
-                    sampled - sampled_before,
-                    g.running,
-                    g.waiting,
-                    g.kv_used_blocks,
-                ));
-                sampled_before = sampled;
-                ev.clear();
-                while in_flight < limit
-                    && let Some(i) = held.pop_front()
-                {
-                    in_flight += 1;
-                    send(i, now, &mut engine, &mut out);
-                }
-                step_end = start(&mut engine, &mut ev, now, &mut out);
-            }
-            (None, None) => break,
-            (Some(_), None) => unreachable!("the first arm takes an arrival when no step runs"),
-        }
+        self.engine.enqueue(RequestId(i as u32), content)
     }
-    Replay {
-        samples: bin(&points, opts.interval),
-        requests: out,
-        steps: engine.steps(),
-        preemptions: engine.preemptions(),
+
+    /// The step ending at `now`: its first tokens and finished requests recorded, its point
+    /// of the series kept, held requests sent into the freed slots, and the next step
+    /// started (its end returned, `None` when the engine idles).
+    fn step_done(&mut self, now: SimTime) -> Option<SimTime> {
+        self.engine.finish_step(now, &mut self.ev);
+        let mut prompt = 0u64;
+        for id in &self.ev.first_tokens {
+            let i = id.0 as usize;
+            self.out[i].first_token = now;
+            prompt += u64::from(self.requests[i].prompt_tokens);
+        }
+        for f in &self.ev.finished {
+            let i = f.id.0 as usize;
+            self.out[i].last_token = now;
+            self.out[i].preemptions = f.preemptions;
+            self.in_flight -= 1;
+        }
+        let sampled = self.engine.tokens_sampled();
+        let g = self.engine.gauges();
+        self.points.push((
+            now,
+            prompt,
+            sampled - self.sampled_before,
+            g.running,
+            g.waiting,
+            g.kv_used_blocks,
+        ));
+        self.sampled_before = sampled;
+        self.ev.clear();
+        while self.in_flight < self.limit
+            && let Some(i) = self.held.pop_front()
+        {
+            self.in_flight += 1;
+            self.send(i, now);
+        }
+        start(&mut self.engine, &mut self.ev, now, &mut self.out)
     }
 }
 
@@ -193,7 +227,7 @@ fn start(engine: &mut VllmEngine, ev: &mut StepEvents, now: SimTime, out: &mut [
 }
 
 /// Step-end points into interval samples.
-fn bin(points: &[(SimTime, u64, u64, u32, u32, u32)], interval: SimDuration) -> Vec<Sample> {
+fn bin(points: &[Point], interval: SimDuration) -> Vec<Sample> {
     let Some(last) = points.last() else {
         return Vec::new();
     };

@@ -379,21 +379,37 @@ impl VllmEngine {
         }
         self.batch.clear();
         let mut budget = self.cfg.max_num_batched_tokens;
-        let mut prefill_tokens = 0u32;
-        let mut decode_tokens = 0u32;
-        let mut context_tokens = 0u64;
-        let mut preempted_any = false;
+        let mut load = StepLoad::default();
+        let preempted_any = self.schedule_running(&mut budget, &mut load, ev);
+        // WAITING, only if nothing was preempted.
+        if !preempted_any {
+            self.schedule_waiting(&mut budget, &mut load, ev);
+        }
+        assert!(!self.batch.is_empty(), "engine with work scheduled nothing");
+        self.stepping = true;
+        self.steps += 1;
+        Some(
+            self.cfg
+                .step_time
+                .step_with_context(load.prefill, load.decode, load.context),
+        )
+    }
 
-        // RUNNING.
+    /// Schedules the running requests in order, each its remaining tokens within the
+    /// budget, preempting from the back of the list while the KV cache cannot hold the
+    /// next one's new blocks (vLLM's `RUNNING` pass). Returns whether any was preempted.
+    #[inline]
+    fn schedule_running(&mut self, budget: &mut u32, load: &mut StepLoad, ev: &mut StepEvents) -> bool {
+        let mut preempted_any = false;
         let mut i = 0;
-        while i < self.running.len() && budget > 0 {
+        while i < self.running.len() && *budget > 0 {
             let s = self.running[i];
             let (remaining, held, computed) = {
                 let sl = self.slot(s);
                 (sl.num_tokens - sl.computed, sl.held, sl.computed)
             };
             debug_assert!(remaining > 0, "running request with nothing to compute");
-            let n = remaining.min(budget);
+            let n = remaining.min(*budget);
             // `blocks_for(computed + n) - held`, without a division when the held blocks
             // already cover the new tokens (every decode step but one per block).
             let end = computed + n;
@@ -419,74 +435,69 @@ impl VllmEngine {
             let sl = self.slot_mut(s);
             sl.scheduled = n;
             if n == 1 && sl.generated > 0 && sl.computed + 1 == sl.num_tokens {
-                decode_tokens += 1;
+                load.decode += 1;
             } else {
-                prefill_tokens += n;
+                load.prefill += n;
             }
-            context_tokens += u64::from(end);
+            load.context += u64::from(end);
             self.batch.push(s);
-            budget -= n;
+            *budget -= n;
             i += 1;
         }
+        preempted_any
+    }
 
-        // WAITING, only if nothing was preempted.
-        if !preempted_any {
-            while budget > 0 && (self.running.len() as u32) < self.cfg.max_num_seqs {
-                let Some(&s) = self.waiting.front() else {
-                    break;
-                };
-                let (hit_blocks, evictable) = self.lookup_prefix(s);
-                let bs = self.cfg.block_size_tokens;
-                let num_tokens = self.slot(s).num_tokens;
-                let computed = hit_blocks * bs;
-                let n = (num_tokens - computed).min(budget);
-                let need = self.blocks_for(computed + n) - hit_blocks;
-                let must_fit = if self.cfg.reserve_full_isl {
-                    self.blocks_for(num_tokens) - hit_blocks
-                } else {
-                    need
-                };
-                if must_fit + evictable > self.kv.num_free() {
-                    break; // head-of-line blocking: do not look past the head
-                }
-                self.waiting.pop_front();
-                // Take references on the cached prefix, then allocate the rest.
-                self.kv.admit(s);
-                {
-                    let sl = self.slot_mut(s);
-                    sl.held = hit_blocks;
-                    sl.hashed = hit_blocks;
-                    sl.computed = computed;
-                }
-                self.cache_stats.query_tokens += u64::from(num_tokens);
-                self.cache_stats.hit_tokens += u64::from(computed);
-                self.grow(s, need, n);
-                let first = {
-                    let sl = self.slot_mut(s);
-                    sl.scheduled = n;
-                    let first = !sl.admitted_before;
-                    sl.admitted_before = true;
-                    first
-                };
-                if first {
-                    ev.admitted.push((self.slot(s).id, computed));
-                }
-                prefill_tokens += n;
-                context_tokens += u64::from(computed + n);
-                self.running.push(s);
-                self.batch.push(s);
-                budget -= n;
+    /// Admits waiting requests in arrival order while the budget, the sequence limit and
+    /// the KV cache allow, each with its cached prefix (vLLM's `WAITING` pass); the head
+    /// that does not fit blocks the rest.
+    #[inline]
+    fn schedule_waiting(&mut self, budget: &mut u32, load: &mut StepLoad, ev: &mut StepEvents) {
+        while *budget > 0 && (self.running.len() as u32) < self.cfg.max_num_seqs {
+            let Some(&s) = self.waiting.front() else {
+                break;
+            };
+            let (hit_blocks, evictable) = self.lookup_prefix(s);
+            let bs = self.cfg.block_size_tokens;
+            let num_tokens = self.slot(s).num_tokens;
+            let computed = hit_blocks * bs;
+            let n = (num_tokens - computed).min(*budget);
+            let need = self.blocks_for(computed + n) - hit_blocks;
+            let must_fit = if self.cfg.reserve_full_isl {
+                self.blocks_for(num_tokens) - hit_blocks
+            } else {
+                need
+            };
+            if must_fit + evictable > self.kv.num_free() {
+                break; // head-of-line blocking: do not look past the head
             }
+            self.waiting.pop_front();
+            // Take references on the cached prefix, then allocate the rest.
+            self.kv.admit(s);
+            {
+                let sl = self.slot_mut(s);
+                sl.held = hit_blocks;
+                sl.hashed = hit_blocks;
+                sl.computed = computed;
+            }
+            self.cache_stats.query_tokens += u64::from(num_tokens);
+            self.cache_stats.hit_tokens += u64::from(computed);
+            self.grow(s, need, n);
+            let first = {
+                let sl = self.slot_mut(s);
+                sl.scheduled = n;
+                let first = !sl.admitted_before;
+                sl.admitted_before = true;
+                first
+            };
+            if first {
+                ev.admitted.push((self.slot(s).id, computed));
+            }
+            load.prefill += n;
+            load.context += u64::from(computed + n);
+            self.running.push(s);
+            self.batch.push(s);
+            *budget -= n;
         }
-
-        assert!(!self.batch.is_empty(), "engine with work scheduled nothing");
-        self.stepping = true;
-        self.steps += 1;
-        Some(
-            self.cfg
-                .step_time
-                .step_with_context(prefill_tokens, decode_tokens, context_tokens),
-        )
     }
 
     /// Applies the step's results at `now` (the step's end): tokens computed, tokens
@@ -678,12 +689,27 @@ impl VllmEngine {
     }
 }
 
+/// The tokens one step computes, by kind: what its duration depends on.
+#[derive(Default)]
+struct StepLoad {
+    /// Prompt tokens (and recomputed ones after a preemption).
+    prefill: u32,
+    /// Requests decoding one token.
+    decode: u32,
+    /// Tokens of context the step's requests attend to.
+    context: u64,
+}
+
+/// Engines and requests for the backends' tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testkit {
+    use super::VllmConfig;
+    use crate::backend::perf::StepTimeModel;
     use crate::content::Content;
 
-    fn cfg(seqs: u32, budget: u32, blocks: u32) -> VllmConfig {
+    /// An engine of `seqs` sequences, a `budget` of tokens per step and `blocks` KV blocks
+    /// of 16 tokens, prefix caching on, the default step time.
+    pub(crate) fn cfg(seqs: u32, budget: u32, blocks: u32) -> VllmConfig {
         VllmConfig {
             max_num_seqs: seqs,
             max_num_batched_tokens: budget,
@@ -695,9 +721,16 @@ mod tests {
         }
     }
 
-    fn req(session: u64, prompt: u32, out: u32) -> Content {
+    /// A turn of `session`: `prompt` tokens, then `out`.
+    pub(crate) fn req(session: u64, prompt: u32, out: u32) -> Content {
         Content::session_turn(None, session, prompt, out)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testkit::{cfg, req};
+    use super::*;
 
     /// Runs steps until idle; returns (steps, finished order).
     fn drain(e: &mut VllmEngine) -> (u32, Vec<RequestId>) {

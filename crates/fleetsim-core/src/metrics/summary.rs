@@ -401,47 +401,9 @@ pub fn summarize_stats(
         e2e_ns,
         tpot_s,
     } = requests;
-    let mut by_branch: BTreeMap<String, u64> = Branch::ALL.iter().map(|b| (b.as_str().to_string(), 0)).collect();
-    for b in decisions {
-        *by_branch.get_mut(b.as_str()).expect("all branches listed") += 1;
-    }
-    // a / b, rounded for reports; 0 when there is nothing to divide by.
-    let per = |a: f64, b: f64| if b > 0.0 { round6(a / b) } else { 0.0 };
-    let ratio = |a: u64, b: u64| per(a as f64, b as f64);
-    let backends: Vec<BackendSummary> = (0..n)
-        .map(|i| {
-            let t = &fleet.backends[i];
-            let e = inp.engines[i];
-            BackendSummary {
-                name: inp.names[i].0.clone(),
-                url: inp.names[i].1.clone(),
-                group: inp.labels.get(i).map(|l| l.group.clone()).unwrap_or_default(),
-                profile: inp.labels.get(i).map(|l| l.profile.clone()).unwrap_or_default(),
-                slots: t.slots,
-                requests: per_backend_requests[i],
-                request_share: 0.0,
-                share_per_capacity: 0.0,
-                first_turn_sessions: inp.first_turns[i],
-                last_turn_sessions: inp.last_turns[i],
-                peak_running: t.peak_running,
-                peak_waiting: t.peak_waiting,
-                mean_running: per(t.running_ns as f64, span),
-                mean_waiting: per(t.waiting_ns as f64, span),
-                busy_s: secs(t.busy_ns),
-                idle_s: secs(t.idle_ns),
-                out_of_service_s: secs(t.out_ns),
-                steps: e.steps,
-                preemptions: e.preemptions,
-                prefix_cache_hit_rate: ratio(e.hit_tokens, e.query_tokens),
-            }
-        })
-        .collect();
-    let share = Share::of(&backends, end_s);
-    let mut backends = backends;
-    for (b, (s, c)) in backends.iter_mut().zip(share.per_backend) {
-        b.request_share = s;
-        b.share_per_capacity = c;
-    }
+    let by_branch = decisions_by_branch(decisions);
+    let ratio = |a: u64, b: u64| per_unit(a as f64, b as f64);
+    let (backends, share) = with_shares(backend_summaries(&inp, fleet, &per_backend_requests, span), end_s);
     let q: u64 = inp.engines.iter().map(|e| e.query_tokens).sum();
     let h: u64 = inp.engines.iter().map(|e| e.hit_tokens).sum();
     Summary {
@@ -476,8 +438,8 @@ pub fn summarize_stats(
         decisions_with_regret: inp.regrets.iter().filter(|&&r| r > 0).count() as u64,
         view_age_s: percentiles(inp.view_ages_ns.iter().map(|&a| ns_to_secs(a)).collect()),
         decisions_by_branch: by_branch,
-        throughput_rps: per(finished as f64, end_s),
-        output_tokens_per_s: per(out_tokens as f64, end_s),
+        throughput_rps: per_unit(finished as f64, end_s),
+        output_tokens_per_s: per_unit(out_tokens as f64, end_s),
         prefix_cache_hit_rate: ratio(h, q),
         preemptions: inp.engines.iter().map(|e| e.preemptions).sum(),
         queue_wait_s: percentiles_ns(queue_wait_ns),
@@ -493,6 +455,63 @@ pub fn summarize_stats(
         }),
         replay: None,
     }
+}
+
+/// `a / b`, rounded for reports; 0 when there is nothing to divide by.
+fn per_unit(a: f64, b: f64) -> f64 {
+    if b > 0.0 { round6(a / b) } else { 0.0 }
+}
+
+/// Decisions per branch, every branch listed (0 when none took it).
+fn decisions_by_branch(decisions: &[Branch]) -> BTreeMap<String, u64> {
+    let mut by_branch: BTreeMap<String, u64> = Branch::ALL.iter().map(|b| (b.as_str().to_string(), 0)).collect();
+    for b in decisions {
+        *by_branch.get_mut(b.as_str()).expect("all branches listed") += 1;
+    }
+    by_branch
+}
+
+/// Each backend's summary over a run of `span` ns (its request shares left at 0, for
+/// [`Share`] to fill).
+fn backend_summaries(inp: &SummaryInputs, fleet: &FleetTracker, requests: &[u64], span: f64) -> Vec<BackendSummary> {
+    (0..inp.names.len())
+        .map(|i| {
+            let t = &fleet.backends[i];
+            let e = inp.engines[i];
+            BackendSummary {
+                name: inp.names[i].0.clone(),
+                url: inp.names[i].1.clone(),
+                group: inp.labels.get(i).map(|l| l.group.clone()).unwrap_or_default(),
+                profile: inp.labels.get(i).map(|l| l.profile.clone()).unwrap_or_default(),
+                slots: t.slots,
+                requests: requests[i],
+                request_share: 0.0,
+                share_per_capacity: 0.0,
+                first_turn_sessions: inp.first_turns[i],
+                last_turn_sessions: inp.last_turns[i],
+                peak_running: t.peak_running,
+                peak_waiting: t.peak_waiting,
+                mean_running: per_unit(t.running_ns as f64, span),
+                mean_waiting: per_unit(t.waiting_ns as f64, span),
+                busy_s: secs(t.busy_ns),
+                idle_s: secs(t.idle_ns),
+                out_of_service_s: secs(t.out_ns),
+                steps: e.steps,
+                preemptions: e.preemptions,
+                prefix_cache_hit_rate: per_unit(e.hit_tokens as f64, e.query_tokens as f64),
+            }
+        })
+        .collect()
+}
+
+/// The backends with their request shares filled in, and the shares over the fleet.
+fn with_shares(mut backends: Vec<BackendSummary>, end_s: f64) -> (Vec<BackendSummary>, Share) {
+    let mut share = Share::of(&backends, end_s);
+    for (b, (s, c)) in backends.iter_mut().zip(std::mem::take(&mut share.per_backend)) {
+        b.request_share = s;
+        b.share_per_capacity = c;
+    }
+    (backends, share)
 }
 
 /// How the requests spread over the backends that were in service at some point of the run

@@ -586,61 +586,16 @@ impl RoutingPolicy for AibrixPreble {
         let gated = max - min > p.imbalance_abs_count;
         let candidates: Vec<usize> = (0..n).filter(|&i| !gated || loads[i] == min).collect();
 
-        let mut pick = None;
-        if ratio > p.match_ratio_threshold {
-            let mut node = leaf;
-            while node != NIL {
-                let pods = &self.tree.nodes[node as usize].pods;
-                let on: Vec<usize> = candidates
-                    .iter()
-                    .copied()
-                    .filter(|&i| pods.contains(&pod_of(i)))
-                    .collect();
-                if !on.is_empty() {
-                    let load: Vec<i64> = on.iter().map(|&i| self.histogram_load(pod_of(i))).collect();
-                    let least = *load.iter().min().expect("non-empty");
-                    let tied: Vec<usize> = (0..on.len()).filter(|&k| load[k] == least).collect();
-                    // Go map order over the node's pods: uniform among equal loads.
-                    let k = if tied.len() > 1 {
-                        tied[uniform_index(rng, tied.len())]
-                    } else {
-                        tied[0]
-                    };
-                    pick = Some(on[k]);
-                    break;
-                }
-                node = self.tree.nodes[node as usize].parent;
-            }
-        }
-        let (pos, hit) = match pick {
-            Some(pos) => (pos, true),
-            None => {
-                let costs = self.costs(view.endpoints.iter().map(|e| e.backend.index() + 1).max().unwrap_or(0));
-                let cost = |i: usize| costs[usize::from(pod_of(i))];
-                let least = candidates.iter().map(|&i| cost(i)).fold(f64::INFINITY, f64::min);
-                let tied: Vec<usize> = candidates.iter().copied().filter(|&i| cost(i) == least).collect();
-                // Gated, the candidate list is in Go map order: uniform among equal costs.
-                let random = gated || p.tie == super::leastrequest::Tie::Random;
-                let pos = if random && tied.len() > 1 {
-                    tied[uniform_index(rng, tied.len())]
-                } else {
-                    tied[0]
-                };
-                (pos, false)
-            }
+        let matched_pick = if ratio > p.match_ratio_threshold {
+            self.least_loaded_holder(leaf, &candidates, view, rng)
+        } else {
+            None
         };
-
-        // PostRouteUpdate.
-        self.tree.add_pod(leaf, pod_of(pos));
-        let (own, ctx) = self.node_tokens(leaf);
-        self.hist.entries.push_back((view.now, leaf));
-        let s = self.hist.stats.entry(leaf).or_default();
-        s.context += ctx;
-        s.count += 1;
-        s.decoding = i64::from(p.decoding_length_tokens);
-        s.hit += ctx - own;
-        s.prompt += ctx;
-
+        let (pos, hit) = match matched_pick {
+            Some(pos) => (pos, true),
+            None => (self.least_cost(&candidates, gated, view, rng), false),
+        };
+        self.post_route_update(leaf, pod_of(pos), view.now);
         let branch = match (gated, hit) {
             (false, true) => Branch::AibrixPrebleHit,
             (false, false) => Branch::AibrixPrebleCost,
@@ -652,6 +607,72 @@ impl RoutingPolicy for AibrixPreble {
             branch,
             match_chars: matched_chars,
         }
+    }
+}
+
+impl AibrixPreble {
+    /// The matched branch: from the request's leaf up, the first node some candidate holds,
+    /// and among its candidates the least loaded by the histogram (ties uniform, as Go's
+    /// map order over the node's pods); `None` when no ancestor is on a candidate.
+    fn least_loaded_holder(
+        &self,
+        leaf: u32,
+        candidates: &[usize],
+        view: &RouterView,
+        rng: &mut SimRng,
+    ) -> Option<usize> {
+        let pod_of = |i: usize| view.endpoints[i].backend.index() as u16;
+        let mut node = leaf;
+        while node != NIL {
+            let pods = &self.tree.nodes[node as usize].pods;
+            let on: Vec<usize> = candidates
+                .iter()
+                .copied()
+                .filter(|&i| pods.contains(&pod_of(i)))
+                .collect();
+            if !on.is_empty() {
+                let load: Vec<i64> = on.iter().map(|&i| self.histogram_load(pod_of(i))).collect();
+                let least = *load.iter().min().expect("non-empty");
+                let tied: Vec<usize> = (0..on.len()).filter(|&k| load[k] == least).collect();
+                let k = if tied.len() > 1 {
+                    tied[uniform_index(rng, tied.len())]
+                } else {
+                    tied[0]
+                };
+                return Some(on[k]);
+            }
+            node = self.tree.nodes[node as usize].parent;
+        }
+        None
+    }
+
+    /// The cost branch: the candidate of least allocation cost; ties uniform when gated (the
+    /// candidate list is then in Go map order) or with `tie = "random"`, else the first.
+    fn least_cost(&self, candidates: &[usize], gated: bool, view: &RouterView, rng: &mut SimRng) -> usize {
+        let pod_of = |i: usize| view.endpoints[i].backend.index() as u16;
+        let costs = self.costs(view.endpoints.iter().map(|e| e.backend.index() + 1).max().unwrap_or(0));
+        let cost = |i: usize| costs[usize::from(pod_of(i))];
+        let least = candidates.iter().map(|&i| cost(i)).fold(f64::INFINITY, f64::min);
+        let tied: Vec<usize> = candidates.iter().copied().filter(|&i| cost(i) == least).collect();
+        let random = gated || self.params.tie == super::leastrequest::Tie::Random;
+        if random && tied.len() > 1 {
+            tied[uniform_index(rng, tied.len())]
+        } else {
+            tied[0]
+        }
+    }
+
+    /// `PostRouteUpdate`: the leaf is on `pod` now, and the request enters the histogram.
+    fn post_route_update(&mut self, leaf: u32, pod: u16, now: SimTime) {
+        self.tree.add_pod(leaf, pod);
+        let (own, ctx) = self.node_tokens(leaf);
+        self.hist.entries.push_back((now, leaf));
+        let s = self.hist.stats.entry(leaf).or_default();
+        s.context += ctx;
+        s.count += 1;
+        s.decoding = i64::from(self.params.decoding_length_tokens);
+        s.hit += ctx - own;
+        s.prompt += ctx;
     }
 }
 

@@ -30,12 +30,11 @@
 //! the new endpoint, moves the session's later turns (the trie's random choice among holders).
 
 use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
-use super::leastinflight::pick_in_band;
+use super::leastinflight::{by_load_or_qps, pick_in_band};
 use super::leastrequest::{Tie, local_loads};
 use super::load_since_scrape::SentSinceScrape;
 use super::params::{LEAST_INFLIGHT_TIES, ParamError, tie, tie_suffix};
-use super::qps::qps_routing;
-use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
+use super::{Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 
 /// Scale of normalised loads: divisible by every slot count from 1 to 16.
@@ -159,18 +158,7 @@ impl RoutingPolicy for LeastSlots {
             Signal::Local => Some(local_slot_loads(view, &self.max_num_seqs)),
             Signal::Scraped => slot_loads(view, &self.max_num_seqs, &mut self.sent),
         };
-        let d = match loads {
-            Some(l) => Decision {
-                pos: pick_in_band(&l, 0, self.tie, rng),
-                branch: Branch::LeastInflight,
-                match_chars: 0,
-            },
-            None => Decision {
-                pos: qps_routing(view),
-                branch: Branch::LeastInflightNoStatsQps,
-                match_chars: 0,
-            },
-        };
+        let d = by_load_or_qps(loads.map(|l| pick_in_band(&l, 0, self.tie, rng)), view);
         if self.signal == Signal::Scraped {
             self.sent.record(view.endpoints[d.pos].backend.index(), view.now);
         }

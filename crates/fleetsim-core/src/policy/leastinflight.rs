@@ -66,20 +66,25 @@ pub struct LeastInflight {
     pub tie: Tie,
 }
 
+/// The decision of a pick by load, or `_qps_routing` when a load is missing (PR #1089).
+pub fn by_load_or_qps(pick: Option<usize>, view: &RouterView) -> Decision {
+    match pick {
+        Some(pos) => Decision {
+            pos,
+            branch: Branch::LeastInflight,
+            match_chars: 0,
+        },
+        None => Decision {
+            pos: qps_routing(view),
+            branch: Branch::LeastInflightNoStatsQps,
+            match_chars: 0,
+        },
+    }
+}
+
 impl RoutingPolicy for LeastInflight {
     fn route(&mut self, _req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> Decision {
-        match least_inflight(view, self.band, self.tie, rng) {
-            Some(pos) => Decision {
-                pos,
-                branch: Branch::LeastInflight,
-                match_chars: 0,
-            },
-            None => Decision {
-                pos: qps_routing(view),
-                branch: Branch::LeastInflightNoStatsQps,
-                match_chars: 0,
-            },
-        }
+        by_load_or_qps(least_inflight(view, self.band, self.tie, rng), view)
     }
 }
 

@@ -69,86 +69,56 @@ impl Insertion {
     }
 }
 
-/// The fallback's options beyond the load signal (all off = upstream / PR #1089).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct FallbackOptions {
-    /// Within `band` of the minimum (+1 in PR #1089).
-    pub band: u32,
-    /// Tie rule within the band (random in PR #1089).
-    pub tie: Tie,
-    /// Endpoints sampled per pick (0: all; 2: power-of-two).
-    pub sample: u32,
-    /// When a fallback pick is inserted.
-    pub insert: Insertion,
-    /// A below-threshold continuation of a below-threshold prompt follows its endpoint.
-    pub follow: bool,
-    /// Above the threshold, a request whose matched endpoint is full by the router's own
-    /// in-flight count, while another has a free slot, is re-placed by the fallback.
-    pub replace: bool,
-}
-
-impl FallbackOptions {
-    /// PR #1089's band and tie, every endpoint considered, inserted at the pick.
-    pub fn band(band: u32) -> Self {
-        FallbackOptions {
-            band,
-            tie: Tie::Random,
-            sample: 0,
-            insert: Insertion::AtPick,
-            follow: false,
-            replace: false,
-        }
-    }
-}
-
 /// The policy state.
 pub struct PrefixAware {
     trie: HashTrie,
-    min_match_chars: u64,
-    fallback: Fallback,
-    opts: FallbackOptions,
-    sent: SentSinceScrape,
+    picks: Picks,
     /// Keys of the last below-threshold prompt of each session ([`Insertion::SecondTurn`]).
     pending: FxHashSet<u64>,
-    /// The last below-threshold prompt of each session and where it went
-    /// ([`FallbackOptions::follow`]).
-    followed: FxHashMap<u64, BackendId>,
-    /// Slots per backend index (`max_num_seqs`), for the capacity rules and `replace`.
-    max_num_seqs: Vec<u32>,
     /// Scratch: the endpoints of the request being routed.
     available: Vec<BackendId>,
 }
 
+/// What picks an endpoint once the trie has matched: the configuration and the state of
+/// its fallback.
+struct Picks {
+    cfg: Config,
+    sent: SentSinceScrape,
+    /// The last below-threshold prompt of each session and where it went
+    /// ([`Config::follow`]).
+    followed: FxHashMap<u64, BackendId>,
+}
+
 impl PrefixAware {
-    /// A router with an empty trie.
+    /// A router with an empty trie: threshold `min_match_chars`, `fallback` within `band`
+    /// (random ties, every endpoint considered, inserted at the pick: PR #1089).
     pub fn new(min_match_chars: u64, fallback: Fallback, band: u32) -> Self {
-        PrefixAware::with_options(min_match_chars, fallback, FallbackOptions::band(band))
+        PrefixAware::with_config(Config::band(min_match_chars, fallback, band))
     }
 
-    /// A router with every fallback option given.
-    pub fn with_options(min_match_chars: u64, fallback: Fallback, opts: FallbackOptions) -> Self {
+    /// A router with every option given.
+    pub fn with_config(cfg: Config) -> Self {
         PrefixAware {
             trie: HashTrie::new(),
-            min_match_chars,
-            fallback,
-            opts,
-            sent: SentSinceScrape::default(),
+            picks: Picks {
+                cfg,
+                sent: SentSinceScrape::default(),
+                followed: FxHashMap::default(),
+            },
             pending: FxHashSet::default(),
-            followed: FxHashMap::default(),
-            max_num_seqs: Vec::new(),
             available: Vec::new(),
         }
     }
 
     /// The same router told each backend's slots (by backend index).
     pub fn with_slots(mut self, max_num_seqs: Vec<u32>) -> Self {
-        self.max_num_seqs = max_num_seqs;
+        self.picks.cfg.max_num_seqs = max_num_seqs;
         self
     }
 
     /// The same router with tie rule `tie` inside the fallback's band.
     pub fn with_tie(mut self, tie: Tie) -> Self {
-        self.opts.tie = tie;
+        self.picks.cfg.tie = tie;
         self
     }
 }
@@ -185,15 +155,9 @@ fn extends_pending(pending: &mut FxHashSet<u64>, chunks: &[u64]) -> bool {
 
 /// The below-threshold pick: `None` for a load-based fallback that lacks engine stats
 /// (then `_qps_routing`, as #1089).
-fn fallback_pick(
-    fallback: Fallback,
-    opts: FallbackOptions,
-    max_num_seqs: &[u32],
-    sent: &mut SentSinceScrape,
-    view: &RouterView,
-    rng: &mut SimRng,
-) -> Option<usize> {
-    let loads = match fallback {
+fn fallback_pick(opts: &Config, sent: &mut SentSinceScrape, view: &RouterView, rng: &mut SimRng) -> Option<usize> {
+    let max_num_seqs = &opts.max_num_seqs[..];
+    let loads = match opts.fallback {
         Fallback::Qps => return Some(qps_routing(view)),
         Fallback::LeastInflight => scraped_loads(view)?,
         Fallback::LocalInflight => local_loads(view),
@@ -228,81 +192,28 @@ impl RoutingPolicy for PrefixAware {
         let mut available = std::mem::take(&mut self.available);
         available.clear();
         available.extend(view.endpoints.iter().map(|e| e.backend));
-        let (min_match, fallback, opts) = (self.min_match_chars, self.fallback, self.opts);
-        let sent = &mut self.sent;
-        let followed = &mut self.followed;
-        let max_num_seqs = &self.max_num_seqs[..];
-        let full_chunks = (req.prompt_chars / u64::from(req.chunk_chars.max(1))) as usize;
         // Only lets the trie walk start from the session's previous path (a speed-up,
         // never a different answer; the router upstream walks from the root).
         let session = req
             .session_key
             .map(|k| std::hash::BuildHasher::hash_one(&rustc_hash::FxBuildHasher, k));
-        let mut decide = |chunks: usize, matched: &[BackendId], rng: &mut SimRng| {
-            let match_chars = chunks as u64 * u64::from(req.chunk_chars);
-            let (pos, branch) = if match_chars < min_match {
-                // With `follow`, a continuation of a remembered prompt goes where it went
-                // (if that endpoint is still available); every below-threshold prompt is
-                // remembered under its pick, replacing the one it continues.
-                let earlier = if opts.follow {
-                    take_extended(req.prompt_chunks, |key| followed.remove(&key))
-                        .and_then(|b| view.endpoints.iter().position(|e| e.backend == b))
-                } else {
-                    None
-                };
-                let picked = match earlier {
-                    Some(pos) => (pos, Branch::FallbackFollow),
-                    None => match fallback_pick(fallback, opts, max_num_seqs, sent, view, rng) {
-                        Some(pos) if fallback == Fallback::Qps => (pos, Branch::FallbackQps),
-                        // Every load-based fallback reports as `fallback_leastinflight`.
-                        Some(pos) => (pos, Branch::FallbackLeastInflight),
-                        None => (qps_routing(view), Branch::FallbackNoStatsQps),
-                    },
-                };
-                if opts.follow && full_chunks > 0 {
-                    followed.insert(
-                        prefix_key(req.prompt_chunks, full_chunks),
-                        view.endpoints[picked.0].backend,
-                    );
-                }
-                picked
-            } else {
-                let b = matched[uniform_index(rng, matched.len())];
-                let pos = available
-                    .iter()
-                    .position(|x| *x == b)
-                    .expect("matched set is a subset of available");
-                // Re-placement: the matched endpoint is full and another has a free slot;
-                // reported as a fallback pick whose match is above the threshold.
-                let moved = (opts.replace && capacity::over_capacity(view, max_num_seqs, pos))
-                    .then(|| fallback_pick(fallback, opts, max_num_seqs, sent, view, rng))
-                    .flatten();
-                match moved {
-                    Some(to) => (to, Branch::FallbackLeastInflight),
-                    None => (pos, Branch::PrefixMatch),
-                }
-            };
-            Decision {
-                pos,
-                branch,
-                match_chars,
-            }
-        };
-        let d = match opts.insert {
+        let picks = &mut self.picks;
+        let d = match picks.cfg.insert {
             // Inserted under the pick on both branches (PR #990): the latch.
             Insertion::AtPick => {
                 self.trie
                     .match_then_insert(req.prompt_chunks, &available, session, |chunks, matched| {
-                        let d = decide(chunks, matched, rng);
+                        let d = picks.decide(req, view, &available, chunks, matched, rng);
                         (view.endpoints[d.pos].backend, d)
                     })
             }
             Insertion::SecondTurn => {
                 let (chunks, matched) = self.trie.longest_prefix_match(req.prompt_chunks, &available, session);
-                let d = decide(chunks, &matched, rng);
+                let d = picks.decide(req, view, &available, chunks, &matched, rng);
                 // Below the threshold, a prompt that extends no prompt seen before opens a
                 // session: remembered, not inserted. Each later one replaces its
                 // predecessor's key, so the set holds one key per open session.
+                let full_chunks = full_chunks(req);
                 let below = d.branch != Branch::PrefixMatch && full_chunks > 0;
                 let later = below && extends_pending(&mut self.pending, req.prompt_chunks);
                 if below {
@@ -315,11 +226,97 @@ impl RoutingPolicy for PrefixAware {
                 d
             }
         };
-        if self.fallback.records_sent() {
-            self.sent.record(view.endpoints[d.pos].backend.index(), view.now);
+        if picks.cfg.fallback.records_sent() {
+            picks.sent.record(view.endpoints[d.pos].backend.index(), view.now);
         }
         self.available = available;
         d
+    }
+}
+
+/// The prompt's full chunks (the last, partial one aside).
+fn full_chunks(req: &RequestInfo) -> usize {
+    (req.prompt_chars / u64::from(req.chunk_chars.max(1))) as usize
+}
+
+impl Picks {
+    /// The pick once the trie matched `chunks` whole chunks on the endpoints `matched`:
+    /// below the threshold the fallback's, else one of the matched endpoints.
+    fn decide(
+        &mut self,
+        req: &RequestInfo,
+        view: &RouterView,
+        available: &[BackendId],
+        chunks: usize,
+        matched: &[BackendId],
+        rng: &mut SimRng,
+    ) -> Decision {
+        let match_chars = chunks as u64 * u64::from(req.chunk_chars);
+        let (pos, branch) = if match_chars < self.cfg.prefix_min_match_length {
+            self.below_threshold(req, view, rng)
+        } else {
+            self.matched(view, available, matched, rng)
+        };
+        Decision {
+            pos,
+            branch,
+            match_chars,
+        }
+    }
+
+    /// Below the threshold: the fallback's pick. With `follow`, a continuation of a
+    /// remembered prompt goes where it went (if that endpoint is still available); every
+    /// below-threshold prompt is remembered under its pick, replacing the one it continues.
+    fn below_threshold(&mut self, req: &RequestInfo, view: &RouterView, rng: &mut SimRng) -> (usize, Branch) {
+        let follow = self.cfg.follow;
+        let earlier = if follow {
+            take_extended(req.prompt_chunks, |key| self.followed.remove(&key))
+                .and_then(|b| view.endpoints.iter().position(|e| e.backend == b))
+        } else {
+            None
+        };
+        let picked = match earlier {
+            Some(pos) => (pos, Branch::FallbackFollow),
+            None => match fallback_pick(&self.cfg, &mut self.sent, view, rng) {
+                Some(pos) if self.cfg.fallback == Fallback::Qps => (pos, Branch::FallbackQps),
+                // Every load-based fallback reports as `fallback_leastinflight`.
+                Some(pos) => (pos, Branch::FallbackLeastInflight),
+                None => (qps_routing(view), Branch::FallbackNoStatsQps),
+            },
+        };
+        let full_chunks = full_chunks(req);
+        if follow && full_chunks > 0 {
+            self.followed.insert(
+                prefix_key(req.prompt_chunks, full_chunks),
+                view.endpoints[picked.0].backend,
+            );
+        }
+        picked
+    }
+
+    /// At or above the threshold: one of the endpoints sharing the longest match, uniformly
+    /// at random. With `replace`, a matched endpoint that is full while another has a free
+    /// slot gives way to the fallback's pick (reported as a fallback whose match is above
+    /// the threshold).
+    fn matched(
+        &mut self,
+        view: &RouterView,
+        available: &[BackendId],
+        matched: &[BackendId],
+        rng: &mut SimRng,
+    ) -> (usize, Branch) {
+        let b = matched[uniform_index(rng, matched.len())];
+        let pos = available
+            .iter()
+            .position(|x| *x == b)
+            .expect("matched set is a subset of available");
+        let moved = (self.cfg.replace && capacity::over_capacity(view, &self.cfg.max_num_seqs, pos))
+            .then(|| fallback_pick(&self.cfg, &mut self.sent, view, rng))
+            .flatten();
+        match moved {
+            Some(to) => (to, Branch::FallbackLeastInflight),
+            None => (pos, Branch::PrefixMatch),
+        }
     }
 }
 
@@ -384,6 +381,24 @@ pub struct Config {
     pub replace: bool,
     /// Slots per backend index (the fleet's unless given).
     pub max_num_seqs: Vec<u32>,
+}
+
+impl Config {
+    /// Threshold `min_match_chars`, `fallback` within `band` with PR #1089's random ties,
+    /// every endpoint considered, inserted at the pick; no slots given.
+    pub fn band(min_match_chars: u64, fallback: Fallback, band: u32) -> Self {
+        Config {
+            prefix_min_match_length: min_match_chars,
+            fallback,
+            band,
+            tie: Tie::Random,
+            sample: 0,
+            insert: Insertion::AtPick,
+            follow: false,
+            replace: false,
+            max_num_seqs: Vec::new(),
+        }
+    }
 }
 
 impl PolicyKind for Kind {
@@ -520,21 +535,7 @@ impl PolicyKind for Kind {
         }
     }
     fn build(c: &Config) -> Box<dyn RoutingPolicy> {
-        Box::new(
-            PrefixAware::with_options(
-                c.prefix_min_match_length,
-                c.fallback,
-                FallbackOptions {
-                    band: c.band,
-                    tie: c.tie,
-                    sample: c.sample,
-                    insert: c.insert,
-                    follow: c.follow,
-                    replace: c.replace,
-                },
-            )
-            .with_slots(c.max_num_seqs.clone()),
-        )
+        Box::new(PrefixAware::with_config(c.clone()))
     }
     fn production_stack(c: &Config) -> Option<StackFlags> {
         let mut f = StackFlags {
@@ -687,13 +688,12 @@ mod tests {
     #[test]
     fn power_of_two_fallback_never_picks_the_most_loaded_and_ties_to_the_first_drawn() {
         let f = ViewFixture::new(3).in_flight(&[Some(1), Some(2), Some(9)]);
-        let opts = FallbackOptions {
+        let mut p = PrefixAware::with_config(Config {
             sample: 2,
             band: 0,
             tie: Tie::First,
-            ..FallbackOptions::band(0)
-        };
-        let mut p = PrefixAware::with_options(100_000, Fallback::LocalInflight, opts);
+            ..Config::band(100_000, Fallback::LocalInflight, 0)
+        });
         let mut rng = stream(5, "t", 0);
         let mut counts = [0u32; 3];
         for s in 0..3000u64 {
@@ -716,12 +716,11 @@ mod tests {
     #[test]
     fn second_turn_insertion_latches_on_the_second_pick() {
         // Threshold 8 chunks. Local in-flight, first-URL ties.
-        let opts = FallbackOptions {
+        let mut p = PrefixAware::with_config(Config {
             tie: Tie::First,
             insert: Insertion::SecondTurn,
-            ..FallbackOptions::band(0)
-        };
-        let mut p = PrefixAware::with_options(8 * 128, Fallback::LocalInflight, opts);
+            ..Config::band(8 * 128, Fallback::LocalInflight, 0)
+        });
         let mut rng = stream(0, "t", 0);
         let turn1: Vec<u64> = vec![1, 2, 3];
         let turn2: Vec<u64> = vec![1, 2, 3, 4, 5];
@@ -755,15 +754,12 @@ mod follow_tests {
 
     /// Threshold 8 chunks, local in-flight, first-URL ties, `follow` on or off.
     fn router(follow: bool) -> (PrefixAware, SimRng) {
-        let opts = FallbackOptions {
+        let cfg = Config {
             tie: Tie::First,
             follow,
-            ..FallbackOptions::band(0)
+            ..Config::band(8 * 128, Fallback::LocalInflight, 0)
         };
-        (
-            PrefixAware::with_options(8 * 128, Fallback::LocalInflight, opts),
-            stream(0, "t", 0),
-        )
+        (PrefixAware::with_config(cfg), stream(0, "t", 0))
     }
 
     #[test]

@@ -584,6 +584,69 @@ pub struct Simulation<'w> {
     collapsed_steps: u64,
 }
 
+/// The router replicas, each with its own policy state, knowing the `listed` endpoints.
+fn replicas(cfg: &SimConfig, listed: &[bool]) -> Vec<Router> {
+    let endpoints: Vec<EndpointInfo> = cfg
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, (_, url))| EndpointInfo {
+            backend: BackendId::from_index(i),
+            url: url.clone(),
+        })
+        .collect();
+    (0..cfg.router.replicas.max(1))
+        .map(|r| {
+            Router::new(
+                cfg.router.clone(),
+                endpoints.clone(),
+                listed,
+                cfg.seed,
+                ReplicaId::from_index(r as usize),
+            )
+        })
+        .collect()
+}
+
+/// The queue with the run's first events: each replica's first scrape read, on its own
+/// phase spread evenly over one interval (production-stack issue #166: replicas do not
+/// coordinate), then the router restarts and the fleet events, in that order.
+fn initial_events(cfg: &SimConfig, replicas: u64, mode: EngineMode) -> EventQueue<Event> {
+    let mut queue = match mode {
+        // One lane per backend for its pending engine step.
+        EngineMode::Fast => EventQueue::with_lanes(cfg.backends.len()),
+        EngineMode::Reference => EventQueue::new(),
+    };
+    for r in 0..replicas {
+        let phase = cfg.router.first_scrape(r, replicas);
+        queue.push(
+            phase,
+            Event::ScrapeRead {
+                replica: ReplicaId::from_index(r as usize),
+                slot: ScrapeSlot(0),
+            },
+        );
+    }
+    for &(at, replica) in &cfg.router_restarts {
+        let restarted: Vec<u16> = match replica {
+            Some(r) => vec![r],
+            None => (0..replicas as u16).collect(),
+        };
+        for r in restarted {
+            queue.push(
+                at,
+                Event::RouterRestart {
+                    replica: ReplicaId(u32::from(r)),
+                },
+            );
+        }
+    }
+    for (i, e) in cfg.fleet_events.iter().enumerate() {
+        queue.push(e.at, Event::Fleet { index: i as u32 });
+    }
+    queue
+}
+
 impl<'w> Simulation<'w> {
     /// Builds the fleet, the router and the initial events.
     pub fn new(cfg: SimConfig, workload: &'w Workload, opts: RunOptions) -> Self {
@@ -602,26 +665,7 @@ impl<'w> Simulation<'w> {
         for m in &cfg.models {
             engines.push(fresh_backend(m, coalesce));
         }
-        let endpoints: Vec<EndpointInfo> = cfg
-            .backends
-            .iter()
-            .enumerate()
-            .map(|(i, (_, url))| EndpointInfo {
-                backend: BackendId::from_index(i),
-                url: url.clone(),
-            })
-            .collect();
-        let routers: Vec<Router> = (0..cfg.router.replicas.max(1))
-            .map(|r| {
-                Router::new(
-                    cfg.router.clone(),
-                    endpoints.clone(),
-                    &listed,
-                    cfg.seed,
-                    ReplicaId::from_index(r as usize),
-                )
-            })
-            .collect();
+        let routers = replicas(&cfg, &listed);
         if routers[0].wants_kv_events() {
             for e in engines.vllm_engines_mut() {
                 e.enable_kv_events();
@@ -629,41 +673,7 @@ impl<'w> Simulation<'w> {
         }
         let slots: Vec<u32> = (0..n).map(|i| engines.get(BackendId::from_index(i)).slots()).collect();
         let faults = crate::faults::Faults::new(cfg.faults.clone());
-        let mut queue = match mode {
-            // One lane per backend for its pending engine step.
-            EngineMode::Fast => EventQueue::with_lanes(n),
-            EngineMode::Reference => EventQueue::new(),
-        };
-        // Each replica scrapes on its own phase, spread evenly over one interval
-        // (production-stack issue #166: replicas do not coordinate).
-        let r_count = routers.len() as u64;
-        for r in 0..r_count {
-            let phase = cfg.router.first_scrape(r, r_count);
-            queue.push(
-                phase,
-                Event::ScrapeRead {
-                    replica: ReplicaId::from_index(r as usize),
-                    slot: ScrapeSlot(0),
-                },
-            );
-        }
-        for &(at, replica) in &cfg.router_restarts {
-            let replicas: Vec<u16> = match replica {
-                Some(r) => vec![r],
-                None => (0..r_count as u16).collect(),
-            };
-            for r in replicas {
-                queue.push(
-                    at,
-                    Event::RouterRestart {
-                        replica: ReplicaId(u32::from(r)),
-                    },
-                );
-            }
-        }
-        for (i, e) in cfg.fleet_events.iter().enumerate() {
-            queue.push(e.at, Event::Fleet { index: i as u32 });
-        }
+        let queue = initial_events(&cfg, routers.len() as u64, mode);
         let mut fleet = FleetTracker::new(&slots, opts.record_series);
         for (i, l) in listed.iter().enumerate() {
             if !l {

@@ -6,7 +6,7 @@ use super::{RunResult, Simulation, engine_counters};
 use crate::fleet::Membership;
 use crate::ids::{BackendId, RequestId};
 use crate::metrics::fidelity::ReplayStats;
-use crate::metrics::{EngineCounters, RequestRec, RequestStats, SummaryInputs, summarize_stats};
+use crate::metrics::{EngineCounters, RequestRec, RequestStats, SummaryInputs, TsRow, summarize_stats};
 use crate::time::SimTime;
 
 /// Records on their way out of a run, and what the summary keeps of them.
@@ -165,65 +165,18 @@ impl Simulation<'_> {
         Ok(())
     }
 
+    /// The run's result at `end`: the last records and series handed out (or kept), and
+    /// the summary.
     pub(super) fn finish(mut self, end: SimTime) -> RunResult {
         self.fleet.finish(end);
-        let n = self.nodes.len();
-        let mut first_turns = vec![0u64; n];
-        let mut last_turns = vec![0u64; n];
-        let mut latched = 0;
-        for st in &self.sessions {
-            if let Some(b) = st.last_backend {
-                last_turns[b.index()] += 1;
-            }
-            if let Some(b) = st.first_backend {
-                first_turns[b.index()] += 1;
-                if st.first_turn_suboptimal && st.stayed {
-                    latched += 1;
-                }
-            }
-        }
-        let engines = self
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let r = &node.retired;
-                let c = engine_counters(self.engines.get(BackendId::from_index(i)));
-                EngineCounters {
-                    steps: c.steps + r.steps,
-                    preemptions: c.preemptions + r.preemptions,
-                    query_tokens: c.query_tokens + r.query_tokens,
-                    hit_tokens: c.hit_tokens + r.hit_tokens,
-                }
-            })
-            .collect();
+        let (first_turns, last_turns, latched) = self.session_placements();
+        let engines = self.engine_totals();
         if let Some(sink) = self.sink.as_deref_mut()
             && !self.decisions.rows.is_empty()
         {
             sink.decisions(self.decisions.take_batch());
         }
-        // The records: the rest to the sink, or all kept; the series likewise.
-        let requests = if self.outflow.requests {
-            self.release(true);
-            Vec::new()
-        } else {
-            let kept = self.log.requests.take_all();
-            for r in &kept {
-                self.outflow.stats.add(r);
-                self.outflow.replay.add(self.workload, r);
-            }
-            kept
-        };
-        let series = match self.sink.as_deref_mut() {
-            Some(sink) if self.outflow.series => {
-                let rest = self.fleet.take_series();
-                if !rest.is_empty() {
-                    sink.series(rest);
-                }
-                Vec::new()
-            }
-            _ => self.fleet.take_series(),
-        };
+        let (requests, series) = self.last_records();
         let stats = std::mem::take(&mut self.outflow.stats);
         let replay = std::mem::take(&mut self.outflow.replay);
         let itl_ns: std::collections::BTreeMap<u64, u64> = std::mem::take(&mut self.itl_counts).into_iter().collect();
@@ -267,5 +220,74 @@ impl Simulation<'_> {
                     .map(|e| e.coalesced_steps())
                     .sum::<u64>(),
         }
+    }
+
+    /// Per backend, the sessions whose first turn and whose last turn went there; and the
+    /// sessions latched: their first turn went where a less busy backend was listed, and
+    /// every later turn followed it.
+    fn session_placements(&self) -> (Vec<u64>, Vec<u64>, u64) {
+        let n = self.nodes.len();
+        let mut first_turns = vec![0u64; n];
+        let mut last_turns = vec![0u64; n];
+        let mut latched = 0;
+        for st in &self.sessions {
+            if let Some(b) = st.last_backend {
+                last_turns[b.index()] += 1;
+            }
+            if let Some(b) = st.first_backend {
+                first_turns[b.index()] += 1;
+                if st.first_turn_suboptimal && st.stayed {
+                    latched += 1;
+                }
+            }
+        }
+        (first_turns, last_turns, latched)
+    }
+
+    /// Each backend's engine counters over the run: its engine's now plus those of the
+    /// incarnations before its restarts.
+    fn engine_totals(&self) -> Vec<EngineCounters> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let r = &node.retired;
+                let c = engine_counters(self.engines.get(BackendId::from_index(i)));
+                EngineCounters {
+                    steps: c.steps + r.steps,
+                    preemptions: c.preemptions + r.preemptions,
+                    query_tokens: c.query_tokens + r.query_tokens,
+                    hit_tokens: c.hit_tokens + r.hit_tokens,
+                }
+            })
+            .collect()
+    }
+
+    /// The request records and series not yet handed out: the rest to the sink when it
+    /// takes them (then none kept), else all kept, each record counted in the summary's
+    /// statistics.
+    fn last_records(&mut self) -> (Vec<RequestRec>, Vec<TsRow>) {
+        let requests = if self.outflow.requests {
+            self.release(true);
+            Vec::new()
+        } else {
+            let kept = self.log.requests.take_all();
+            for r in &kept {
+                self.outflow.stats.add(r);
+                self.outflow.replay.add(self.workload, r);
+            }
+            kept
+        };
+        let series = match self.sink.as_deref_mut() {
+            Some(sink) if self.outflow.series => {
+                let rest = self.fleet.take_series();
+                if !rest.is_empty() {
+                    sink.series(rest);
+                }
+                Vec::new()
+            }
+            _ => self.fleet.take_series(),
+        };
+        (requests, series)
     }
 }

@@ -2,13 +2,13 @@
 //! open loop, happens-before pacing), the front balancer and routing decision, arrival at
 //! the engine, completion, failures, retries, and the router's request stats.
 
+use super::signals::stats_entry;
 use super::{Event, STATS_COMPLETE, STATS_RECORDED, STATS_RESPONSE, Simulation};
 use crate::backend::Engine;
 use crate::fleet::Membership;
 use crate::ids::{BackendId, ReplicaId, RequestId, SessionId};
 use crate::metrics::{DecisionRow, RecordWindow, RequestRec};
 use crate::router::Router;
-use crate::router::engine_stats::EngineStatsEntry;
 use crate::time::SimTime;
 
 impl Simulation<'_> {
@@ -61,16 +61,7 @@ impl Simulation<'_> {
         let rid = RequestId::from_index(self.log.requests.len());
         if self.cfg.router.fresh_signals {
             let engines = &self.engines;
-            self.routers[replica].set_fresh_engine_stats(now, |b| {
-                let g = engines.get(b).gauges();
-                EngineStatsEntry {
-                    running: g.running,
-                    waiting: g.waiting,
-                    kv_used_blocks: g.kv_used_blocks,
-                    kv_total_blocks: g.kv_total_blocks,
-                    read_at: now,
-                }
-            });
+            self.routers[replica].set_fresh_engine_stats(now, |b| stats_entry(engines.get(b).gauges(), now));
         }
         let audit = self.opts.record_decisions.then_some(&mut self.decisions.scratch);
         self.log.replica_of.push(ReplicaId::from_index(replica));
@@ -81,9 +72,7 @@ impl Simulation<'_> {
             self.log.view_ages.push(age.0);
         }
         if self.opts.record_decisions {
-            self.decisions.commit_view();
-            self.decisions.truth.extend(self.nodes.iter().map(|n| n.outstanding));
-            self.decisions.rows.push(DecisionRow {
+            self.record_decision(DecisionRow {
                 t: now,
                 request: rid,
                 session: s,
@@ -92,22 +81,9 @@ impl Simulation<'_> {
                 branch: d.branch,
                 match_chars: d.match_chars,
             });
-            if let Some(sink) = self.sink.as_deref_mut()
-                && self.decisions.views.len() >= sink.batch_entries()
-            {
-                sink.decisions(self.decisions.take_batch());
-            }
         }
         self.log.branches.push(d.branch);
-        let st = &mut self.sessions[s.index()];
-        st.last_backend = Some(b);
-        if turn == 0 {
-            st.first_backend = Some(b);
-            st.first_turn_suboptimal = self.nodes[b.index()].outstanding > min;
-            st.stayed = true;
-        } else if st.first_backend != Some(b) {
-            st.stayed = false;
-        }
+        self.note_pick(s, turn, b, min);
         self.nodes[b.index()].outstanding += 1;
         self.log.requests.push(RequestRec::routed(
             s,
@@ -128,6 +104,33 @@ impl Simulation<'_> {
             self.schedule(now, lag, Event::RecordDispatch { request: rid });
         }
         self.schedule(now, self.cfg.dispatch_latency, Event::BackendArrival { request: rid });
+    }
+
+    /// Adds a decision to the audit with the view it was made on and the true outstanding
+    /// counts, handing a full batch to the sink.
+    fn record_decision(&mut self, row: DecisionRow) {
+        self.decisions.commit_view();
+        self.decisions.truth.extend(self.nodes.iter().map(|n| n.outstanding));
+        self.decisions.rows.push(row);
+        if let Some(sink) = self.sink.as_deref_mut()
+            && self.decisions.views.len() >= sink.batch_entries()
+        {
+            sink.decisions(self.decisions.take_batch());
+        }
+    }
+
+    /// Session `s`'s books on where its turns went: the first turn's backend (and whether a
+    /// less busy one was listed, `min` outstanding), and whether it stayed there since.
+    fn note_pick(&mut self, s: SessionId, turn: u32, b: BackendId, min: u32) {
+        let st = &mut self.sessions[s.index()];
+        st.last_backend = Some(b);
+        if turn == 0 {
+            st.first_backend = Some(b);
+            st.first_turn_suboptimal = self.nodes[b.index()].outstanding > min;
+            st.stayed = true;
+        } else if st.first_backend != Some(b) {
+            st.stayed = false;
+        }
     }
 
     pub(super) fn on_backend_arrival(&mut self, now: SimTime, rid: RequestId) {

@@ -16,15 +16,7 @@ impl Simulation<'_> {
     pub(super) fn on_scrape_read(&mut self, now: SimTime, replica: ReplicaId, slot: ScrapeSlot) {
         let Some(b) = self.routers[replica.index()].scrape_target(slot.index()) else {
             // Nothing listed: the pass is over at once.
-            let sleep = self.routers[replica.index()].scrape_pass_end();
-            self.schedule(
-                now,
-                sleep,
-                Event::ScrapeRead {
-                    replica,
-                    slot: ScrapeSlot(0),
-                },
-            );
+            self.on_scrape_pass_end(now, replica);
             return;
         };
         self.catch_up(b);
@@ -40,13 +32,7 @@ impl Simulation<'_> {
             ScrapeOutcome::Fail => None,
             ScrapeOutcome::Values(g) => Some(g),
         };
-        let entry = g.map(|g| EngineStatsEntry {
-            running: g.running,
-            waiting: g.waiting,
-            kv_used_blocks: g.kv_used_blocks,
-            kv_total_blocks: g.kv_total_blocks,
-            read_at: now,
-        });
+        let entry = g.map(|g| stats_entry(g, now));
         let (next, mut after) = self.routers[replica.index()].scrape_read(slot.index(), entry);
         if self.faults.hangs(b, now) {
             // Upstream's `requests.get(..., timeout=scrape_interval)`: the pass waits.
@@ -104,6 +90,17 @@ impl Simulation<'_> {
                 self.routers[last].publish_kv_events(now, b, ev);
             }
         }
+    }
+}
+
+/// Gauges as the router's engine stats read them at `now`.
+pub(super) fn stats_entry(g: Gauges, now: SimTime) -> EngineStatsEntry {
+    EngineStatsEntry {
+        running: g.running,
+        waiting: g.waiting,
+        kv_used_blocks: g.kv_used_blocks,
+        kv_total_blocks: g.kv_total_blocks,
+        read_at: now,
     }
 }
 

@@ -53,50 +53,12 @@ fn f(file: &str, i: usize, field: &str, v: &Value) -> Result<f64, TraceError> {
 /// the arrays.
 pub fn read(path: &Path) -> Result<Measurement, TraceError> {
     let file = path.display().to_string();
-    let o: Value = serde_json::from_str(&read_bounded(path)?)
-        .map_err(|e| err(&file, Some(e.line() as u64), None, format!("not JSON: {e}")))?;
-    if !o.is_object() {
-        return Err(err(
-            &file,
-            None,
-            None,
-            "not a JSON object (a `vllm bench serve` result)",
-        ));
-    }
-    if o.get("status").is_some() && o.get("data").is_some() {
-        return Err(err(
-            &file,
-            None,
-            None,
-            "a Prometheus query_range answer: give it with --series beside the requests",
-        ));
-    }
-    let input = array(&file, &o, "input_lens")?;
-    let output = array(&file, &o, "output_lens")?;
-    let ttfts = array(&file, &o, "ttfts")?;
-    let itls = array(&file, &o, "itls")?;
-    let starts = array(&file, &o, "start_times")?;
+    let o = result_object(path, &file)?;
+    let a = Arrays::of(&file, &o)?;
     let errors = o.get("errors").and_then(Value::as_array);
-    let n = input.len();
-    for (name, a) in [
-        ("output_lens", output),
-        ("ttfts", ttfts),
-        ("itls", itls),
-        ("start_times", starts),
-    ] {
-        if a.len() != n {
-            return Err(err(
-                &file,
-                None,
-                Some(name),
-                format!("{} entries, but input_lens has {n}", a.len()),
-            ));
-        }
-    }
     let mut failed = 0u64;
     let mut rows: Vec<(MeasuredRequest, Vec<f64>)> = Vec::new();
-    for i in 0..n {
-        let line = i as u64 + 1;
+    for i in 0..a.input.len() {
         if errors
             .and_then(|e| e.get(i))
             .and_then(Value::as_str)
@@ -105,45 +67,7 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
             failed += 1;
             continue;
         }
-        let start = f(&file, i, "start_times", &starts[i])?;
-        let ttft = f(&file, i, "ttft", &ttfts[i])?;
-        if ttft <= 0.0 {
-            return Err(err(&file, Some(line), Some("ttfts"), format!("{ttft} s: not positive")));
-        }
-        let gaps = itls[i]
-            .as_array()
-            .ok_or_else(|| err(&file, Some(line), Some("itls"), "not an array of gaps"))?;
-        let mut times = vec![start + ttft];
-        for g in gaps {
-            let g = f(&file, i, "itls", g)?;
-            if g < 0.0 {
-                return Err(err(
-                    &file,
-                    Some(line),
-                    Some("itls"),
-                    format!("negative gap {g}: inconsistent clock"),
-                ));
-            }
-            times.push(times[times.len() - 1] + g);
-        }
-        let out = tokens(&file, line, "output_lens", f(&file, i, "output_lens", &output[i])?)?;
-        let r = MeasuredRequest {
-            id: format!("{i}"),
-            line,
-            queued_s: start,
-            input_tokens: tokens(&file, line, "input_lens", f(&file, i, "input_lens", &input[i])?)?,
-            output_tokens: out,
-            scheduled_s: None,
-            first_token_s: times[0],
-            last_token_s: times[times.len() - 1],
-        };
-        check_clock(&file, &r)?;
-        // One time per output token: chunks of several tokens share the chunk's time.
-        let per = times.len();
-        let token_times = (0..out as usize)
-            .map(|k| times[(k * per / out as usize).min(per - 1)])
-            .collect();
-        rows.push((r, token_times));
+        rows.push(a.request(&file, i)?);
     }
     if rows.is_empty() {
         return Err(err(&file, None, None, "no successful requests"));
@@ -158,21 +82,7 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
     }
     let (requests, token_times): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
     let series = series_from_tokens(&requests, &token_times, DERIVED_INTERVAL_S);
-    let client = match o.get("max_concurrency") {
-        None | Some(Value::Null) => Client::Open,
-        Some(v) => Client::Closed(
-            v.as_u64()
-                .filter(|&c| c >= 1 && c <= u64::from(u32::MAX))
-                .ok_or_else(|| {
-                    err(
-                        &file,
-                        None,
-                        Some("max_concurrency"),
-                        format!("not a positive whole number ({v})"),
-                    )
-                })? as u32,
-        ),
-    };
+    let client = client(&file, &o)?;
     let mut notes = vec![
         "times are the client's (send, first and last chunk); the series are derived from them (no running or waiting: add --series)".to_string(),
     ];
@@ -192,5 +102,126 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
         requests,
         series: Some(series),
         notes,
+    })
+}
+
+/// The file as a `vllm bench serve` result: a JSON object (a Prometheus answer is named as
+/// such, since it belongs beside the requests).
+fn result_object(path: &Path, file: &str) -> Result<Value, TraceError> {
+    let o: Value = serde_json::from_str(&read_bounded(path)?)
+        .map_err(|e| err(file, Some(e.line() as u64), None, format!("not JSON: {e}")))?;
+    if !o.is_object() {
+        return Err(err(file, None, None, "not a JSON object (a `vllm bench serve` result)"));
+    }
+    if o.get("status").is_some() && o.get("data").is_some() {
+        return Err(err(
+            file,
+            None,
+            None,
+            "a Prometheus query_range answer: give it with --series beside the requests",
+        ));
+    }
+    Ok(o)
+}
+
+/// The per-request arrays of a result, one entry per request each.
+struct Arrays<'a> {
+    input: &'a Vec<Value>,
+    output: &'a Vec<Value>,
+    ttfts: &'a Vec<Value>,
+    itls: &'a Vec<Value>,
+    starts: &'a Vec<Value>,
+}
+
+impl<'a> Arrays<'a> {
+    /// The arrays, each as long as `input_lens`.
+    fn of(file: &str, o: &'a Value) -> Result<Self, TraceError> {
+        let a = Arrays {
+            input: array(file, o, "input_lens")?,
+            output: array(file, o, "output_lens")?,
+            ttfts: array(file, o, "ttfts")?,
+            itls: array(file, o, "itls")?,
+            starts: array(file, o, "start_times")?,
+        };
+        let n = a.input.len();
+        for (name, v) in [
+            ("output_lens", a.output),
+            ("ttfts", a.ttfts),
+            ("itls", a.itls),
+            ("start_times", a.starts),
+        ] {
+            if v.len() != n {
+                return Err(err(
+                    file,
+                    None,
+                    Some(name),
+                    format!("{} entries, but input_lens has {n}", v.len()),
+                ));
+            }
+        }
+        Ok(a)
+    }
+
+    /// Request `i`: its times from its send, TTFT and gaps, and one time per output token
+    /// (chunks of several tokens share the chunk's time).
+    fn request(&self, file: &str, i: usize) -> Result<(MeasuredRequest, Vec<f64>), TraceError> {
+        let line = i as u64 + 1;
+        let start = f(file, i, "start_times", &self.starts[i])?;
+        let ttft = f(file, i, "ttft", &self.ttfts[i])?;
+        if ttft <= 0.0 {
+            return Err(err(file, Some(line), Some("ttfts"), format!("{ttft} s: not positive")));
+        }
+        let gaps = self.itls[i]
+            .as_array()
+            .ok_or_else(|| err(file, Some(line), Some("itls"), "not an array of gaps"))?;
+        let mut times = vec![start + ttft];
+        for g in gaps {
+            let g = f(file, i, "itls", g)?;
+            if g < 0.0 {
+                return Err(err(
+                    file,
+                    Some(line),
+                    Some("itls"),
+                    format!("negative gap {g}: inconsistent clock"),
+                ));
+            }
+            times.push(times[times.len() - 1] + g);
+        }
+        let out = tokens(file, line, "output_lens", f(file, i, "output_lens", &self.output[i])?)?;
+        let r = MeasuredRequest {
+            id: format!("{i}"),
+            line,
+            queued_s: start,
+            input_tokens: tokens(file, line, "input_lens", f(file, i, "input_lens", &self.input[i])?)?,
+            output_tokens: out,
+            scheduled_s: None,
+            first_token_s: times[0],
+            last_token_s: times[times.len() - 1],
+        };
+        check_clock(file, &r)?;
+        let per = times.len();
+        let token_times = (0..out as usize)
+            .map(|k| times[(k * per / out as usize).min(per - 1)])
+            .collect();
+        Ok((r, token_times))
+    }
+}
+
+/// The client: closed with `max_concurrency` requests at most in flight, else open.
+fn client(file: &str, o: &Value) -> Result<Client, TraceError> {
+    Ok(match o.get("max_concurrency") {
+        None | Some(Value::Null) => Client::Open,
+        Some(v) => Client::Closed(
+            v.as_u64()
+                .filter(|&c| c >= 1 && c <= u64::from(u32::MAX))
+                .ok_or_else(|| {
+                    err(
+                        file,
+                        None,
+                        Some("max_concurrency"),
+                        format!("not a positive whole number ({v})"),
+                    )
+                })? as u32,
+        ),
     })
 }

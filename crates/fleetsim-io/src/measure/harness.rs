@@ -229,6 +229,15 @@ fn read_requests(path: &Path, started_unix: f64) -> Result<(Vec<MeasuredRequest>
     ))
 }
 
+/// The series columns read besides `t`, in [`SeriesRow`] order.
+const SERIES_COLUMNS: [&str; 5] = [
+    "prompt_throughput",
+    "gen_throughput",
+    "running",
+    "waiting",
+    "kv_cache_pct",
+];
+
 fn read_series(path: &Path, tick: f64) -> Result<Series, TraceError> {
     let file = path.display().to_string();
     let text = read_bounded(path)?;
@@ -239,44 +248,13 @@ fn read_series(path: &Path, tick: f64) -> Result<Series, TraceError> {
         .clone();
     let col = |name: &str| headers.iter().position(|h| h.trim() == name);
     let t_col = col("t").ok_or_else(|| err(&file, Some(1), Some("t"), "missing column"))?;
-    let cols = [
-        col("prompt_throughput"),
-        col("gen_throughput"),
-        col("running"),
-        col("waiting"),
-        col("kv_cache_pct"),
-    ];
-    let names = [
-        "prompt_throughput",
-        "gen_throughput",
-        "running",
-        "waiting",
-        "kv_cache_pct",
-    ];
+    let cols = SERIES_COLUMNS.map(col);
     let mut rows = Vec::new();
     let mut prev = f64::NEG_INFINITY;
     for (i, rec) in rdr.records().enumerate() {
         let line = i as u64 + 2;
         let rec = rec.map_err(|e| err(&file, Some(line), None, e.to_string()))?;
-        let get = |c: usize, name: &str| -> Result<f64, TraceError> {
-            let s = rec
-                .get(c)
-                .ok_or_else(|| err(&file, Some(line), Some(name), "missing"))?;
-            let x: f64 = s.trim().parse().map_err(|_| {
-                err(
-                    &file,
-                    Some(line),
-                    Some(name),
-                    format!("not a number: {}", crate::quote::quote(s)),
-                )
-            })?;
-            let x = finite(&file, line, name, x)?;
-            if x < 0.0 {
-                return Err(err(&file, Some(line), Some(name), format!("negative ({x})")));
-            }
-            Ok(x)
-        };
-        let t = get(t_col, "t")?;
+        let t = series_value(&file, line, &rec, t_col, "t")?;
         if t <= prev {
             return Err(err(
                 &file,
@@ -289,7 +267,7 @@ fn read_series(path: &Path, tick: f64) -> Result<Series, TraceError> {
         let mut v = [None; 5];
         for (k, c) in cols.iter().enumerate() {
             if let Some(c) = c {
-                v[k] = Some(get(*c, names[k])?);
+                v[k] = Some(series_value(&file, line, &rec, *c, SERIES_COLUMNS[k])?);
             }
         }
         rows.push(SeriesRow {
@@ -309,4 +287,22 @@ fn read_series(path: &Path, tick: f64) -> Result<Series, TraceError> {
         interval_s: tick,
         rows,
     })
+}
+
+/// Column `c` (`name`) of a series row: a finite number, not negative.
+fn series_value(file: &str, line: u64, rec: &csv::StringRecord, c: usize, name: &str) -> Result<f64, TraceError> {
+    let s = rec.get(c).ok_or_else(|| err(file, Some(line), Some(name), "missing"))?;
+    let x: f64 = s.trim().parse().map_err(|_| {
+        err(
+            file,
+            Some(line),
+            Some(name),
+            format!("not a number: {}", crate::quote::quote(s)),
+        )
+    })?;
+    let x = finite(file, line, name, x)?;
+    if x < 0.0 {
+        return Err(err(file, Some(line), Some(name), format!("negative ({x})")));
+    }
+    Ok(x)
 }

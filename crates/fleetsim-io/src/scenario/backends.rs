@@ -153,28 +153,47 @@ impl GroupFile {
         ]
     }
 
+    /// Every key of a group, in the order errors name them, and whether it is set.
+    fn keys(&self) -> impl Iterator<Item = (&'static str, bool)> {
+        [
+            ("name", self.name.is_some()),
+            ("count", self.count.is_some()),
+            ("urls", self.urls.is_some()),
+            ("slots", self.slots.is_some()),
+        ]
+        .into_iter()
+        .chain(self.vllm_only())
+    }
+
     fn is_empty(&self) -> bool {
-        self.name.is_none()
-            && self.count.is_none()
-            && self.urls.is_none()
-            && self.slots.is_none()
-            && self.vllm_only().iter().all(|(_, set)| !set)
+        self.keys().all(|(_, set)| !set)
+    }
+
+    /// The first key set (for an error message).
+    fn first_key(&self) -> &'static str {
+        self.keys().find(|(_, set)| *set).map_or("count", |(k, _)| k)
+    }
+
+    /// The memory inputs KV blocks are derived from, and whether each is set.
+    fn memory_keys(&self) -> [(&'static str, bool); 4] {
+        [
+            ("gpu_memory_gib", self.gpu_memory_gib.is_some()),
+            ("gpu_memory_utilization", self.gpu_memory_utilization.is_some()),
+            ("activation_memory_gib", self.activation_memory_gib.is_some()),
+            ("kv_cache_dtype", self.kv_cache_dtype.is_some()),
+        ]
+    }
+
+    /// The first memory input set.
+    fn first_memory_key(&self) -> Option<&'static str> {
+        self.memory_keys().into_iter().find(|(_, set)| *set).map(|(k, _)| k)
     }
 }
 
 /// Validates `[backends]` (the raw table: its shared keys, then one group's keys or
 /// `[[backends.groups]]`).
 pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
-    let toml::Value::Table(all) = raw else {
-        return Err(FieldError::new("backends", "must be a table"));
-    };
-    let (shared, single): (toml::Table, toml::Table) = all
-        .clone()
-        .into_iter()
-        .partition(|(k, _)| SHARED_KEYS.contains(&k.as_str()));
-    let top: SharedFile = from_value(&toml::Value::Table(shared), "backends")?;
-    let single: GroupFile = from_value(&toml::Value::Table(single), "backends")?;
-    let b = Backends { top, single };
+    let b = split(raw)?;
     let gauge_lag = secs(b.top.metrics_lag_s.unwrap_or(0.0), "backends.metrics_lag_s", true)?;
     if !matches!(b.top.model.as_str(), "vllm" | "queueing") {
         return Err(FieldError::new(
@@ -182,34 +201,7 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
             format!("unknown model `{}`; expected `vllm` or `queueing`", b.top.model),
         ));
     }
-    let list: Vec<(String, &GroupFile)> = match &b.top.groups {
-        None => {
-            if b.single.name.is_some() {
-                return Err(FieldError::new(
-                    "backends.name",
-                    "names a group; use [[backends.groups]] for named groups",
-                ));
-            }
-            vec![("backends".to_string(), &b.single)]
-        }
-        Some(groups) => {
-            if !b.single.is_empty() {
-                let key = first_key(&b.single);
-                return Err(FieldError::new(
-                    format!("backends.{key}"),
-                    "give engine keys either on [backends] (one group) or in each [[backends.groups]], not both",
-                ));
-            }
-            if groups.is_empty() {
-                return Err(FieldError::new("backends.groups", "needs at least one group"));
-            }
-            groups
-                .iter()
-                .enumerate()
-                .map(|(i, g)| (format!("backends.groups[{i}]"), g))
-                .collect()
-        }
-    };
+    let list = b.groups()?;
     let named = b.top.groups.is_some();
     let mut fleet = Fleet {
         names: Vec::new(),
@@ -224,53 +216,10 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
     let mut seen_urls = std::collections::BTreeMap::new();
     for (gi, (path, g)) in list.iter().enumerate() {
         let at = |k: &str| format!("{path}.{k}");
-        let name = match (&g.name, named) {
-            (Some(n), true) => {
-                if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                    return Err(FieldError::new(
-                        at("name"),
-                        format!("`{n}` must be non-empty letters, digits, `-` or `_` (it names backends `{n}-0`, ...)"),
-                    ));
-                }
-                if !seen_names.insert(n.clone()) {
-                    return Err(FieldError::new(at("name"), format!("duplicate group name `{n}`")));
-                }
-                n.clone()
-            }
-            (None, true) => return Err(FieldError::new(path.clone(), "needs `name`")),
-            (_, false) => "backend".to_string(),
-        };
-        let n = count(
-            g.count.ok_or_else(|| FieldError::new(path.clone(), "needs `count`"))?,
-            &at("count"),
-            1,
-        )?;
-        let total = fleet.names.len() as u64 + u64::from(n);
-        if total > u64::from(MAX_BACKENDS) {
-            let what = if named { "the groups add up to" } else { "" };
-            return Err(FieldError::new(
-                at("count"),
-                format!("{what}{total} backends is above the supported {MAX_BACKENDS}")
-                    .trim_start()
-                    .to_string(),
-            ));
-        }
+        let name = group_name(g, named, path, &mut seen_names)?;
+        let n = group_count(g, named, path, fleet.names.len())?;
         let first = fleet.names.len();
-        let urls: Vec<String> = match &g.urls {
-            Some(u) => {
-                if u.len() != n as usize {
-                    return Err(FieldError::new(
-                        at("urls"),
-                        format!("lists {} URLs but {} = {n}", u.len(), at("count")),
-                    ));
-                }
-                u.clone()
-            }
-            // The single table keeps its global numbering (`backend-{i}`).
-            None => (0..n as usize)
-                .map(|i| format!("http://{name}-{}:8000", if named { i } else { first + i }))
-                .collect(),
-        };
+        let urls = group_urls(g, &name, n, named, first, &at)?;
         for (i, url) in urls.iter().enumerate() {
             if let Some(prev) = seen_urls.insert(url.clone(), gi) {
                 let also = if prev == gi {
@@ -284,19 +233,7 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
                 ));
             }
         }
-        let (profile, file_profile) = match &g.profile {
-            Some(id) if id.starts_with(profiles::file::FILE_PREFIX) => {
-                let path = &id[profiles::file::FILE_PREFIX.len()..];
-                let f = profiles::file::ProfileFile::read(std::path::Path::new(path))
-                    .map_err(|m| FieldError::new(at("profile"), m))?;
-                (None, Some(f))
-            }
-            Some(id) => (
-                Some(profiles::find(id).map_err(|m| FieldError::new(at("profile"), m))?),
-                None,
-            ),
-            None => (None, None),
-        };
+        let (profile, file_profile) = group_profile(g, &at)?;
         let model = if b.top.model == "vllm" {
             if g.slots.is_some() {
                 return Err(FieldError::new(
@@ -306,16 +243,7 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
             }
             BackendModel::Vllm(engine(g, profile.as_ref(), file_profile.as_ref(), &at)?)
         } else {
-            if let Some((k, _)) = g.vllm_only().into_iter().find(|(_, set)| *set) {
-                return Err(FieldError::new(at(k), "only applies to model = \"vllm\""));
-            }
-            let slots = count(
-                g.slots
-                    .ok_or_else(|| FieldError::new(path.clone(), "model = \"queueing\" needs `slots`"))?,
-                &at("slots"),
-                1,
-            )?;
-            BackendModel::Queueing { slots }
+            queueing_model(g, path, &at)?
         };
         let block = g
             .block_size_tokens
@@ -325,26 +253,8 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
                     .map_or(16, |f| i64::from(f.engine.block_size_tokens)),
             )
             .clamp(1, i64::from(u32::MAX)) as u32;
-        if gi == 0 {
-            fleet.block_size_tokens = block;
-        } else if block != fleet.block_size_tokens {
-            return Err(FieldError::new(
-                at("block_size_tokens"),
-                format!(
-                    "is {block} but the first group's is {}; the router hashes prefixes in blocks of one size",
-                    fleet.block_size_tokens
-                ),
-            ));
-        }
-        if let BackendModel::Vllm(cfg) = &model {
-            let limit = (u64::from(cfg.kv_blocks) * u64::from(cfg.block_size_tokens)).min(u64::from(u32::MAX)) as u32;
-            fleet.context_limit = Some(fleet.context_limit.map_or(limit, |l| l.min(limit)));
-            fleet.kv_blocks = fleet.kv_blocks.max(cfg.kv_blocks);
-        } else {
-            fleet.kv_blocks = fleet
-                .kv_blocks
-                .max(g.kv_blocks.unwrap_or(29_205).clamp(1, i64::from(u32::MAX)) as u32);
-        }
+        fleet.set_block_size(gi, block, &at)?;
+        fleet.size_kv(&model, g);
         let label = Label {
             group: if named { name.clone() } else { String::new() },
             profile: match (&profile, &file_profile) {
@@ -353,18 +263,195 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
                 (None, None) => String::new(),
             },
         };
+        fleet.push_group(&name, named, urls, &model, &label);
+    }
+    Ok(fleet)
+}
+
+/// `[backends]` split into its shared keys and one group's keys.
+fn split(raw: &toml::Value) -> Res<Backends> {
+    let toml::Value::Table(all) = raw else {
+        return Err(FieldError::new("backends", "must be a table"));
+    };
+    let (shared, single): (toml::Table, toml::Table) = all
+        .clone()
+        .into_iter()
+        .partition(|(k, _)| SHARED_KEYS.contains(&k.as_str()));
+    let top: SharedFile = from_value(&toml::Value::Table(shared), "backends")?;
+    let single: GroupFile = from_value(&toml::Value::Table(single), "backends")?;
+    Ok(Backends { top, single })
+}
+
+impl Backends {
+    /// The groups with their key paths: the single table's, or `[[backends.groups]]`.
+    fn groups(&self) -> Res<Vec<(String, &GroupFile)>> {
+        let Some(groups) = &self.top.groups else {
+            if self.single.name.is_some() {
+                return Err(FieldError::new(
+                    "backends.name",
+                    "names a group; use [[backends.groups]] for named groups",
+                ));
+            }
+            return Ok(vec![("backends".to_string(), &self.single)]);
+        };
+        if !self.single.is_empty() {
+            return Err(FieldError::new(
+                format!("backends.{}", self.single.first_key()),
+                "give engine keys either on [backends] (one group) or in each [[backends.groups]], not both",
+            ));
+        }
+        if groups.is_empty() {
+            return Err(FieldError::new("backends.groups", "needs at least one group"));
+        }
+        Ok(groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (format!("backends.groups[{i}]"), g))
+            .collect())
+    }
+}
+
+/// A group's name: `backend` for the single table; a named group's, unique among `seen`.
+fn group_name(g: &GroupFile, named: bool, path: &str, seen: &mut std::collections::BTreeSet<String>) -> Res<String> {
+    match (&g.name, named) {
+        (Some(n), true) => {
+            if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(FieldError::new(
+                    format!("{path}.name"),
+                    format!("`{n}` must be non-empty letters, digits, `-` or `_` (it names backends `{n}-0`, ...)"),
+                ));
+            }
+            if !seen.insert(n.clone()) {
+                return Err(FieldError::new(
+                    format!("{path}.name"),
+                    format!("duplicate group name `{n}`"),
+                ));
+            }
+            Ok(n.clone())
+        }
+        (None, true) => Err(FieldError::new(path, "needs `name`")),
+        (_, false) => Ok("backend".to_string()),
+    }
+}
+
+/// A group's backend count, the fleet's `before` backends plus these at most [`MAX_BACKENDS`].
+fn group_count(g: &GroupFile, named: bool, path: &str, before: usize) -> Res<u32> {
+    let at = format!("{path}.count");
+    let n = count(g.count.ok_or_else(|| FieldError::new(path, "needs `count`"))?, &at, 1)?;
+    let total = before as u64 + u64::from(n);
+    if total > u64::from(MAX_BACKENDS) {
+        let what = if named { "the groups add up to" } else { "" };
+        return Err(FieldError::new(
+            at,
+            format!("{what}{total} backends is above the supported {MAX_BACKENDS}")
+                .trim_start()
+                .to_string(),
+        ));
+    }
+    Ok(n)
+}
+
+/// A group's `n` endpoint URLs: as listed, or `http://<name>-<i>:8000` (the single table
+/// keeps its global numbering from `first`).
+fn group_urls(
+    g: &GroupFile,
+    name: &str,
+    n: u32,
+    named: bool,
+    first: usize,
+    at: &dyn Fn(&str) -> String,
+) -> Res<Vec<String>> {
+    match &g.urls {
+        Some(u) if u.len() != n as usize => Err(FieldError::new(
+            at("urls"),
+            format!("lists {} URLs but {} = {n}", u.len(), at("count")),
+        )),
+        Some(u) => Ok(u.clone()),
+        None => Ok((0..n as usize)
+            .map(|i| format!("http://{name}-{}:8000", if named { i } else { first + i }))
+            .collect()),
+    }
+}
+
+/// A group's `profile`: a shipped one, or a `file:PATH` profile read from its file.
+fn group_profile(
+    g: &GroupFile,
+    at: &dyn Fn(&str) -> String,
+) -> Res<(Option<Profile>, Option<profiles::file::ProfileFile>)> {
+    match &g.profile {
+        Some(id) if id.starts_with(profiles::file::FILE_PREFIX) => {
+            let path = &id[profiles::file::FILE_PREFIX.len()..];
+            let f = profiles::file::ProfileFile::read(std::path::Path::new(path))
+                .map_err(|m| FieldError::new(at("profile"), m))?;
+            Ok((None, Some(f)))
+        }
+        Some(id) => Ok((
+            Some(profiles::find(id).map_err(|m| FieldError::new(at("profile"), m))?),
+            None,
+        )),
+        None => Ok((None, None)),
+    }
+}
+
+/// A queueing group: its `slots`, and none of the vLLM keys.
+fn queueing_model(g: &GroupFile, path: &str, at: &dyn Fn(&str) -> String) -> Res<BackendModel> {
+    if let Some((k, _)) = g.vllm_only().into_iter().find(|(_, set)| *set) {
+        return Err(FieldError::new(at(k), "only applies to model = \"vllm\""));
+    }
+    let slots = count(
+        g.slots
+            .ok_or_else(|| FieldError::new(path, "model = \"queueing\" needs `slots`"))?,
+        &at("slots"),
+        1,
+    )?;
+    Ok(BackendModel::Queueing { slots })
+}
+
+impl Fleet {
+    /// Takes group `gi`'s block size: the first group's, which every other must match.
+    fn set_block_size(&mut self, gi: usize, block: u32, at: &dyn Fn(&str) -> String) -> Res<()> {
+        if gi == 0 {
+            self.block_size_tokens = block;
+        } else if block != self.block_size_tokens {
+            return Err(FieldError::new(
+                at("block_size_tokens"),
+                format!(
+                    "is {block} but the first group's is {}; the router hashes prefixes in blocks of one size",
+                    self.block_size_tokens
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts a group's engine in the fleet's context limit and largest KV pool.
+    fn size_kv(&mut self, model: &BackendModel, g: &GroupFile) {
+        if let BackendModel::Vllm(cfg) = model {
+            let limit = (u64::from(cfg.kv_blocks) * u64::from(cfg.block_size_tokens)).min(u64::from(u32::MAX)) as u32;
+            self.context_limit = Some(self.context_limit.map_or(limit, |l| l.min(limit)));
+            self.kv_blocks = self.kv_blocks.max(cfg.kv_blocks);
+        } else {
+            self.kv_blocks = self
+                .kv_blocks
+                .max(g.kv_blocks.unwrap_or(29_205).clamp(1, i64::from(u32::MAX)) as u32);
+        }
+    }
+
+    /// Adds a group's backends, one per URL: `<name>-<i>`, or `backend-<i>` numbered across
+    /// the single table.
+    fn push_group(&mut self, name: &str, named: bool, urls: Vec<String>, model: &BackendModel, label: &Label) {
+        let first = self.names.len();
         for (i, url) in urls.into_iter().enumerate() {
             let bname = if named {
                 format!("{name}-{i}")
             } else {
                 format!("backend-{}", first + i)
             };
-            fleet.names.push((bname, url));
-            fleet.models.push(model.clone());
-            fleet.labels.push(label.clone());
+            self.names.push((bname, url));
+            self.models.push(model.clone());
+            self.labels.push(label.clone());
         }
     }
-    Ok(fleet)
 }
 
 /// Makes every `profile = "file:PATH"` of `[backends]` and its groups absolute, against
@@ -397,27 +484,6 @@ pub(super) fn resolve_profile_files(table: &mut toml::Table, base: &std::path::P
     }
 }
 
-/// The first key set on a group (for an error message).
-fn first_key(g: &GroupFile) -> &'static str {
-    if g.name.is_some() {
-        return "name";
-    }
-    if g.count.is_some() {
-        return "count";
-    }
-    if g.urls.is_some() {
-        return "urls";
-    }
-    if g.slots.is_some() {
-        return "slots";
-    }
-    g.vllm_only()
-        .into_iter()
-        .find(|(_, set)| *set)
-        .map(|(k, _)| k)
-        .unwrap_or("count")
-}
-
 /// A vLLM group's engine: explicit keys, else the profile, else the shipped defaults.
 fn engine(
     g: &GroupFile,
@@ -425,110 +491,14 @@ fn engine(
     file: Option<&profiles::file::ProfileFile>,
     at: &dyn Fn(&str) -> String,
 ) -> Res<VllmConfig> {
-    let st = g.step_time.as_ref();
-    let coef = |v: Option<f64>, d: f64, k: &str| -> Res<f64> {
-        let x = v.unwrap_or(d);
-        if !x.is_finite() || !(0.0..=1e6).contains(&x) {
-            return Err(FieldError::new(
-                at(&format!("step_time.{k}")),
-                format!("must be between 0 and 1e6 µs, got {x}"),
-            ));
-        }
-        Ok(x)
-    };
-    let def = match (profile, file) {
-        (Some(p), _) => p.step_time.clone(),
-        (None, Some(f)) => f.step_time_model(),
-        (None, None) => StepTimeModel::default(),
-    };
-    let step_time = StepTimeModel {
-        beta0_us: coef(st.and_then(|s| s.beta0_us), def.beta0_us, "beta0_us")?,
-        beta1_us: coef(st.and_then(|s| s.beta1_us), def.beta1_us, "beta1_us")?,
-        beta2_us: coef(st.and_then(|s| s.beta2_us), def.beta2_us, "beta2_us")?,
-        beta3_us: coef(st.and_then(|s| s.beta3_us), def.beta3_us, "beta3_us")?,
-    };
+    let step_time = step_time(g, profile, file, at)?;
     let block_size_tokens = count(
         g.block_size_tokens
             .unwrap_or(file.map_or(16, |f| i64::from(f.engine.block_size_tokens))),
         &at("block_size_tokens"),
         1,
     )?;
-    let memory_keys = [
-        ("gpu_memory_gib", g.gpu_memory_gib.is_some()),
-        ("gpu_memory_utilization", g.gpu_memory_utilization.is_some()),
-        ("activation_memory_gib", g.activation_memory_gib.is_some()),
-        ("kv_cache_dtype", g.kv_cache_dtype.is_some()),
-    ];
-    let kv_blocks = match (g.kv_blocks, profile) {
-        (None, None) if file.is_some() => {
-            if let Some((key, _)) = memory_keys.iter().find(|(_, set)| *set) {
-                return Err(FieldError::new(
-                    at(key),
-                    "a profile file carries its measured kv_blocks; give kv_blocks to change it",
-                ));
-            }
-            file.map_or(1, |f| f.engine.kv_blocks)
-        }
-        (Some(k), _) => {
-            if let Some((key, _)) = memory_keys.iter().find(|(_, set)| *set) {
-                return Err(FieldError::new(
-                    at(key),
-                    "kv_blocks is given, so the memory inputs would be ignored; give one or the other",
-                ));
-            }
-            count(k, &at("kv_blocks"), 1)?
-        }
-        (None, Some(p)) => {
-            let dtype_bytes = match g.kv_cache_dtype.as_deref().unwrap_or("auto") {
-                "auto" | "bfloat16" | "float16" | "bf16" | "fp16" => 2,
-                "fp8" | "fp8_e4m3" | "fp8_e5m2" => 1,
-                other => {
-                    return Err(FieldError::new(
-                        at("kv_cache_dtype"),
-                        format!(
-                            "unknown KV cache dtype {}; expected auto, fp8, fp8_e4m3 or fp8_e5m2",
-                            crate::quote::quote(other)
-                        ),
-                    ));
-                }
-            };
-            let mut k = KvInputs::for_profile(
-                p,
-                g.gpu_memory_utilization.unwrap_or(0.9),
-                block_size_tokens,
-                dtype_bytes,
-                g.activation_memory_gib.unwrap_or(0.0),
-            );
-            if let Some(m) = g.gpu_memory_gib {
-                k.gpu_memory_gib = m;
-            }
-            profiles::kv_blocks(&k).map_err(|m| {
-                // The input the message is about, else the first memory key given.
-                let key = memory_keys
-                    .iter()
-                    .find(|(k, set)| *set && m.starts_with(k))
-                    .or_else(|| memory_keys.iter().find(|(_, set)| *set))
-                    .map(|(k, _)| *k)
-                    .unwrap_or("profile");
-                FieldError::new(at(key), format!("{m} ({})", p.id))
-            })?
-        }
-        (None, None) => {
-            if let Some((key, _)) = memory_keys.iter().find(|(_, set)| *set) {
-                return Err(FieldError::new(
-                    at(key),
-                    "deriving KV blocks from memory needs a `profile` (the model's layers, KV heads and weights)",
-                ));
-            }
-            29_205
-        }
-    };
-    if kv_blocks >= fleetsim_core::backend::MAX_KV_BLOCKS {
-        return Err(FieldError::new(
-            at("kv_blocks"),
-            format!("too large (at most {})", fleetsim_core::backend::MAX_KV_BLOCKS - 1),
-        ));
-    }
+    let kv_blocks = kv_blocks(g, profile, file, block_size_tokens, at)?;
     // `vllm serve` defaults for the profile's GPU; the H100-class ones without a profile.
     let (d_tokens, d_seqs) = match (profile, file) {
         (Some(p), _) => p.gpu.vllm_batch_defaults(),
@@ -549,5 +519,116 @@ fn engine(
         reserve_full_isl: g
             .reserve_full_isl
             .unwrap_or(file.is_some_and(|f| f.engine.reserve_full_isl)),
+    })
+}
+
+/// `step_time`: each coefficient given, else the profile's (shipped or file), else the
+/// default model's.
+fn step_time(
+    g: &GroupFile,
+    profile: Option<&Profile>,
+    file: Option<&profiles::file::ProfileFile>,
+    at: &dyn Fn(&str) -> String,
+) -> Res<StepTimeModel> {
+    let st = g.step_time.as_ref();
+    let coef = |v: Option<f64>, d: f64, k: &str| -> Res<f64> {
+        let x = v.unwrap_or(d);
+        if !x.is_finite() || !(0.0..=1e6).contains(&x) {
+            return Err(FieldError::new(
+                at(&format!("step_time.{k}")),
+                format!("must be between 0 and 1e6 µs, got {x}"),
+            ));
+        }
+        Ok(x)
+    };
+    let def = match (profile, file) {
+        (Some(p), _) => p.step_time.clone(),
+        (None, Some(f)) => f.step_time_model(),
+        (None, None) => StepTimeModel::default(),
+    };
+    Ok(StepTimeModel {
+        beta0_us: coef(st.and_then(|s| s.beta0_us), def.beta0_us, "beta0_us")?,
+        beta1_us: coef(st.and_then(|s| s.beta1_us), def.beta1_us, "beta1_us")?,
+        beta2_us: coef(st.and_then(|s| s.beta2_us), def.beta2_us, "beta2_us")?,
+        beta3_us: coef(st.and_then(|s| s.beta3_us), def.beta3_us, "beta3_us")?,
+    })
+}
+
+/// A vLLM group's KV blocks: `kv_blocks` as given; else a profile file's measured count;
+/// else derived from the shipped profile's memory; else the default. The memory inputs go
+/// with a shipped profile alone.
+fn kv_blocks(
+    g: &GroupFile,
+    profile: Option<&Profile>,
+    file: Option<&profiles::file::ProfileFile>,
+    block_size_tokens: u32,
+    at: &dyn Fn(&str) -> String,
+) -> Res<u32> {
+    let refuse_memory = |why: &str| match g.first_memory_key() {
+        Some(key) => Err(FieldError::new(at(key), why)),
+        None => Ok(()),
+    };
+    let kv_blocks = match (g.kv_blocks, profile) {
+        (None, None) if file.is_some() => {
+            refuse_memory("a profile file carries its measured kv_blocks; give kv_blocks to change it")?;
+            file.map_or(1, |f| f.engine.kv_blocks)
+        }
+        (Some(k), _) => {
+            refuse_memory("kv_blocks is given, so the memory inputs would be ignored; give one or the other")?;
+            count(k, &at("kv_blocks"), 1)?
+        }
+        (None, Some(p)) => kv_blocks_from_memory(g, p, block_size_tokens, at)?,
+        (None, None) => {
+            refuse_memory(
+                "deriving KV blocks from memory needs a `profile` (the model's layers, KV heads and weights)",
+            )?;
+            29_205
+        }
+    };
+    if kv_blocks >= fleetsim_core::backend::MAX_KV_BLOCKS {
+        return Err(FieldError::new(
+            at("kv_blocks"),
+            format!("too large (at most {})", fleetsim_core::backend::MAX_KV_BLOCKS - 1),
+        ));
+    }
+    Ok(kv_blocks)
+}
+
+/// The KV blocks vLLM derives from the GPU's memory for profile `p` and the group's memory
+/// inputs; an error names the input it is about.
+fn kv_blocks_from_memory(g: &GroupFile, p: &Profile, block_size_tokens: u32, at: &dyn Fn(&str) -> String) -> Res<u32> {
+    let dtype_bytes = match g.kv_cache_dtype.as_deref().unwrap_or("auto") {
+        "auto" | "bfloat16" | "float16" | "bf16" | "fp16" => 2,
+        "fp8" | "fp8_e4m3" | "fp8_e5m2" => 1,
+        other => {
+            return Err(FieldError::new(
+                at("kv_cache_dtype"),
+                format!(
+                    "unknown KV cache dtype {}; expected auto, fp8, fp8_e4m3 or fp8_e5m2",
+                    crate::quote::quote(other)
+                ),
+            ));
+        }
+    };
+    let mut k = KvInputs::for_profile(
+        p,
+        g.gpu_memory_utilization.unwrap_or(0.9),
+        block_size_tokens,
+        dtype_bytes,
+        g.activation_memory_gib.unwrap_or(0.0),
+    );
+    if let Some(m) = g.gpu_memory_gib {
+        k.gpu_memory_gib = m;
+    }
+    profiles::kv_blocks(&k).map_err(|m| {
+        // The input the message is about, else the first memory key given.
+        let key = g
+            .memory_keys()
+            .into_iter()
+            .find(|(k, set)| *set && m.starts_with(k))
+            .map(|(k, _)| k)
+            .or_else(|| g.first_memory_key())
+            .unwrap_or("profile");
+        FieldError::new(at(key), format!("{m} ({})", p.id))
     })
 }

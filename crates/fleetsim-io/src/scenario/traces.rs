@@ -5,11 +5,12 @@ use std::path::Path;
 use super::schema::TraceFile;
 use super::workload::{arrival, service_time};
 use super::{FieldError, Res, count, secs};
+use crate::trace::{Format, Mode, Scale, SessionMode, TraceGroupConfig};
 use fleetsim_core::time::SimTime;
 
-/// Validates one `[[workload.traces]]` table (`p` is its key path).
-pub(super) fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::trace::TraceGroupConfig> {
-    use crate::trace::{Format, Mode, Scale, SessionMode};
+/// Validates one `[[workload.traces]]` table (`p` is its key path): its first error, in
+/// the order of the steps below.
+pub(super) fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<TraceGroupConfig> {
     if t.file.is_empty() {
         return Err(FieldError::new(format!("{p}.file"), "names no file"));
     }
@@ -21,10 +22,32 @@ pub(super) fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::
     if name.is_empty() {
         return Err(FieldError::new(format!("{p}.name"), "must not be empty"));
     }
-    let mut g = crate::trace::TraceGroupConfig::new(&name, file);
+    let mut g = TraceGroupConfig::new(&name, file);
     if let Some(f) = &t.format {
         g.format = Some(Format::parse(f).map_err(|m| FieldError::new(format!("{p}.format"), m))?);
     }
+    timing(t, p, &mut g)?;
+    sessions(t, p, &mut g)?;
+    agent(t, p, &mut g)?;
+    g.max_context_tokens = t
+        .max_context_tokens
+        .map(|c| count(c, &format!("{p}.max_context_tokens"), 2))
+        .transpose()?;
+    g.max_idle_gap_ns = t
+        .max_idle_gap_s
+        .map(|s| secs(s, &format!("{p}.max_idle_gap_s"), true).map(|d| d.0))
+        .transpose()?;
+    g.block_tokens = t
+        .block_tokens
+        .map(|b| count(b, &format!("{p}.block_tokens"), 1))
+        .transpose()?;
+    g.service_time_s = service_time(t.service_time_s.as_ref(), queueing, p)?;
+    Ok(g)
+}
+
+/// The replay's timing: loop mode, time scale, window, placement in simulated time, request
+/// limit, repeats and arrival jitter.
+fn timing(t: &TraceFile, p: &str, g: &mut TraceGroupConfig) -> Res<()> {
     g.mode = match t.mode.as_deref() {
         None | Some("open") => Mode::Open,
         Some("closed") => Mode::Closed,
@@ -72,6 +95,11 @@ pub(super) fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::
         secs(j, &format!("{p}.arrival_jitter_s"), true)?;
         g.arrival_jitter_s = j;
     }
+    Ok(())
+}
+
+/// How rows become sessions: the mode, and the settings of inference and synthesis.
+fn sessions(t: &TraceFile, p: &str, g: &mut TraceGroupConfig) -> Res<()> {
     if let Some(m) = &t.sessions {
         g.sessions = SessionMode::parse(m).map_err(|e| FieldError::new(format!("{p}.sessions"), e))?;
     }
@@ -105,6 +133,12 @@ pub(super) fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::
             g.synthesize.max_open = count(v, &format!("{q}.max_open"), 1)?;
         }
     }
+    Ok(())
+}
+
+/// Session-shaped traces: when sessions open, the column mapping, content and row filter,
+/// and the session key header.
+fn agent(t: &TraceFile, p: &str, g: &mut TraceGroupConfig) -> Res<()> {
     if let Some(v) = &t.session_arrival {
         g.agent.session_arrival = Some(arrival(v, &format!("{p}.session_arrival"))?);
     }
@@ -129,17 +163,7 @@ pub(super) fn trace_group(t: &TraceFile, p: &str, queueing: bool) -> Res<crate::
         g.agent.read.filter =
             crate::trace::filter::parse(w).map_err(|(k, m)| FieldError::new(format!("{p}.{k}"), m))?;
     }
-    if let Some(c) = t.max_context_tokens {
-        g.max_context_tokens = Some(count(c, &format!("{p}.max_context_tokens"), 2)?);
-    }
-    if let Some(s) = t.max_idle_gap_s {
-        g.max_idle_gap_ns = Some(secs(s, &format!("{p}.max_idle_gap_s"), true)?.0);
-    }
-    if let Some(b) = t.block_tokens {
-        g.block_tokens = Some(count(b, &format!("{p}.block_tokens"), 1)?);
-    }
-    g.service_time_s = service_time(t.service_time_s.as_ref(), queueing, p)?;
-    Ok(g)
+    Ok(())
 }
 
 /// Resolves every `workload.traces[i].file` of `table` against `base` (the scenario file's

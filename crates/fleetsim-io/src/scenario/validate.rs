@@ -1,17 +1,35 @@
 //! The whole-file validation: each section through its validator, then the cross-section
 //! checks and the memory preflight, into a runnable [`super::Scenario`].
 
+use std::collections::BTreeSet;
+
 use super::events::{client, faults, fleet_events, router_events};
-use super::router::policy;
-use super::schema::ScenarioFile;
+use super::schema::{GroupFile, RouterFile, ScenarioFile, TraceFile};
 use super::traces::trace_group;
 use super::workload::{arrival, service_time};
 use super::{FieldError, Res, Scenario, backends, count, count_within, counts, dist, secs};
+use crate::trace::TraceGroupConfig;
+use fleetsim_core::dist::Dist;
 use fleetsim_core::policy::kind::Fleet;
 use fleetsim_core::router::RouterConfig;
 use fleetsim_core::sim::{BackendModel, FrontBalancer, SimConfig};
 use fleetsim_core::time::SimTime;
 use fleetsim_core::workload::GroupConfig;
+
+/// `checked!(Config { field: check, .. })`: the config when every field's check passed,
+/// else `None`. Each check is an `Option`: `None` where it failed (its error kept) or where
+/// a section it needs failed. The checks run in the order written whatever the earlier
+/// ones gave, so one pass finds the first error of every key; a check may use the fields
+/// written before it, and a field alone names an `Option` checked before.
+macro_rules! checked {
+    ($config:ident { $($field:ident $(: $check:expr)?),+ $(,)? }) => {{
+        $($(let $field = $check;)?)+
+        match ($($field,)+) {
+            ($(Some($field),)+) => Some($config { $($field),+ }),
+            _ => None,
+        }
+    }};
+}
 
 /// Validates a parsed file: its first error in check order (`validate_all` has them all).
 pub fn validate(f: ScenarioFile, stem: &str) -> Res<Scenario> {
@@ -29,288 +47,65 @@ fn keep<T>(r: Res<T>, errs: &mut Vec<FieldError>) -> Option<T> {
 pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldError>> {
     let mut errs = Vec::new();
     let e = &mut errs;
-    let name = f.name.clone().unwrap_or_else(|| stem.to_string());
-    if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." {
-        e.push(FieldError::new(
-            "name",
-            format!("`{name}` cannot be used as a results folder name"),
-        ));
-    }
-    let fleet_b = keep(backends::validate(&f.backends), e);
-    let n = fleet_b.as_ref().map(|b| b.names.len() as u32);
-    let r = &f.router;
-    let policy = fleet_b.as_ref().and_then(|fleet_b| {
-        let fleet = Fleet {
-            block_size_tokens: fleet_b.block_size_tokens,
-            kv_blocks: fleet_b.kv_blocks,
-            // Validated below; clamped here so a bad value is reported under its own key.
-            chars_per_token: r.chars_per_token.clamp(1, 64) as u32,
-            max_num_seqs: fleet_b
-                .models
-                .iter()
-                .map(|m| match m {
-                    BackendModel::Vllm(c) => c.max_num_seqs,
-                    BackendModel::Queueing { slots } => *slots,
-                })
-                .collect(),
-        };
-        keep(policy(r.policy.as_ref(), fleet), e)
+    let name = keep(results_name(f.name.as_deref(), stem), e);
+    let fleet = keep(backends::validate(&f.backends), e);
+    let n = fleet.as_ref().map(|b| b.names.len() as u32);
+    let router = router(&f.router, fleet.as_ref(), e);
+    let (limits, net) = (&f.limits, &f.network);
+    let sim = checked!(SimConfig {
+        name,
+        seed: Some(f.seed),
+        router,
+        max_sim_time: keep(
+            limits
+                .max_sim_time_s
+                .map(|v| secs(v, "limits.max_sim_time_s", false).map(|d| SimTime(d.0)))
+                .transpose(),
+            e
+        ),
+        max_events: keep(max_events(limits.max_events), e),
+        dispatch_latency: keep(secs(net.dispatch_latency_s, "network.dispatch_latency_s", true), e),
+        response_latency: keep(secs(net.response_latency_s, "network.response_latency_s", true), e),
+        faults: n.and_then(|n| keep(faults(&f.faults, n), e)),
+        router_restarts: replicas(&f.router)
+            .ok()
+            .and_then(|r| keep(router_events(&f.router_events, r), e)),
+        fleet_events: n.and_then(|n| keep(fleet_events(&f.fleet_events, n), e)),
+        client: keep(client(&f.client), e),
+        backends: fleet.as_ref().map(|b| b.names.clone()),
+        models: fleet.as_ref().map(|b| b.models.clone()),
+        labels: fleet.as_ref().map(|b| b.labels.clone()),
+        gauge_lag: fleet.as_ref().map(|b| b.gauge_lag),
     });
-    let engine_stats_interval = policy.as_ref().and_then(|p| {
-        keep(
-            secs(
-                r.engine_stats_interval_s
-                    .unwrap_or_else(|| p.default_engine_stats_interval_s()),
-                "router.engine_stats_interval_s",
-                false,
-            ),
-            e,
-        )
-    });
-    let scrape_duration = keep(secs(r.scrape_duration_s, "router.scrape_duration_s", true), e);
-    let request_stats_window = keep(
-        secs(r.request_stats_window_s, "router.request_stats_window_s", false),
-        e,
-    );
-    let request_stats_lag = keep(secs(r.request_stats_lag_s, "router.request_stats_lag_s", true), e);
-    let chars_per_token = keep(
-        count_within(r.chars_per_token, "router.chars_per_token", 1, 64, |c| {
-            format!("must be at most 64, got {c}")
-        }),
-        e,
-    );
-    let kv_event_lag = keep(secs(r.kv_event_lag_s, "router.kv_event_lag_s", true), e);
-    let replicas = keep(
-        count_within(r.replicas, "router.replicas", 1, 1024, |n| {
-            format!("{n} replicas is above the supported 1024")
-        }),
-        e,
-    );
-    let scrape_jitter = keep(secs(r.scrape_jitter_s, "router.scrape_jitter_s", true), e);
-    let engine_stats_phase = match r.engine_stats_phase {
-        v if (0.0..1.0).contains(&v) => Some(v),
-        v => {
-            e.push(FieldError::new(
-                "router.engine_stats_phase",
-                format!("must be a fraction of the interval in [0, 1), got {v}"),
-            ));
-            None
-        }
-    };
-    let front = match r.front.as_str() {
-        "round_robin" => Some(FrontBalancer::RoundRobin),
-        "random" => Some(FrontBalancer::Random),
-        "session_hash" => Some(FrontBalancer::SessionHash),
-        other => {
-            e.push(FieldError::new(
-                "router.front",
-                format!("unknown front balancer `{other}`; expected `round_robin`, `random` or `session_hash`"),
-            ));
-            None
-        }
-    };
-    let limits = &f.limits;
-    let max_sim_time = match limits.max_sim_time_s {
-        Some(v) => keep(secs(v, "limits.max_sim_time_s", false), e).map(|d| Some(SimTime(d.0))),
-        None => Some(None),
-    };
-    if limits.max_events == 0 {
-        e.push(FieldError::new("limits.max_events", "must be > 0"));
-    }
-    let net = &f.network;
-    let dispatch_latency = keep(secs(net.dispatch_latency_s, "network.dispatch_latency_s", true), e);
-    let response_latency = keep(secs(net.response_latency_s, "network.response_latency_s", true), e);
-    let faults = n.and_then(|n| keep(faults(&f.faults, n), e));
-    let router_restarts = replicas.and_then(|r| keep(router_events(&f.router_events, r), e));
-    let fleet_events = n.and_then(|n| keep(fleet_events(&f.fleet_events, n), e));
-    let client = keep(client(&f.client), e);
-    // Unknown when the fleet failed: the checks that depend on it wait for a valid fleet.
-    let queueing = fleet_b
-        .as_ref()
-        .map(|b| matches!(b.models[0], BackendModel::Queueing { .. }));
     if f.workload.groups.is_empty() && f.workload.traces.is_empty() {
         e.push(FieldError::new(
             "workload.groups",
             "needs at least one [[workload.groups]] table (or [[workload.traces]])",
         ));
     }
-    let mut groups = Vec::new();
-    let mut names_seen = std::collections::BTreeSet::new();
-    for (i, g) in f.workload.groups.iter().enumerate() {
-        let p = format!("workload.groups[{i}]");
-        if g.name.is_empty() || !names_seen.insert(g.name.clone()) {
-            e.push(FieldError::new(
-                format!("{p}.name"),
-                format!("group names must be unique and non-empty, got `{}`", g.name),
-            ));
-        }
-        let sessions = keep(count(g.sessions, &format!("{p}.sessions"), 1), e);
-        let service = queueing.and_then(|q| keep(service_time(g.service_time_s.as_ref(), q, &p), e));
-        let input = keep(dist(&g.input_tokens, &format!("{p}.input_tokens")), e);
-        let turns_ok = keep(counts::check(&g.turns, &format!("{p}.turns"), 1, "turns"), e);
-        let output_ok = keep(
-            counts::check(&g.output_tokens, &format!("{p}.output_tokens"), 1, "output_tokens"),
-            e,
-        );
-        let arrival = keep(arrival(&g.arrival, &format!("{p}.arrival")), e);
-        let turns = turns_ok.and_then(|_| keep(dist(&g.turns, &format!("{p}.turns")), e));
-        let system_prompt_tokens = keep(
-            count(g.system_prompt_tokens, &format!("{p}.system_prompt_tokens"), 0),
-            e,
-        );
-        let first_input_tokens = match &g.first_input_tokens {
-            Some(v) => keep(dist(v, &format!("{p}.first_input_tokens")), e),
-            None => input.clone(),
-        };
-        let output_tokens = output_ok.and_then(|_| keep(dist(&g.output_tokens, &format!("{p}.output_tokens")), e));
-        let think_time_s = keep(dist(&g.think_time_s, &format!("{p}.think_time_s")), e);
-        let max_context_tokens = match g.max_context_tokens {
-            Some(v) => keep(count(v, &format!("{p}.max_context_tokens"), 2), e).map(Some),
-            None => Some(None),
-        };
-        if let (
-            Some(sessions),
-            Some(service_time_s),
-            Some(input_tokens),
-            Some(arrival),
-            Some(turns),
-            Some(system_prompt_tokens),
-            Some(first_input_tokens),
-            Some(output_tokens),
-            Some(think_time_s),
-            Some(max_context_tokens),
-        ) = (
-            sessions,
-            service,
-            input,
-            arrival,
-            turns,
-            system_prompt_tokens,
-            first_input_tokens,
-            output_tokens,
-            think_time_s,
-            max_context_tokens,
-        ) {
-            groups.push(GroupConfig {
-                name: g.name.clone(),
-                sessions,
-                arrival,
-                turns,
-                system_prompt_tokens,
-                system_prompt: g.system_prompt.clone().unwrap_or_else(|| g.name.clone()),
-                first_input_tokens,
-                input_tokens,
-                output_tokens,
-                think_time_s,
-                service_time_s,
-                sends_session_key: g.sends_session_key,
-                max_context_tokens,
-                request_api: g.request_api.unwrap_or_default(),
-            });
-        }
-    }
-    let mut traces = Vec::new();
-    for (i, t) in f.workload.traces.iter().enumerate() {
-        let Some(q) = queueing else { break };
-        let Some(tc) = keep(trace_group(t, &format!("workload.traces[{i}]"), q), e) else {
-            continue;
-        };
-        if !names_seen.insert(tc.name.clone()) {
-            e.push(FieldError::new(
-                format!("workload.traces[{i}].name"),
-                format!(
-                    "group names must be unique across [[workload.groups]] and [[workload.traces]], got `{}` twice (set `name`)",
-                    tc.name
-                ),
-            ));
-        }
-        traces.push(tc);
-    }
+    // Unknown when the fleet failed: the checks that depend on it wait for a valid fleet.
+    let queueing = fleet
+        .as_ref()
+        .map(|b| matches!(b.models[0], BackendModel::Queueing { .. }));
+    let mut names = BTreeSet::new();
+    let groups: Vec<GroupConfig> = f
+        .workload
+        .groups
+        .iter()
+        .enumerate()
+        .filter_map(|(i, g)| group(g, &format!("workload.groups[{i}]"), queueing, &mut names, e))
+        .collect();
+    let mut traces = traces(&f.workload.traces, queueing, &mut names, e);
     let budget = keep(
         crate::preflight::Budget::new(limits.max_memory_gib).map_err(|m| FieldError::new("limits.max_memory_gib", m)),
         e,
     );
-    let (
-        Some(fleet_b),
-        Some(policy),
-        Some(engine_stats_interval),
-        Some(scrape_duration),
-        Some(request_stats_window),
-        Some(request_stats_lag),
-        Some(chars_per_token),
-        Some(kv_event_lag),
-        Some(replicas),
-        Some(scrape_jitter),
-        Some(engine_stats_phase),
-        Some(front),
-        Some(max_sim_time),
-        Some(dispatch_latency),
-        Some(response_latency),
-        Some(faults),
-        Some(router_restarts),
-        Some(fleet_events),
-        Some(client),
-        Some(budget),
-    ) = (
-        fleet_b,
-        policy,
-        engine_stats_interval,
-        scrape_duration,
-        request_stats_window,
-        request_stats_lag,
-        chars_per_token,
-        kv_event_lag,
-        replicas,
-        scrape_jitter,
-        engine_stats_phase,
-        front,
-        max_sim_time,
-        dispatch_latency,
-        response_latency,
-        faults,
-        router_restarts,
-        fleet_events,
-        client,
-        budget,
-    )
-    else {
+    let (Some(sim), Some(budget), Some(fleet)) = (sim, budget, fleet) else {
         return Err(errs);
     };
     if !errs.is_empty() {
         return Err(errs);
     }
-    let router = RouterConfig {
-        engine_stats_interval,
-        scrape_duration,
-        request_stats_window,
-        request_stats_lag,
-        chars_per_token,
-        kv_event_lag,
-        replicas,
-        scrape_jitter,
-        engine_stats_phase,
-        front,
-        block_size_tokens: fleet_b.block_size_tokens,
-        fresh_signals: r.fresh_signals,
-        policy,
-    };
-    let sim = SimConfig {
-        name,
-        seed: f.seed,
-        backends: fleet_b.names,
-        models: fleet_b.models,
-        labels: fleet_b.labels,
-        router,
-        dispatch_latency,
-        response_latency,
-        gauge_lag: fleet_b.gauge_lag,
-        max_sim_time,
-        max_events: limits.max_events,
-        faults,
-        router_restarts,
-        fleet_events,
-        client,
-    };
     let fixed = preflight(&sim, &groups, !traces.is_empty(), &budget).map_err(|e| vec![e])?;
     for t in &mut traces {
         // What the fleet, the groups and the writing take is not the traces' to use.
@@ -321,10 +116,196 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
         groups,
         traces,
         description: f.description,
-        context_limit_tokens: fleet_b.context_limit,
+        context_limit_tokens: fleet.context_limit,
         budget,
         estimate_bytes: fixed,
     })
+}
+
+/// The scenario's name (the file stem when it has none): it names the results folder.
+fn results_name(name: Option<&str>, stem: &str) -> Res<String> {
+    let name = name.unwrap_or(stem);
+    if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." {
+        return Err(FieldError::new(
+            "name",
+            format!("`{name}` cannot be used as a results folder name"),
+        ));
+    }
+    Ok(name.to_string())
+}
+
+/// `[router]`, its policy sized to the fleet: `None` when a key failed, or the fleet did.
+fn router(r: &RouterFile, fleet: Option<&backends::Fleet>, e: &mut Vec<FieldError>) -> Option<RouterConfig> {
+    checked!(RouterConfig {
+        policy: fleet.and_then(|b| keep(super::router::policy(r.policy.as_ref(), policy_fleet(b, r)), e)),
+        engine_stats_interval: policy.as_ref().and_then(|p| {
+            let v = r
+                .engine_stats_interval_s
+                .unwrap_or_else(|| p.default_engine_stats_interval_s());
+            keep(secs(v, "router.engine_stats_interval_s", false), e)
+        }),
+        scrape_duration: keep(secs(r.scrape_duration_s, "router.scrape_duration_s", true), e),
+        request_stats_window: keep(
+            secs(r.request_stats_window_s, "router.request_stats_window_s", false),
+            e
+        ),
+        request_stats_lag: keep(secs(r.request_stats_lag_s, "router.request_stats_lag_s", true), e),
+        chars_per_token: keep(
+            count_within(r.chars_per_token, "router.chars_per_token", 1, 64, |c| {
+                format!("must be at most 64, got {c}")
+            }),
+            e
+        ),
+        kv_event_lag: keep(secs(r.kv_event_lag_s, "router.kv_event_lag_s", true), e),
+        replicas: keep(replicas(r), e),
+        scrape_jitter: keep(secs(r.scrape_jitter_s, "router.scrape_jitter_s", true), e),
+        engine_stats_phase: keep(phase(r.engine_stats_phase), e),
+        front: keep(front(&r.front), e),
+        block_size_tokens: fleet.map(|b| b.block_size_tokens),
+        fresh_signals: Some(r.fresh_signals),
+    })
+}
+
+/// What a policy is sized from: the fleet's KV blocks and batch limits, and the router's
+/// characters per token.
+fn policy_fleet(b: &backends::Fleet, r: &RouterFile) -> Fleet {
+    Fleet {
+        block_size_tokens: b.block_size_tokens,
+        kv_blocks: b.kv_blocks,
+        // Validated with the router; clamped here so a bad value is reported under its own key.
+        chars_per_token: r.chars_per_token.clamp(1, 64) as u32,
+        max_num_seqs: b
+            .models
+            .iter()
+            .map(|m| match m {
+                BackendModel::Vllm(c) => c.max_num_seqs,
+                BackendModel::Queueing { slots } => *slots,
+            })
+            .collect(),
+    }
+}
+
+/// `router.replicas` (the router events need it valid, whatever the router's other keys).
+fn replicas(r: &RouterFile) -> Res<u32> {
+    count_within(r.replicas, "router.replicas", 1, 1024, |n| {
+        format!("{n} replicas is above the supported 1024")
+    })
+}
+
+/// `router.engine_stats_phase`: a fraction of the scrape interval.
+fn phase(v: f64) -> Res<f64> {
+    if (0.0..1.0).contains(&v) {
+        return Ok(v);
+    }
+    Err(FieldError::new(
+        "router.engine_stats_phase",
+        format!("must be a fraction of the interval in [0, 1), got {v}"),
+    ))
+}
+
+/// `router.front`: the load balancer in front of the replicas.
+fn front(name: &str) -> Res<FrontBalancer> {
+    match name {
+        "round_robin" => Ok(FrontBalancer::RoundRobin),
+        "random" => Ok(FrontBalancer::Random),
+        "session_hash" => Ok(FrontBalancer::SessionHash),
+        other => Err(FieldError::new(
+            "router.front",
+            format!("unknown front balancer `{other}`; expected `round_robin`, `random` or `session_hash`"),
+        )),
+    }
+}
+
+/// `limits.max_events`.
+fn max_events(v: u64) -> Res<u64> {
+    if v == 0 {
+        return Err(FieldError::new("limits.max_events", "must be > 0"));
+    }
+    Ok(v)
+}
+
+/// One `[[workload.groups]]` table at `p` (`queueing` unknown when the fleet failed); its
+/// name joins `names`, which must stay unique.
+fn group(
+    g: &GroupFile,
+    p: &str,
+    queueing: Option<bool>,
+    names: &mut BTreeSet<String>,
+    e: &mut Vec<FieldError>,
+) -> Option<GroupConfig> {
+    let at = |k: &str| format!("{p}.{k}");
+    checked!(GroupConfig {
+        name: keep(unique_group_name(&g.name, p, names), e),
+        sessions: keep(count(g.sessions, &at("sessions"), 1), e),
+        service_time_s: queueing.and_then(|q| keep(service_time(g.service_time_s.as_ref(), q, p), e)),
+        input_tokens: keep(dist(&g.input_tokens, &at("input_tokens")), e),
+        turns: keep(count_dist(&g.turns, &at("turns"), "turns"), e),
+        output_tokens: keep(count_dist(&g.output_tokens, &at("output_tokens"), "output_tokens"), e),
+        arrival: keep(arrival(&g.arrival, &at("arrival")), e),
+        system_prompt_tokens: keep(count(g.system_prompt_tokens, &at("system_prompt_tokens"), 0), e),
+        first_input_tokens: match &g.first_input_tokens {
+            Some(v) => keep(dist(v, &at("first_input_tokens")), e),
+            None => input_tokens.clone(),
+        },
+        think_time_s: keep(dist(&g.think_time_s, &at("think_time_s")), e),
+        max_context_tokens: keep(
+            g.max_context_tokens
+                .map(|v| count(v, &at("max_context_tokens"), 2))
+                .transpose(),
+            e
+        ),
+        system_prompt: Some(g.system_prompt.clone().unwrap_or_else(|| g.name.clone())),
+        sends_session_key: Some(g.sends_session_key),
+        request_api: Some(g.request_api.unwrap_or_default()),
+    })
+}
+
+/// A group's name at `p`: non-empty and not taken by an earlier group.
+fn unique_group_name(name: &str, p: &str, names: &mut BTreeSet<String>) -> Res<String> {
+    if name.is_empty() || !names.insert(name.to_string()) {
+        return Err(FieldError::new(
+            format!("{p}.name"),
+            format!("group names must be unique and non-empty, got `{name}`"),
+        ));
+    }
+    Ok(name.to_string())
+}
+
+/// A count-valued distribution (`turns`, `output_tokens`): at least 1 as written, then the
+/// distribution.
+fn count_dist(v: &toml::Value, path: &str, what: &str) -> Res<Dist> {
+    counts::check(v, path, 1, what)?;
+    dist(v, path)
+}
+
+/// The `[[workload.traces]]` tables (none while the fleet is unknown): their names join
+/// `names`, unique across groups and traces.
+fn traces(
+    list: &[TraceFile],
+    queueing: Option<bool>,
+    names: &mut BTreeSet<String>,
+    e: &mut Vec<FieldError>,
+) -> Vec<TraceGroupConfig> {
+    let Some(q) = queueing else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, t) in list.iter().enumerate() {
+        let Some(tc) = keep(trace_group(t, &format!("workload.traces[{i}]"), q), e) else {
+            continue;
+        };
+        if !names.insert(tc.name.clone()) {
+            e.push(FieldError::new(
+                format!("workload.traces[{i}].name"),
+                format!(
+                    "group names must be unique across [[workload.groups]] and [[workload.traces]], got `{}` twice (set `name`)",
+                    tc.name
+                ),
+            ));
+        }
+        out.push(tc);
+    }
+    out
 }
 
 /// Refuses a fleet or workload whose estimated memory exceeds the budget, naming the key that

@@ -15,7 +15,7 @@ use std::io::Read;
 use serde::Deserialize;
 
 use super::jsonl::{Obj, for_each_line, parse_json};
-use super::model::{Builder, Calls, NO_SESSION, NONE, Timing, TraceError, ms_ns, push_call};
+use super::model::{Builder, Calls, NO_SESSION, NONE, RawRow, Timing, TraceError, ms_ns, push_call};
 
 /// Largest `replay.trace_block_size` read (tokens per block hash): vLLM's KV blocks are
 /// 1 to a few hundred tokens; a block beyond this cannot be a prompt's unit.
@@ -93,115 +93,7 @@ pub(super) fn read(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
             ));
         }
         match ev.event_type.as_ref() {
-            "request_end" => {
-                let Some(Obj(req)) = ev.request else {
-                    return Err(b.err(line, Some("event.request"), "a request_end event needs `request`"));
-                };
-                let start = ms_ns(req.request_received_ms).ok_or_else(|| {
-                    b.err(
-                        line,
-                        Some("event.request.request_received_ms"),
-                        format!(
-                            "expected unix milliseconds in [0, 1.8e13], got {}",
-                            req.request_received_ms
-                        ),
-                    )
-                })?;
-                let dur = |v: Option<f64>, key: &str| -> Result<u64, TraceError> {
-                    match v {
-                        None => Ok(NONE),
-                        Some(ms) => ms_ns(ms).ok_or_else(|| {
-                            b.err(
-                                line,
-                                Some(key),
-                                format!("expected milliseconds in [0, 1.8e13], got {ms}"),
-                            )
-                        }),
-                    }
-                };
-                let total = dur(req.total_time_ms, "event.request.total_time_ms")?;
-                let ttft = dur(req.ttft_ms, "event.request.ttft_ms")?;
-                // The end is the start plus the total: checked, never wrapped around 2^64.
-                let end_ns = match total {
-                    NONE => NONE,
-                    t => start.checked_add(t).filter(|&e| e != NONE).ok_or_else(|| {
-                        b.err(
-                            line,
-                            Some("event.request.total_time_ms"),
-                            format!(
-                                "request_received_ms {} + total_time_ms {} ends after the year 2554 (2^64 ns)",
-                                req.request_received_ms,
-                                req.total_time_ms.unwrap_or(0.0)
-                            ),
-                        )
-                    })?,
-                };
-                let mut hashes: &[u64] = &[];
-                if let Some(Obj(rp)) = &req.replay {
-                    let bs = match rp.trace_block_size {
-                        Some(bs) => {
-                            if !(1..=MAX_TRACE_BLOCK_SIZE).contains(&bs) {
-                                return Err(b.err(
-                                    line,
-                                    Some("event.request.replay.trace_block_size"),
-                                    format!("expected 1 to {MAX_TRACE_BLOCK_SIZE} tokens per block, got {bs}"),
-                                ));
-                            }
-                            if calls.block_tokens.is_some_and(|x| x != bs) {
-                                return Err(b.err(
-                                    line,
-                                    Some("event.request.replay.trace_block_size"),
-                                    format!(
-                                        "{bs} differs from the trace's earlier {} (one block size per trace)",
-                                        calls.block_tokens.unwrap_or(0)
-                                    ),
-                                ));
-                            }
-                            calls.block_tokens = Some(bs);
-                            bs
-                        }
-                        None => calls
-                            .block_tokens
-                            .unwrap_or(super::model::Format::Dynamo.default_block_tokens()),
-                    };
-                    // One hash per whole or partial block of the prompt, no more.
-                    let most = req.input_tokens.div_ceil(u64::from(bs));
-                    if rp.input_sequence_hashes.len() as u64 > most {
-                        return Err(b.err(
-                            line,
-                            Some("event.request.replay.input_sequence_hashes"),
-                            format!(
-                                "{} block hashes for a prompt of {} tokens in blocks of {bs}: at most {most}",
-                                rp.input_sequence_hashes.len(),
-                                req.input_tokens
-                            ),
-                        ));
-                    }
-                    hashes = &rp.input_sequence_hashes;
-                }
-                let session = match ev.agent_context.as_ref().and_then(|c| c.0.session_id.as_deref()) {
-                    Some(s) => b.session(s),
-                    None => NO_SESSION,
-                };
-                let timing = Timing {
-                    end_ns,
-                    ttft_ns: ttft,
-                    think_ns: NONE,
-                    model: req.model.as_deref(),
-                };
-                push_call(
-                    b,
-                    &mut calls,
-                    line,
-                    start,
-                    req.input_tokens,
-                    req.output_tokens,
-                    session,
-                    u32::MAX,
-                    hashes,
-                    timing,
-                )
-            }
+            "request_end" => request_end(b, &mut calls, line, ev),
             "tool_end" | "tool_error" => {
                 if let Some(d) = ev.tool.and_then(|t| t.0.duration_ms) {
                     let ns = ms_ns(d).ok_or_else(|| {
@@ -225,6 +117,123 @@ pub(super) fn read(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
     })?;
     b.trace.calls = Some(Box::new(calls));
     Ok(())
+}
+
+/// One LLM call: its start, end and TTFT, its session, and its prompt's block hashes.
+fn request_end(b: &mut Builder, calls: &mut Calls, line: u64, ev: Event<'_>) -> Result<(), TraceError> {
+    let Some(Obj(req)) = ev.request else {
+        return Err(b.err(line, Some("event.request"), "a request_end event needs `request`"));
+    };
+    let start = ms_ns(req.request_received_ms).ok_or_else(|| {
+        b.err(
+            line,
+            Some("event.request.request_received_ms"),
+            format!(
+                "expected unix milliseconds in [0, 1.8e13], got {}",
+                req.request_received_ms
+            ),
+        )
+    })?;
+    let dur = |v: Option<f64>, key: &str| -> Result<u64, TraceError> {
+        match v {
+            None => Ok(NONE),
+            Some(ms) => ms_ns(ms).ok_or_else(|| {
+                b.err(
+                    line,
+                    Some(key),
+                    format!("expected milliseconds in [0, 1.8e13], got {ms}"),
+                )
+            }),
+        }
+    };
+    let total = dur(req.total_time_ms, "event.request.total_time_ms")?;
+    let ttft = dur(req.ttft_ms, "event.request.ttft_ms")?;
+    // The end is the start plus the total: checked, never wrapped around 2^64.
+    let end_ns = match total {
+        NONE => NONE,
+        t => start.checked_add(t).filter(|&e| e != NONE).ok_or_else(|| {
+            b.err(
+                line,
+                Some("event.request.total_time_ms"),
+                format!(
+                    "request_received_ms {} + total_time_ms {} ends after the year 2554 (2^64 ns)",
+                    req.request_received_ms,
+                    req.total_time_ms.unwrap_or(0.0)
+                ),
+            )
+        })?,
+    };
+    let hashes: &[u64] = match &req.replay {
+        Some(Obj(rp)) => replay_hashes(b, calls, line, rp, req.input_tokens)?,
+        None => &[],
+    };
+    let session = match ev.agent_context.as_ref().and_then(|c| c.0.session_id.as_deref()) {
+        Some(s) => b.session(s),
+        None => NO_SESSION,
+    };
+    let timing = Timing {
+        end_ns,
+        ttft_ns: ttft,
+        think_ns: NONE,
+        model: req.model.as_deref(),
+    };
+    let r = RawRow {
+        session,
+        blocks: hashes,
+        ..RawRow::new(line, start, req.input_tokens, req.output_tokens)
+    };
+    push_call(b, calls, r, timing)
+}
+
+/// A call's prompt content: one hash per whole or partial block of its `input_tokens`, in
+/// blocks of the trace's one `trace_block_size` (the first call's, else the format's).
+fn replay_hashes<'r>(
+    b: &Builder,
+    calls: &mut Calls,
+    line: u64,
+    rp: &'r Replay,
+    input_tokens: u64,
+) -> Result<&'r [u64], TraceError> {
+    let bs = match rp.trace_block_size {
+        Some(bs) => {
+            if !(1..=MAX_TRACE_BLOCK_SIZE).contains(&bs) {
+                return Err(b.err(
+                    line,
+                    Some("event.request.replay.trace_block_size"),
+                    format!("expected 1 to {MAX_TRACE_BLOCK_SIZE} tokens per block, got {bs}"),
+                ));
+            }
+            if calls.block_tokens.is_some_and(|x| x != bs) {
+                return Err(b.err(
+                    line,
+                    Some("event.request.replay.trace_block_size"),
+                    format!(
+                        "{bs} differs from the trace's earlier {} (one block size per trace)",
+                        calls.block_tokens.unwrap_or(0)
+                    ),
+                ));
+            }
+            calls.block_tokens = Some(bs);
+            bs
+        }
+        None => calls
+            .block_tokens
+            .unwrap_or(super::model::Format::Dynamo.default_block_tokens()),
+    };
+    // One hash per whole or partial block of the prompt, no more.
+    let most = input_tokens.div_ceil(u64::from(bs));
+    if rp.input_sequence_hashes.len() as u64 > most {
+        return Err(b.err(
+            line,
+            Some("event.request.replay.input_sequence_hashes"),
+            format!(
+                "{} block hashes for a prompt of {} tokens in blocks of {bs}: at most {most}",
+                rp.input_sequence_hashes.len(),
+                input_tokens
+            ),
+        ));
+    }
+    Ok(&rp.input_sequence_hashes)
 }
 
 #[cfg(test)]

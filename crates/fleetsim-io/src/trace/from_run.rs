@@ -18,15 +18,50 @@ use anyhow::{Context, Result, bail};
 /// Converts `dir`; writes the calls to `out` and the scenario to `out` with `.toml`.
 /// Returns the calls written and the scenario's path.
 pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
-    // The folder must hold one whole run (a truncated requests.csv would convert to a
-    // shorter replay; an edited or missing manifest is not a run).
+    let (scen_path, mut table) = run_scenario(dir)?;
+    let prompts = group_prompts(&table, &scen_path)?;
+    let (mut rdr, req_path, cols) = open_requests(dir)?;
+    let file_name = out
+        .file_name()
+        .and_then(|s| s.to_str())
+        .context("--out names no file")?
+        .to_string();
+    let mut n = 0;
+    let mut shared: BTreeMap<String, i64> = BTreeMap::new();
+    // Whole or absent: written to a temporary sibling and renamed.
+    crate::atomic::write_with(out, |tmp| {
+        let f = std::fs::File::create(tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        let mut w = csv::Writer::from_writer(std::io::BufWriter::new(f));
+        copy_rows(&mut rdr, &mut w, &req_path, &prompts, cols, &mut n, &mut shared)?;
+        w.flush()?;
+        Ok(())
+    })?;
+    replay_scenario(&mut table, file_name, shared);
+    let scen = out.with_extension("toml");
+    let body = format!(
+        "# Replays the requests of {} closed-loop (sim trace convert --from-run).\n{}",
+        crate::quote::path(dir),
+        toml::to_string(&table)?
+    );
+    crate::atomic::write_file(&scen, body.as_bytes()).with_context(|| format!("cannot write {}", scen.display()))?;
+    Ok((n, scen))
+}
+
+/// The run's scenario (its path and table). The folder must hold one whole run (a
+/// truncated requests.csv would convert to a shorter replay; an edited or missing manifest
+/// is not a run).
+fn run_scenario(dir: &Path) -> Result<(PathBuf, toml::Table)> {
     crate::atomic::verify(dir)?;
     let scen_path = dir.join("scenario.toml");
     let text = crate::atomic::read_text(&scen_path, crate::scenario::MAX_SCENARIO_BYTES, "the scenario")
         .map_err(|(_, m)| anyhow::anyhow!("{}: {m}", scen_path.display()))?;
-    let mut table: toml::Table = toml::from_str(&text).with_context(|| format!("parsing {}", scen_path.display()))?;
-    // Group name -> (prompt name, tokens).
-    let mut prompts: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    let table: toml::Table = toml::from_str(&text).with_context(|| format!("parsing {}", scen_path.display()))?;
+    Ok((scen_path, table))
+}
+
+/// Each group's shared prompt: group name -> (prompt name, tokens). A run of traces has no
+/// groups to convert.
+fn group_prompts(table: &toml::Table, scen_path: &Path) -> Result<BTreeMap<String, (String, i64)>> {
     let workload = table.get("workload").and_then(toml::Value::as_table);
     if workload.and_then(|w| w.get("traces")).is_some() {
         bail!(
@@ -34,6 +69,7 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
             scen_path.display()
         );
     }
+    let mut prompts = BTreeMap::new();
     for g in workload
         .and_then(|w| w.get("groups"))
         .and_then(toml::Value::as_array)
@@ -55,6 +91,12 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
             .map_or_else(|| name.clone(), str::to_string);
         prompts.insert(name, (prompt, tokens));
     }
+    Ok(prompts)
+}
+
+/// The run's requests.csv, its path, and where its columns session, turn, t_router_s,
+/// t_done_s, prompt_tokens and output_tokens stand.
+fn open_requests(dir: &Path) -> Result<(csv::Reader<super::lines::Capped<std::fs::File>>, PathBuf, [usize; 6])> {
     let req_path = dir.join("requests.csv");
     if !req_path.exists() && dir.join("requests.parquet").exists() {
         bail!(
@@ -76,37 +118,21 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
             .position(|h| h == n)
             .with_context(|| format!("{}: no column `{n}`", req_path.display()))
     };
-    let (cs, ct, cr, cd, cp, co) = (
+    let cols = [
         col("session")?,
         col("turn")?,
         col("t_router_s")?,
         col("t_done_s")?,
         col("prompt_tokens")?,
         col("output_tokens")?,
-    );
-    let file_name = out
-        .file_name()
-        .and_then(|s| s.to_str())
-        .context("--out names no file")?
-        .to_string();
-    let mut n = 0;
-    let mut shared: BTreeMap<String, i64> = BTreeMap::new();
-    // Whole or absent: written to a temporary sibling and renamed.
-    crate::atomic::write_with(out, |tmp| {
-        let f = std::fs::File::create(tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-        let mut w = csv::Writer::from_writer(std::io::BufWriter::new(f));
-        copy_rows(
-            &mut rdr,
-            &mut w,
-            &req_path,
-            &prompts,
-            [cs, ct, cr, cd, cp, co],
-            &mut n,
-            &mut shared,
-        )?;
-        w.flush()?;
-        Ok(())
-    })?;
+    ];
+    Ok((rdr, req_path, cols))
+}
+
+/// The run's scenario turned into the replay's: named `<name>-replay`, its workload one
+/// closed-loop `sessions` trace of `file_name` (each group's shared prompt as a
+/// `shared_prefix_tokens` entry), its tool tables dropped.
+fn replay_scenario(table: &mut toml::Table, file_name: String, shared: BTreeMap<String, i64>) {
     let name = table
         .get("name")
         .and_then(toml::Value::as_str)
@@ -141,14 +167,6 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(usize, PathBuf)> {
     let mut wl = toml::Table::new();
     wl.insert("traces".into(), toml::Value::Array(vec![toml::Value::Table(t)]));
     table.insert("workload".into(), toml::Value::Table(wl));
-    let scen = out.with_extension("toml");
-    let body = format!(
-        "# Replays the requests of {} closed-loop (sim trace convert --from-run).\n{}",
-        crate::quote::path(dir),
-        toml::to_string(&table)?
-    );
-    crate::atomic::write_file(&scen, body.as_bytes()).with_context(|| format!("cannot write {}", scen.display()))?;
-    Ok((n, scen))
 }
 
 /// Copies the completed requests of `rdr` as sessions rows (`c`: the columns session,

@@ -70,54 +70,11 @@ pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspect
         (Some(a), Some(b)) => b - a,
         _ => 0,
     };
-    let mut burst = 0u64;
-    let mut lo = 0usize;
-    for hi in 0..times.len() {
-        while times[hi] - times[lo] >= 1_000_000_000 {
-            lo += 1;
-        }
-        burst = burst.max((hi - lo + 1) as u64);
-    }
     let mut distinct = times.clone();
     distinct.dedup();
     let mut input: Vec<u64> = trace.rows.iter().map(|r| u64::from(r.input)).collect();
     let mut output: Vec<u64> = trace.rows.iter().map(|r| u64::from(r.output)).collect();
-    let prefix = trace.has_blocks().then(|| {
-        let mut seen = rustc_hash::FxHashSet::default();
-        let mut first = rustc_hash::FxHashSet::default();
-        let mut st = PrefixStats {
-            block_tokens,
-            distinct_blocks: trace.raw_blocks.len() as u64,
-            ..PrefixStats::default()
-        };
-        let mut reused = 0u64;
-        for &r in &order {
-            let b = trace.rows[r as usize].blocks(&trace.blocks);
-            if b.is_empty() {
-                continue;
-            }
-            st.rows_with_blocks += 1;
-            st.blocks += b.len() as u64;
-            if !first.insert(b[0]) {
-                st.rows_sharing_first_block += 1;
-            }
-            let mut all_seen = true;
-            for h in prefix_chain(b) {
-                let new = seen.insert(h);
-                if all_seen && !new {
-                    reused += 1;
-                } else {
-                    all_seen = false;
-                }
-            }
-        }
-        st.reusable_prefix_share = if st.blocks == 0 {
-            0.0
-        } else {
-            reused as f64 / st.blocks as f64
-        };
-        st
-    });
+    let prefix = trace.has_blocks().then(|| prefix_stats(trace, &order, block_tokens));
     let (grouping, used, sessions) = group_sessions(
         trace,
         &order,
@@ -139,7 +96,7 @@ pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspect
         } else {
             n as f64 / (span_ns as f64 / 1e9)
         },
-        max_arrivals_in_1s: burst,
+        max_arrivals_in_1s: max_in_one_second(&times),
         distinct_arrival_times: distinct.len() as u64,
         input_tokens: Quantiles::of(&mut input),
         output_tokens: Quantiles::of(&mut output),
@@ -149,6 +106,59 @@ pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspect
         agent: (trace.has_sessions() || trace.calls.is_some())
             .then(|| super::agent_inspect::stats(trace, &grouping, block_tokens)),
     }
+}
+
+/// The most arrivals in any one-second window (`times` sorted, ns): the burst a router sees.
+fn max_in_one_second(times: &[u64]) -> u64 {
+    let mut burst = 0u64;
+    let mut lo = 0usize;
+    for hi in 0..times.len() {
+        while times[hi] - times[lo] >= 1_000_000_000 {
+            lo += 1;
+        }
+        burst = burst.max((hi - lo + 1) as u64);
+    }
+    burst
+}
+
+/// How much of the rows' prefix content repeats, in arrival `order`: the share of blocks
+/// that continue a prefix seen before (what a prefix cache could reuse), and the rows that
+/// share their first block.
+fn prefix_stats(trace: &Trace, order: &[u32], block_tokens: u32) -> PrefixStats {
+    let mut seen = rustc_hash::FxHashSet::default();
+    let mut first = rustc_hash::FxHashSet::default();
+    let mut st = PrefixStats {
+        block_tokens,
+        distinct_blocks: trace.raw_blocks.len() as u64,
+        ..PrefixStats::default()
+    };
+    let mut reused = 0u64;
+    for &r in order {
+        let b = trace.rows[r as usize].blocks(&trace.blocks);
+        if b.is_empty() {
+            continue;
+        }
+        st.rows_with_blocks += 1;
+        st.blocks += b.len() as u64;
+        if !first.insert(b[0]) {
+            st.rows_sharing_first_block += 1;
+        }
+        let mut all_seen = true;
+        for h in prefix_chain(b) {
+            let new = seen.insert(h);
+            if all_seen && !new {
+                reused += 1;
+            } else {
+                all_seen = false;
+            }
+        }
+    }
+    st.reusable_prefix_share = if st.blocks == 0 {
+        0.0
+    } else {
+        reused as f64 / st.blocks as f64
+    };
+    st
 }
 
 /// The inspection as an aligned text table.

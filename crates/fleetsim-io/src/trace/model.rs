@@ -372,17 +372,33 @@ impl Builder {
     /// (at most one per prompt token; a reader that knows its block size checks the exact
     /// bound first) and the memory the trace takes with it (every row, against the
     /// budget, with the capacities the arenas grow to).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn push(
-        &mut self,
-        line: u64,
-        t_ns: u64,
-        input: u64,
-        output: u64,
-        session: u32,
-        turn: u32,
-        blocks: &[u64],
-    ) -> Result<(), TraceError> {
+    pub(super) fn push(&mut self, r: RawRow<'_>) -> Result<(), TraceError> {
+        if let Some(e) = self.refusal(&r) {
+            if r.input == 0 && self.skip {
+                self.trace.zero_input_rows += 1;
+            }
+            return self.bad(e);
+        }
+        if self.trace.blocks.len() + r.blocks.len() > u32::MAX as usize
+            || self.trace.rows.len() >= u32::MAX as usize - 1
+        {
+            return Err(self.err(
+                r.line,
+                None,
+                "the trace is too large (more than 2^32 rows or block ids)",
+            ));
+        }
+        let need = self.bytes_with(r.blocks.len());
+        if need > self.budget_bytes {
+            return Err(self.over_budget(r.line, need));
+        }
+        self.keep(r);
+        Ok(())
+    }
+
+    /// Why a row cannot be a request (a malformed row, which `skip_bad_rows` may skip): no
+    /// prompt token, more tokens than a request holds, or more block ids than tokens.
+    fn refusal(&self, r: &RawRow<'_>) -> Option<TraceError> {
         let (in_col, out_col, blocks_col) = match self.trace.format {
             Some(Format::Mooncake) => ("input_length", "output_length", "hash_ids"),
             Some(Format::Azure) => ("ContextTokens", "GeneratedTokens", "block_ids"),
@@ -395,11 +411,9 @@ impl Builder {
             Some(Format::Sessions) => ("input_tokens", "output_tokens", "block_hashes"),
             _ => ("input_tokens", "output_tokens", "block_ids"),
         };
+        let (line, input, output) = (r.line, r.input, r.output);
         if input == 0 {
-            if self.skip {
-                self.trace.zero_input_rows += 1;
-            }
-            return self.bad(self.err(
+            return Some(self.err(
                 line,
                 Some(in_col),
                 "a request needs at least 1 prompt token, got 0 (errored calls are often logged with 0 tokens: leave them out with a `where` filter, or set skip_bad_rows = true to count and skip them)",
@@ -407,53 +421,84 @@ impl Builder {
         }
         if input > u64::from(u32::MAX) || output > u64::from(u32::MAX) || input + output > u64::from(u32::MAX) {
             let col = if input > u64::from(u32::MAX) { in_col } else { out_col };
-            return self.bad(self.err(
+            return Some(self.err(
                 line,
                 Some(col),
                 format!("{input} + {output} tokens is above the 2^32 - 1 a request may hold"),
             ));
         }
-        if blocks.len() as u64 > input {
-            return self.bad(self.err(
+        if r.blocks.len() as u64 > input {
+            return Some(self.err(
                 line,
                 Some(blocks_col),
                 format!(
                     "{} block ids for a prompt of {input} tokens: a block holds at least one token",
-                    blocks.len()
+                    r.blocks.len()
                 ),
             ));
         }
-        if self.trace.blocks.len() + blocks.len() > u32::MAX as usize || self.trace.rows.len() >= u32::MAX as usize - 1
-        {
-            return Err(self.err(line, None, "the trace is too large (more than 2^32 rows or block ids)"));
-        }
-        let need = self.bytes_with(blocks.len());
-        if need > self.budget_bytes {
-            return Err(self.over_budget(line, need));
-        }
-        let output = if output == 0 {
+        None
+    }
+
+    /// Keeps a checked request: its block ids as dense ids in the arena, a zero output as
+    /// one token (counted).
+    fn keep(&mut self, r: RawRow<'_>) {
+        let output = if r.output == 0 {
             self.trace.zero_output_rows += 1;
             1
         } else {
-            output
+            r.output
         };
         let off = self.trace.blocks.len();
-        for &b in blocks {
+        for &b in r.blocks {
             let d = self.block(b);
             self.trace.blocks.push(d);
         }
         let len = self.trace.blocks.len() - off;
         self.trace.rows.push(TraceRow {
-            t_ns,
-            input: input as u32,
+            t_ns: r.t_ns,
+            input: r.input as u32,
             output: output as u32,
-            session,
-            turn,
+            session: r.session,
+            turn: r.turn,
             blocks_off: off as u32,
             blocks_len: len as u32,
-            line: line.min(u64::from(u32::MAX)) as u32,
+            line: r.line.min(u64::from(u32::MAX)) as u32,
         });
-        Ok(())
+    }
+}
+
+/// One request as a reader found it, before the builder checks and keeps it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RawRow<'a> {
+    /// 1-based line.
+    pub(super) line: u64,
+    /// Arrival, ns from the format's time origin.
+    pub(super) t_ns: u64,
+    /// Prompt tokens.
+    pub(super) input: u64,
+    /// Output tokens.
+    pub(super) output: u64,
+    /// Interned session id, or [`NO_SESSION`].
+    pub(super) session: u32,
+    /// Turn number as written, or `u32::MAX`.
+    pub(super) turn: u32,
+    /// Block ids (prefix hashes) as written.
+    pub(super) blocks: &'a [u64],
+}
+
+impl RawRow<'_> {
+    /// A request without session, turn or block ids.
+    pub(super) fn new(line: u64, t_ns: u64, input: u64, output: u64) -> Self {
+        RawRow {
+            line,
+            t_ns,
+            input,
+            output,
+            session: NO_SESSION,
+            turn: u32::MAX,
+            blocks: &[],
+        }
     }
 }
 
@@ -556,28 +601,21 @@ pub fn block_tokens(t: &Trace) -> u32 {
 }
 /// Pushes one call: its row through the builder (which may count it as skipped) and, if
 /// the row was kept, its timing.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn push_call(
     b: &mut Builder,
     calls: &mut Calls,
-    line: u64,
-    t_ns: u64,
-    input: u64,
-    output: u64,
-    session: u32,
-    turn: u32,
-    blocks: &[u64],
+    r: RawRow<'_>,
     timing: Timing<'_>,
 ) -> Result<(), TraceError> {
     let before = b.trace.rows.len();
-    b.push(line, t_ns, input, output, session, turn, blocks)?;
+    b.push(r)?;
     if b.trace.rows.len() > before {
         // end, TTFT, think (8 bytes each) and the model index (4), plus a new model's name.
         let new_name = timing
             .model
             .filter(|m| !m.is_empty() && !calls.model_ids.contains_key(*m))
             .map_or(0, |m| 2 * (m.len() as u64 + 32));
-        b.charge(line, 28 + new_name)?;
+        b.charge(r.line, 28 + new_name)?;
         calls.end_ns.push(timing.end_ns);
         calls.ttft_ns.push(timing.ttft_ns);
         calls.think_ns.push(timing.think_ns);
@@ -645,7 +683,10 @@ mod tests {
         let mut kept = 0;
         let mut err = None;
         for i in 0..100 {
-            match b.push(i + 2, 0, 200_000, 1, NO_SESSION, u32::MAX, &ids) {
+            match b.push(RawRow {
+                blocks: &ids,
+                ..RawRow::new(i + 2, 0, 200_000, 1)
+            }) {
                 Ok(()) => kept += 1,
                 Err(e) => {
                     err = Some(e);

@@ -16,7 +16,7 @@ use std::io::Read;
 use serde::Deserialize;
 
 use super::jsonl::{Obj, for_each_line, parse_json};
-use super::model::{Builder, Calls, NONE, Timing, TraceError, push_call};
+use super::model::{Builder, Calls, NONE, RawRow, Timing, TraceError, push_call};
 
 /// The session attributes tried by default (then the trace id).
 pub const DEFAULT_SESSION_ATTRIBUTES: [&str; 2] = ["gen_ai.conversation.id", "session.id"];
@@ -248,16 +248,7 @@ fn span(
     };
     let input = count("gen_ai.usage.input_tokens")?;
     let output = count("gen_ai.usage.output_tokens")?;
-    let key = opts
-        .session_attributes
-        .iter()
-        .find_map(|k| {
-            attr(&sp.attributes, k)
-                .or_else(|| attr(res_attrs, k))
-                .and_then(AnyValue::as_str)
-        })
-        .unwrap_or_else(|| sp.trace_id.clone());
-    let session = b.session(&key);
+    let session = b.session(&session_key(opts, sp, res_attrs));
     let model = attr(&sp.attributes, "gen_ai.request.model")
         .or_else(|| attr(&sp.attributes, "gen_ai.response.model"))
         .and_then(AnyValue::as_str);
@@ -267,7 +258,24 @@ fn span(
         think_ns: NONE,
         model: model.as_deref(),
     };
-    push_call(b, calls, line, start, input, output, session, u32::MAX, &[], timing)
+    let r = RawRow {
+        session,
+        ..RawRow::new(line, start, input, output)
+    };
+    push_call(b, calls, r, timing)
+}
+
+/// The session a span belongs to: the first of the session attributes the span or its
+/// resource has, else its trace id.
+fn session_key(opts: &OtelOptions, sp: &Span, res_attrs: &[Obj<KeyValue>]) -> String {
+    opts.session_attributes
+        .iter()
+        .find_map(|k| {
+            attr(&sp.attributes, k)
+                .or_else(|| attr(res_attrs, k))
+                .and_then(AnyValue::as_str)
+        })
+        .unwrap_or_else(|| sp.trace_id.clone())
 }
 
 #[cfg(test)]

@@ -277,7 +277,10 @@ pub fn append(
     append_trace(w, g, &shared, group, seed, context_limit_tokens)
 }
 
-/// [`append`] on an already parsed trace.
+/// [`append`] on an already parsed trace, in stages: select the window's rows, group them
+/// into sessions, map trace time to simulated time, check the budget and the calls' sizes,
+/// then replay the window `repeat` times (pacing, content, the session plans) and say in
+/// the workload's notes what the replay did.
 pub fn append_trace(
     w: &mut Workload,
     g: &TraceGroupConfig,
@@ -286,6 +289,76 @@ pub fn append_trace(
     seed: u64,
     context_limit_tokens: Option<u32>,
 ) -> Result<(), String> {
+    let window = select_rows(trace, g)?;
+    let m = window.rows.len() as u64;
+    let factor = match g.scale {
+        Scale::Factor(f) => f,
+        Scale::TargetRate(r) => (m as f64 / (window.span as f64 / 1e9)) / r,
+    };
+    let block_tokens = g.block_tokens.unwrap_or_else(|| super::model::block_tokens(trace));
+    let calls = trace.calls.as_deref();
+    let mut srng = stream(seed, &format!("trace/{}/synthesize", g.name), 0);
+    let (sessions, used, st) = group_sessions(
+        trace,
+        &window.rows,
+        g.sessions,
+        &g.infer,
+        &g.synthesize,
+        block_tokens,
+        &mut srng,
+    );
+    let blocks = used != "synthesize" && trace.has_blocks();
+    let repeat = g.repeat.max(1) as u64;
+    let total = m.saturating_mul(repeat).min(g.max_requests.unwrap_or(u64::MAX));
+    check_budget(g, &trace.file, m, repeat, total)?;
+    let blocks_base = w.trace_blocks.len();
+    if blocks {
+        take_blocks(w, trace)?;
+    }
+    // Reserve exactly: no doubling of the largest vectors on million-request replays.
+    w.sessions.reserve(sessions.len() * total.div_ceil(m) as usize);
+    if blocks {
+        w.trace_turns.reserve(total as usize);
+    }
+    let r = Replay {
+        g,
+        trace,
+        file: trace.file.as_str(),
+        window,
+        factor,
+        block_tokens,
+        calls,
+        // Closed loop by happens-before when the trace records ends or think times.
+        paced: g.mode == Mode::Closed && calls.is_some_and(|c| c.has_ends() || c.has_think()),
+        blocks,
+        blocks_base,
+        context_limit_tokens,
+        group,
+        seed,
+    };
+    let sizes = r.sizes()?;
+    let done = r.replay_all(w, &sessions, repeat, total)?;
+    r.notes(w, &done, &sizes, &st, used, repeat.min(total.div_ceil(m)));
+    Ok(())
+}
+
+/// The rows of a trace in the replayed window.
+struct Window {
+    /// The rows in the window, in arrival order (ties by file order).
+    rows: Vec<u32>,
+    /// The first row's arrival, ns: the window is relative to it, as `start_s` says.
+    t0: u64,
+    /// The window's start, ns after `t0`.
+    start: u64,
+    /// One replay's length in trace time, ns: the window, or the rows' span plus one mean
+    /// gap, so that back-to-back replays keep the trace's rate.
+    span: u64,
+}
+
+/// Selects the rows of the window `start_s .. start_s + duration_s` (trace time from the
+/// first row), in arrival order: the window is what every replay repeats, and a window
+/// without rows is refused naming the trace's span, so the user can fix `start_s`.
+fn select_rows(trace: &Trace, g: &TraceGroupConfig) -> Result<Window, String> {
     let file = trace.file.as_str();
     if trace.rows.is_empty() {
         return Err(format!("{file}: the trace has no requests"));
@@ -295,12 +368,12 @@ pub fn append_trace(
     let start = ns(g.start_s);
     let end = g.duration_s.map(|d| start.saturating_add(ns(d)));
     let rel = |r: u32| trace.rows[r as usize].t_ns - t0;
-    let window: Vec<u32> = order
+    let rows: Vec<u32> = order
         .iter()
         .copied()
         .filter(|&r| rel(r) >= start && end.is_none_or(|e| rel(r) < e))
         .collect();
-    let m = window.len();
+    let m = rows.len();
     if m == 0 {
         return Err(format!(
             "{file}: no request in the window start_s = {} .. {} (the trace spans {:.3} s)",
@@ -309,39 +382,19 @@ pub fn append_trace(
             (trace.rows[*order.last().expect("non-empty") as usize].t_ns - t0) as f64 / 1e9
         ));
     }
-    let last_rel = rel(window[m - 1]) - start;
-    // One replay's length in trace time: the window, or the span plus one mean gap.
+    let last_rel = rel(rows[m - 1]) - start;
     let span = match g.duration_s {
         Some(d) => ns(d),
         None if m > 1 => last_rel + last_rel / (m as u64 - 1),
         None => 1_000_000_000,
     }
     .max(1);
-    let factor = match g.scale {
-        Scale::Factor(f) => f,
-        Scale::TargetRate(r) => (m as f64 / (span as f64 / 1e9)) / r,
-    };
-    let block_tokens = g.block_tokens.unwrap_or_else(|| super::model::block_tokens(trace));
-    let calls = trace.calls.as_deref();
-    // Closed loop by happens-before when the trace records ends or think times.
-    let paced = g.mode == Mode::Closed && calls.is_some_and(|c| c.has_ends() || c.has_think());
-    let mut counts = PacingCounts::default();
-    let mut prefix_cut = 0u64;
-    let mut srng = stream(seed, &format!("trace/{}/synthesize", g.name), 0);
-    let (sessions, used, st) = group_sessions(
-        trace,
-        &window,
-        g.sessions,
-        &g.infer,
-        &g.synthesize,
-        block_tokens,
-        &mut srng,
-    );
-    let blocks = used != "synthesize" && trace.has_blocks();
-    let repeat = g.repeat.max(1) as u64;
-    let total = (m as u64)
-        .saturating_mul(repeat)
-        .min(g.max_requests.unwrap_or(u64::MAX));
+    Ok(Window { rows, t0, start, span })
+}
+
+/// Refuses a replay of `total` requests (`m` in the window, `repeat` times) that would not
+/// fit the memory budget, before allocating them.
+fn check_budget(g: &TraceGroupConfig, file: &str, m: u64, repeat: u64, total: u64) -> Result<(), String> {
     let budget = crate::preflight::Budget {
         bytes: g.max_memory_bytes,
         gib: g.max_memory_bytes as f64 / (1u64 << 30) as f64,
@@ -350,280 +403,445 @@ pub fn append_trace(
     budget.check(
         crate::preflight::requests_bytes(total),
         &format!("{file}: {m} requests x repeat {repeat} = {total} requests"),
-    )?;
-    // Rank of each window row in arrival order (for the request limit of the last replay).
-    let mut rank = vec![u32::MAX; trace.rows.len()];
-    for (i, &r) in window.iter().enumerate() {
-        rank[r as usize] = i as u32;
+    )
+}
+
+/// Appends the trace's block ids to the workload's (the turns refer to them by offset from
+/// where they start); the ids of all traces must fit 32-bit offsets.
+fn take_blocks(w: &mut Workload, trace: &Trace) -> Result<(), String> {
+    if w.trace_blocks.len() + trace.blocks.len() > u32::MAX as usize {
+        return Err("the traces hold more than 2^32 block ids together".into());
     }
-    let blocks_base = w.trace_blocks.len();
-    if blocks {
-        if blocks_base + trace.blocks.len() > u32::MAX as usize {
-            return Err("the traces hold more than 2^32 block ids together".into());
+    w.trace_blocks.extend_from_slice(&trace.blocks);
+    Ok(())
+}
+
+/// One trace group's replay: what its stages read.
+struct Replay<'a> {
+    g: &'a TraceGroupConfig,
+    trace: &'a Trace,
+    file: &'a str,
+    window: Window,
+    /// Simulated ns per trace ns.
+    factor: f64,
+    block_tokens: u32,
+    calls: Option<&'a super::model::Calls>,
+    /// Closed loop paced by happens-before (the trace records ends or think times).
+    paced: bool,
+    /// The content comes from the trace's block hashes.
+    blocks: bool,
+    /// Where the trace's block ids start in the workload's.
+    blocks_base: usize,
+    /// The most tokens one request may hold on every backend.
+    context_limit_tokens: Option<u32>,
+    /// The workload group its sessions belong to.
+    group: u32,
+    seed: u64,
+}
+
+/// The calls' sizes after the harness's truncation and the KV limit.
+struct Sizes {
+    /// Calls whose prompt `max_context_tokens` truncated.
+    truncated: u64,
+    /// Calls larger than one backend's KV cache (skipped).
+    over_kv: u64,
+}
+
+/// The replays so far.
+struct Progress {
+    /// Requests replayed.
+    requests: u64,
+    /// The first replay's pacing.
+    counts: PacingCounts,
+    /// Sessions whose shared prefix was cut to their shortest call.
+    prefix_cut: u64,
+    /// Sessions replayed (numbers the keys of sessions without an id).
+    sessions: u64,
+    /// Session keys taken.
+    keys: rustc_hash::FxHashSet<String>,
+    /// Draws the service times, one stream across replays.
+    service_rng: fleetsim_core::rng::SimRng,
+}
+
+/// One replay of the window.
+struct Pass<'t> {
+    rep: u64,
+    /// The replay's content salt, an index in the workload's.
+    salt: u32,
+    /// Each row's arrival in simulated time, ns (by row).
+    times: &'t [u64],
+}
+
+impl Replay<'_> {
+    /// A row's arrival in the window, trace ns from the window's start.
+    fn offset(&self, r: u32) -> u64 {
+        self.trace.rows[r as usize].t_ns - self.window.t0 - self.window.start
+    }
+
+    /// A call's prompt tokens after the harness's truncation (`max_context_tokens`): the
+    /// oldest context is dropped so that prompt + output fit, keeping at least one token.
+    fn input_of(&self, row: &super::model::TraceRow) -> u32 {
+        match self.g.max_context_tokens {
+            Some(c) if u64::from(row.input) + u64::from(row.output) > u64::from(c) => {
+                row.input.min(c.saturating_sub(row.output).max(1))
+            }
+            _ => row.input,
         }
-        w.trace_blocks.extend_from_slice(&trace.blocks);
     }
-    // Reserve exactly: no doubling of the largest vectors on million-request replays.
-    let reps_needed = total.div_ceil(m as u64) as usize;
-    w.sessions.reserve(sessions.len() * reps_needed);
-    if blocks {
-        w.trace_turns.reserve(total as usize);
+
+    /// Whether a call cannot fit one backend's KV cache, after truncation.
+    fn too_large(&self, row: &super::model::TraceRow) -> bool {
+        self.context_limit_tokens
+            .is_some_and(|lim| u64::from(self.input_of(row)) + u64::from(row.output) > u64::from(lim))
     }
-    // Prompt tokens after the harness's truncation (`max_context_tokens`).
-    let input_of = |row: &super::model::TraceRow| match g.max_context_tokens {
-        Some(c) if u64::from(row.input) + u64::from(row.output) > u64::from(c) => {
-            row.input.min(c.saturating_sub(row.output).max(1))
+
+    /// Counts the calls truncated and those too large for the KV cache; the latter are an
+    /// error naming the first one's line unless `skip_bad_rows` (a call no backend can hold
+    /// would never finish).
+    fn sizes(&self) -> Result<Sizes, String> {
+        let rows = || self.window.rows.iter().map(|&r| &self.trace.rows[r as usize]);
+        let truncated = rows().filter(|row| self.input_of(row) < row.input).count() as u64;
+        let over_kv = rows().filter(|row| self.too_large(row)).count() as u64;
+        if over_kv > 0 && !self.g.skip_bad_rows {
+            let row = rows().find(|row| self.too_large(row)).expect("counted");
+            let need = u64::from(self.input_of(row)) + u64::from(row.output);
+            return Err(format!(
+                "{}:{}: the request needs {need} tokens (input + output) but one request may hold at most {} (backends.kv_blocks x backends.block_size_tokens); raise kv_blocks, truncate prompts as the agent harness does with max_context_tokens, or set skip_bad_rows = true to count and skip the {over_kv} such calls",
+                self.file,
+                row.line,
+                self.context_limit_tokens.unwrap_or(0)
+            ));
         }
-        _ => row.input,
-    };
-    let too_large = |row: &super::model::TraceRow| {
-        context_limit_tokens.is_some_and(|lim| u64::from(input_of(row)) + u64::from(row.output) > u64::from(lim))
-    };
-    let (mut truncated, mut over_kv) = (0u64, 0u64);
-    for &r in &window {
-        let row = &trace.rows[r as usize];
-        truncated += u64::from(input_of(row) < row.input);
-        over_kv += u64::from(too_large(row));
+        Ok(Sizes { truncated, over_kv })
     }
-    if over_kv > 0 && !g.skip_bad_rows {
-        let row = window
-            .iter()
-            .map(|&r| &trace.rows[r as usize])
-            .find(|row| too_large(row))
-            .expect("counted");
-        let need = u64::from(input_of(row)) + u64::from(row.output);
-        return Err(format!(
-            "{file}:{}: the request needs {need} tokens (input + output) but one request may hold at most {} (backends.kv_blocks x backends.block_size_tokens); raise kv_blocks, truncate prompts as the agent harness does with max_context_tokens, or set skip_bad_rows = true to count and skip the {over_kv} such calls",
-            row.line,
-            context_limit_tokens.unwrap_or(0)
-        ));
-    }
-    let mut times = vec![0u64; trace.rows.len()];
-    let mut replayed = 0u64;
-    let mut used_keys: rustc_hash::FxHashSet<String> = Default::default();
-    let mut n_sessions = 0u64;
-    let mut service_rng = stream(seed, &format!("trace/{}/service", g.name), 0);
-    let beyond = || {
+
+    /// The error of a replay that would pass the simulator's horizon.
+    fn beyond(&self) -> String {
         format!(
-            "{file}: the replay would reach beyond the simulator's horizon (about 31.7 years); lower time_scale, repeat or max_requests"
+            "{}: the replay would reach beyond the simulator's horizon (about 31.7 years); lower time_scale, repeat or max_requests",
+            self.file
         )
-    };
-    for rep in 0..repeat {
-        let left = total - replayed;
-        if left == 0 {
-            break;
+    }
+
+    /// Replays the window `repeat` times back to back until `total` requests: each replay
+    /// with its own arrival times, content salt and session keys (replays do not hit each
+    /// other's caches); the last one keeps the earliest rows that fit.
+    fn replay_all(&self, w: &mut Workload, sessions: &Sessions, repeat: u64, total: u64) -> Result<Progress, String> {
+        let g = self.g;
+        // Rank of each window row in arrival order (for the request limit of the last replay).
+        let mut rank = vec![u32::MAX; self.trace.rows.len()];
+        for (i, &r) in self.window.rows.iter().enumerate() {
+            rank[r as usize] = i as u32;
         }
-        let take = left.min(m as u64) as u32;
-        let mut jrng = stream(seed, &format!("trace/{}/jitter", g.name), rep);
-        for &r in &window {
-            let x = (rel(r) - start) as f64 + rep as f64 * span as f64;
-            let mut t = g.at.0 as f64 + x * factor;
+        let mut times = vec![0u64; self.trace.rows.len()];
+        let mut done = Progress {
+            requests: 0,
+            counts: PacingCounts::default(),
+            prefix_cut: 0,
+            sessions: 0,
+            keys: Default::default(),
+            service_rng: stream(self.seed, &format!("trace/{}/service", g.name), 0),
+        };
+        for rep in 0..repeat {
+            let left = total - done.requests;
+            if left == 0 {
+                break;
+            }
+            let take = left.min(self.window.rows.len() as u64) as u32;
+            self.arrival_times(rep, &mut times)?;
+            let pass = Pass {
+                rep,
+                salt: w.trace_salts.len() as u32,
+                times: &times,
+            };
+            w.trace_salts.push(TraceSalt {
+                salt: source_id("trace", &g.name, rep),
+                block_tokens: self.block_tokens,
+            });
+            for si in 0..sessions.len() {
+                let rows: Vec<u32> = sessions
+                    .session(si)
+                    .iter()
+                    .copied()
+                    .filter(|&r| rank[r as usize] < take && !self.too_large(&self.trace.rows[r as usize]))
+                    .collect();
+                if rows.is_empty() {
+                    continue;
+                }
+                let plan = self.session(w, &rows, si, &pass, &mut done)?;
+                done.requests += plan.turns.len() as u64;
+                w.sessions.push(plan);
+            }
+        }
+        Ok(done)
+    }
+
+    /// Maps replay `rep`'s rows to simulated time (ns, in `times` by row): `at_s` plus the
+    /// row's offset in the window and `rep` spans, times the time factor, plus the seeded
+    /// jitter (which spreads rows a trace logged in batches).
+    fn arrival_times(&self, rep: u64, times: &mut [u64]) -> Result<(), String> {
+        let g = self.g;
+        let mut jrng = stream(self.seed, &format!("trace/{}/jitter", g.name), rep);
+        for &r in &self.window.rows {
+            let x = self.offset(r) as f64 + rep as f64 * self.window.span as f64;
+            let mut t = g.at.0 as f64 + x * self.factor;
             if g.arrival_jitter_s > 0.0 {
                 let u: f64 = rand::RngExt::random(&mut jrng);
                 t += u * g.arrival_jitter_s * 1e9;
             }
             if t.is_nan() || t >= HORIZON.0 as f64 {
-                return Err(beyond());
+                return Err(self.beyond());
             }
             times[r as usize] = t.round() as u64;
         }
-        let salt_idx = w.trace_salts.len() as u32;
-        w.trace_salts.push(TraceSalt {
-            salt: source_id("trace", &g.name, rep),
-            block_tokens,
-        });
-        for si in 0..sessions.len() {
-            let rows: Vec<u32> = sessions
-                .session(si)
-                .iter()
-                .copied()
-                .filter(|&r| rank[r as usize] < take && !too_large(&trace.rows[r as usize]))
-                .collect();
-            let Some(&first) = rows.first() else {
-                continue;
-            };
-            let mut turns = Vec::with_capacity(rows.len());
-            let trace_first = if blocks { w.trace_turns.len() as u32 } else { NO_TRACE };
-            let starts: Vec<u64> = rows.iter().map(|&r| trace.rows[r as usize].t_ns).collect();
-            let mut sc = PacingCounts::default();
-            let pacing = if paced {
-                pace(&rows, &starts, calls, &mut sc)
-            } else {
-                if g.mode == Mode::Closed {
-                    sc.at_session_offset = 1;
-                    sc.arrival_gap_fallback = rows.len() as u64 - 1;
-                }
-                Vec::new()
-            };
-            if rep == 0 {
-                counts.add(&sc);
+        Ok(())
+    }
+
+    /// Session `si` of the grouping in one replay, from its `rows` (in order, non-empty):
+    /// its pacing, shared prefix, turns and replay plan.
+    fn session(
+        &self,
+        w: &mut Workload,
+        rows: &[u32],
+        si: usize,
+        pass: &Pass<'_>,
+        done: &mut Progress,
+    ) -> Result<SessionPlan, String> {
+        let g = self.g;
+        let first = rows[0];
+        let trace_first = if self.blocks {
+            w.trace_turns.len() as u32
+        } else {
+            NO_TRACE
+        };
+        let pacing = self.pacing(rows, pass.rep, &mut done.counts);
+        let (shared, cut) = self.shared_prefix(rows, first);
+        done.prefix_cut += u64::from(cut);
+        let shared_len = shared.map_or(0, |(_, l)| l);
+        let turns = self.turns(w, rows, &pacing, shared_len, pass, &mut done.service_rng)?;
+        let open_at = SimTime(pass.times[first as usize]);
+        let think_total: u64 = turns.iter().map(|t| t.think_before.0).sum();
+        if open_at.0.saturating_add(think_total) >= HORIZON.0 {
+            return Err(self.beyond());
+        }
+        let key = session_key(self.trace, first, &g.name, done.sessions, pass.rep, &mut done.keys);
+        done.sessions += 1;
+        debug_assert!(w.sessions.len() < u32::MAX as usize);
+        Ok(SessionPlan {
+            group: self.group,
+            key,
+            open_at,
+            sends_key: g.sends_session_key,
+            shared,
+            source: source_id("trace-session", &g.name, (pass.rep << 32) | si as u64),
+            turns,
+            hit_context_limit: false,
+            // Paced sessions keep several calls in flight, as open-loop ones do.
+            open_loop: g.mode == Mode::Open || self.paced,
+            trace_first,
+            replay: self.replay_plan(rows, &pacing),
+            api: fleetsim_core::workload::RequestApi::Completions,
+        })
+    }
+
+    /// A session's happens-before pacing (per call: the call it waits for and the recorded
+    /// gap), empty when not paced; the first replay's counts go to `counts` (each replay
+    /// paces alike). A closed loop without recorded ends sends each call the arrival gap
+    /// after the previous one completes, and counts it.
+    fn pacing(&self, rows: &[u32], rep: u64, counts: &mut PacingCounts) -> Vec<(u32, u64)> {
+        let mut sc = PacingCounts::default();
+        let pacing = if self.paced {
+            let starts: Vec<u64> = rows.iter().map(|&r| self.trace.rows[r as usize].t_ns).collect();
+            pace(rows, &starts, self.calls, &mut sc)
+        } else {
+            if self.g.mode == Mode::Closed {
+                sc.at_session_offset = 1;
+                sc.arrival_gap_fallback = rows.len() as u64 - 1;
             }
-            // A prefix shared across sessions (system prompt, tool definitions), when the
-            // trace has no hashes: at most every call's prompt less one token.
-            let model = calls.and_then(|c| c.model_of(first as usize));
-            let shared = match g.agent.shared_prefix.tokens_for(model) {
-                Some(n) if !blocks && n > 0 => {
-                    let shortest = rows
-                        .iter()
-                        .map(|&r| input_of(&trace.rows[r as usize]))
-                        .min()
-                        .unwrap_or(1);
-                    let len = n.min(shortest - 1);
-                    if len < n {
-                        prefix_cut += 1;
-                    }
-                    (len > 0).then(|| {
-                        (
-                            source_id("shared_prefix", &g.agent.shared_prefix.key(&g.name, model), 0),
-                            len,
-                        )
-                    })
-                }
-                _ => None,
-            };
-            let shared_len = shared.map_or(0, |(_, l)| l);
-            let mut prev: Option<u64> = None;
-            for (k, &r) in rows.iter().enumerate() {
-                let row = &trace.rows[r as usize];
-                let input = input_of(row);
-                let t = times[r as usize];
-                let think = if paced {
-                    match pacing[k] {
-                        (ROOT, _) => t.saturating_sub(times[first as usize]),
-                        (_, gap) => (gap as f64 * factor).round() as u64,
-                    }
-                } else {
-                    prev.map_or(0, |p| t.saturating_sub(p))
-                };
-                prev = Some(t.max(prev.unwrap_or(0)));
-                let service = match &g.service_time_s {
-                    Some(d) => {
-                        let v = d.sample(&mut service_rng);
-                        if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
-                            return Err(format!(
-                                "service_time_s drew {v}; durations must be finite, >= 0 and at most 1e9 s"
-                            ));
-                        }
-                        SimDuration(ns(v))
-                    }
-                    None => SimDuration::ZERO,
-                };
-                turns.push(TurnPlan {
-                    think_before: SimDuration(think),
-                    session_prompt_tokens: input - shared_len,
-                    output_tokens: row.output,
-                    service,
+            Vec::new()
+        };
+        if rep == 0 {
+            counts.add(&sc);
+        }
+        pacing
+    }
+
+    /// The prefix shared across sessions (system prompt, tool definitions) when the trace
+    /// has no hashes: its content id and length, at most every call's prompt less one token
+    /// (so each call keeps a token of its own); and whether it was cut to that.
+    fn shared_prefix(&self, rows: &[u32], first: u32) -> (Option<(u64, u32)>, bool) {
+        let g = self.g;
+        let model = self.calls.and_then(|c| c.model_of(first as usize));
+        match g.agent.shared_prefix.tokens_for(model) {
+            Some(n) if !self.blocks && n > 0 => {
+                let shortest = rows
+                    .iter()
+                    .map(|&r| self.input_of(&self.trace.rows[r as usize]))
+                    .min()
+                    .unwrap_or(1);
+                let len = n.min(shortest - 1);
+                let shared = (len > 0).then(|| {
+                    (
+                        source_id("shared_prefix", &g.agent.shared_prefix.key(&g.name, model), 0),
+                        len,
+                    )
                 });
-                if blocks {
-                    let whole = row.blocks_len.min(input / block_tokens.max(1));
-                    w.trace_turns.push(TraceTurn {
-                        blocks_off: (blocks_base + row.blocks_off as usize) as u32,
-                        n_blocks: whole,
-                        salt: salt_idx,
-                        row: r,
-                    });
-                }
+                (shared, len < n)
             }
-            let independent = g.agent.context == Context::Independent && !blocks;
-            let latency = calls.is_some_and(|c| c.has_latency());
-            let replay = (paced || independent || latency).then(|| {
-                let mut p = ReplayPlan::default();
-                p.independent = independent;
-                if let Some(c) = calls.filter(|_| latency) {
-                    p.recorded_ttft_ns = rows.iter().map(|&r| c.ttft_ns[r as usize]).collect();
-                    p.recorded_e2e_ns = rows
-                        .iter()
-                        .map(|&r| match c.end_ns[r as usize] {
-                            NONE => NONE,
-                            e => e - trace.rows[r as usize].t_ns,
-                        })
-                        .collect();
-                }
-                if paced {
-                    p = p.with_after(pacing.iter().map(|&(a, _)| a).collect());
-                }
-                Box::new(p)
-            });
-            let open_at = SimTime(times[first as usize]);
-            let think_total: u64 = turns.iter().map(|t| t.think_before.0).sum();
-            if open_at.0.saturating_add(think_total) >= HORIZON.0 {
-                return Err(beyond());
-            }
-            replayed += turns.len() as u64;
-            let index = w.sessions.len();
-            w.sessions.push(SessionPlan {
-                group,
-                key: session_key(trace, first, &g.name, n_sessions, rep, &mut used_keys),
-                open_at,
-                sends_key: g.sends_session_key,
-                shared,
-                source: source_id("trace-session", &g.name, (rep << 32) | si as u64),
-                turns,
-                hit_context_limit: false,
-                // Paced sessions keep several calls in flight, as open-loop ones do.
-                open_loop: g.mode == Mode::Open || paced,
-                trace_first,
-                replay,
-                api: fleetsim_core::workload::RequestApi::Completions,
-            });
-            n_sessions += 1;
-            debug_assert!(index < u32::MAX as usize);
+            _ => (None, false),
         }
     }
-    w.pacing.add(&counts);
-    if counts.arrival_gap_fallback > 0 {
+
+    /// A session's turns: each call's think time before it (the paced gap scaled, or the
+    /// gap between arrivals), its own prompt tokens (less the shared prefix), its output and
+    /// its service time; with block content, each turn's whole blocks go to the workload.
+    fn turns(
+        &self,
+        w: &mut Workload,
+        rows: &[u32],
+        pacing: &[(u32, u64)],
+        shared_len: u32,
+        pass: &Pass<'_>,
+        service_rng: &mut fleetsim_core::rng::SimRng,
+    ) -> Result<Vec<TurnPlan>, String> {
+        let times = pass.times;
+        let first = rows[0];
+        let mut turns = Vec::with_capacity(rows.len());
+        let mut prev: Option<u64> = None;
+        for (k, &r) in rows.iter().enumerate() {
+            let row = &self.trace.rows[r as usize];
+            let input = self.input_of(row);
+            let t = times[r as usize];
+            let think = if self.paced {
+                match pacing[k] {
+                    (ROOT, _) => t.saturating_sub(times[first as usize]),
+                    (_, gap) => (gap as f64 * self.factor).round() as u64,
+                }
+            } else {
+                prev.map_or(0, |p| t.saturating_sub(p))
+            };
+            prev = Some(t.max(prev.unwrap_or(0)));
+            let service = self.service(service_rng)?;
+            turns.push(TurnPlan {
+                think_before: SimDuration(think),
+                session_prompt_tokens: input - shared_len,
+                output_tokens: row.output,
+                service,
+            });
+            if self.blocks {
+                let whole = row.blocks_len.min(input / self.block_tokens.max(1));
+                w.trace_turns.push(TraceTurn {
+                    blocks_off: (self.blocks_base + row.blocks_off as usize) as u32,
+                    n_blocks: whole,
+                    salt: pass.salt,
+                    row: r,
+                });
+            }
+        }
+        Ok(turns)
+    }
+
+    /// A call's service time (queueing backends): drawn from `service_time_s`, which must
+    /// give a finite duration of at most 1e9 s.
+    fn service(&self, rng: &mut fleetsim_core::rng::SimRng) -> Result<SimDuration, String> {
+        let Some(d) = &self.g.service_time_s else {
+            return Ok(SimDuration::ZERO);
+        };
+        let v = d.sample(rng);
+        if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
+            return Err(format!(
+                "service_time_s drew {v}; durations must be finite, >= 0 and at most 1e9 s"
+            ));
+        }
+        Ok(SimDuration(ns(v)))
+    }
+
+    /// What the replay of a session needs beyond its turns: its pacing, whether its prompts
+    /// are independent, and the recorded latencies it is compared against; none when it
+    /// needs nothing (the plain chat replay).
+    fn replay_plan(&self, rows: &[u32], pacing: &[(u32, u64)]) -> Option<Box<ReplayPlan>> {
+        let independent = self.g.agent.context == Context::Independent && !self.blocks;
+        let latency = self.calls.is_some_and(|c| c.has_latency());
+        (self.paced || independent || latency).then(|| {
+            let mut p = ReplayPlan::default();
+            p.independent = independent;
+            if let Some(c) = self.calls.filter(|_| latency) {
+                p.recorded_ttft_ns = rows.iter().map(|&r| c.ttft_ns[r as usize]).collect();
+                p.recorded_e2e_ns = rows
+                    .iter()
+                    .map(|&r| match c.end_ns[r as usize] {
+                        NONE => NONE,
+                        e => e - self.trace.rows[r as usize].t_ns,
+                    })
+                    .collect();
+            }
+            if self.paced {
+                p = p.with_after(pacing.iter().map(|&(a, _)| a).collect());
+            }
+            Box::new(p)
+        })
+    }
+
+    /// Says in the workload's notes how the replay went: pacing, cut prefixes, truncated and
+    /// skipped calls, and the window, sessions and time scale.
+    fn notes(&self, w: &mut Workload, done: &Progress, sizes: &Sizes, st: &InferStats, used: &str, replays: u64) {
+        let (g, file, m, counts) = (self.g, self.file, self.window.rows.len(), &done.counts);
+        w.pacing.add(counts);
+        if counts.arrival_gap_fallback > 0 {
+            w.notes.push(format!(
+                "warning: trace {}: {file}: {} of {} calls have no recorded end or think time before them; closed loop sends them the recorded arrival gap after the previous call completes (recorded service time is counted twice)",
+                g.name,
+                counts.arrival_gap_fallback,
+                m
+            ));
+        }
+        if self.paced {
+            w.notes.push(format!(
+                "trace {}: {file}: happens-before pacing: {} calls after a recorded end, {} after a think time, {} at a session offset ({} overlapped an earlier call of their session in the recording; the run summary says how many did in the replay)",
+                g.name, counts.after_recorded_end, counts.after_think_time, counts.at_session_offset, counts.overlapping
+            ));
+        }
+        if done.prefix_cut > 0 {
+            w.notes.push(format!(
+                "trace {}: {file}: {} sessions have a call shorter than shared_prefix_tokens; their shared prefix is cut to that call's prompt less one token",
+                g.name, done.prefix_cut
+            ));
+        }
+        w.notes.extend(self.trace.notes());
+        if sizes.truncated > 0 {
+            w.notes.push(format!(
+                "trace {}: {file}: {} calls' prompts truncated to max_context_tokens = {} (prompt + output)",
+                g.name,
+                sizes.truncated,
+                g.max_context_tokens.unwrap_or(0)
+            ));
+        }
+        if sizes.over_kv > 0 {
+            w.notes.push(format!(
+                "trace {}: {file}: skipped {} calls larger than one backend's KV cache ({} tokens; skip_bad_rows)",
+                g.name,
+                sizes.over_kv,
+                self.context_limit_tokens.unwrap_or(0)
+            ));
+        }
         w.notes.push(format!(
-            "warning: trace {}: {file}: {} of {} calls have no recorded end or think time before them; closed loop sends them the recorded arrival gap after the previous call completes (recorded service time is counted twice)",
+            "trace {}: {file}: {} rows, {m} in the window, {} requests replayed ({} loop, x{:.4} time, {replays} replay{}); sessions ({used}): {} per replay, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, {} rejected for not growing, longest {}, mean {:.2} turns",
             g.name,
-            counts.arrival_gap_fallback,
-            m
+            self.trace.rows.len(),
+            done.requests,
+            if g.mode == Mode::Open { "open" } else { "closed" },
+            self.factor,
+            if replays == 1 { "" } else { "s" },
+            st.sessions,
+            st.chains,
+            st.linked,
+            st.branches,
+            st.fanout_limited,
+            st.rejected_no_growth,
+            st.longest_chain,
+            st.mean_turns,
         ));
     }
-    if paced {
-        w.notes.push(format!(
-            "trace {}: {file}: happens-before pacing: {} calls after a recorded end, {} after a think time, {} at a session offset ({} overlapped an earlier call of their session in the recording; the run summary says how many did in the replay)",
-            g.name, counts.after_recorded_end, counts.after_think_time, counts.at_session_offset, counts.overlapping
-        ));
-    }
-    if prefix_cut > 0 {
-        w.notes.push(format!(
-            "trace {}: {file}: {prefix_cut} sessions have a call shorter than shared_prefix_tokens; their shared prefix is cut to that call's prompt less one token",
-            g.name
-        ));
-    }
-    w.notes.extend(trace.notes());
-    if truncated > 0 {
-        w.notes.push(format!(
-            "trace {}: {file}: {truncated} calls' prompts truncated to max_context_tokens = {} (prompt + output)",
-            g.name,
-            g.max_context_tokens.unwrap_or(0)
-        ));
-    }
-    if over_kv > 0 {
-        w.notes.push(format!(
-            "trace {}: {file}: skipped {over_kv} calls larger than one backend's KV cache ({} tokens; skip_bad_rows)",
-            g.name,
-            context_limit_tokens.unwrap_or(0)
-        ));
-    }
-    w.notes.push(format!(
-        "trace {}: {file}: {} rows, {m} in the window, {replayed} requests replayed ({} loop, x{:.4} time, {} replay{}); sessions ({used}): {} per replay, {} chains of 2+ turns, {} linked turns, {} branches, {} fanout-limited, {} rejected for not growing, longest {}, mean {:.2} turns",
-        g.name,
-        trace.rows.len(),
-        if g.mode == Mode::Open { "open" } else { "closed" },
-        factor,
-        repeat.min(total.div_ceil(m as u64)),
-        if repeat.min(total.div_ceil(m as u64)) == 1 { "" } else { "s" },
-        st.sessions,
-        st.chains,
-        st.linked,
-        st.branches,
-        st.fanout_limited,
-        st.rejected_no_growth,
-        st.longest_chain,
-        st.mean_turns,
-    ));
-    Ok(())
 }
 
 #[cfg(test)]

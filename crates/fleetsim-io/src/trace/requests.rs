@@ -9,7 +9,7 @@ use std::io::Read;
 use serde::Deserialize;
 
 use super::lines::{Capped, Lines, check_header, check_width, io_error};
-use super::model::{Builder, NO_SESSION, TraceError};
+use super::model::{Builder, RawRow, TraceError};
 
 #[derive(Deserialize)]
 struct MooncakeRow {
@@ -68,15 +68,10 @@ pub(super) fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceEr
             b.bad(err)?;
             continue;
         };
-        b.push(
-            n,
-            t,
-            row.input_length,
-            row.output_length,
-            NO_SESSION,
-            u32::MAX,
-            &row.hash_ids,
-        )?;
+        b.push(RawRow {
+            blocks: &row.hash_ids,
+            ..RawRow::new(n, t, row.input_length, row.output_length)
+        })?;
     }
     Ok(())
 }
@@ -255,7 +250,12 @@ pub(super) fn read_native(r: impl Read, b: &mut Builder) -> Result<(), TraceErro
             }
         }
         let sid = b.session(s);
-        b.push(line, t, i, o, sid, tn, &ids)
+        b.push(RawRow {
+            session: sid,
+            turn: tn,
+            blocks: &ids,
+            ..RawRow::new(line, t, i, o)
+        })
     })
 }
 
@@ -295,7 +295,7 @@ pub(super) fn read_azure(r: impl Read, b: &mut Builder) -> Result<(), TraceError
         })?;
         let i = int(rec, ctx, "ContextTokens", b, line)?;
         let o = int(rec, gen_, "GeneratedTokens", b, line)?;
-        b.push(line, t, i, o, NO_SESSION, u32::MAX, &[])
+        b.push(RawRow::new(line, t, i, o))
     })
 }
 
@@ -309,7 +309,7 @@ pub(super) fn read_burstgpt(r: impl Read, b: &mut Builder) -> Result<(), TraceEr
         let t = float_secs(rec, ts, "Timestamp", b, line)?;
         let i = int(rec, req, "Request tokens", b, line)?;
         let o = int(rec, resp, "Response tokens", b, line)?;
-        b.push(line, t, i, o, NO_SESSION, u32::MAX, &[])
+        b.push(RawRow::new(line, t, i, o))
     })
 }
 
@@ -481,7 +481,7 @@ mod tests {
         let t = parse(text, Format::Native).unwrap();
         assert_eq!(t.rows.len(), 3);
         assert_eq!(t.rows[0].session, 0);
-        assert_eq!(t.rows[1].session, NO_SESSION);
+        assert_eq!(t.rows[1].session, crate::trace::model::NO_SESSION);
         assert_eq!(t.rows[1].turn, u32::MAX);
         assert_eq!(t.rows[2].blocks(&t.blocks), &[0, 1, 2, 3]);
         assert_eq!(t.session_names, vec!["a".to_string()]);

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use super::filter::RowFilter;
 use super::jsonl::{MAX_LINE_BYTES, for_each_line, parse_json};
 use super::lines::Capped;
-use super::model::{Builder, NO_SESSION, TraceError};
+use super::model::{Builder, NO_SESSION, RawRow, TraceError};
 use super::model::{Calls, NONE, Timing, push_call, s_ns, stream_err};
 
 /// Which column holds what (`columns = { ... }`; the key names are fixed).
@@ -363,51 +363,8 @@ fn read_csv(
         .iter()
         .map(|h| h.trim().to_string())
         .collect();
-    let mut index: Vec<(&'static str, usize)> = Vec::new();
-    for (k, c) in cols.pairs() {
-        let at: Vec<usize> = (0..header.len()).filter(|&i| header[i] == c).collect();
-        match at.len() {
-            1 => index.push((k, at[0])),
-            0 => {
-                return Err(TraceError {
-                    file,
-                    line: Some(1),
-                    column: Some(c.to_string()),
-                    message: format!(
-                        "columns.{k} names `{c}`, which the header lacks (has: {})",
-                        header.join(", ")
-                    ),
-                });
-            }
-            _ => {
-                return Err(TraceError {
-                    file,
-                    line: Some(1),
-                    column: Some(c.to_string()),
-                    message: format!("the header has the column `{c}` {} times (columns.{k})", at.len()),
-                });
-            }
-        }
-    }
-    let mut where_at = Vec::with_capacity(filter.len());
-    for f in filter {
-        match header.iter().position(|h| *h == f.column) {
-            Some(i) => where_at.push(i),
-            None => {
-                return Err(TraceError {
-                    file,
-                    line: Some(1),
-                    column: Some(f.column.clone()),
-                    message: format!(
-                        "where.{} names `{}`, which the header lacks (has: {})",
-                        f.column,
-                        f.column,
-                        header.join(", ")
-                    ),
-                });
-            }
-        }
-    }
+    let index = mapped_columns(&header, cols, &file)?;
+    let where_at = filter_columns(&header, filter, &file)?;
     let mut rec = csv::StringRecord::new();
     loop {
         match rdr.read_record(&mut rec) {
@@ -443,132 +400,200 @@ fn read_csv(
     Ok(())
 }
 
-fn row(
-    b: &mut Builder,
-    calls: &mut Calls,
-    cols: &ColumnMap,
+/// Where each mapped column stands in the CSV header: every one must be there, once.
+fn mapped_columns(header: &[String], cols: &ColumnMap, file: &str) -> Result<Vec<(&'static str, usize)>, TraceError> {
+    let mut index = Vec::new();
+    for (k, c) in cols.pairs() {
+        let at: Vec<usize> = (0..header.len()).filter(|&i| header[i] == c).collect();
+        let message = match at.len() {
+            1 => {
+                index.push((k, at[0]));
+                continue;
+            }
+            0 => format!(
+                "columns.{k} names `{c}`, which the header lacks (has: {})",
+                header.join(", ")
+            ),
+            _ => format!("the header has the column `{c}` {} times (columns.{k})", at.len()),
+        };
+        return Err(TraceError {
+            file: file.to_string(),
+            line: Some(1),
+            column: Some(c.to_string()),
+            message,
+        });
+    }
+    Ok(index)
+}
+
+/// Where each column of the `where` filter stands in the CSV header.
+fn filter_columns(header: &[String], filter: &[RowFilter], file: &str) -> Result<Vec<usize>, TraceError> {
+    filter
+        .iter()
+        .map(|f| {
+            header.iter().position(|h| *h == f.column).ok_or_else(|| TraceError {
+                file: file.to_string(),
+                line: Some(1),
+                column: Some(f.column.clone()),
+                message: format!(
+                    "where.{} names `{}`, which the header lacks (has: {})",
+                    f.column,
+                    f.column,
+                    header.join(", ")
+                ),
+            })
+        })
+        .collect()
+}
+
+/// One row read through the column mapping: each value by its mapping key, its errors at
+/// the row's line and the column it is read from.
+struct Cells<'c, 'r> {
+    cols: &'c ColumnMap,
     line: u64,
-    rec: &Rec<'_>,
-    hashes: &mut Vec<u64>,
-) -> Result<(), TraceError> {
-    let colname = |k: &str| column_of(cols, k).unwrap_or(k).to_string();
-    let need = |k: &str| -> Result<Field<'_>, TraceError> {
-        match (rec.get)(k) {
-            Some(f) if !f.is_empty() => Ok(f),
-            _ => Err(b.err(line, Some(&colname(k)), format!("missing (columns.{k})"))),
-        }
-    };
-    let opt = |k: &str| (rec.get)(k).filter(|f| !f.is_empty());
-    let count = |k: &str| -> Result<u64, TraceError> {
-        let f = need(k)?;
+    rec: &'c Rec<'r>,
+}
+
+impl<'r> Cells<'_, 'r> {
+    /// The column a key is read from (for messages).
+    fn column(&self, k: &str) -> String {
+        column_of(self.cols, k).unwrap_or(k).to_string()
+    }
+
+    fn err(&self, b: &Builder, k: &str, message: impl Into<String>) -> TraceError {
+        b.err(self.line, Some(&self.column(k)), message)
+    }
+
+    /// A value that may be empty or absent.
+    fn opt(&self, k: &str) -> Option<Field<'r>> {
+        (self.rec.get)(k).filter(|f| !f.is_empty())
+    }
+
+    /// A value that must be there.
+    fn need(&self, b: &Builder, k: &str) -> Result<Field<'r>, TraceError> {
+        self.opt(k)
+            .ok_or_else(|| self.err(b, k, format!("missing (columns.{k})")))
+    }
+
+    /// A token count.
+    fn count(&self, b: &Builder, k: &str) -> Result<u64, TraceError> {
+        let f = self.need(b, k)?;
         f.whole().ok_or_else(|| {
-            b.err(
-                line,
-                Some(&colname(k)),
+            self.err(
+                b,
+                k,
                 format!("expected a whole number >= 0, got {}", crate::quote::quote(&f.text())),
             )
         })
-    };
-    let secs = |k: &str, f: Field<'_>, scale: f64| -> Result<u64, TraceError> {
+    }
+
+    /// A time, in the key's unit times `scale` seconds, as ns.
+    fn secs(&self, b: &Builder, k: &str, f: &Field<'_>, scale: f64) -> Result<u64, TraceError> {
         f.number().and_then(|x| s_ns(x * scale)).ok_or_else(|| {
-            b.err(
-                line,
-                Some(&colname(k)),
+            self.err(
+                b,
+                k,
                 format!(
                     "expected a time in [0, 1.8e10] s, got {}",
                     crate::quote::quote(&f.text())
                 ),
             )
         })
-    };
-    let input = count("input_tokens")?;
-    let output = count("output_tokens")?;
-    let start = match cols.start_col() {
-        Some((k, _)) => {
-            let scale = if k == "start_ms" { 1e-3 } else { 1.0 };
-            secs(k, need(k)?, scale)?
+    }
+
+    /// An optional duration in seconds, as ns or [`NONE`].
+    fn opt_secs(&self, b: &Builder, k: &str) -> Result<u64, TraceError> {
+        match self.opt(k) {
+            Some(f) => self.secs(b, k, &f, 1.0),
+            None => Ok(NONE),
         }
-        None => 0,
-    };
-    let end = match (cols.end_kind(), cols.end_col()) {
-        (EndKind::Missing, _) | (_, None) => NONE,
-        (kind, Some(_)) => {
-            let k = ["end_unix_s", "end_s", "latency_s"]
-                .into_iter()
-                .find(|k| column_of(cols, k).is_some())
-                .expect("an end column");
-            match opt(k) {
-                None => NONE,
-                Some(f) => {
-                    let v = secs(k, f, 1.0)?;
-                    let e = if kind == EndKind::Latency {
-                        // Checked: an end past 2^64 ns is an error, never a clamped value.
-                        start.checked_add(v).filter(|&e| e != NONE).ok_or_else(|| {
-                            b.err(
-                                line,
-                                Some(&colname(k)),
-                                "the start plus the latency ends after the year 2554 (2^64 ns)",
-                            )
-                        })?
-                    } else {
-                        v
-                    };
-                    if e < start {
-                        return Err(b.err(line, Some(&colname(k)), "the call ends before it starts"));
-                    }
-                    e
-                }
+    }
+
+    /// The call's start, ns (0 without a start column: calls are ordered by think time or
+    /// turn).
+    fn start(&self, b: &Builder) -> Result<u64, TraceError> {
+        match self.cols.start_col() {
+            Some((k, _)) => {
+                let scale = if k == "start_ms" { 1e-3 } else { 1.0 };
+                self.secs(b, k, &self.need(b, k)?, scale)
             }
+            None => Ok(0),
         }
-    };
-    let think = match opt("think_s") {
-        Some(f) => secs("think_s", f, 1.0)?,
-        None => NONE,
-    };
-    let ttft = match opt("ttft_s") {
-        Some(f) => secs("ttft_s", f, 1.0)?,
-        None => NONE,
-    };
-    let name = |k: &str| -> Result<Option<String>, TraceError> {
-        match opt(k) {
-            None => Ok(None),
-            Some(f) => f.name().map(Some).ok_or_else(|| {
-                b.err(
-                    line,
-                    Some(&colname(k)),
-                    format!("expected a string or a number, got {}", crate::quote::escape(&f.text())),
-                )
-            }),
+    }
+
+    /// The call's end, ns or [`NONE`]: an end time, or the start plus the latency; never
+    /// before the start.
+    fn end(&self, b: &Builder, start: u64) -> Result<u64, TraceError> {
+        let kind = self.cols.end_kind();
+        if kind == EndKind::Missing || self.cols.end_col().is_none() {
+            return Ok(NONE);
         }
-    };
-    let session_name = name("session")?;
-    let model = name("model")?;
-    let session = match &session_name {
-        Some(s) => b.session(s),
-        None => NO_SESSION,
-    };
-    let turn = match opt("turn") {
-        Some(f) => {
-            let v = f.whole().filter(|&v| v < u64::from(u32::MAX)).ok_or_else(|| {
-                b.err(
-                    line,
-                    Some(&colname("turn")),
-                    format!(
-                        "expected a whole number below 2^32 - 1, got {}",
-                        crate::quote::quote(&f.text())
-                    ),
-                )
-            })?;
-            v as u32
+        let k = ["end_unix_s", "end_s", "latency_s"]
+            .into_iter()
+            .find(|k| column_of(self.cols, k).is_some())
+            .expect("an end column");
+        let Some(f) = self.opt(k) else {
+            return Ok(NONE);
+        };
+        let v = self.secs(b, k, &f, 1.0)?;
+        let e = if kind == EndKind::Latency {
+            // Checked: an end past 2^64 ns is an error, never a clamped value.
+            start
+                .checked_add(v)
+                .filter(|&e| e != NONE)
+                .ok_or_else(|| self.err(b, k, "the start plus the latency ends after the year 2554 (2^64 ns)"))?
+        } else {
+            v
+        };
+        if e < start {
+            return Err(self.err(b, k, "the call ends before it starts"));
         }
-        None => u32::MAX,
-    };
-    hashes.clear();
-    if let Some(f) = opt("block_hashes") {
+        Ok(e)
+    }
+
+    /// A name (session, model), if given.
+    fn name(&self, b: &Builder, k: &str) -> Result<Option<String>, TraceError> {
+        let Some(f) = self.opt(k) else {
+            return Ok(None);
+        };
+        f.name().map(Some).ok_or_else(|| {
+            self.err(
+                b,
+                k,
+                format!("expected a string or a number, got {}", crate::quote::escape(&f.text())),
+            )
+        })
+    }
+
+    /// The turn number as written, or `u32::MAX`.
+    fn turn(&self, b: &Builder) -> Result<u32, TraceError> {
+        let Some(f) = self.opt("turn") else {
+            return Ok(u32::MAX);
+        };
+        let v = f.whole().filter(|&v| v < u64::from(u32::MAX)).ok_or_else(|| {
+            self.err(
+                b,
+                "turn",
+                format!(
+                    "expected a whole number below 2^32 - 1, got {}",
+                    crate::quote::quote(&f.text())
+                ),
+            )
+        })?;
+        Ok(v as u32)
+    }
+
+    /// The prefix block hashes into `hashes`: a JSON array, or whole numbers separated by
+    /// spaces, commas or semicolons.
+    fn hashes(&self, b: &Builder, hashes: &mut Vec<u64>) -> Result<(), TraceError> {
+        hashes.clear();
+        let Some(f) = self.opt("block_hashes") else {
+            return Ok(());
+        };
         let bad = |t: &str| {
-            b.err(
-                line,
-                Some(&colname("block_hashes")),
+            self.err(
+                b,
+                "block_hashes",
                 format!("expected whole numbers, got {}", crate::quote::quote(t)),
             )
         };
@@ -584,14 +609,46 @@ fn row(
                 }
             }
         }
+        Ok(())
     }
+}
+
+fn row(
+    b: &mut Builder,
+    calls: &mut Calls,
+    cols: &ColumnMap,
+    line: u64,
+    rec: &Rec<'_>,
+    hashes: &mut Vec<u64>,
+) -> Result<(), TraceError> {
+    let c = Cells { cols, line, rec };
+    let input = c.count(b, "input_tokens")?;
+    let output = c.count(b, "output_tokens")?;
+    let start = c.start(b)?;
+    let end = c.end(b, start)?;
+    let think = c.opt_secs(b, "think_s")?;
+    let ttft = c.opt_secs(b, "ttft_s")?;
+    let session_name = c.name(b, "session")?;
+    let model = c.name(b, "model")?;
+    let session = match &session_name {
+        Some(s) => b.session(s),
+        None => NO_SESSION,
+    };
+    let turn = c.turn(b)?;
+    c.hashes(b, hashes)?;
     let timing = Timing {
         end_ns: end,
         ttft_ns: ttft,
         think_ns: think,
         model: model.as_deref(),
     };
-    push_call(b, calls, line, start, input, output, session, turn, hashes, timing)
+    let r = RawRow {
+        session,
+        turn,
+        blocks: hashes,
+        ..RawRow::new(line, start, input, output)
+    };
+    push_call(b, calls, r, timing)
 }
 
 #[cfg(test)]

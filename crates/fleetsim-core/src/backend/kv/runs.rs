@@ -618,26 +618,46 @@ impl RunPool {
     }
 
     /// Checks the pool's internal consistency (used by invariant checks and tests).
+    /// Cheap enough to run after every event (`--invariants`): flat arrays and one
+    /// pass-through hash set, no per-run allocation.
     pub fn check(&self) -> Result<(), String> {
-        // The free queue: linked both ways, its blocks counted free, each run segment
-        // where its run says.
-        // Cheap enough to run after every event (`--invariants`): flat arrays and one
-        // pass-through hash set, no per-run allocation.
-        let mut queued = 0u64;
-        // Each queued segment's place in the queue, and how many each run has there.
-        let mut place = vec![u32::MAX; self.segs.len()];
-        let mut queued_segs = vec![0u32; self.runs.len()];
+        let q = self.check_free_queue()?;
+        let (run_held, run_refs) = self.check_runs(&q)?;
+        let (table_held, table_refs) = self.check_tables()?;
+        let (held_blocks, refs) = (run_held + table_held, run_refs + table_refs);
+        if refs != self.refs {
+            return Err(format!(
+                "tables hold {refs} references but the pool counts {}",
+                self.refs
+            ));
+        }
+        if held_blocks + q.blocks != u64::from(self.capacity) {
+            return Err(format!(
+                "{held_blocks} held and {} free blocks in a pool of {}",
+                q.blocks, self.capacity
+            ));
+        }
+        Ok(())
+    }
+
+    /// The free queue: linked both ways, its blocks counted free.
+    fn check_free_queue(&self) -> Result<FreeQueue, String> {
+        let mut q = FreeQueue {
+            blocks: 0,
+            place: vec![u32::MAX; self.segs.len()],
+            per_run: vec![0u32; self.runs.len()],
+        };
         let (mut s, mut prev, mut k) = (self.head, NIL, 0);
         while s != NIL {
             let seg = self.segs[s as usize];
-            if seg.prev != prev || seg.hi <= seg.lo || place[s as usize] != u32::MAX {
+            if seg.prev != prev || seg.hi <= seg.lo || q.place[s as usize] != u32::MAX {
                 return Err(format!("free-queue segment {s} is broken ({}..{})", seg.lo, seg.hi));
             }
-            queued += u64::from(seg.hi - seg.lo);
-            place[s as usize] = k;
+            q.blocks += u64::from(seg.hi - seg.lo);
+            q.place[s as usize] = k;
             k += 1;
             if seg.run != NIL {
-                queued_segs[seg.run as usize] += 1;
+                q.per_run[seg.run as usize] += 1;
             }
             prev = s;
             s = seg.next;
@@ -645,74 +665,97 @@ impl RunPool {
         if prev != self.tail {
             return Err("the free queue's tail is not its last segment".into());
         }
-        if queued != u64::from(self.free) {
-            return Err(format!("free count {} but {queued} blocks in queue", self.free));
+        if q.blocks != u64::from(self.free) {
+            return Err(format!("free count {} but {} blocks in queue", self.free, q.blocks));
         }
+        Ok(q)
+    }
+
+    /// The runs: the spare ones unused, each live one indexed by its start, its hashes
+    /// cached once, and (unless owned) its free segments tiling `z..len` in queue order.
+    /// Returns the blocks held and the references taken by the runs.
+    fn check_runs(&self, q: &FreeQueue) -> Result<(u64, u64), String> {
         let mut spare = vec![false; self.runs.len()];
         for &r in &self.spare_runs {
             spare[r as usize] = true;
         }
-        let mut held_blocks = 0u64;
-        let mut refs = 0u64;
+        let (mut held_blocks, mut refs) = (0u64, 0u64);
         let total: usize = self.runs.iter().map(|r| r.hashes.len()).sum();
         let mut cached: HashSet<u64, BuildHasherDefault<PassThrough>> =
             HashSet::with_capacity_and_hasher(total, BuildHasherDefault::default());
         let mut live = 0;
         for (r, run) in self.runs.iter().enumerate() {
             if spare[r] {
-                if !run.hashes.is_empty() || queued_segs[r] != 0 {
+                if !run.hashes.is_empty() || q.per_run[r] != 0 {
                     return Err(format!("spare run {r} is in use"));
                 }
                 continue;
             }
-            let in_queue = queued_segs[r] as usize;
-            let r = r as u32;
             live += 1;
-            let len = run.hashes.len() as u32;
-            if len == 0 || self.index.get(&run.hashes[0]) != Some(&r) {
-                return Err(format!("run {r} is empty or not indexed by its start"));
-            }
-            for &h in &run.hashes {
-                if !cached.insert(h) {
-                    return Err(format!("hash {h:#x} cached twice"));
-                }
-            }
-            let top = run.hitters.iter().copied().max().unwrap_or(0);
-            if run.hitters.iter().any(|&x| x == 0 || x > len) {
-                return Err(format!("run {r} of {len} has a hit prefix out of range"));
-            }
-            refs += run.hitters.iter().map(|&x| u64::from(x)).sum::<u64>();
-            if run.owned {
-                refs += u64::from(len);
-                held_blocks += u64::from(len);
-                if !run.segs.is_empty() || in_queue != 0 {
-                    return Err(format!("owned run {r} has free-queue segments"));
-                }
-                continue;
-            }
-            held_blocks += u64::from(run.z);
-            if run.z != top {
-                return Err(format!("run {r}: z {} but the longest held prefix is {top}", run.z));
-            }
-            // Segments tile z..len, highest first, in queue order, and they are all of
-            // the run's segments in the queue.
-            let (mut end, mut last) = (len, None);
-            for &s in &run.segs {
-                let seg = self.segs[s as usize];
-                let at = place[s as usize];
-                if seg.run != r || seg.hi != end || at == u32::MAX || last.is_some_and(|l| l >= at) {
-                    return Err(format!("run {r}: segment {s} does not continue down from {end}"));
-                }
-                end = seg.lo;
-                last = Some(at);
-            }
-            if end != run.z || in_queue != run.segs.len() {
-                return Err(format!("run {r}: segments do not tile z..len in queue order"));
-            }
+            let (held, taken) = self.check_run(r as u32, run, q, &mut cached)?;
+            held_blocks += held;
+            refs += taken;
         }
         if live != self.index.len() {
             return Err(format!("{live} runs but {} index entries", self.index.len()));
         }
+        Ok((held_blocks, refs))
+    }
+
+    /// One live run `r`; returns the blocks it holds and the references on it.
+    fn check_run(
+        &self,
+        r: u32,
+        run: &Run,
+        q: &FreeQueue,
+        cached: &mut HashSet<u64, BuildHasherDefault<PassThrough>>,
+    ) -> Result<(u64, u64), String> {
+        let in_queue = q.per_run[r as usize] as usize;
+        let len = run.hashes.len() as u32;
+        if len == 0 || self.index.get(&run.hashes[0]) != Some(&r) {
+            return Err(format!("run {r} is empty or not indexed by its start"));
+        }
+        for &h in &run.hashes {
+            if !cached.insert(h) {
+                return Err(format!("hash {h:#x} cached twice"));
+            }
+        }
+        let top = run.hitters.iter().copied().max().unwrap_or(0);
+        if run.hitters.iter().any(|&x| x == 0 || x > len) {
+            return Err(format!("run {r} of {len} has a hit prefix out of range"));
+        }
+        let hits = run.hitters.iter().map(|&x| u64::from(x)).sum::<u64>();
+        if run.owned {
+            if !run.segs.is_empty() || in_queue != 0 {
+                return Err(format!("owned run {r} has free-queue segments"));
+            }
+            return Ok((u64::from(len), hits + u64::from(len)));
+        }
+        if run.z != top {
+            return Err(format!("run {r}: z {} but the longest held prefix is {top}", run.z));
+        }
+        // Segments tile z..len, highest first, in queue order, and they are all of the
+        // run's segments in the queue.
+        let (mut end, mut last) = (len, None);
+        for &s in &run.segs {
+            let seg = self.segs[s as usize];
+            let at = q.place[s as usize];
+            if seg.run != r || seg.hi != end || at == u32::MAX || last.is_some_and(|l| l >= at) {
+                return Err(format!("run {r}: segment {s} does not continue down from {end}"));
+            }
+            end = seg.lo;
+            last = Some(at);
+        }
+        if end != run.z || in_queue != run.segs.len() {
+            return Err(format!("run {r}: segments do not tile z..len in queue order"));
+        }
+        Ok((u64::from(run.z), hits))
+    }
+
+    /// The tables: their pieces add up to their length. Returns the blocks they hold and
+    /// the references they take of their own (duplicates and tails).
+    fn check_tables(&self) -> Result<(u64, u64), String> {
+        let (mut held_blocks, mut refs) = (0u64, 0u64);
         for tb in &self.tables {
             let mut len = tb.tail;
             for p in &tb.pieces {
@@ -731,20 +774,18 @@ impl RunPool {
             held_blocks += u64::from(tb.tail);
             refs += u64::from(tb.tail);
         }
-        if refs != self.refs {
-            return Err(format!(
-                "tables hold {refs} references but the pool counts {}",
-                self.refs
-            ));
-        }
-        if held_blocks + queued != u64::from(self.capacity) {
-            return Err(format!(
-                "{held_blocks} held and {queued} free blocks in a pool of {}",
-                self.capacity
-            ));
-        }
-        Ok(())
+        Ok((held_blocks, refs))
     }
+}
+
+/// What [`RunPool::check`] learns of the free queue.
+struct FreeQueue {
+    /// Blocks in the queue.
+    blocks: u64,
+    /// Each queued segment's place in the queue (`u32::MAX`: not queued).
+    place: Vec<u32>,
+    /// Segments in the queue per run.
+    per_run: Vec<u32>,
 }
 
 #[cfg(test)]
