@@ -111,6 +111,36 @@ pub(super) fn explanation(
     Ok(x)
 }
 
+/// A `sim run` folder's run reproduced from its `scenario.toml` (byte-identical by
+/// construction; a warning when it does not match `summary.json`), with what the
+/// counterfactuals of [`explanation`] need.
+pub(super) fn reproduce(dir: &Path) -> Result<(crate::sim::RunResult, Scenario, Workload, Source)> {
+    let summary_path = dir.join("summary.json");
+    let stored = std::fs::read_to_string(&summary_path)
+        .with_context(|| format!("{}: not a results folder written by `sim run`", summary_path.display()))?;
+    let name = serde_json::from_str::<serde_json::Value>(&stored)
+        .ok()
+        .and_then(|v| v.get("scenario").and_then(|n| n.as_str()).map(str::to_string))
+        .with_context(|| format!("{}: no `scenario` name in it", summary_path.display()))?;
+    let scen_path = dir.join("scenario.toml");
+    let text = std::fs::read_to_string(&scen_path).with_context(|| format!("reading {}", scen_path.display()))?;
+    let src = Source::parse(&text, &scen_path.display().to_string(), &name)?;
+    let (scenario, workload, _) = src.build()?;
+    super::shared::check_held_audit(&scenario, &workload, &scen_path.display().to_string(), "sim report")?;
+    let (res, _) = run(scenario.sim.clone(), &workload, crate::sim::RunOptions::default())
+        .with_context(|| format!("re-running {}", scen_path.display()))?;
+    let mut again = serde_json::to_vec_pretty(&res.summary)?;
+    again.push(b'\n');
+    if again != stored.as_bytes() {
+        eprintln!(
+            "warning: {} does not match the re-run of {} (another fleetsim version, or an edited file); reporting the re-run's explanation",
+            summary_path.display(),
+            scen_path.display()
+        );
+    }
+    Ok((res, scenario, workload, src))
+}
+
 pub(super) fn write_explanation(dir: &Path, x: &crate::explain::Explanation) -> Result<Vec<PathBuf>> {
     let md = dir.join("explain.md");
     crate::atomic::write_file(&md, crate::explain::render(x).as_bytes())?;

@@ -158,6 +158,9 @@ pub struct Pareto {
     pub points: Vec<(String, Vec<f64>)>,
     /// Indices into `points` of the non-dominated candidates.
     pub front: Vec<usize>,
+    /// Per point: the seeds it ran and each metric's 95 % CI half-width (NaN below 2
+    /// seeds), so a plot can show how sure each mean is.
+    pub spread: Vec<(usize, Vec<f64>)>,
 }
 
 /// One round, summarized.
@@ -433,6 +436,15 @@ pub fn build(
             (cand.label.clone(), v)
         })
         .collect();
+    let spread: Vec<(usize, Vec<f64>)> = (0..cands.len())
+        .map(|c| {
+            let ci = pareto_metrics
+                .iter()
+                .map(|m| Stat::of(&search.values(c, m)).ci95)
+                .collect();
+            (search.runs[c].len(), ci)
+        })
+        .collect();
     let dirs: Vec<bool> = pareto_metrics.iter().map(|m| maximize(m)).collect();
     let vals: Vec<Vec<f64>> = points.iter().map(|p| p.1.clone()).collect();
     let objective = search.objective.describe();
@@ -475,6 +487,7 @@ pub fn build(
             seeds: search.rounds.first().map(|r| r.seeds.clone()).unwrap_or_default(),
             front: pareto_front(&vals, &dirs),
             points,
+            spread,
         },
         snippet: snippet(scenario, &objective, &cands[w]),
         flags,

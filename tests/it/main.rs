@@ -48,6 +48,7 @@ mod queueing;
 mod readme;
 mod real_router;
 mod reference;
+mod report;
 mod serve;
 mod shard_auto;
 mod streaming;

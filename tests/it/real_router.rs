@@ -47,16 +47,17 @@ fn router() -> Option<PathBuf> {
     match std::env::var_os("FLEETSIM_VLLM_ROUTER") {
         Some(p) if Path::new(&p).is_file() => Some(PathBuf::from(p)),
         Some(p) => {
-            eprintln!(
-                "skipped: FLEETSIM_VLLM_ROUTER={} is not a file",
-                Path::new(&p).display()
+            crate::common::skip(
+                "real_router::*",
+                &format!("FLEETSIM_VLLM_ROUTER={} is not a file", Path::new(&p).display()),
             );
             None
         }
         None => {
-            eprintln!(
-                "skipped: set FLEETSIM_VLLM_ROUTER to vllm-router from PyPI (python3 -m venv v && \
-                 v/bin/pip install vllm-router==0.1.17; .ci/run does)"
+            crate::common::skip(
+                "real_router::*",
+                "set FLEETSIM_VLLM_ROUTER to vllm-router from PyPI (python3 -m venv v && \
+                 v/bin/pip install vllm-router==0.1.17; .ci/run does)",
             );
             None
         }
