@@ -118,11 +118,7 @@ pub fn markdown(md: &str) -> String {
                 TagEnd::Emphasis => o.push_str("</em>"),
                 TagEnd::Strong => o.push_str("</strong>"),
                 TagEnd::Strikethrough => o.push_str("</del>"),
-                TagEnd::Link => {
-                    if links.pop() == Some(true) {
-                        o.push_str("</a>");
-                    }
-                }
+                TagEnd::Link if links.pop() == Some(true) => o.push_str("</a>"),
                 _ => {}
             },
             Event::Text(t) | Event::Html(t) | Event::InlineHtml(t) => o.push_str(&escape(&t)),

@@ -16,6 +16,9 @@ use crate::sweep::table::fmt_stat;
 use crate::tune::report::Report;
 use crate::tune::space::OWN;
 
+/// `(label, x, y, on front)`.
+type Point = (String, f64, f64, bool);
+
 /// The plot's data.
 pub struct ParetoPlot {
     title: String,
@@ -171,8 +174,7 @@ impl Figure for ParetoPlot {
         let grey = RGBColor(150, 150, 150);
         let most = self.spread.iter().map(|s| s.0).max().unwrap_or(0);
         let full = |i: usize| self.spread.get(i).is_none_or(|s| s.0 == most);
-        let dominated: Vec<(usize, &(String, f64, f64, bool))> =
-            self.points.iter().enumerate().filter(|(_, p)| !p.3).collect();
+        let dominated: Vec<(usize, &Point)> = self.points.iter().enumerate().filter(|(_, p)| !p.3).collect();
         chart
             .draw_series(
                 dominated
