@@ -210,9 +210,12 @@ fn vllm_router_round_robin_between_sim_serve_and_sim_load() {
         .arg(&simulated)
         .assert()
         .success();
+    // Side by side, then the verdict: exit 0 when every shown figure is within 10 %, 1 when
+    // one is not (latencies through a real router on a busy machine may differ more).
     let cmp = sim().arg("compare").arg(&loaded).arg(&simulated).output().unwrap();
-    assert!(cmp.status.success());
     let table = String::from_utf8(cmp.stdout).unwrap();
+    let within = table.contains("verdict: ") && !table.contains("beyond it:");
+    assert_eq!(cmp.status.code(), Some(if within { 0 } else { 1 }), "{table}");
     assert!(table.contains("| requests finished | 24 | 24 |"), "{table}");
     assert!(
         table.contains("| share backend-0 | 12 (50.0%) | 12 (50.0%) |"),
