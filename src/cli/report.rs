@@ -36,9 +36,9 @@ fn kind(dir: &Path) -> Result<(&'static str, Option<serde_json::Value>)> {
         let text = std::fs::read_to_string(&sp).with_context(|| format!("reading {}", sp.display()))?;
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("{}: not JSON", sp.display()))?;
-        let k = match v["kind"].as_str() {
-            Some("serve") => "served run",
-            Some("load") => "loaded run",
+        let k = match crate::live::load::side_by_side::kind_of(dir, &v).as_str() {
+            "serve" => "served run",
+            "load" => "loaded run",
             _ => "run",
         };
         return Ok((k, Some(v)));

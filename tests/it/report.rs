@@ -69,6 +69,11 @@ fn sweeps_and_missing_folders() {
     assert!(html.contains("<h2>Tables</h2>") && html.contains("<td><code>least_request</code></td>"));
     assert!(html.matches("<img ").count() >= 3, "the sweep's figures");
     assert!(html.contains("compare-agent-burst"));
+    // A served run's folder (`serve.json` beside what `sim run` writes) is not re-run.
+    let served = hostile_run(tmp.path());
+    write(&served, "serve.json", "{}\n");
+    let html = report(&served, &tmp.path().join("v.html"));
+    assert!(html.contains("burst8: served run") && !html.contains("id=\"explanation\""));
     let missing = tmp.path().join("nothere");
     let out = sim()
         .arg("report")

@@ -32,13 +32,22 @@ pub struct Side {
     pub e2e_s: Percentiles,
 }
 
-/// Whether `dir` is a served or loaded run (its `summary.json` says `"kind": "load"` or
-/// `"serve"`).
+/// The kind of a folder: `serve` (`sim serve --out` writes `serve.json`), `load` or `run`.
+pub fn kind_of(dir: &Path, summary: &serde_json::Value) -> String {
+    if dir.join("serve.json").is_file() {
+        return "serve".into();
+    }
+    summary["kind"].as_str().unwrap_or("run").to_string()
+}
+
+/// Whether `dir` is a served or loaded run (it holds `serve.json`, or its `summary.json`
+/// says `"kind": "load"` or `"serve"`).
 pub fn is_live(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("summary.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .is_some_and(|v| matches!(v["kind"].as_str(), Some("load" | "serve")))
+    dir.join("serve.json").is_file()
+        || std::fs::read_to_string(dir.join("summary.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| matches!(v["kind"].as_str(), Some("load" | "serve")))
 }
 
 /// Reads one folder.
@@ -65,7 +74,7 @@ pub fn read(dir: &Path) -> Result<Side> {
     };
     let (cb, ct, ce) = (col("backend")?, col("ttft_s")?, col("e2e_s")?);
     let mut side = Side {
-        kind: summary["kind"].as_str().unwrap_or("run").to_string(),
+        kind: kind_of(dir, &summary),
         prefix_cache_hit_rate: summary["prefix_cache_hit_rate"].as_f64(),
         idle_while_queued_s: summary["idle_while_queued_s"].as_f64(),
         ..Side::default()
