@@ -48,7 +48,10 @@ done
   | tee "$out/load.log" || true
 kill -TERM "$serve_pid"
 for _ in $(seq 300); do [ -s "$out/served/summary.json" ] && break; sleep 0.1; done
-"$sim" run "$scenario" --quiet --set "router.policy=$policy" --out "$out/simulated"
+# The live URLs: a model that hashes URLs (session) or sorts them (roundrobin) sees what the
+# router saw.
+urls_toml="[$(printf '"%s",' "${urls[@]}" | sed 's/,$//')]"
+"$sim" run "$scenario" --quiet --set "router.policy=$policy" --set "backends.urls=$urls_toml" --out "$out/simulated"
 echo "== the router's client view (sim load) | the simulation"
 "$sim" compare "$out/loaded" "$out/simulated"
 echo "== the fleet's view (sim serve) | the simulation"

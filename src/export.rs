@@ -43,6 +43,19 @@ pub struct Perf {
     pub requests_per_s: f64,
 }
 
+impl Perf {
+    /// The figures of a loop that took `wall` for `events` events and `requests` requests.
+    pub fn of(wall: std::time::Duration, events: u64, requests: u64) -> Perf {
+        let wall_s = wall.as_secs_f64().max(1e-9);
+        Perf {
+            wall_s,
+            events,
+            events_per_s: events as f64 / wall_s,
+            requests_per_s: requests as f64 / wall_s,
+        }
+    }
+}
+
 /// How a run's tables (requests, time series, decisions) are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Tables {
@@ -53,51 +66,43 @@ pub enum Tables {
     Parquet,
 }
 
-/// Writes all files into `dir`, tables as CSV; returns their paths.
-pub fn write_all(
-    dir: &Path,
-    res: &RunResult,
-    scenario_toml: &str,
-    perf: &Perf,
-    hints: &[crate::hints::Hint],
-    decisions: bool,
-) -> Result<Vec<PathBuf>> {
-    write_all_as(dir, res, scenario_toml, perf, hints, Tables::Csv, decisions)
+/// What a run's files are written from: the finished run and what is known beside it.
+#[derive(Clone, Copy)]
+pub struct Output<'a> {
+    /// The finished run.
+    pub res: &'a RunResult,
+    /// The effective scenario (overrides applied), written as `scenario.toml`.
+    pub scenario_toml: &'a str,
+    /// Wall-clock figures, written as `perf.json`.
+    pub perf: &'a Perf,
+    /// The health hints, written as `hints.json`.
+    pub hints: &'a [crate::hints::Hint],
+    /// How the tables are written.
+    pub tables: Tables,
 }
 
-/// Writes all files into `dir`, tables as `tables` says; returns their paths.
-pub fn write_all_as(
-    dir: &Path,
-    res: &RunResult,
-    scenario_toml: &str,
-    perf: &Perf,
-    hints: &[crate::hints::Hint],
-    tables: Tables,
-    decisions: bool,
-) -> Result<Vec<PathBuf>> {
+/// Writes all files of `out` into `dir` (the decision tables only if `decisions`); returns
+/// their paths.
+pub fn write_all(dir: &Path, out: &Output, decisions: bool) -> Result<Vec<PathBuf>> {
     fs::create_dir_all(dir).with_context(|| format!("creating results folder {}", dir.display()))?;
+    let res = out.res;
     let decision_files = if decisions {
-        let mut f = DecisionFiles::create(dir, tables, res.decisions.n_backends)?;
+        let mut f = DecisionFiles::create(dir, out.tables, res.decisions.n_backends)?;
         f.add(&res.decisions, &|s| res.session_keys[s].as_str())?;
         f.finish()?
     } else {
         Vec::new()
     };
-    write_rest(dir, res, scenario_toml, perf, hints, tables, decision_files, None)
+    write_rest(dir, out, decision_files, None)
 }
 
-/// Writes every file but the decision tables (`decision_files`, written already, are
-/// listed in their place) and, when `record_files` lists them (from
+/// Writes every file of `out` but the decision tables (`decision_files`, written already,
+/// are listed in their place) and, when `record_files` lists them (from
 /// [`tables::RecordFiles`]), but the requests and time-series tables; returns the paths of
 /// all.
-#[allow(clippy::too_many_arguments)]
 pub fn write_rest(
     dir: &Path,
-    res: &RunResult,
-    scenario_toml: &str,
-    perf: &Perf,
-    hints: &[crate::hints::Hint],
-    tables: Tables,
+    out: &Output,
     decision_files: Vec<PathBuf>,
     record_files: Option<Vec<PathBuf>>,
 ) -> Result<Vec<PathBuf>> {
@@ -108,21 +113,21 @@ pub fn write_rest(
         written.push(p);
         Ok(())
     };
-    file("summary.json", &|p| write_json(p, &res.summary))?;
+    file("summary.json", &|p| write_json(p, &out.res.summary))?;
     let tables = match record_files {
         Some(paths) => paths,
-        None => tables::write_requests_and_series(dir, res, tables)?,
+        None => tables::write_requests_and_series(dir, out.res, out.tables)?,
     };
     file("scenario.toml", &|p| {
-        crate::atomic::write_file(p, scenario_toml.as_bytes())
+        crate::atomic::write_file(p, out.scenario_toml.as_bytes())
     })?;
-    file("hints.json", &|p| write_json(p, &hints))?;
-    file("perf.json", &|p| write_json(p, perf))?;
-    let mut out = vec![written.remove(0)];
-    out.extend(tables);
-    out.extend(decision_files);
-    out.extend(written);
-    Ok(out)
+    file("hints.json", &|p| write_json(p, &out.hints))?;
+    file("perf.json", &|p| write_json(p, out.perf))?;
+    let mut all = vec![written.remove(0)];
+    all.extend(tables);
+    all.extend(decision_files);
+    all.extend(written);
+    Ok(all)
 }
 
 /// Pretty JSON plus a trailing newline.

@@ -155,66 +155,14 @@ impl HintScan {
             if !self.warm {
                 self.warm = view.iter().all(|v| !v.listed || v.engine.is_some());
             }
-            for (v, s) in view.iter().zip(&mut self.backends) {
-                // zero-stats: engine load 0 while the router has requests in flight to it.
-                let local = v.requests.map_or(0, |q| q.in_prefill + q.in_decoding);
-                match v.engine {
-                    Some(e) => {
-                        // Of the requests in flight now, those dispatched after the stats were
-                        // read were not there to be counted (a scrape before the first dispatch
-                        // reads an honest 0 for a whole interval); the rest were in flight then.
-                        let after = s.sent.len() - s.sent.partition_point(|&x| x <= e.read_at);
-                        let held = local.saturating_sub(u32::try_from(after).unwrap_or(u32::MAX));
-                        if held == 0 {
-                            continue;
-                        }
-                        s.seen += 1;
-                        if e.running + e.waiting == 0 {
-                            s.zero_busy += 1;
-                            s.peak = s.peak.max(held);
-                            s.first.get_or_insert(r.t);
-                            s.last = Some(r.t);
-                        }
-                    }
-                    None if v.listed && self.warm => {
-                        s.missing += 1;
-                        s.mfirst.get_or_insert(r.t);
-                        s.mlast = Some(r.t);
-                    }
-                    None => {}
-                }
-            }
+            self.read_backends(view, r.t);
             if let Some(s) = self.backends.get_mut(r.backend.index()) {
                 s.sent.push(r.t);
             }
             // dogpile: runs over the load-based decisions only (a latched follow-up in
             // between does not break a pile-up), each against its first decision's view.
             if reads_engine_load(r.branch) {
-                let same = self.run.as_ref().is_some_and(|run| {
-                    run.backend == r.backend.index()
-                        && view
-                            .iter()
-                            .zip(&run.read_at)
-                            .all(|(v, at)| v.engine.map(|e| e.read_at) == *at)
-                });
-                if same {
-                    let run = self.run.as_mut().expect("checked");
-                    run.len += 1;
-                    run.t_last = r.t;
-                    run.truth_last.clear();
-                    run.truth_last.extend_from_slice(truth);
-                } else {
-                    self.close_run();
-                    self.run = Some(LoadRun {
-                        backend: r.backend.index(),
-                        t_first: r.t,
-                        read_at: view.iter().map(|v| v.engine.map(|e| e.read_at)).collect(),
-                        age: oldest_age(view, r.t),
-                        len: 1,
-                        t_last: r.t,
-                        truth_last: truth.to_vec(),
-                    });
-                }
+                self.extend_run(r, view, truth);
             }
             // stale-view: the oldest entry a decision read, against the configured interval.
             let age = oldest_age(view, r.t);
@@ -224,6 +172,69 @@ impl HintScan {
                 self.sfirst.get_or_insert(r.t);
                 self.slast = Some(r.t);
             }
+        }
+    }
+
+    /// zero-stats and missing-stats: what a decision at `t` read of each backend.
+    fn read_backends(&mut self, view: crate::metrics::View<'_>, t: SimTime) {
+        for (v, s) in view.iter().zip(&mut self.backends) {
+            // zero-stats: engine load 0 while the router has requests in flight to it.
+            let local = v.requests.map_or(0, |q| q.in_prefill + q.in_decoding);
+            match v.engine {
+                Some(e) => {
+                    // Of the requests in flight now, those dispatched after the stats were
+                    // read were not there to be counted (a scrape before the first dispatch
+                    // reads an honest 0 for a whole interval); the rest were in flight then.
+                    let after = s.sent.len() - s.sent.partition_point(|&x| x <= e.read_at);
+                    let held = local.saturating_sub(u32::try_from(after).unwrap_or(u32::MAX));
+                    if held == 0 {
+                        continue;
+                    }
+                    s.seen += 1;
+                    if e.running + e.waiting == 0 {
+                        s.zero_busy += 1;
+                        s.peak = s.peak.max(held);
+                        s.first.get_or_insert(t);
+                        s.last = Some(t);
+                    }
+                }
+                None if v.listed && self.warm => {
+                    s.missing += 1;
+                    s.mfirst.get_or_insert(t);
+                    s.mlast = Some(t);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// A load-based decision `r` (with its `view` and the backends' true loads `truth`)
+    /// extends the run of picks of one backend from one view, or closes it and starts one.
+    fn extend_run(&mut self, r: &crate::metrics::DecisionRow, view: crate::metrics::View<'_>, truth: &[u32]) {
+        let same = self.run.as_ref().is_some_and(|run| {
+            run.backend == r.backend.index()
+                && view
+                    .iter()
+                    .zip(&run.read_at)
+                    .all(|(v, at)| v.engine.map(|e| e.read_at) == *at)
+        });
+        if same {
+            let run = self.run.as_mut().expect("checked");
+            run.len += 1;
+            run.t_last = r.t;
+            run.truth_last.clear();
+            run.truth_last.extend_from_slice(truth);
+        } else {
+            self.close_run();
+            self.run = Some(LoadRun {
+                backend: r.backend.index(),
+                t_first: r.t,
+                read_at: view.iter().map(|v| v.engine.map(|e| e.read_at)).collect(),
+                age: oldest_age(view, r.t),
+                len: 1,
+                t_last: r.t,
+                truth_last: truth.to_vec(),
+            });
         }
     }
 
@@ -328,43 +339,60 @@ pub const SKEW_MIN_REQUESTS: u64 = 50;
 /// Hints from the request shares of a run's summary: backends that never served while
 /// others did, and skew across backends of equal capacity (same slots and profile).
 pub fn share_hints(s: &crate::metrics::Summary) -> Vec<Hint> {
-    let mut out = Vec::new();
+    let mut out: Vec<Hint> = never_served(s).into_iter().collect();
+    out.extend(share_skew(s));
+    out
+}
+
+/// Whether backend `b` was in service at some point of the run of `s`.
+fn in_service(s: &crate::metrics::Summary, b: &crate::metrics::BackendSummary) -> bool {
+    s.sim_time_s <= 0.0 || b.out_of_service_s < s.sim_time_s
+}
+
+/// never-served: backends in service that served no request while others served some.
+fn never_served(s: &crate::metrics::Summary) -> Option<Hint> {
     let end = s.sim_time_s;
-    let in_service = |b: &&crate::metrics::BackendSummary| end <= 0.0 || b.out_of_service_s < end;
-    let served: u64 = s.backends.iter().filter(in_service).map(|b| b.requests).sum();
+    let served: u64 = s.backends.iter().filter(|b| in_service(s, b)).map(|b| b.requests).sum();
     let idle: Vec<&str> = s
         .backends
         .iter()
-        .filter(in_service)
+        .filter(|b| in_service(s, b))
         .filter(|b| b.requests == 0)
         .map(|b| b.name.as_str())
         .collect();
-    if served > 0 && !idle.is_empty() {
-        let busiest = s
-            .backends
-            .iter()
-            .max_by(|a, b| a.requests.cmp(&b.requests).then(b.name.cmp(&a.name)))
-            .expect("some backend served");
-        out.push(Hint {
-            kind: "never-served",
-            backend: idle[0].to_string(),
-            from_s: 0.0,
-            until_s: end,
-            message: format!(
-                "{} of {} backends in service never served a request ({}) while {} served {} of {} (Jain index {:.3}): no queue formed, but the router sends everything to few backends and the next burst will queue there; check the policy's tie-break, thresholds and session affinity",
-                idle.len(),
-                s.backends.iter().filter(in_service).count(),
-                idle.join(", "),
-                busiest.name,
-                busiest.requests,
-                served,
-                s.request_jain_index
-            ),
-        });
+    if served == 0 || idle.is_empty() {
+        return None;
     }
-    // Equal capacity: same slots and same profile (or group, when no profile is named).
+    let busiest = s
+        .backends
+        .iter()
+        .max_by(|a, b| a.requests.cmp(&b.requests).then(b.name.cmp(&a.name)))
+        .expect("some backend served");
+    Some(Hint {
+        kind: "never-served",
+        backend: idle[0].to_string(),
+        from_s: 0.0,
+        until_s: end,
+        message: format!(
+            "{} of {} backends in service never served a request ({}) while {} served {} of {} (Jain index {:.3}): no queue formed, but the router sends everything to few backends and the next burst will queue there; check the policy's tie-break, thresholds and session affinity",
+            idle.len(),
+            s.backends.iter().filter(|b| in_service(s, b)).count(),
+            idle.join(", "),
+            busiest.name,
+            busiest.requests,
+            served,
+            s.request_jain_index
+        ),
+    })
+}
+
+/// share-skew: in each class of equal capacity (same slots and same profile, or group when
+/// no profile is named), a busiest backend far above the least busy one.
+fn share_skew(s: &crate::metrics::Summary) -> Vec<Hint> {
+    let mut out = Vec::new();
+    let end = s.sim_time_s;
     let mut classes: std::collections::BTreeMap<(u32, &str), Vec<&crate::metrics::BackendSummary>> = Default::default();
-    for b in s.backends.iter().filter(in_service) {
+    for b in s.backends.iter().filter(|b| in_service(s, b)) {
         let label = if b.profile.is_empty() {
             b.group.as_str()
         } else {

@@ -12,7 +12,7 @@
 //!
 //! 1. **Core** (`fleetsim-core`, re-exported here as [`sim`], [`engine`], [`backend`],
 //!    [`router`], [`policy`], [`metrics`], [`workload`], [`view`], [`decision`],
-//!    [`content`], [`dist`], [`faults`], [`fleet`], [`ids`], [`rng`], [`time`]): the
+//!    [`content`], [`dist`], [`faults`], [`fleet`], [`autoscale`], [`ids`], [`rng`], [`time`]): the
 //!    simulation. It depends on no CLI, plotting, YAML, JUnit or schema crate; its own
 //!    top-level doc gives its inner layers.
 //! 2. **Io** (`fleetsim-io`, re-exported as [`scenario`], [`trace`], [`profiles`],
@@ -21,21 +21,24 @@
 //!    metric names in one place, whole-or-absent files, user text in messages escaped. It
 //!    depends on the core only.
 //! 3. **Application** (this crate): [`cli`] (parse and dispatch only, one file per
-//!    subcommand), [`sweep`], [`tune`], [`family`] (candidate rules over a random family of
-//!    fleets), [`check`], [`import`], [`calibrate`] (a profile fitted to a real engine's
-//!    series, and its validation), [`explain`], [`export`], [`report`], [`html`] (`sim
-//!    report`'s self-contained page), [`plot`], [`hints`],
+//!    subcommand), [`run`] (a run from a validated scenario to its outputs: the one way
+//!    every command reaches the core's event loop), [`sweep`], [`tune`], [`family`]
+//!    (candidate rules over a random family of fleets), [`check`], [`import`],
+//!    [`calibrate`] (a profile fitted to a real engine's series, and its validation),
+//!    [`explain`], [`export`], [`report`], [`html`] (`sim report`'s self-contained page),
+//!    [`plot`], [`hints`],
 //!    [`reference`](mod@reference) (the generated reference pages and blocks of the guide),
 //!    [`alerts`] (Prometheus rules and their proof on runs), [`observe`] (the same figures
 //!    on a real fleet's series) and [`live`], the live wing: `sim serve` (the fleet as vLLM
 //!    servers over HTTP), `sim load` (a scenario's sessions sent in real time to a router)
 //!    and observe's fetching, on one wire contract; the only code that speaks HTTP, and the
 //!    only place wall time drives what happens. It builds scenarios through io, calls
-//!    [`sim::run`], and renders finished results; it never reaches into a running
-//!    simulation. Plotting, YAML, JUnit, HTTP and the CLI parser live here only.
+//!    [`sim::run`] through [`run`], and renders finished results; it never reaches into a
+//!    running simulation. Plotting, YAML, JUnit, HTTP and the CLI parser live here only.
 //!
-//! Inside the application, [`cli`] sits on top; [`sweep`], [`tune`], [`family`], [`check`],
-//! [`calibrate`] and [`import`] drive runs; [`explain`], [`export`], [`report`], [`plot`] and
+//! Inside the application, [`cli`] sits on top; [`sweep`], [`tune`], [`family`] and
+//! [`check`] drive runs, each through [`run`]; [`calibrate`] replays one engine and
+//! [`import`] builds scenarios; [`explain`], [`export`], [`report`], [`plot`] and
 //! [`hints`] see a finished [`sim::RunResult`] (or sweep tables), never simulation
 //! internals; [`live`] is the only code that keeps real time.
 //!
@@ -47,8 +50,8 @@
 //! seed, and no hash map is ever iterated into anything observable.
 
 pub use fleetsim_core::{
-    backend, content, decision, dist, engine, faults, fleet, ids, metrics, policy, rng, router, sim, time, view,
-    workload,
+    autoscale, backend, content, decision, dist, engine, faults, fleet, ids, metrics, policy, rng, router, sim, time,
+    view, workload,
 };
 pub use fleetsim_io::{atomic, measure, output, preflight, profiles, quote, scenario, trace, vllm_metrics};
 
@@ -67,5 +70,6 @@ pub mod observe;
 pub mod plot;
 pub mod reference;
 pub mod report;
+pub mod run;
 pub mod sweep;
 pub mod tune;

@@ -40,7 +40,24 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         );
     }
     let _ = writeln!(o);
-    // A fleet described by groups or profiles gets a last column naming them.
+    o.push_str(&backend_table(s));
+    let _ = writeln!(o);
+    let _ = writeln!(o, "worst moment        {}", worst_moment(s));
+    let _ = writeln!(o, "idle_while_queued_s {:.1}", s.idle_while_queued_s);
+    let _ = writeln!(o, "stranded_slot_s     {:.1}", s.stranded_slot_s);
+    let _ = writeln!(o, "latched_sessions    {} of {}", s.latched_sessions, s.sessions);
+    let _ = writeln!(o, "request share       {}", share_line(s));
+    decisions(&mut o, s);
+    latencies(&mut o, s);
+    if let Some(a) = &s.autoscale {
+        autoscale_lines(&mut o, a);
+    }
+    o
+}
+
+/// One row per backend: its share, sessions, queues, busy and idle time, cache hits (and,
+/// for a fleet described by groups or profiles, a last column naming them).
+fn backend_table(s: &Summary) -> String {
     let labelled = s.backends.iter().any(|b| !b.profile.is_empty() || !b.group.is_empty());
     let mut head = vec![
         "backend",
@@ -83,39 +100,31 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         }
         r
     });
-    o.push_str(&crate::output::render(
-        &head,
-        rows,
-        &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
-    ));
-    let _ = writeln!(o);
-    match &s.worst_moment {
-        Some(w) => {
-            let parts: Vec<String> = w
+    crate::output::render(&head, rows, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+}
+
+/// The instant most requests waited while a slot was free elsewhere, backend by backend.
+fn worst_moment(s: &Summary) -> String {
+    let Some(w) = &s.worst_moment else {
+        return "none: no request ever waited while a slot was free elsewhere".into();
+    };
+    let parts: Vec<String> = w
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, [r, q])| {
+            let name = s
                 .backends
-                .iter()
-                .enumerate()
-                .map(|(i, [r, q])| {
-                    let name = s
-                        .backends
-                        .get(i)
-                        .map_or_else(|| format!("backend-{i}"), |b| b.name.clone());
-                    format!("{name} {r} running + {q} waiting")
-                })
-                .collect();
-            let _ = writeln!(o, "worst moment        t = {:.1} s: {}", w.t_s, parts.join(" | "));
-        }
-        None => {
-            let _ = writeln!(
-                o,
-                "worst moment        none: no request ever waited while a slot was free elsewhere"
-            );
-        }
-    }
-    let _ = writeln!(o, "idle_while_queued_s {:.1}", s.idle_while_queued_s);
-    let _ = writeln!(o, "stranded_slot_s     {:.1}", s.stranded_slot_s);
-    let _ = writeln!(o, "latched_sessions    {} of {}", s.latched_sessions, s.sessions);
-    let _ = writeln!(o, "request share       {}", share_line(s));
+                .get(i)
+                .map_or_else(|| format!("backend-{i}"), |b| b.name.clone());
+            format!("{name} {r} running + {q} waiting")
+        })
+        .collect();
+    format!("t = {:.1} s: {}", w.t_s, parts.join(" | "))
+}
+
+/// The decisions by branch (with the kvaware fallback's share) and their regret.
+fn decisions(o: &mut String, s: &Summary) {
     let branches: Vec<String> = s
         .decisions_by_branch
         .iter()
@@ -137,6 +146,10 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         "decision regret     {} of {} picks busier than the least-loaded backend in truth (max +{}); views up to {:.1} s old (median {:.1} s)",
         s.decisions_with_regret, s.decision_regret.count, s.decision_regret.max, s.view_age_s.max, s.view_age_s.p50
     );
+}
+
+/// TTFT, TPOT and ITL quantiles, and the throughput.
+fn latencies(o: &mut String, s: &Summary) {
     let _ = writeln!(
         o,
         "ttft p50/p90/p99    {:.3} / {:.3} / {:.3} s   (queue wait p99 {:.3} s, e2e p99 {:.3} s)",
@@ -160,7 +173,44 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
         s.prefix_cache_hit_rate * 100.0,
         s.preemptions
     );
-    o
+}
+
+/// An autoscaled run: its scale decisions and what the replicas cost.
+fn autoscale_lines(o: &mut String, a: &crate::autoscale::AutoscaleSummary) {
+    let _ = writeln!(
+        o,
+        "autoscaler          {} on {}: {} up, {} down, peak {} replicas, {} added never served, {} requests cut",
+        a.autoscaler,
+        crate::quote::escape(&a.autoscaler_query),
+        a.scale_ups,
+        a.scale_downs,
+        a.peak_replicas,
+        a.replicas_never_served,
+        a.requests_cut_by_scale_down
+    );
+    const SHOWN: usize = 10;
+    for e in a.scale_events.iter().take(SHOWN) {
+        let metric = e
+            .metric
+            .map_or_else(|| "no value".to_string(), |m| format!("value {m}"));
+        let _ = writeln!(
+            o,
+            "  scale             t = {:.1} s: {} {} -> {} ({metric}, {})",
+            e.t_s, e.by, e.from, e.to, e.reason
+        );
+    }
+    if a.scale_events.len() > SHOWN {
+        let _ = writeln!(
+            o,
+            "  ... and {} more (summary.json scale_events)",
+            a.scale_events.len() - SHOWN
+        );
+    }
+    let _ = writeln!(
+        o,
+        "replica cost        {:.1} GPU-s ({:.1} idle while another backend queued), ${:.2} at ${:.2}/GPU-h, ${:.2} per 1,000 requests",
+        a.gpu_seconds, a.gpu_seconds_idle_while_queued, a.cost_usd, a.usd_per_gpu_hour, a.cost_per_1k_requests_usd
+    );
 }
 
 /// Jain's index and the max/min ratio of requests per slot, with the busiest backend and

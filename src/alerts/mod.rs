@@ -73,6 +73,54 @@ pub struct AlertConfig {
     pub stale_for: SimDuration,
 }
 
+/// Checks PromQL label matchers as a selector holds them: `label OP "value"`, comma
+/// separated (a trailing comma allowed), OP one of `=`, `!=`, `=~`, `!~`, the value a
+/// double-, single- or back-quoted string; empty means no matcher. Says what is wrong.
+pub fn check_selector(sel: &str) -> std::result::Result<(), String> {
+    let mut rest = sel.trim();
+    while !rest.is_empty() {
+        let name_len = rest
+            .char_indices()
+            .find(|&(i, c)| !(c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())))
+            .map_or(rest.len(), |(i, _)| i);
+        if name_len == 0 {
+            return Err(format!("expected a label name at `{rest}`"));
+        }
+        let after = rest[name_len..].trim_start();
+        let op = ["!=", "=~", "!~", "="]
+            .into_iter()
+            .find(|o| after.starts_with(o))
+            .ok_or_else(|| format!("expected =, !=, =~ or !~ after `{}`", &rest[..name_len]))?;
+        let value = after[op.len()..].trim_start();
+        let q = value
+            .chars()
+            .next()
+            .filter(|c| matches!(c, '"' | '\'' | '`'))
+            .ok_or_else(|| format!("expected a quoted value after `{}{op}`", &rest[..name_len]))?;
+        let mut end = None;
+        let mut escaped = false;
+        for (i, c) in value.char_indices().skip(1) {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' if q != '`' => escaped = true,
+                c if c == q => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let end = end.ok_or_else(|| format!("unterminated value after `{}{op}`", &rest[..name_len]))?;
+        rest = value[end + 1..].trim_start();
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r.trim_start();
+        } else if !rest.is_empty() {
+            return Err(format!("expected `,` before `{rest}`"));
+        }
+    }
+    Ok(())
+}
+
 impl AlertConfig {
     /// Defaults for a scrape interval and a router engine-stats interval (when known).
     ///
@@ -98,20 +146,40 @@ impl AlertConfig {
         }
     }
 
-    /// Refuses what would not make valid PromQL: a selector must be bare matchers.
+    /// Refuses what would not make valid PromQL or a meaningful split: a selector must be
+    /// bare matchers ([`check_selector`]); pools need distinct names, and no instance may
+    /// be in two pools (a pool without instances holds every one, so it must be alone).
     pub fn validate(&self) -> Result<()> {
         if self.selector.contains(['{', '}', '\n']) {
             bail!("--selector: give label matchers without braces, e.g. 'job=\"vllm\"'");
         }
+        check_selector(&self.selector).map_err(|e| anyhow::anyhow!("--selector {:?}: {e}", self.selector))?;
         if self.pools.is_empty() {
             bail!("no pool: give --pool NAME=SLOTS (or a scenario)");
         }
+        for (i, p) in self.pools.iter().enumerate() {
+            if self.pools[..i].iter().any(|q| q.name == p.name) {
+                bail!("--pool {}: a second pool of that name", p.name);
+            }
+        }
+        let mut owner: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
         for p in &self.pools {
             if p.slots == 0 {
                 bail!("--pool {}: slots must be at least 1", p.name);
             }
             if p.name.contains('`') || p.instances.iter().any(|i| i.contains('`')) {
                 bail!("--pool {}: names and instances cannot hold a backtick", p.name);
+            }
+            if p.instances.is_empty() && self.pools.len() > 1 {
+                bail!(
+                    "--pool {}: a pool without instances holds every instance, so it overlaps the other pools; give each pool its instances",
+                    p.name
+                );
+            }
+            for inst in &p.instances {
+                if let Some(other) = owner.insert(inst, &p.name) {
+                    bail!("--pool {}: instance {inst} is already in pool {other}", p.name);
+                }
             }
         }
         Ok(())
@@ -240,11 +308,24 @@ pub fn summary_of(alert: &str) -> &'static str {
 
 /// The rules, in one group evaluated at the scrape interval.
 pub fn rules(c: &AlertConfig) -> RuleFile {
+    let mut r = recording_rules(c);
+    r.extend(alerts(c));
+    RuleFile {
+        groups: vec![Group {
+            name: "fleetsim".into(),
+            interval: promql_duration(c.scrape_interval),
+            rules: r,
+        }],
+    }
+}
+
+/// The recording rules: per backend its running, waiting, slots and free slots, the
+/// fleet's free, waiting and stranded slots, and each backend's share of its pool's
+/// requests.
+fn recording_rules(c: &AlertConfig) -> Vec<Rule> {
     let running = c.sel(vm::NUM_REQUESTS_RUNNING.name, "");
     let waiting = c.sel(vm::NUM_REQUESTS_WAITING.name, "");
     let success = c.sel(&vm::REQUEST_SUCCESS.sample_name(), "");
-    let e2e_sum = c.sel(&format!("{}_sum", vm::E2E_REQUEST_LATENCY.name), "");
-    let zw = promql_duration(c.zero_window);
     let sw = promql_duration(c.skew_window);
     let mut r = vec![
         // Per backend (instance): engines of one server (data parallel) added up, as a
@@ -299,6 +380,17 @@ pub fn rules(c: &AlertConfig) -> RuleFile {
                 .into(),
         ),
     ]);
+    r
+}
+
+/// The alerts: split fleet, skewed share, zero stats, stale series.
+fn alerts(c: &AlertConfig) -> Vec<Rule> {
+    let running = c.sel(vm::NUM_REQUESTS_RUNNING.name, "");
+    let waiting = c.sel(vm::NUM_REQUESTS_WAITING.name, "");
+    let e2e_sum = c.sel(&format!("{}_sum", vm::E2E_REQUEST_LATENCY.name), "");
+    let zw = promql_duration(c.zero_window);
+    let sw = promql_duration(c.skew_window);
+    let mut r = Vec::new();
     r.push(alert(
         SPLIT,
         "fleetsim:fleet_free_slots > 0 and fleetsim:fleet_waiting > 0".into(),
@@ -356,13 +448,7 @@ pub fn rules(c: &AlertConfig) -> RuleFile {
             promql_duration(c.stale_for)
         ),
     ));
-    RuleFile {
-        groups: vec![Group {
-            name: "fleetsim".into(),
-            interval: promql_duration(c.scrape_interval),
-            rules: r,
-        }],
-    }
+    r
 }
 
 /// What each rule catches and why its window is what it is, written as a comment above its
@@ -509,6 +595,51 @@ mod tests {
                 .unwrap()
                 .contains("instance=~`backend-0:8000|x\\.y:1`")
         );
+    }
+
+    #[test]
+    fn selectors_are_promql_matchers() {
+        for ok in [
+            "",
+            "job=\"vllm\"",
+            "job=\"a\", instance=~'b.*',",
+            "a!=`x`",
+            "a!~\"\\\"q\"",
+        ] {
+            assert_eq!(check_selector(ok), Ok(()), "{ok}");
+        }
+        for (bad, want) in [
+            ("job==", "quoted value"),
+            ("job=", "quoted value"),
+            ("=\"x\"", "label name"),
+            ("job \"x\"", "expected =,"),
+            ("job=\"x", "unterminated"),
+            ("a=\"x\" b=\"y\"", "expected `,`"),
+            ("1a=\"x\"", "label name"),
+        ] {
+            let e = check_selector(bad).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn pools_are_distinct() {
+        let pool = |name: &str, inst: &[&str]| Pool {
+            name: name.into(),
+            slots: 4,
+            instances: inst.iter().map(|s| s.to_string()).collect(),
+        };
+        let c = |pools| AlertConfig::new(SimDuration(15_000_000_000), None, pools);
+        assert!(c(vec![pool("a", &["x"]), pool("b", &["y"])]).validate().is_ok());
+        assert!(c(vec![pool("a", &[])]).validate().is_ok());
+        for (pools, want) in [
+            (vec![pool("a", &["x"]), pool("a", &["y"])], "a second pool"),
+            (vec![pool("a", &["x"]), pool("b", &["x"])], "already in pool a"),
+            (vec![pool("a", &[]), pool("b", &["y"])], "without instances"),
+        ] {
+            let e = c(pools).validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]

@@ -14,241 +14,25 @@
 //! Invariant: deterministic (a fixed start and simplex, the replay is deterministic, no
 //! clock enters the result).
 
+mod optim;
+pub mod physics;
 pub mod plot;
+pub mod setup;
 pub mod validate;
+pub mod window;
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+pub use setup::{Setup, SetupOptions, parse_engine_args, setup};
 
-use anyhow::{Context, Result, anyhow, bail};
-use argmin::core::{CostFunction, Executor, State};
-use argmin::solver::neldermead::NelderMead;
+use anyhow::{Result, anyhow, bail};
 
 use crate::backend::perf::StepTimeModel;
 use crate::backend::replay::{Replay, ReplayOptions, ReplayRequest, replay};
 use crate::backend::vllm::VllmConfig;
 use crate::measure::{Client, Measurement};
-use crate::profiles::file::{About, Engine, Fit, ProfileFile, StepTime};
+use crate::profiles::auto::{Coefficients, Deployment, SHIPPED};
+use crate::profiles::file::{About, Engine, Fit, Physics, ProfileFile, StepTime};
 use crate::time::{SimDuration, SimTime};
-
-/// The engine a measurement ran, with where each value came from.
-#[derive(Clone, Debug)]
-pub struct Setup {
-    /// The engine (step time still to be fitted or given).
-    pub cfg: VllmConfig,
-    /// `key: value (source)` lines.
-    pub provenance: Vec<String>,
-    /// Tensor-parallel size.
-    pub tp: Option<u32>,
-    /// Model.
-    pub model: Option<String>,
-    /// Where `kv_blocks` came from.
-    pub kv_from: String,
-}
-
-/// `vllm serve` flags as `name -> value` (`None` for a bare switch).
-pub fn parse_engine_args(s: &str) -> Result<BTreeMap<String, Option<String>>> {
-    let words =
-        shlex::split(s).ok_or_else(|| anyhow!("--engine-args: unbalanced quotes in {}", crate::quote::quote(s)))?;
-    let mut out = BTreeMap::new();
-    let mut i = 0;
-    while i < words.len() {
-        let w = &words[i];
-        let Some(flag) = w
-            .strip_prefix("--")
-            .or_else(|| w.strip_prefix('-').filter(|f| *f == "tp"))
-        else {
-            // `vllm serve MODEL`: the positional model.
-            out.insert("model".to_string(), Some(w.clone()));
-            i += 1;
-            continue;
-        };
-        let flag = flag.replace('_', "-");
-        if let Some((k, v)) = flag.split_once('=') {
-            out.insert(k.to_string(), Some(v.to_string()));
-            i += 1;
-        } else if words.get(i + 1).is_some_and(|n| !n.starts_with("--")) && !is_switch(&flag) {
-            out.insert(flag, Some(words[i + 1].clone()));
-            i += 2;
-        } else {
-            out.insert(flag, None);
-            i += 1;
-        }
-    }
-    Ok(out)
-}
-
-fn is_switch(flag: &str) -> bool {
-    flag.starts_with("enable-") || flag.starts_with("no-") || flag == "scheduler-reserve-full-isl"
-}
-
-/// Options for [`setup`] beyond the engine flags.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SetupOptions {
-    /// Memory of one GPU, GiB (when the measurement does not record it).
-    pub gpu_memory_gib: Option<f64>,
-    /// Activation peak and non-torch memory per GPU, GiB (KV derivation; default 0).
-    pub activation_memory_gib: Option<f64>,
-}
-
-/// The measured engine's configuration: `--engine-args` flags first, then the
-/// measurement's metadata, then vLLM's derivation; unknown essentials are refused.
-pub fn setup(m: &Measurement, engine_args: &str, opts: SetupOptions) -> Result<Setup> {
-    let flags = parse_engine_args(engine_args)?;
-    let e = &m.engine;
-    let mut prov = Vec::new();
-    let num = |name: &str| -> Result<Option<u32>> {
-        match flags.get(name) {
-            None => Ok(None),
-            Some(None) => bail!("--engine-args: --{name} needs a value"),
-            Some(Some(v)) => v.parse::<u32>().ok().filter(|&x| x >= 1).map(Some).ok_or_else(|| {
-                anyhow!(
-                    "--engine-args: --{name} {}: not a positive whole number",
-                    crate::quote::quote(v)
-                )
-            }),
-        }
-    };
-    let mut pick = |key: &str, flag: Option<u32>, meta: Option<u32>, needed: &str| -> Result<u32> {
-        let (v, src) = match (flag, meta) {
-            (Some(v), _) => (v, "--engine-args"),
-            (None, Some(v)) => (v, "measurement"),
-            (None, None) => bail!(
-                "{}: {key} is not recorded; give it: --engine-args \"--{needed} N\"",
-                crate::quote::escape(&m.source)
-            ),
-        };
-        prov.push(format!("{key} = {v} ({src})"));
-        Ok(v)
-    };
-    let max_num_seqs = pick("max_num_seqs", num("max-num-seqs")?, e.max_num_seqs, "max-num-seqs")?;
-    let max_num_batched_tokens = pick(
-        "max_num_batched_tokens",
-        num("max-num-batched-tokens")?,
-        e.max_num_batched_tokens,
-        "max-num-batched-tokens",
-    )?;
-    let block_size = num("block-size")?.or(e.block_size).unwrap_or(16);
-    prov.push(format!("block_size_tokens = {block_size}"));
-    let tp = num("tensor-parallel-size")?.or(num("tp")?).or(e.tensor_parallel_size);
-    let model = flags.get("model").cloned().flatten().or_else(|| e.model.clone());
-    let switch = |on: &str, off: &str| -> Option<bool> {
-        if flags.contains_key(off) {
-            Some(false)
-        } else if flags.contains_key(on) {
-            Some(!matches!(flags.get(on), Some(Some(v)) if v == "false" || v == "False"))
-        } else {
-            None
-        }
-    };
-    let prefix_caching = switch("enable-prefix-caching", "no-enable-prefix-caching")
-        .or(e.prefix_caching)
-        .unwrap_or(true);
-    prov.push(format!("prefix_caching = {prefix_caching}"));
-    // vLLM 0.19 defaults `scheduler_reserve_full_isl` to true; earlier versions lack it.
-    let reserve = switch("scheduler-reserve-full-isl", "no-scheduler-reserve-full-isl")
-        .or(e.reserve_full_isl)
-        .unwrap_or_else(|| e.vllm_version.as_deref().is_some_and(version_at_least_0_19));
-    prov.push(format!("reserve_full_isl = {reserve}"));
-    let (kv_blocks, kv_from) = if let Some(b) = num("num-gpu-blocks-override")? {
-        (
-            b.saturating_sub(1).max(1),
-            "--num-gpu-blocks-override (less vLLM's null block)".to_string(),
-        )
-    } else if let Some(b) = e.num_gpu_blocks {
-        (
-            b.saturating_sub(1).max(1),
-            format!("num_gpu_blocks {b} recorded (less vLLM's null block)"),
-        )
-    } else {
-        derive_kv(m, model.as_deref(), tp, block_size, &flags, opts)?
-    };
-    prov.push(format!("kv_blocks = {kv_blocks} ({kv_from})"));
-    let cfg = VllmConfig {
-        max_num_seqs,
-        max_num_batched_tokens,
-        kv_blocks,
-        block_size_tokens: block_size,
-        prefix_caching,
-        step_time: StepTimeModel::default(),
-        reserve_full_isl: reserve,
-    };
-    Ok(Setup {
-        cfg,
-        provenance: prov,
-        tp,
-        model,
-        kv_from,
-    })
-}
-
-fn version_at_least_0_19(v: &str) -> bool {
-    let mut it = v.trim_start_matches('v').split(['.', '+', '-']);
-    let major: u32 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-    let minor: u32 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-    (major, minor) >= (0, 19)
-}
-
-/// KV blocks derived as vLLM derives them (weights, memory, utilization; activation
-/// reserve an input, default 0, so an upper bound).
-fn derive_kv(
-    m: &Measurement,
-    model: Option<&str>,
-    tp: Option<u32>,
-    block_size: u32,
-    flags: &BTreeMap<String, Option<String>>,
-    opts: SetupOptions,
-) -> Result<(u32, String)> {
-    let src = crate::quote::escape(&m.source);
-    let shape = model.and_then(crate::profiles::model_for).ok_or_else(|| {
-        anyhow!(
-            "{src}: num_gpu_blocks is not recorded and the model {} has no known shape to derive it from; give --engine-args \"--num-gpu-blocks-override N\" (vLLM logs \"# GPU blocks: N\")",
-            crate::quote::quote(model.unwrap_or("(unknown)"))
-        )
-    })?;
-    let gib = opts
-        .gpu_memory_gib
-        .or(m.engine.gpu_memory_bytes.map(|b| b as f64 / f64::from(1u32 << 30)))
-        .ok_or_else(|| {
-            anyhow!("{src}: num_gpu_blocks and the GPU's memory are not recorded; give --gpu-memory-gib G or --engine-args \"--num-gpu-blocks-override N\"")
-        })?;
-    let util = match flags.get("gpu-memory-utilization") {
-        Some(Some(v)) => v.parse::<f64>().map_err(|_| {
-            anyhow!(
-                "--engine-args: --gpu-memory-utilization {}: not a number",
-                crate::quote::quote(v)
-            )
-        })?,
-        _ => m.engine.gpu_memory_utilization.unwrap_or(0.9),
-    };
-    let dtype = match flags.get("kv-cache-dtype").cloned().flatten().as_deref() {
-        None | Some("auto") | Some("bfloat16") | Some("float16") => 2,
-        Some(d) if d.starts_with("fp8") => 1,
-        Some(d) => bail!("--engine-args: --kv-cache-dtype {}: unknown", crate::quote::quote(d)),
-    };
-    let act = opts.activation_memory_gib.unwrap_or(0.0);
-    let k = crate::profiles::KvInputs {
-        gpu_memory_gib: gib,
-        gpu_memory_utilization: util,
-        weight_bytes: shape.weight_bytes(),
-        tp: tp.unwrap_or(1),
-        layers: shape.layers,
-        kv_heads: shape.kv_heads,
-        head_dim: shape.head_dim,
-        kv_dtype_bytes: dtype,
-        block_size_tokens: block_size,
-        activation_memory_gib: act,
-    };
-    let b = crate::profiles::kv_blocks(&k).map_err(|e| anyhow!("{src}: deriving KV blocks: {e}"))?;
-    Ok((
-        b,
-        format!(
-            "derived as vLLM does: {} on {gib:.2} GiB x {util} per GPU, TP {}, activation reserve {act} GiB",
-            shape.name,
-            tp.unwrap_or(1)
-        ),
-    ))
-}
+use optim::{Round, minimize};
 
 /// The replay of a measurement's requests: arrivals relative to `origin_s`.
 pub struct Workload {
@@ -258,12 +42,22 @@ pub struct Workload {
     pub opts: ReplayOptions,
     /// Seconds of the measurement's clock at replay time zero.
     pub origin_s: f64,
+    /// The first request's arrival on the measurement's clock (where windows start).
+    pub first_s: f64,
+    /// Seconds from a request's recorded start to its arrival at the engine (the trip
+    /// from a client that timed it; 0 when the engine stamped it).
+    pub client_delay_s: f64,
 }
 
-/// The replay inputs of a measurement; refuses requests larger than the KV cache.
-pub fn workload(m: &Measurement, cfg: &VllmConfig) -> Result<Workload> {
+/// The replay inputs of a measurement on the engines `s` describes, a client-timed
+/// request reaching its engine `client_delay_s` after it was sent; refuses requests
+/// larger than the KV cache.
+pub fn workload(m: &Measurement, s: &Setup, client_delay_s: f64) -> Result<Workload> {
+    let cfg = &s.cfg;
     let origin_s = m.requests.iter().map(|r| r.queued_s).fold(0.0f64, f64::min);
+    let first_s = m.requests.iter().map(|r| r.queued_s).fold(f64::INFINITY, f64::min);
     let interval_s = m.series.as_ref().map_or(1.0, |s| s.interval_s);
+    let delay = if m.client_timed() { client_delay_s.max(0.0) } else { 0.0 };
     let cap = u64::from(cfg.kv_blocks) * u64::from(cfg.block_size_tokens);
     let mut requests = Vec::with_capacity(m.requests.len());
     for r in &m.requests {
@@ -276,22 +70,41 @@ pub fn workload(m: &Measurement, cfg: &VllmConfig) -> Result<Workload> {
                 crate::quote::quote(&r.id)
             );
         }
+        // Readers bound the span (`measure::check_span`); checked again at the conversion.
+        let arrival = crate::time::checked_secs_to_ns(r.queued_s - origin_s + delay, crate::backend::replay::MAX_SPAN)
+            .map_err(|e| {
+                anyhow!(
+                    "{}:{}: the request's arrival: {e}",
+                    crate::quote::escape(&m.source),
+                    r.line
+                )
+            })?;
         requests.push(ReplayRequest {
-            arrival: SimTime(crate::time::secs_to_ns(r.queued_s - origin_s)),
+            arrival: SimTime(arrival),
             prompt_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
         });
     }
     Ok(Workload {
         requests,
-        opts: ReplayOptions {
-            max_concurrency: match m.client {
+        opts: s.replay_options(ReplayOptions::single(
+            match m.client {
                 Client::Open => None,
                 Client::Closed(c) => Some(c),
             },
-            interval: SimDuration::from_secs_f64(interval_s),
-        },
+            SimDuration::try_from_secs_f64(interval_s, crate::backend::replay::MAX_SPAN)
+                .ok()
+                .filter(|i| *i >= crate::backend::replay::MIN_INTERVAL)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "{}: a series interval of {interval_s} s",
+                        crate::quote::escape(&m.source)
+                    )
+                })?,
+        )),
         origin_s,
+        first_s: if first_s.is_finite() { first_s } else { origin_s },
+        client_delay_s: delay,
     })
 }
 
@@ -306,6 +119,10 @@ pub struct Target {
     pub running: Option<Vec<f64>>,
     /// Waiting.
     pub waiting: Option<Vec<f64>>,
+    /// The samples the loss compares: those ending in this window.
+    pub window: window::Window,
+    /// Seconds from the grid's origin to the first arrival (where windows start).
+    pub offset_s: f64,
 }
 
 /// The measured series on the replay grid (sample `k` ends at `origin + (k + 1) x
@@ -349,6 +166,8 @@ pub fn target(m: &Measurement, w: &Workload) -> Result<Target> {
         cum_gen: col(|r| r.gen_tps, true),
         running: col(|r| r.running, false),
         waiting: col(|r| r.waiting, false),
+        window: window::Window::ALL,
+        offset_s: w.first_s - w.origin_s,
     })
 }
 
@@ -375,8 +194,10 @@ impl LossTerms {
     }
 }
 
-/// The loss of a replay against the target. Both series run to the later end; past its
-/// end a series holds its totals and zero gauges.
+/// The loss of a replay against the target over the samples ending in the target's
+/// window (cumulative series counted from the window's start). An open end runs to the
+/// later of the two series' ends; past its end a series holds its totals and zero
+/// gauges.
 pub fn loss(rep: &Replay, t: &Target) -> LossTerms {
     let sim = |f: fn(&crate::backend::replay::Sample) -> f64, cumulative: bool| -> Vec<f64> {
         let mut acc = 0.0;
@@ -392,9 +213,9 @@ pub fn loss(rep: &Replay, t: &Target) -> LossTerms {
             })
             .collect()
     };
+    let dt = rep.samples.first().map_or(1.0, |s| s.t.as_secs_f64());
     let term = |meas: &Option<Vec<f64>>, simv: Vec<f64>, cumulative: bool, floor: f64| -> Option<f64> {
         let meas = meas.as_ref()?;
-        let n = meas.len().max(simv.len());
         let at = |v: &[f64], k: usize| -> f64 {
             match v.get(k) {
                 Some(x) => *x,
@@ -402,11 +223,22 @@ pub fn loss(rep: &Replay, t: &Target) -> LossTerms {
                 None => 0.0,
             }
         };
-        let mse = (0..n).map(|k| (at(&simv, k) - at(meas, k)).powi(2)).sum::<f64>() / n as f64;
+        let end = meas.len().max(simv.len());
+        let (k0, k1) = span(t.window, dt, t.offset_s, end);
+        if k1 <= k0 {
+            return None;
+        }
+        let base = |v: &[f64]| if cumulative && k0 > 0 { at(v, k0 - 1) } else { 0.0 };
+        let (bs, bm) = (base(&simv), base(meas));
+        let n = (k1 - k0) as f64;
+        let mse = (k0..k1)
+            .map(|k| ((at(&simv, k) - bs) - (at(meas, k) - bm)).powi(2))
+            .sum::<f64>()
+            / n;
         let scale = if cumulative {
-            meas.last().copied().unwrap_or(1.0)
+            at(meas, k1 - 1) - bm
         } else {
-            meas.iter().sum::<f64>() / meas.len() as f64
+            (k0..k1).map(|k| at(meas, k)).sum::<f64>() / n
         }
         .max(floor);
         Some(mse.sqrt() / scale)
@@ -419,13 +251,17 @@ pub fn loss(rep: &Replay, t: &Target) -> LossTerms {
     }
 }
 
-/// What the fit searches: ln of each coefficient (keeps them positive and scales the
-/// simplex).
-struct Problem<'a> {
-    cfg: &'a VllmConfig,
-    w: &'a Workload,
-    t: &'a Target,
-    sims: AtomicU64,
+/// The sample indices `[k0, k1)` whose interval ends (`(k + 1) x dt - offset`, s from
+/// the first arrival) fall in `w`, of `end` samples.
+pub fn span(w: window::Window, dt: f64, offset_s: f64, end: usize) -> (usize, usize) {
+    let t = |k: usize| (k + 1) as f64 * dt - offset_s;
+    let k0 = (0..end)
+        .find(|&k| w.from_s.is_none_or(|a| t(k) >= a - 1e-9))
+        .unwrap_or(end);
+    let k1 = (k0..end)
+        .find(|&k| w.to_s.is_some_and(|b| t(k) > b + 1e-9))
+        .unwrap_or(end);
+    (k0, k1)
 }
 
 fn model_of(x: &[f64]) -> StepTimeModel {
@@ -436,37 +272,57 @@ fn model_of(x: &[f64]) -> StepTimeModel {
         beta1_us: c(x[1], 1e-3, 1e5),
         beta2_us: c(x[2], 1e-3, 1e5),
         beta3_us: x.get(3).map_or(0.0, |&v| c(v, 1e-6, 100.0)),
-    }
-}
-
-impl CostFunction for Problem<'_> {
-    type Param = Vec<f64>;
-    type Output = f64;
-
-    fn cost(&self, x: &Self::Param) -> std::result::Result<f64, argmin::core::Error> {
-        self.sims.fetch_add(1, Ordering::Relaxed);
-        let mut cfg = self.cfg.clone();
-        cfg.step_time = model_of(x);
-        let rep = replay(&cfg, &self.w.requests, &self.w.opts);
-        Ok(loss(&rep, self.t).total())
+        physics: None,
     }
 }
 
 /// The fit's result.
 #[derive(Clone, Debug)]
 pub struct Fitted {
-    /// The loss of the three-term form (without the context term), for the record.
-    pub linear_loss: f64,
-    /// The coefficients.
+    /// The loss of the three-term linear form (without the context term), for the record
+    /// (linear fits only).
+    pub linear_loss: Option<f64>,
+    /// The step time.
     pub step_time: StepTimeModel,
+    /// For a physics fit: the deployment and the corrected coefficients.
+    pub physics: Option<(Deployment, Coefficients)>,
     /// The loss terms at the optimum.
     pub terms: LossTerms,
     /// Simulations run.
     pub simulations: u64,
-    /// Optimiser iterations (both rounds).
+    /// Optimiser iterations (all rounds).
     pub iterations: u64,
     /// The method, for the profile file.
     pub method: String,
+}
+
+impl Fitted {
+    /// The step time in one line.
+    pub fn describe(&self) -> String {
+        match &self.physics {
+            Some((d, c)) => format!(
+                "the physics model for {} with mem_efficiency {}, kv_mem_efficiency {}, flop_efficiency {}, {} {} (fitted; the other coefficients as shipped)",
+                d.id(),
+                c.mem_efficiency,
+                c.kv_mem_efficiency,
+                c.flop_efficiency,
+                if d.gpu.nvlink {
+                    "link_efficiency"
+                } else {
+                    "pcie_efficiency"
+                },
+                if d.gpu.nvlink {
+                    c.link_efficiency
+                } else {
+                    c.pcie_efficiency
+                }
+            ),
+            None => format!(
+                "{:.1} us + {:.3} us x prefill token + {:.3} us x decode token + {:.5} us x context token",
+                self.step_time.beta0_us, self.step_time.beta1_us, self.step_time.beta2_us, self.step_time.beta3_us
+            ),
+        }
+    }
 }
 
 /// First simplex: from these coefficients (µs), each vertex one coefficient x e^0.7
@@ -475,87 +331,208 @@ const START_US: [f64; 4] = [10_000.0, 50.0, 50.0, 0.05];
 /// The context term is kept only if it lowers the loss by at least this share: a term
 /// that does not pay for itself is left out.
 const CONTEXT_GAIN: f64 = 0.02;
-/// Iterations of each Nelder-Mead round.
-const ROUND_ITERS: [u64; 2] = [200, 150];
-/// Simplex sizes of the rounds (ln units).
-const ROUND_STEPS: [f64; 2] = [0.7, 0.15];
+/// The rounds of each Nelder-Mead fit: iterations and simplex size (ln units).
+const ROUNDS: [Round; 2] = [
+    Round {
+        iterations: 200,
+        step: 0.7,
+    },
+    Round {
+        iterations: 150,
+        step: 0.15,
+    },
+];
 /// Stop a round when the vertices' costs' standard deviation falls below this.
 const SD_TOLERANCE: f64 = 1e-5;
 
-/// Fits the step-time coefficients: two rounds of Nelder-Mead in ln-coefficients, the
-/// second restarted around the first's best with a smaller simplex (a restart escapes
-/// the collapsed simplices a piecewise-constant loss can leave).
+/// The replay's loss with `step_time`.
+fn replay_loss(cfg: &VllmConfig, w: &Workload, t: &Target, step_time: StepTimeModel) -> f64 {
+    let mut c = cfg.clone();
+    c.step_time = step_time;
+    loss(&replay(&c, &w.requests, &w.opts), t).total()
+}
+
+/// Fits the linear step-time coefficients: Nelder-Mead in ln-coefficients, in two
+/// rounds, the second restarted around the first's best with a smaller simplex; first
+/// the three-term form, then the context form from its optimum.
 pub fn fit(cfg: &VllmConfig, w: &Workload, t: &Target) -> Result<Fitted> {
-    let (x3, l3, s3, i3) = fit_form(cfg, w, t, 3)?;
+    let cost = |x: &[f64]| replay_loss(cfg, w, t, model_of(x));
+    let three = minimize(
+        &cost,
+        START_US[..3].iter().map(|b| b.ln()).collect(),
+        &ROUNDS,
+        SD_TOLERANCE,
+    )?;
     // The context form starts from the linear fit, with the context term at its start.
-    let mut start4 = x3.clone();
+    let mut start4 = three.x.clone();
     start4.push(START_US[3].ln());
-    let (x4, l4, s4, i4) = fit_form_from(cfg, w, t, start4)?;
-    let best = if l4 < l3 * (1.0 - CONTEXT_GAIN) { x4 } else { x3 };
-    let step_time = model_of(&best);
+    let four = minimize(&cost, start4, &ROUNDS, SD_TOLERANCE)?;
+    let best = if four.cost < three.cost * (1.0 - CONTEXT_GAIN) {
+        &four.x
+    } else {
+        &three.x
+    };
+    let step_time = model_of(best);
     let mut c = cfg.clone();
     c.step_time = step_time.clone();
     let terms = loss(&replay(&c, &w.requests, &w.opts), t);
     Ok(Fitted {
-        linear_loss: l3,
+        linear_loss: Some(three.cost),
         step_time,
+        physics: None,
         terms,
-        simulations: s3 + s4 + 1,
-        iterations: i3 + i4,
+        simulations: three.evaluations + four.evaluations + 1,
+        iterations: three.iterations + four.iterations,
         method: format!(
-            "Nelder-Mead (argmin) on ln(beta0, beta1, beta2) from {:?} us, then on ln(beta0..beta3) from that optimum with beta3 = {} us (kept if it lowers the loss by {} % or more); each: rounds of {:?} iterations, simplex steps {:?}, sd tolerance {SD_TOLERANCE}",
+            "Nelder-Mead (argmin) on ln(beta0, beta1, beta2) from {:?} us, then on ln(beta0..beta3) from that optimum with beta3 = {} us (kept if it lowers the loss by {} % or more); each: rounds of {:?}, sd tolerance {SD_TOLERANCE}",
             &START_US[..3],
             START_US[3],
             CONTEXT_GAIN * 100.0,
-            ROUND_ITERS,
-            ROUND_STEPS
+            ROUNDS.map(|r| (r.iterations, r.step)),
         ),
     })
 }
 
-/// One form's fit from [`START_US`]: `(ln-coefficients, loss, simulations, iterations)`.
-fn fit_form(cfg: &VllmConfig, w: &Workload, t: &Target, dims: usize) -> Result<(Vec<f64>, f64, u64, u64)> {
-    fit_form_from(cfg, w, t, START_US[..dims].iter().map(|b| b.ln()).collect())
+/// The coefficients a physics fit corrects, from the shipped ones: the achieved
+/// fractions of the GPU's bandwidth (weights, KV cache), FLOPs and link (NVLink or PCIe,
+/// one factor); the overheads stay as shipped.
+fn corrected(x: &[f64]) -> Coefficients {
+    let f = |base: f64, k: usize| (base * x[k].exp()).clamp(0.02, 1.0);
+    Coefficients {
+        mem_efficiency: f(SHIPPED.mem_efficiency, 0),
+        kv_mem_efficiency: f(SHIPPED.kv_mem_efficiency, 1),
+        flop_efficiency: f(SHIPPED.flop_efficiency, 2),
+        link_efficiency: f(SHIPPED.link_efficiency, 3),
+        pcie_efficiency: f(SHIPPED.pcie_efficiency, 3),
+        ..SHIPPED
+    }
 }
 
-/// Two Nelder-Mead rounds from `start`.
-fn fit_form_from(cfg: &VllmConfig, w: &Workload, t: &Target, start: Vec<f64>) -> Result<(Vec<f64>, f64, u64, u64)> {
-    let problem = Problem {
-        cfg,
-        w,
-        t,
-        sims: AtomicU64::new(0),
+/// A correction factor of `e^CORRECTION_SD` costs [`CORRECTION_WEIGHT`] of loss.
+const CORRECTION_SD: f64 = 0.5;
+/// See [`CORRECTION_SD`] (a faithful replay's loss is 0.03-0.09).
+const CORRECTION_WEIGHT: f64 = 0.05;
+
+/// Names of the corrected coefficients, in [`corrected`]'s order.
+const CORRECTED: [&str; 4] = [
+    "mem_efficiency",
+    "kv_mem_efficiency",
+    "flop_efficiency",
+    "link_efficiency",
+];
+
+/// The rounds of a physics fit (ln of the correction factors).
+const PHYSICS_ROUNDS: [Round; 2] = [
+    Round {
+        iterations: 120,
+        step: 0.3,
+    },
+    Round {
+        iterations: 80,
+        step: 0.08,
+    },
+];
+
+/// Fits corrections to the physics model of `d`: its memory and compute efficiencies
+/// and per-step overhead, from the shipped coefficients (Nelder-Mead on the logs of the
+/// correction factors).
+pub fn fit_physics(cfg: &VllmConfig, d: &Deployment, w: &Workload, t: &Target) -> Result<Fitted> {
+    // The shipped coefficients are the prior: a correction costs as much as it moves them
+    // (a window that cannot tell two coefficients apart leaves both near the prior).
+    let cost = |x: &[f64]| {
+        replay_loss(cfg, w, t, d.step_time(&corrected(x)))
+            + CORRECTION_WEIGHT * x.iter().map(|v| (v / CORRECTION_SD).powi(2)).sum::<f64>()
     };
-    let mut best = start;
-    let mut best_cost = f64::INFINITY;
-    let mut iterations = 0;
-    let mut problem = problem;
-    for (iters, step) in ROUND_ITERS.into_iter().zip(ROUND_STEPS) {
-        let mut simplex = vec![best.clone()];
-        for i in 0..best.len() {
-            let mut v = best.clone();
-            v[i] += step;
-            simplex.push(v);
-        }
-        let solver = NelderMead::new(simplex)
-            .with_sd_tolerance(SD_TOLERANCE)
-            .map_err(|e| anyhow!("{e}"))?;
-        let res = Executor::new(problem, solver)
-            .configure(|s| s.max_iters(iters))
-            .timer(false)
-            .run()
-            .map_err(|e| anyhow!("the fit failed: {e}"))?;
-        iterations += res.state().get_iter();
-        best = res
-            .state()
-            .get_best_param()
-            .cloned()
-            .context("the optimiser returned no parameters")?;
-        best_cost = res.state().get_best_cost();
-        problem = res.problem.problem.context("the optimiser kept the problem")?;
-    }
-    Ok((best, best_cost, problem.sims.load(Ordering::Relaxed), iterations))
+    let m = minimize(&cost, vec![0.0; CORRECTED.len()], &PHYSICS_ROUNDS, SD_TOLERANCE)?;
+    let c = physics::round_coefficients(&corrected(&m.x));
+    let step_time = d.step_time(&c);
+    let mut cf = cfg.clone();
+    cf.step_time = step_time.clone();
+    let terms = loss(&replay(&cf, &w.requests, &w.opts), t);
+    Ok(Fitted {
+        linear_loss: None,
+        step_time,
+        physics: Some((*d, c)),
+        terms,
+        simulations: m.evaluations + 1,
+        iterations: m.iterations,
+        method: format!(
+            "Nelder-Mead (argmin) on ln of correction factors to the shipped {}, from 1; rounds of {:?}, sd tolerance {SD_TOLERANCE}",
+            CORRECTED.join(", "),
+            PHYSICS_ROUNDS.map(|r| (r.iterations, r.step)),
+        ),
+    })
 }
+
+/// The series' token totals against the requests' in `window`: one line, or an error
+/// when they disagree by more than [`TOKEN_TOLERANCE`] (a series that stops early, or is
+/// another run's). Over the whole run both prompt and generation tokens are compared; in
+/// a window, the prompt tokens of the requests whose first token falls in it (a series
+/// counts a prompt when its first token is sampled), give or take the series' rows at
+/// the window's edges.
+pub fn token_totals(m: &Measurement, window: window::Window) -> Result<String> {
+    let Some(series) = &m.series else {
+        return Ok("token totals: no series".into());
+    };
+    let first = m.requests.iter().map(|r| r.queued_s).fold(f64::INFINITY, f64::min);
+    let inside = |t: f64| window.contains(t - first);
+    let mut series_tokens = [0.0f64; 2];
+    // Tokens of the rows that straddle the window's edges (counted or not by a hair).
+    let mut edge = 0.0f64;
+    for r in &series.rows {
+        let p = r.prompt_tps.unwrap_or(0.0) * series.interval_s;
+        if inside(r.t_s) {
+            series_tokens[0] += p;
+            series_tokens[1] += r.gen_tps.unwrap_or(0.0) * series.interval_s;
+        }
+        if inside(r.t_s) != inside(r.t_s - series.interval_s) {
+            edge += p;
+        }
+    }
+    let mut request_tokens = [0.0f64; 2];
+    for r in &m.requests {
+        if inside(r.first_token_s) {
+            request_tokens[0] += f64::from(r.input_tokens);
+        }
+        request_tokens[1] += f64::from(r.output_tokens);
+    }
+    let compared = if window.is_all() { 2 } else { 1 };
+    let has = [series.has(|r| r.prompt_tps), series.has(|r| r.gen_tps)];
+    let mut worst = 0.0f64;
+    for k in 0..compared {
+        if has[k] && request_tokens[k] > 0.0 {
+            let slack = if window.is_all() { 0.0 } else { edge };
+            let off = ((series_tokens[k] - request_tokens[k]).abs() - slack).max(0.0);
+            worst = worst.max(off / request_tokens[k]);
+        }
+    }
+    let line = if window.is_all() {
+        format!(
+            "token totals: series {:.0} prompt / {:.0} generation, requests {:.0} / {:.0}",
+            series_tokens[0], series_tokens[1], request_tokens[0], request_tokens[1]
+        )
+    } else {
+        format!(
+            "prompt tokens in --window {}: series {:.0}, requests whose first token is in it {:.0} (edge rows {:.0})",
+            window.text(),
+            series_tokens[0],
+            request_tokens[0],
+            edge
+        )
+    };
+    if worst > TOKEN_TOLERANCE {
+        bail!(
+            "{}: the engine series and the requests disagree on token totals ({line}: {:.0} % apart, more than {:.0} %): the series stops early, runs past the requests, or is another run's; fit a window both cover with --window A:B",
+            crate::quote::escape(&m.source),
+            worst * 100.0,
+            TOKEN_TOLERANCE * 100.0
+        );
+    }
+    Ok(format!("{line} (agree within {:.1} %)", worst * 100.0))
+}
+
+/// How far the series' and the requests' token totals may be apart.
+pub const TOKEN_TOLERANCE: f64 = 0.10;
 
 /// Rounds a coefficient for the profile file (4 significant digits after the point is
 /// far below the fit's resolution, and keeps the file readable).
@@ -582,6 +559,16 @@ pub fn profile_file(name: &str, m: &Measurement, s: &Setup, f: &Fitted) -> Profi
             beta2_us: round(f.step_time.beta2_us),
             beta3_us: (f.step_time.beta3_us * 1e6).round() / 1e6,
         },
+        physics: f.physics.as_ref().map(|(d, c)| Physics {
+            model: d.model.name.to_string(),
+            dtype: d.dtype.name().to_string(),
+            gpu: d.gpu.name.to_string(),
+            tp: d.parallel.tp,
+            dp: d.parallel.dp,
+            kv_dtype_bytes: d.kv_dtype_bytes,
+            async_scheduling: d.async_scheduling,
+            coefficients: c.named().iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }),
         engine: Engine {
             max_num_seqs: s.cfg.max_num_seqs,
             max_num_batched_tokens: s.cfg.max_num_batched_tokens,
@@ -601,25 +588,5 @@ pub fn profile_file(name: &str, m: &Measurement, s: &Setup, f: &Fitted) -> Profi
             simulations: f.simulations,
             iterations: f.iterations,
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn engine_args_parse_like_vllm_serve() {
-        let f = parse_engine_args(
-            "meta-llama/Llama-3.1-8B --max-num-seqs 8 --max_num_batched_tokens=512 --no-enable-prefix-caching -tp 2",
-        )
-        .unwrap();
-        assert_eq!(f["model"].as_deref(), Some("meta-llama/Llama-3.1-8B"));
-        assert_eq!(f["max-num-seqs"].as_deref(), Some("8"));
-        assert_eq!(f["max-num-batched-tokens"].as_deref(), Some("512"));
-        assert_eq!(f["no-enable-prefix-caching"], None);
-        assert_eq!(f["tp"].as_deref(), Some("2"));
-        assert!(parse_engine_args("--model 'x").is_err());
-        assert!(version_at_least_0_19("0.19.0") && version_at_least_0_19("v0.20.1") && !version_at_least_0_19("0.8.4"));
     }
 }

@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 
 use anyhow::{Result, anyhow, bail};
 
+use super::window::Window;
 use super::{Workload, target};
 use crate::backend::replay::{Replay, replay};
 use crate::backend::vllm::VllmConfig;
@@ -99,6 +100,10 @@ pub struct Validation {
     pub profile: String,
     /// Requests compared.
     pub requests: usize,
+    /// Their indices in the measurement.
+    pub scored: Vec<usize>,
+    /// The window they arrived in.
+    pub window: Window,
     /// TTFT, TPOT, E2E.
     pub latencies: Vec<Latency>,
     /// Running and waiting (when measured).
@@ -146,9 +151,14 @@ impl Validation {
     /// The table, in Markdown.
     pub fn markdown(&self) -> String {
         let mut s = String::new();
+        let scope = if self.window.is_all() {
+            String::new()
+        } else {
+            format!(" arriving in --window {} (the whole run replayed)", self.window.text())
+        };
         let _ = writeln!(
             s,
-            "{}: {} requests replayed with profile {} ({} engine steps, {} preemptions)\n",
+            "{}: {} requests{scope} scored, profile {} ({} engine steps, {} preemptions)\n",
             self.source, self.requests, self.profile, self.steps, self.preemptions
         );
         let _ = writeln!(
@@ -208,19 +218,53 @@ fn latency(name: &'static str, pairs: Vec<(f64, f64)>) -> Latency {
     }
 }
 
-/// Replays the measurement with `cfg` and compares.
-pub fn validate(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) -> Result<(Validation, Replay)> {
+/// The replay of `w`, refused when it runs past the series' grid (a profile far too slow
+/// for the measurement: its samples would not cover the run).
+fn whole_replay(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) -> Result<Replay> {
+    let rep = replay(cfg, &w.requests, &w.opts);
+    if rep.past_grid {
+        bail!(
+            "{}: with profile {profile}, the replay runs past {} intervals of {} s (the most a series keeps): the profile's step time is far too slow for this measurement",
+            crate::quote::escape(&m.source),
+            crate::backend::replay::MAX_SAMPLES,
+            w.opts.interval.as_secs_f64()
+        );
+    }
+    Ok(rep)
+}
+
+/// Replays the measurement with `cfg` (the whole run) and compares the requests that
+/// arrive in `window`, and the gauges over the window's span of the measured series.
+pub fn validate(
+    m: &Measurement,
+    cfg: &VllmConfig,
+    w: &Workload,
+    profile: &str,
+    window: Window,
+) -> Result<(Validation, Replay)> {
     if m.requests.is_empty() {
         bail!("{}: no requests", crate::quote::escape(&m.source));
     }
-    let rep = replay(cfg, &w.requests, &w.opts);
+    let rep = whole_replay(m, cfg, w, profile)?;
+    let scored: Vec<usize> = (0..m.requests.len())
+        .filter(|&i| window.contains(m.requests[i].queued_s - w.first_s))
+        .collect();
+    if scored.is_empty() {
+        bail!(
+            "{}: no request arrives in --window {}",
+            crate::quote::escape(&m.source),
+            window.text()
+        );
+    }
     let s = |t: crate::time::SimTime| t.as_secs_f64() + w.origin_s;
     let mut ttft = Vec::new();
     let mut tpot = Vec::new();
     let mut e2e = Vec::new();
-    for (r, q) in m.requests.iter().zip(&rep.requests) {
-        // The simulated request is timed from when it reached the engine, as measured.
-        let queued = s(q.queued);
+    for &i in &scored {
+        let (r, q) = (&m.requests[i], &rep.requests[i]);
+        // The simulated request is timed from when it was sent, as measured: its arrival
+        // at the engine less the client's trip (0 when the engine stamped the times).
+        let queued = s(q.queued) - w.client_delay_s;
         ttft.push((r.ttft_s(), s(q.first_token) - queued));
         e2e.push((r.e2e_s(), s(q.last_token) - queued));
         if let Some(t) = r.tpot_s() {
@@ -232,62 +276,18 @@ pub fn validate(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) 
         latencies.push(latency("tpot", tpot));
     }
     latencies.push(latency("e2e", e2e));
-    let mut gauges = Vec::new();
-    let mut cum_gen = Vec::new();
-    if m.series.is_some() {
-        let t = target(m, w)?;
-        let dt = w.opts.interval.as_secs_f64();
-        let n = rep.samples.len().max(t.running.as_ref().map_or(0, Vec::len));
-        let at = |k: usize| w.origin_s + (k + 1) as f64 * dt;
-        for (name, meas, f) in [
-            (
-                "running",
-                &t.running,
-                (|x: &crate::backend::replay::Sample| f64::from(x.running)) as fn(&_) -> f64,
-            ),
-            ("waiting", &t.waiting, |x| f64::from(x.waiting)),
-        ] {
-            let Some(meas) = meas else { continue };
-            let n = n.max(meas.len());
-            let points: Vec<(f64, f64, f64)> = (0..n)
-                .map(|k| {
-                    (
-                        at(k),
-                        meas.get(k).copied().unwrap_or(0.0),
-                        rep.samples.get(k).map_or(0.0, f),
-                    )
-                })
-                .collect();
-            let mean = |i: usize| points.iter().map(|p| if i == 1 { p.1 } else { p.2 }).sum::<f64>() / n as f64;
-            let rmse = (points.iter().map(|p| (p.1 - p.2).powi(2)).sum::<f64>() / n as f64).sqrt();
-            gauges.push(Gauge {
-                name,
-                measured_mean: mean(1),
-                simulated_mean: mean(2),
-                rmse,
-                points,
-            });
-        }
-        if let Some(meas) = &t.cum_gen {
-            let n = rep.samples.len().max(meas.len());
-            let mut acc = 0.0;
-            let sim: Vec<f64> = rep
-                .samples
-                .iter()
-                .map(|x| {
-                    acc += x.generation_tokens as f64;
-                    acc
-                })
-                .collect();
-            let hold = |v: &[f64], k: usize| v.get(k).copied().unwrap_or(v.last().copied().unwrap_or(0.0));
-            cum_gen = (0..n).map(|k| (at(k), hold(meas, k), hold(&sim, k))).collect();
-        }
-    }
+    let (gauges, cum_gen) = if m.series.is_some() {
+        gauges(m, w, &rep, window)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
     Ok((
         Validation {
             source: m.source.clone(),
             profile: profile.to_string(),
-            requests: m.requests.len(),
+            requests: scored.len(),
+            scored,
+            window,
             latencies,
             gauges,
             cum_gen,
@@ -296,6 +296,62 @@ pub fn validate(m: &Measurement, cfg: &VllmConfig, w: &Workload, profile: &str) 
         },
         rep,
     ))
+}
+
+/// Running and waiting, measured against simulated, over the measured series' samples
+/// in the window (the simulation's length does not enter), and the cumulative generation
+/// tokens.
+type GaugesAndTokens = (Vec<Gauge>, Vec<(f64, f64, f64)>);
+
+fn gauges(m: &Measurement, w: &Workload, rep: &Replay, window: Window) -> Result<GaugesAndTokens> {
+    let t = target(m, w)?;
+    let dt = w.opts.interval.as_secs_f64();
+    let at = |k: usize| w.origin_s + (k + 1) as f64 * dt;
+    let inside = |k: usize| window.contains((k + 1) as f64 * dt - t.offset_s);
+    let mut gauges = Vec::new();
+    for (name, meas, f) in [
+        (
+            "running",
+            &t.running,
+            (|x: &crate::backend::replay::Sample| f64::from(x.running)) as fn(&_) -> f64,
+        ),
+        ("waiting", &t.waiting, |x| f64::from(x.waiting)),
+    ] {
+        let Some(meas) = meas else { continue };
+        let points: Vec<(f64, f64, f64)> = (0..meas.len())
+            .filter(|&k| inside(k))
+            .map(|k| (at(k), meas[k], rep.samples.get(k).map_or(0.0, f)))
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        let n = points.len() as f64;
+        let mean = |i: usize| points.iter().map(|p| if i == 1 { p.1 } else { p.2 }).sum::<f64>() / n;
+        let rmse = (points.iter().map(|p| (p.1 - p.2).powi(2)).sum::<f64>() / n).sqrt();
+        gauges.push(Gauge {
+            name,
+            measured_mean: mean(1),
+            simulated_mean: mean(2),
+            rmse,
+            points,
+        });
+    }
+    let mut cum_gen = Vec::new();
+    if let Some(meas) = &t.cum_gen {
+        let n = rep.samples.len().max(meas.len());
+        let mut acc = 0.0;
+        let sim: Vec<f64> = rep
+            .samples
+            .iter()
+            .map(|x| {
+                acc += x.generation_tokens as f64;
+                acc
+            })
+            .collect();
+        let hold = |v: &[f64], k: usize| v.get(k).copied().unwrap_or(v.last().copied().unwrap_or(0.0));
+        cum_gen = (0..n).map(|k| (at(k), hold(meas, k), hold(&sim, k))).collect();
+    }
+    Ok((gauges, cum_gen))
 }
 
 /// A bound on a validation figure: `METRIC OP NUMBER` or `abs(METRIC) OP NUMBER`, with

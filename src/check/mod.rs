@@ -23,14 +23,15 @@ pub mod junit;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use rayon::prelude::*;
 use serde::Deserialize;
 
 use crate::metrics::flatten;
+use crate::run::Failure;
 use crate::scenario::{FieldError, Scenario, ScenarioError, Source};
-use crate::sim::{EventRecord, RunOptions, SimError, run};
+use crate::sim::{EventRecord, RunOptions, SimError};
 use crate::sweep::spec::PlanError;
 use crate::sweep::spec::{SeedsFile, check_seeds, count_seeds};
+use crate::trace::TraceCache;
 use expr::Check;
 
 /// Most seeds one scenario's checks may run.
@@ -210,13 +211,6 @@ fn expand_dir(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-fn pool(jobs: usize) -> Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs.max(1))
-        .build()
-        .context("starting worker threads")
-}
-
 /// Where two event logs first differ: `(index, a's record, b's record)`.
 pub fn first_divergence(
     a: &[EventRecord],
@@ -251,16 +245,14 @@ fn describe_event(e: Option<EventRecord>) -> String {
 /// Checks the determinism of `scenario` at `seed`: two runs, compared event by event.
 pub fn determinism(scenario: &Scenario, seed: u64) -> Result<Outcome> {
     let once = || -> Result<(Vec<EventRecord>, serde_json::Map<String, serde_json::Value>)> {
-        let mut sc = scenario.clone();
-        sc.sim.seed = seed;
-        let wl = sc
-            .workload()
-            .map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?;
         let opts = RunOptions {
             record_event_log: true,
             ..RunOptions::summary_only()
         };
-        let (res, _) = run(sc.sim, &wl, opts)?;
+        let res = crate::run::at_seed(scenario, seed, &TraceCache::new(), opts).map_err(|f| match f {
+            Failure::Workload(e) => anyhow::anyhow!("{}: {}", e.path, e.message),
+            Failure::Sim(e) => e.into(),
+        })?;
         Ok((res.event_log, flatten(&res.summary)))
     };
     let (a, sa) = once()?;
@@ -304,120 +296,19 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
     let mut src = Source::read(path)?;
     src.apply(sets, "--set")?;
     // The seeds replay the same traces: each file is read once.
-    let traces = crate::trace::TraceCache::new();
+    let traces = TraceCache::new();
     let scenario = scenario_and_tools(&src)?;
     scenario.workload_with(&traces).map_err(|e| src.error(e))?;
     let exp = expectations(&src, scenario.sim.seed)?;
     let file = path.display().to_string();
-    let mut outcomes = Vec::new();
-    let pool = pool(opts.jobs)?;
-    if let Some(exp) = &exp {
-        // Per seed: the metrics, or the error and whether it is an invariant violation.
-        type SeedRun = Result<serde_json::Map<String, serde_json::Value>, (u64, String, bool)>;
-        let runs: Vec<SeedRun> = pool.install(|| {
-            exp.seeds
-                .par_iter()
-                .map(|&seed| {
-                    let mut sc = scenario.clone();
-                    sc.sim.seed = seed;
-                    let wl = sc
-                        .workload_with(&traces)
-                        .map_err(|e| (seed, src.error(e).to_string(), false))?;
-                    let ropts = RunOptions {
-                        check_invariants: opts.invariants,
-                        ..RunOptions::summary_only()
-                    };
-                    run(sc.sim, &wl, ropts)
-                        .map(|(r, _)| flatten(&r.summary))
-                        .map_err(|e| (seed, e.to_string(), matches!(e, SimError::Invariant(..))))
-                })
-                .collect()
-        });
-        let mut metrics = Vec::new();
-        for r in runs {
-            match r {
-                Ok(m) => metrics.push(m),
-                Err((seed, e, true)) => outcomes.push(Outcome {
-                    name: "invariants".into(),
-                    value: None,
-                    pass: false,
-                    detail: format!("seed {seed}: {e}"),
-                }),
-                Err((seed, e, false)) => anyhow::bail!("{file}: seed {seed}: {e}"),
-            }
+    let mut outcomes = match &exp {
+        Some(exp) => {
+            let runs = seed_runs(&src, &scenario, &traces, &exp.seeds, opts)?;
+            bounds(exp, runs, opts.invariants, &file)?
         }
-        if opts.invariants && outcomes.is_empty() {
-            outcomes.push(Outcome {
-                name: "invariants".into(),
-                value: None,
-                pass: true,
-                detail: format!("checked after every event on {} seeds", exp.seeds.len()),
-            });
-        }
-        if metrics.len() < exp.seeds.len() {
-            // A seed broke an invariant: no bound can be trusted, so every one fails.
-            for (text, _) in &exp.checks {
-                outcomes.push(Outcome {
-                    name: text.clone(),
-                    value: None,
-                    pass: false,
-                    detail: "not evaluated: an invariant was violated (see above)".into(),
-                });
-            }
-        } else {
-            for (text, c) in &exp.checks {
-                let mut values = Vec::new();
-                for (m, seed) in metrics.iter().zip(&exp.seeds) {
-                    let v = m.get(&c.metric).and_then(serde_json::Value::as_f64).with_context(|| {
-                        format!(
-                            "{file}: `{}` in `{text}`: this scenario does not report it (seed {seed})",
-                            c.metric
-                        )
-                    })?;
-                    values.push(v);
-                }
-                let (value, pass) = expr::evaluate(c, &values);
-                let mut seeds = if exp.seeds.len() == 1 {
-                    format!("seed {}", exp.seeds[0])
-                } else {
-                    format!("{} seeds", exp.seeds.len())
-                };
-                if !pass && c.agg == expr::Agg::All && exp.seeds.len() > 1 {
-                    seeds.push_str(&failing_seeds(c, &values, &exp.seeds));
-                }
-                outcomes.push(Outcome {
-                    name: text.clone(),
-                    value: Some(value),
-                    pass,
-                    detail: seeds,
-                });
-            }
-        }
-    } else if opts.invariants {
-        let wl = scenario
-            .workload_with(&traces)
-            .map_err(|e| anyhow::anyhow!("{file}: {}", e.message))?;
-        let ropts = RunOptions {
-            check_invariants: true,
-            ..RunOptions::summary_only()
-        };
-        let o = match run(scenario.sim.clone(), &wl, ropts) {
-            Ok(_) => Outcome {
-                name: "invariants".into(),
-                value: None,
-                pass: true,
-                detail: format!("checked after every event, seed {}", scenario.sim.seed),
-            },
-            Err(e @ SimError::Invariant(..)) => Outcome {
-                name: "invariants".into(),
-                value: None,
-                pass: false,
-                detail: e.to_string(),
-            },
-            Err(e) => anyhow::bail!("{file}: {e}"),
-        };
-        outcomes.push(o);
-    }
+        None if opts.invariants => vec![invariants(&scenario, &traces, &file)?],
+        None => Vec::new(),
+    };
     if opts.determinism {
         outcomes.push(determinism(&scenario, scenario.sim.seed).with_context(|| file.clone())?);
     }
@@ -426,6 +317,130 @@ pub fn check_file(path: &Path, sets: &[(String, String)], opts: CheckOptions) ->
         name: scenario.sim.name.clone(),
         outcomes,
         wall_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// One seed's run: its flattened metrics, or the seed, the error and whether it is an
+/// invariant violation.
+type SeedRun = Result<serde_json::Map<String, serde_json::Value>, (u64, String, bool)>;
+
+/// Runs `scenario` (from `src`) on each of `seeds`, on `opts.jobs` threads.
+fn seed_runs(
+    src: &Source,
+    scenario: &Scenario,
+    traces: &TraceCache,
+    seeds: &[u64],
+    opts: CheckOptions,
+) -> Result<Vec<SeedRun>> {
+    let ropts = RunOptions {
+        check_invariants: opts.invariants,
+        ..RunOptions::summary_only()
+    };
+    crate::run::parallel(opts.jobs, seeds, |&seed| {
+        crate::run::at_seed(scenario, seed, traces, ropts)
+            .map(|r| flatten(&r.summary))
+            .map_err(|f| match f {
+                Failure::Workload(e) => (seed, src.error(e).to_string(), false),
+                Failure::Sim(e @ SimError::Invariant(..)) => (seed, e.to_string(), true),
+                Failure::Sim(e) => (seed, e.to_string(), false),
+            })
+    })
+}
+
+/// The outcomes of `[expect]` over the seeds' runs: a failed one per seed that broke an
+/// invariant (with `invariants`, a passed one when none did), then each bound, evaluated
+/// only when every seed ran through.
+fn bounds(exp: &Expectations, runs: Vec<SeedRun>, invariants: bool, file: &str) -> Result<Vec<Outcome>> {
+    let mut outcomes = Vec::new();
+    let mut metrics = Vec::new();
+    for r in runs {
+        match r {
+            Ok(m) => metrics.push(m),
+            Err((seed, e, true)) => outcomes.push(Outcome {
+                name: "invariants".into(),
+                value: None,
+                pass: false,
+                detail: format!("seed {seed}: {e}"),
+            }),
+            Err((seed, e, false)) => anyhow::bail!("{file}: seed {seed}: {e}"),
+        }
+    }
+    if invariants && outcomes.is_empty() {
+        outcomes.push(Outcome {
+            name: "invariants".into(),
+            value: None,
+            pass: true,
+            detail: format!("checked after every event on {} seeds", exp.seeds.len()),
+        });
+    }
+    if metrics.len() < exp.seeds.len() {
+        // A seed broke an invariant: no bound can be trusted, so every one fails.
+        outcomes.extend(exp.checks.iter().map(|(text, _)| Outcome {
+            name: text.clone(),
+            value: None,
+            pass: false,
+            detail: "not evaluated: an invariant was violated (see above)".into(),
+        }));
+        return Ok(outcomes);
+    }
+    for (text, c) in &exp.checks {
+        outcomes.push(bound(text, c, &metrics, &exp.seeds, file)?);
+    }
+    Ok(outcomes)
+}
+
+/// The outcome of the bound `c` (written `text`) over the seeds' metrics.
+fn bound(
+    text: &str,
+    c: &Check,
+    metrics: &[serde_json::Map<String, serde_json::Value>],
+    seeds: &[u64],
+    file: &str,
+) -> Result<Outcome> {
+    let mut values = Vec::new();
+    for (m, seed) in metrics.iter().zip(seeds) {
+        let v = m.get(&c.metric).and_then(serde_json::Value::as_f64).with_context(|| {
+            format!(
+                "{file}: `{}` in `{text}`: this scenario does not report it (seed {seed})",
+                c.metric
+            )
+        })?;
+        values.push(v);
+    }
+    let (value, pass) = expr::evaluate(c, &values);
+    let mut detail = if seeds.len() == 1 {
+        format!("seed {}", seeds[0])
+    } else {
+        format!("{} seeds", seeds.len())
+    };
+    if !pass && c.agg == expr::Agg::All && seeds.len() > 1 {
+        detail.push_str(&failing_seeds(c, &values, seeds));
+    }
+    Ok(Outcome {
+        name: text.to_string(),
+        value: Some(value),
+        pass,
+        detail,
+    })
+}
+
+/// The invariants checked after every event of one run at the scenario's own seed.
+fn invariants(scenario: &Scenario, traces: &TraceCache, file: &str) -> Result<Outcome> {
+    let ropts = RunOptions {
+        check_invariants: true,
+        ..RunOptions::summary_only()
+    };
+    let (pass, detail) = match crate::run::at_seed(scenario, scenario.sim.seed, traces, ropts) {
+        Ok(_) => (true, format!("checked after every event, seed {}", scenario.sim.seed)),
+        Err(Failure::Sim(e @ SimError::Invariant(..))) => (false, e.to_string()),
+        Err(Failure::Sim(e)) => anyhow::bail!("{file}: {e}"),
+        Err(Failure::Workload(e)) => anyhow::bail!("{file}: {}", e.message),
+    };
+    Ok(Outcome {
+        name: "invariants".into(),
+        value: None,
+        pass,
+        detail,
     })
 }
 

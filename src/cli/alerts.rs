@@ -10,7 +10,7 @@ use clap::Args;
 use super::out::outln;
 use super::shared::{ScenarioArgs, load_scenario};
 use crate::alerts::proof::{ALERTS, expected, promtool_test};
-use crate::alerts::{AlertConfig, Pool, promql_duration, rules, to_yaml};
+use crate::alerts::{AlertConfig, Pool, RuleFile, promql_duration, rules, to_yaml};
 use crate::export::openmetrics::{instance_of, sample};
 use crate::sim::{EngineMode, RunOptions};
 use crate::time::SimDuration;
@@ -67,12 +67,15 @@ fn parse_pool(spec: &str) -> Result<Pool> {
     let Some((name, rest)) = spec.split_once('=') else {
         bail!("--pool {spec}: expected NAME=SLOTS or NAME=SLOTS:INSTANCE,...");
     };
+    if name.trim().is_empty() {
+        bail!("--pool {spec}: the pool needs a name before `=`");
+    }
     let (slots, inst) = rest.split_once(':').map_or((rest, None), |(s, i)| (s, Some(i)));
     let slots = match slots.trim().parse::<u32>() {
         Ok(n) if n > 0 => n,
         _ => bail!("--pool {spec}: slots must be a whole number of at least 1"),
     };
-    let instances = inst
+    let instances: Vec<String> = inst
         .map(|i| {
             i.split(',')
                 .map(|s| s.trim().to_string())
@@ -80,11 +83,54 @@ fn parse_pool(spec: &str) -> Result<Pool> {
                 .collect()
         })
         .unwrap_or_default();
+    if inst.is_some() && instances.is_empty() {
+        bail!("--pool {spec}: no instance after `:` (leave out `:` for every instance)");
+    }
     Ok(Pool {
         name: name.trim().to_string(),
         slots,
         instances,
     })
+}
+
+/// A path as the file system resolves it: the file itself when it exists (symbolic links
+/// followed), else its existing folder's, with the name appended.
+fn resolved(p: &Path) -> PathBuf {
+    if let Ok(c) = std::fs::canonicalize(p) {
+        return c;
+    }
+    let folder = |p: &Path| -> PathBuf {
+        p.parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
+    };
+    // A link to a file not written yet: where it points (a few links deep at most).
+    let mut p = p.to_path_buf();
+    for _ in 0..8 {
+        match std::fs::read_link(&p) {
+            Ok(t) => p = folder(&p).join(t),
+            Err(_) => break,
+        }
+    }
+    match (std::fs::canonicalize(folder(&p)), p.file_name()) {
+        (Ok(d), Some(f)) => d.join(f),
+        _ => p,
+    }
+}
+
+/// Refuses a test file that is the rules file (by any path to it).
+fn distinct_outputs(rules: Option<&Path>, test: Option<&Path>) -> Result<()> {
+    if let (Some(o), Some(t)) = (rules, test)
+        && resolved(o) == resolved(t)
+    {
+        bail!(
+            "--test-out {} is the rules file --output {} names: the test would overwrite the rules",
+            t.display(),
+            o.display()
+        );
+    }
+    Ok(())
 }
 
 /// A path as the test file reaches it: its file name when they share a folder.
@@ -108,6 +154,7 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
     if a.test_out.is_some() && (a.scenario.is_none() || a.output.is_none()) {
         bail!("--test-out needs a scenario and --output");
     }
+    distinct_outputs(a.output.as_deref(), a.test_out.as_deref())?;
     let loaded = match &a.scenario {
         Some(p) => Some(load_scenario(&ScenarioArgs {
             scenario: p.clone(),
@@ -120,25 +167,7 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
     if let Some((sc, _, _)) = &loaded {
         interval = Some(sc.sim.router.engine_stats_interval);
         if pools.is_empty() {
-            // One pool per (group, slots): equal backends, as the skew alert compares.
-            let slots: Vec<u32> = sc.sim.models.iter().map(model_slots).collect();
-            for (i, (_, url)) in sc.sim.backends.iter().enumerate() {
-                let group = sc.sim.labels.get(i).map(|l| l.group.clone()).unwrap_or_default();
-                let name = if group.is_empty() { "default".to_string() } else { group };
-                let name = if pools.iter().any(|p| p.name == name && p.slots != slots[i]) {
-                    format!("{name}-{}", slots[i])
-                } else {
-                    name
-                };
-                match pools.iter_mut().find(|p| p.name == name) {
-                    Some(p) => p.instances.push(instance_of(url)),
-                    None => pools.push(Pool {
-                        name,
-                        slots: slots[i],
-                        instances: vec![instance_of(url)],
-                    }),
-                }
-            }
+            pools = scenario_pools(sc);
         }
     }
     let mut c = AlertConfig::new(scrape, interval, pools);
@@ -165,39 +194,80 @@ pub(super) fn cmd_alerts(a: AlertsArgs) -> Result<ExitCode> {
     }
     outln!("wrote {}", a.output.as_ref().expect("checked").display())?;
     if let (Some(test), Some((sc, wl, _))) = (&a.test_out, &loaded) {
-        let opts = RunOptions {
-            record_series: true,
-            record_decisions: false,
-            check_invariants: false,
-            record_event_log: false,
-        };
-        let name = a.scenario.as_ref().expect("checked").display().to_string();
-        let (res, _) = crate::sim::run_mode(sc.sim.clone(), wl, opts, EngineMode::Fast)
-            .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-        let s = sample(&res, &sc.sim, scrape.0);
-        let exp = expected(&s, &c);
-        let rules_path = relative_to(a.output.as_ref().expect("checked"), test);
-        let t = promtool_test(&s, &c, &file, &exp, &rules_path)?;
-        write(test, &t)?;
-        outln!("wrote {} (promtool test rules {})", test.display(), test.display())?;
-        outln!(
-            "{name}: idle_while_queued_s {}, run {} s, sampled every {}",
-            res.summary.idle_while_queued_s,
-            res.summary.sim_time_s,
-            promql_duration(scrape)
-        )?;
-        for al in ALERTS {
-            let st = exp.stretches(al);
-            let text = if st.is_empty() {
-                "never fires".to_string()
-            } else {
-                let parts: Vec<String> = st.iter().map(|(a, b)| format!("{a} s to {b} s")).collect();
-                format!("fires {}", parts.join(", "))
-            };
-            outln!("  {al}: {text}")?;
-        }
+        write_test(&a, test, sc, wl, &c, &file)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One pool per (group, slots) of the scenario's backends: equal backends, as the skew
+/// alert compares.
+fn scenario_pools(sc: &crate::scenario::Scenario) -> Vec<Pool> {
+    let mut pools: Vec<Pool> = Vec::new();
+    let slots: Vec<u32> = sc.sim.models.iter().map(model_slots).collect();
+    for (i, (_, url)) in sc.sim.backends.iter().enumerate() {
+        let group = sc.sim.labels.get(i).map(|l| l.group.clone()).unwrap_or_default();
+        let name = if group.is_empty() { "default".to_string() } else { group };
+        let name = if pools.iter().any(|p| p.name == name && p.slots != slots[i]) {
+            format!("{name}-{}", slots[i])
+        } else {
+            name
+        };
+        match pools.iter_mut().find(|p| p.name == name) {
+            Some(p) => p.instances.push(instance_of(url)),
+            None => pools.push(Pool {
+                name,
+                slots: slots[i],
+                instances: vec![instance_of(url)],
+            }),
+        }
+    }
+    pools
+}
+
+/// `--test-out`: runs the scenario, samples its series at the scrape interval as vLLM
+/// exports them, and writes to `test` the promtool test of the rules `file` (as written to
+/// `--output`) on them; says when each alert fires.
+fn write_test(
+    a: &AlertsArgs,
+    test: &Path,
+    sc: &crate::scenario::Scenario,
+    wl: &crate::workload::Workload,
+    c: &AlertConfig,
+    file: &RuleFile,
+) -> Result<()> {
+    let scrape = c.scrape_interval;
+    let name = a.scenario.as_ref().expect("checked").display().to_string();
+    let opts = RunOptions {
+        record_series: true,
+        record_decisions: false,
+        check_invariants: false,
+        record_event_log: false,
+    };
+    let (res, _) =
+        crate::run::simulate(sc.sim.clone(), wl, opts, EngineMode::Fast).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let s = sample(&res, &sc.sim, scrape.0);
+    let exp = expected(&s, c);
+    let rules_path = relative_to(a.output.as_ref().expect("checked"), test);
+    let t = promtool_test(&s, c, file, &exp, &rules_path)?;
+    write(test, &t)?;
+    outln!("wrote {} (promtool test rules {})", test.display(), test.display())?;
+    outln!(
+        "{name}: idle_while_queued_s {}, run {} s, sampled every {}",
+        res.summary.idle_while_queued_s,
+        res.summary.sim_time_s,
+        promql_duration(scrape)
+    )?;
+    for al in ALERTS {
+        let st = exp.stretches(al);
+        let text = if st.is_empty() {
+            "never fires".to_string()
+        } else {
+            let parts: Vec<String> = st.iter().map(|(a, b)| format!("{a} s to {b} s")).collect();
+            format!("fires {}", parts.join(", "))
+        };
+        outln!("  {al}: {text}")?;
+    }
+    Ok(())
 }
 
 fn model_slots(m: &crate::sim::BackendModel) -> u32 {
@@ -218,6 +288,8 @@ mod tests {
         assert!(parse_pool("x=8").unwrap().instances.is_empty());
         assert!(parse_pool("x").unwrap_err().to_string().contains("--pool x"));
         assert!(parse_pool("x=0").is_err());
+        assert!(parse_pool("=4").unwrap_err().to_string().contains("needs a name"));
+        assert!(parse_pool("x=4:").unwrap_err().to_string().contains("no instance"));
         assert!(secs("--scrape-interval", 0.0).is_err());
         assert_eq!(secs("--split-for", 1.5).unwrap(), SimDuration(1_500_000_000));
     }

@@ -64,7 +64,7 @@ pub(super) fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     let mut walls = Vec::new();
     let mut last = None;
     for _ in 0..a.runs {
-        let (res, wall) = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into())
+        let (res, wall) = crate::run::simulate(scenario.sim.clone(), &workload, opts, a.engine.into())
             .with_context(|| format!("{}", a.scenario.scenario.display()))?;
         walls.push(wall.as_secs_f64());
         last = Some((res.summary, res.coalesced_steps, res.collapsed_steps));

@@ -47,10 +47,9 @@ pub(super) fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
         abs: a.abs_tol.unwrap_or(1e-9),
         rel: a.rel_tol.unwrap_or(default_rel),
     };
-    anyhow::ensure!(
-        tol.rel >= 0.0 && tol.abs >= 0.0 && tol.rel.is_finite() && tol.abs.is_finite(),
-        "--rel-tol and --abs-tol must be finite and >= 0"
-    );
+    for (flag, x) in [("--rel-tol", tol.rel), ("--abs-tol", tol.abs)] {
+        anyhow::ensure!(x.is_finite() && x >= 0.0, "{flag} {x}: expected a finite number >= 0");
+    }
     if side {
         let (sa, sb) = (side_by_side::read(&a.a)?, side_by_side::read(&a.b)?);
         let (verdict, ok) = side_by_side::verdict(&sa, &sb, tol);
@@ -62,6 +61,15 @@ pub(super) fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
     }
     let (la, ma) = load_metrics(&a.a)?;
     let (lb, mb) = load_metrics(&a.b)?;
+    // Two results that share no metric are different kinds (a run beside a sweep): every
+    // metric would read as a difference.
+    if !ma.is_empty() && !mb.is_empty() && !ma.keys().any(|k| mb.contains_key(k)) {
+        anyhow::bail!(
+            "{} [{la}] and {} [{lb}] share no metric: compare a run with a run, a sweep with a sweep",
+            a.a.display(),
+            a.b.display()
+        );
+    }
     let metrics: Vec<String> = a
         .metrics
         .iter()

@@ -9,9 +9,9 @@ use clap::Args;
 
 use super::out::{out, outln};
 use super::shared::file_names;
-use crate::export::write_json;
+use crate::explain::ExplainOptions;
 use crate::scenario::{Scenario, Source};
-use crate::sim::run;
+use crate::sim::{EngineMode, RunOptions};
 use crate::time::SimDuration;
 use crate::workload::Workload;
 
@@ -56,68 +56,67 @@ pub(super) struct ExplainArgs {
     pub(super) timeline: Option<PathBuf>,
 }
 
-/// Explains `res` and adds the counterfactual re-runs (same scenario, seed and workload):
-/// fresh signals for the scenario's own policy, then each `--policy`.
-pub(super) fn explanation(
-    res: &crate::sim::RunResult,
-    scenario: &Scenario,
-    workload: &Workload,
-    src: &Source,
-    f: &ExplainFlags,
-) -> Result<crate::explain::Explanation> {
-    use crate::explain::{Counterfactual, ExplainOptions, explain};
-    anyhow::ensure!(
-        f.merge_gap_s.is_finite() && f.merge_gap_s >= 0.0,
-        "--merge-gap-s must be a finite number of seconds >= 0"
-    );
-    let interval = scenario.sim.router.engine_stats_interval;
-    let stale_after = match f.stale_after_s {
-        None => interval,
-        Some(v) => {
-            anyhow::ensure!(
-                v.is_finite() && (0.0..=1e9).contains(&v),
-                "--stale-after-s must be a finite number of seconds in [0, 1e9]"
-            );
-            SimDuration::from_secs_f64(v)
+impl ExplainFlags {
+    /// The explanation these flags ask for, of a run scraped every `interval`.
+    pub(super) fn explain(&self, interval: SimDuration) -> Result<crate::run::Explain> {
+        anyhow::ensure!(
+            self.merge_gap_s.is_finite() && self.merge_gap_s >= 0.0,
+            "--merge-gap-s must be a finite number of seconds >= 0"
+        );
+        let stale_after = match self.stale_after_s {
+            None => interval,
+            Some(v) => {
+                anyhow::ensure!(
+                    v.is_finite() && (0.0..=1e9).contains(&v),
+                    "--stale-after-s must be a finite number of seconds in [0, 1e9]"
+                );
+                SimDuration::from_secs_f64(v)
+            }
+        };
+        Ok(crate::run::Explain {
+            options: ExplainOptions {
+                merge_gap_s: self.merge_gap_s,
+                max_episodes: self.episodes,
+                stale_after,
+                ..ExplainOptions::for_interval(interval)
+            },
+            policies: self.policies(),
+        })
+    }
+
+    /// The counterfactual policies (`{ kind = "least_request" }` unless `--policy` names
+    /// some); `None` with `--no-counterfactual`.
+    fn policies(&self) -> Option<Vec<String>> {
+        if self.no_counterfactual {
+            None
+        } else if self.policies.is_empty() {
+            Some(vec!["{ kind = \"least_request\" }".to_string()])
+        } else {
+            Some(self.policies.clone())
         }
-    };
-    let opts = ExplainOptions {
-        merge_gap_s: f.merge_gap_s,
-        max_episodes: f.episodes,
-        stale_after,
-        ..ExplainOptions::for_interval(interval)
-    };
-    let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
-    let mut x = explain(res, &scenario.sim, &names, &opts);
-    if f.no_counterfactual {
-        return Ok(x);
     }
-    let quiet = crate::sim::RunOptions::summary_only();
-    let fresh = run(scenario.sim.with_fresh_signals(), workload, quiet).context("the fresh-signals re-run")?;
-    x.counterfactuals
-        .push(Counterfactual::of("fresh signals", &fresh.0.summary));
-    let policies = if f.policies.is_empty() {
-        vec!["{ kind = \"least_request\" }".to_string()]
-    } else {
-        f.policies.clone()
-    };
-    for p in &policies {
-        let mut alt = src.clone();
-        alt.apply(&[("router.policy".to_string(), p.clone())], "--policy")?;
-        let s = alt.scenario()?;
-        let (r, _) = run(s.sim, workload, quiet).with_context(|| format!("the re-run with --policy {p}"))?;
-        x.counterfactuals.push(Counterfactual::of("other policy", &r.summary));
-    }
-    Ok(x)
 }
 
 /// A `sim run` folder's run reproduced from its `scenario.toml` (byte-identical by
 /// construction; a warning when it does not match `summary.json`), with what the
-/// counterfactuals of [`explanation`] need.
-pub(super) fn reproduce(dir: &Path) -> Result<(crate::sim::RunResult, Scenario, Workload, Source)> {
+/// counterfactuals need. `command` names the caller in messages.
+pub(super) struct Reproduced {
+    /// The re-run.
+    pub(super) res: crate::sim::RunResult,
+    /// The folder's scenario, built.
+    pub(super) scenario: Scenario,
+    /// Its workload.
+    pub(super) workload: Workload,
+    /// Its source, for counterfactual overrides.
+    pub(super) src: Source,
+}
+
+/// Reads, checks and re-runs the `sim run` folder `dir` (see [`Reproduced`]).
+pub(super) fn reproduce(dir: &Path, command: &str) -> Result<Reproduced> {
     let summary_path = dir.join("summary.json");
     let stored = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("{}: not a results folder written by `sim run`", summary_path.display()))?;
+    crate::atomic::verify(dir)?;
     let name = serde_json::from_str::<serde_json::Value>(&stored)
         .ok()
         .and_then(|v| v.get("scenario").and_then(|n| n.as_str()).map(str::to_string))
@@ -126,70 +125,53 @@ pub(super) fn reproduce(dir: &Path) -> Result<(crate::sim::RunResult, Scenario, 
     let text = std::fs::read_to_string(&scen_path).with_context(|| format!("reading {}", scen_path.display()))?;
     let src = Source::parse(&text, &scen_path.display().to_string(), &name)?;
     let (scenario, workload, _) = src.build()?;
-    super::shared::check_held_audit(&scenario, &workload, &scen_path.display().to_string(), "sim report")?;
-    let (res, _) = run(scenario.sim.clone(), &workload, crate::sim::RunOptions::default())
-        .with_context(|| format!("re-running {}", scen_path.display()))?;
-    let mut again = serde_json::to_vec_pretty(&res.summary)?;
-    again.push(b'\n');
-    if again != stored.as_bytes() {
-        eprintln!(
-            "warning: {} does not match the re-run of {} (another fleetsim version, or an edited file); reporting the re-run's explanation",
-            summary_path.display(),
-            scen_path.display()
-        );
-    }
-    Ok((res, scenario, workload, src))
-}
-
-pub(super) fn write_explanation(dir: &Path, x: &crate::explain::Explanation) -> Result<Vec<PathBuf>> {
-    let md = dir.join("explain.md");
-    crate::atomic::write_file(&md, crate::explain::render(x).as_bytes())?;
-    let js = dir.join("explain.json");
-    write_json(&js, x).with_context(|| format!("writing {}", js.display()))?;
-    Ok(vec![md, js])
-}
-
-pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
-    let summary_path = a.dir.join("summary.json");
-    let stored = std::fs::read_to_string(&summary_path)
-        .with_context(|| format!("{}: not a results folder written by `sim run`", summary_path.display()))?;
-    crate::atomic::verify(&a.dir)?;
-    if !a.dir.join("decisions.csv").exists() && !a.dir.join("decisions.parquet").exists() {
-        eprintln!(
-            "note: {} has no decision files (written with `sim run --no-decisions`); explain re-simulates the scenario from its scenario.toml, so every finding below is complete",
-            a.dir.display()
-        );
-    }
-    let name = serde_json::from_str::<serde_json::Value>(&stored)
-        .ok()
-        .and_then(|v| v.get("scenario").and_then(|n| n.as_str()).map(str::to_string))
-        .with_context(|| format!("{}: no `scenario` name in it", summary_path.display()))?;
-    let scen_path = a.dir.join("scenario.toml");
-    let text = std::fs::read_to_string(&scen_path).with_context(|| format!("reading {}", scen_path.display()))?;
-    let src = Source::parse(&text, &scen_path.display().to_string(), &name)?;
-    let (scenario, workload, _) = src.build()?;
-    let session = match &a.session {
-        Some(key) => Some(session_index(&workload, key, &a.dir)?),
-        None => None,
-    };
-    super::shared::check_held_audit(&scenario, &workload, &scen_path.display().to_string(), "sim explain")?;
-    let (res, _) = run(scenario.sim.clone(), &workload, crate::sim::RunOptions::default())
+    super::shared::check_held_audit(&scenario, &workload, &scen_path.display().to_string(), command)?;
+    let (res, _) = crate::run::simulate(scenario.sim.clone(), &workload, RunOptions::default(), EngineMode::Fast)
         .with_context(|| format!("re-running {}", scen_path.display()))?;
     let mut again = Vec::new();
     serde_json::to_writer_pretty(&mut again, &res.summary)?;
     again.push(b'\n');
     if again != stored.as_bytes() {
         eprintln!(
-            "warning: {} does not match the re-run of {} (another fleetsim version, or an edited file); explaining the re-run",
+            "warning: {} does not match the re-run of {} (another fleetsim version, or an edited file); using the re-run",
             summary_path.display(),
             scen_path.display()
         );
     }
+    Ok(Reproduced {
+        res,
+        scenario,
+        workload,
+        src,
+    })
+}
+
+pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
+    if a.dir.join("summary.json").exists()
+        && !a.dir.join("decisions.csv").exists()
+        && !a.dir.join("decisions.parquet").exists()
+    {
+        eprintln!(
+            "note: {} has no decision files (written with `sim run --no-decisions`); explain re-simulates the scenario from its scenario.toml, so every finding below is complete",
+            a.dir.display()
+        );
+    }
+    let Reproduced {
+        res,
+        scenario,
+        workload,
+        src,
+    } = reproduce(&a.dir, "sim explain")?;
+    let session = match &a.session {
+        Some(key) => Some(session_index(&workload, key, &a.dir)?),
+        None => None,
+    };
     if let Some(s) = session {
         return journey_cmd(&a, &res, &scenario, &workload, &src, s);
     }
-    let x = explanation(&res, &scenario, &workload, &src, &a.opts)?;
-    let written = write_explanation(&a.dir, &x)?;
+    let how = a.opts.explain(scenario.sim.router.engine_stats_interval)?;
+    let x = crate::run::explained(&res, &scenario, &workload, &src, &how)?;
+    let written = crate::run::write_explanation(&a.dir, &x)?;
     crate::atomic::add_to_manifest(&a.dir, &["explain.md", "explain.json"])?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&x)?)?;
@@ -274,24 +256,10 @@ fn journey_cmd(
     use crate::explain::{journey, render_journey, session_outcome};
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
     let mut j = journey(res, &names, session);
-    if !a.opts.no_counterfactual {
-        // Requests are always kept (the session's turns are read from them).
-        let opts = crate::sim::RunOptions::summary_only();
-        let (fresh, _) = run(scenario.sim.with_fresh_signals(), workload, opts).context("the fresh-signals re-run")?;
-        j.counterfactuals
-            .extend(session_outcome("fresh signals", &fresh, session));
-        let policies = if a.opts.policies.is_empty() {
-            vec!["{ kind = \"least_request\" }".to_string()]
-        } else {
-            a.opts.policies.clone()
-        };
-        for p in &policies {
-            let mut alt = src.clone();
-            alt.apply(&[("router.policy".to_string(), p.clone())], "--policy")?;
-            let s = alt.scenario()?;
-            let (r, _) = run(s.sim, workload, opts).with_context(|| format!("the re-run with --policy {p}"))?;
-            j.counterfactuals.extend(session_outcome("other policy", &r, session));
-        }
+    if let Some(policies) = a.opts.policies() {
+        crate::run::counterfactuals(scenario, workload, src, &policies, |label, r| {
+            j.counterfactuals.extend(session_outcome(label, r, session));
+        })?;
     }
     j.conclude();
     if let Some(out) = &a.timeline {

@@ -9,6 +9,10 @@ use clap::Args;
 
 use super::out::{out, outln};
 
+/// The most worker threads `--jobs` may ask for (more than any machine's cores; each
+/// thread holds a simulation).
+pub(super) const MAX_JOBS: usize = 1024;
+
 #[derive(Args, Debug)]
 pub(super) struct FamilyArgs {
     /// Members to draw (fleets and traffic, each a scenario written to <out>/members/).
@@ -26,7 +30,7 @@ pub(super) struct FamilyArgs {
     /// Print the members and candidates and exit without running.
     #[arg(long)]
     pub(super) list: bool,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: all cores; at most 1024, and no more than the runs).
     #[arg(long, short)]
     pub(super) jobs: Option<usize>,
     /// Results folder (default: out/family-<seed>, an ignored folder).
@@ -73,7 +77,13 @@ pub(super) fn cmd_family(a: FamilyArgs) -> Result<ExitCode> {
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_JOBS).contains(&jobs),
+        "--jobs {jobs}: expected 1 to {MAX_JOBS} worker threads"
+    );
+    // More threads than runs would only idle.
+    let runs = setups.len() * cands.len() * a.seeds as usize;
+    let jobs = jobs.min(runs.max(1));
     let start = std::time::Instant::now();
     let f = crate::family::execute(a.seed, setups, cands, a.seeds, jobs)?;
     let dir = a

@@ -34,7 +34,8 @@ pub(super) struct LoadArgs {
     /// Send at most this many requests.
     #[arg(long, default_value_t = 100_000)]
     pub(super) max_requests: usize,
-    /// Stop after this many wall seconds; requests still in flight are recorded as cut.
+    /// Stop after this many wall seconds; requests still in flight are recorded as cut (as
+    /// on SIGINT or SIGTERM).
     #[arg(long, default_value_t = 600.0)]
     pub(super) duration: f64,
     /// Give up one request after this many wall seconds.
@@ -119,6 +120,17 @@ pub(super) fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
     write_json(&stage.path().join("summary.json"), &summary)?;
     crate::atomic::write_file(&stage.path().join("scenario.toml"), effective.as_bytes())?;
     stage.commit()?;
+    if res.stopped_by != "end" {
+        eprintln!(
+            "sim load: stopped by {} after {:.1} s: {} requests recorded ({} in flight, recorded as cut), {} not sent; wrote {}",
+            res.stopped_by,
+            res.wall.as_secs_f64(),
+            res.records.len(),
+            res.cut_at_stop,
+            res.not_sent,
+            dir.display()
+        );
+    }
     if !a.quiet {
         print_report(&summary, &dir)?;
     }

@@ -29,7 +29,9 @@
 //! * `sim observe`: the stranding figures on a real fleet's series (`observe.rs`, logic in
 //!   `crate::observe`, fetching in `crate::live::fetch`);
 //! * `sim serve`: the fleet as vLLM servers over HTTP (`serve.rs`, logic in
-//!   `crate::live::serve`).
+//!   `crate::live::serve`);
+//! * `sim conform`: real routers against the models that claim their policies
+//!   (`conform.rs`, logic in `crate::live::conform`).
 //!
 //! Exit codes: 0 success; 1 a check failed (an invariant under `--invariants`, or in any
 //! sweep run); 2 bad input or any other error (one line on stderr naming the file, key path
@@ -42,6 +44,7 @@ mod bench;
 mod calibrate;
 mod check;
 mod compare;
+mod conform;
 mod explain;
 mod family;
 mod load;
@@ -115,6 +118,13 @@ enum Command {
     ///
     /// Example: sim load scenarios/burst8.toml --target http://127.0.0.1:8000 --speed 4
     Load(Box<load::LoadArgs>),
+    /// Run real routers (vllm-router, sglang-router, smg, production-stack's) between
+    /// `sim serve` and `sim load`, policy by policy, beside the catalogue model that claims
+    /// each policy over N seeds; writes conform.json and conform.md with a verdict per pair;
+    /// exit 1 if a pair disagrees or failed.
+    ///
+    /// Example: sim conform scenarios/compare-agent-burst.toml --router vllm-router=venv/bin/vllm-router --speed 4
+    Conform(Box<conform::ConformArgs>),
     /// Explain a run's stranded capacity in plain language: each worst episode (who idled,
     /// who queued), the decisions that caused it (branch, view and its age, truth), the
     /// sessions that stayed latched, and counterfactual re-runs on the same seed.
@@ -290,6 +300,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Explain(a) => explain::cmd_explain(a),
         Command::Report(a) => report::cmd_report(*a),
         Command::Load(a) => load::cmd_load(*a),
+        Command::Conform(a) => conform::cmd_conform(*a),
         Command::Bench(a) => bench::cmd_bench(a),
         Command::Trace(t) => trace::cmd_trace(t),
         Command::Tune(a) => crate::tune::cli::cmd_tune(*a),

@@ -1,5 +1,6 @@
-//! `sim profiles`: the shipped latency profiles as a table or JSON, and profile files
-//! `sim calibrate` wrote.
+//! `sim profiles`: the shipped latency profiles as a table or JSON, profile files `sim
+//! calibrate` wrote, and what auto profiles are derived from (`--gpus`, `--models`,
+//! `--physics`).
 
 use std::path::PathBuf;
 
@@ -15,12 +16,37 @@ pub struct ProfilesArgs {
     /// Print JSON (one object per profile, with source repository and commit).
     #[arg(long)]
     pub json: bool,
+    /// List the GPU datasheets `profile = "auto"` and `--gpu NAME` know, with sources.
+    #[arg(long, conflicts_with_all = ["models", "physics", "files"])]
+    pub gpus: bool,
+    /// List the model shapes `profile = "auto"` and `--model NAME` know, with sources.
+    #[arg(long, conflicts_with_all = ["physics", "files"])]
+    pub models: bool,
+    /// List the physics model's shipped global coefficients.
+    #[arg(long, conflicts_with_all = ["files"])]
+    pub physics: bool,
     /// Profile files (`sim calibrate -o FILE`) to list after the shipped profiles.
     pub files: Vec<PathBuf>,
 }
 
+/// A table `sim profiles` can list: asked for, its text, its JSON.
+type Table = (bool, fn() -> String, fn() -> serde_json::Value);
+
 /// Runs `sim profiles`.
 pub fn cli(a: &ProfilesArgs) -> anyhow::Result<std::process::ExitCode> {
+    let tables: [Table; 3] = [
+        (a.gpus, profiles::gpus::table, profiles::gpus::json),
+        (a.models, profiles::models::table, profiles::models::json),
+        (a.physics, physics_table, physics_json),
+    ];
+    if let Some((_, table, json)) = tables.iter().find(|t| t.0) {
+        if a.json {
+            outln!("{}", serde_json::to_string_pretty(&json())?)?;
+        } else {
+            out!("{}", table())?;
+        }
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     let files = a
         .files
         .iter()
@@ -92,4 +118,23 @@ pub fn cli(a: &ProfilesArgs) -> anyhow::Result<std::process::ExitCode> {
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The shipped coefficients and the error they come with on runs they were not fitted to.
+fn physics_table() -> String {
+    format!(
+        "{}\n{}\n",
+        profiles::auto::table().trim_end(),
+        crate::calibrate::physics::HELD_OUT.band()
+    )
+}
+
+fn physics_json() -> serde_json::Value {
+    serde_json::Value::Object(
+        profiles::auto::SHIPPED
+            .named()
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+            .collect(),
+    )
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
-use clap::Args;
+use clap::{Args, CommandFactory};
 
 use super::out::out;
 use crate::reference::{DIR, REGENERATE, blocks, files, schema_text};
@@ -85,11 +85,13 @@ fn pages(root: &Path) -> Result<Vec<Wanted>> {
             crate::quote::path(root)
         ));
     }
+    let mut cli = super::Cli::command();
+    cli.build();
     let mut out = Vec::new();
     for rel in blocks::pages(root) {
         let path = root.join(&rel);
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let (new, stale) = blocks::rewrite(&text, &rel).map_err(|e| anyhow!("{}: {e}", rel.display()))?;
+        let (new, stale) = blocks::rewrite(&text, &rel, &cli).map_err(|e| anyhow!("{}: {e}", rel.display()))?;
         if new != text {
             out.push(Wanted {
                 path,

@@ -66,14 +66,14 @@ pub(super) fn cmd_report(a: ReportArgs) -> Result<ExitCode> {
         .unwrap_or_else(|| a.dir.display().to_string());
     let mut page = Page::new(&format!("{name}: {kind}"));
     let rerun = match (&summary, kind) {
-        (Some(_), "run") if !a.no_explain => Some(super::explain::reproduce(&a.dir)?),
+        (Some(_), "run") if !a.no_explain => Some(super::explain::reproduce(&a.dir, "sim report")?),
         _ => None,
     };
     if let Some(s) = &summary {
         page.section(
             "summary",
             "Summary",
-            summary_html(s, rerun.as_ref().map(|r| &r.0.summary)),
+            summary_html(s, rerun.as_ref().map(|r| &r.res.summary)),
         );
         if let Some(h) = hints_html(&a.dir)? {
             page.section("hints", "Hints", h);
@@ -92,8 +92,9 @@ pub(super) fn cmd_report(a: ReportArgs) -> Result<ExitCode> {
     if !figures.is_empty() {
         page.section("figures", "Figures", figures);
     }
-    if let Some((res, scenario, workload, src)) = &rerun {
-        let x = super::explain::explanation(res, scenario, workload, src, &a.explain)?;
+    if let Some(r) = &rerun {
+        let how = a.explain.explain(r.scenario.sim.router.engine_stats_interval)?;
+        let x = crate::run::explained(&r.res, &r.scenario, &r.workload, &r.src, &how)?;
         page.section("explanation", "Explanation", explanation_html(&x));
     }
     if !files.is_empty() {

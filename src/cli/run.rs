@@ -3,21 +3,17 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 
-use super::explain::{ExplainFlags, explanation, write_explanation};
+use super::explain::ExplainFlags;
 use super::out::{out, outln};
-use super::shared::{ScenarioArgs, check_tool_tables, default_out, file_names, load_scenario, perf_of};
-use crate::check::golden::{Golden, golden_path};
-use crate::export::{DecisionFiles, RecordFiles, Tables, write_all_as, write_json, write_rest};
-use crate::hints::HintScan;
-use crate::metrics::{DecisionLog, RequestRec, TsRow};
-use crate::plot::save;
-use crate::plot::series::{BackendSeries, SeriesPoints};
+use super::shared::{ScenarioArgs, check_tool_tables, default_out, file_names, load_scenario};
+use crate::export::Tables;
 use crate::report::render;
-use crate::scenario::Source;
-use crate::sim::{RunOptions, SimError};
+use crate::run::{Options, Progress, Run, RunError, Sampling, Simulated};
+use crate::scenario::Scenario;
+use crate::workload::Workload;
 
 #[derive(Args, Debug)]
 pub(super) struct RunArgs {
@@ -109,82 +105,8 @@ impl TableFormat {
     }
 }
 
-/// What the simulation hands the writer thread.
-enum Batch {
-    Decisions(DecisionLog),
-    /// Final request records, the first of them request `.0`.
-    Requests(usize, Vec<RequestRec>),
-    Series(Vec<TsRow>),
-}
-
-/// Hands each batch of the decision audit (and of the request records and time series,
-/// when `records`) to the writer thread; the bounded channel makes the simulation wait when
-/// the writer is behind, so at most a few batches are held.
-struct ChannelSink {
-    tx: std::sync::mpsc::SyncSender<Batch>,
-    /// Take the records and series instead of keeping them in the result.
-    records: bool,
-    /// Send them on to be written (else they are dropped once the summary has its share).
-    write_records: bool,
-}
-
-impl ChannelSink {
-    fn send(&self, b: Batch) {
-        // A writer that stopped on an error has dropped its end; its error is reported
-        // when it is joined.
-        let _ = self.tx.send(b);
-    }
-}
-
-impl crate::metrics::RecordSink for ChannelSink {
-    fn decisions(&mut self, batch: DecisionLog) {
-        self.send(Batch::Decisions(batch));
-    }
-
-    fn takes_requests(&self) -> bool {
-        self.records
-    }
-
-    fn requests(&mut self, first_id: usize, batch: Vec<RequestRec>) {
-        if self.write_records {
-            self.send(Batch::Requests(first_id, batch));
-        }
-    }
-
-    fn takes_series(&self) -> bool {
-        self.records
-    }
-
-    fn series(&mut self, batch: Vec<TsRow>) {
-        if self.write_records {
-            self.send(Batch::Series(batch));
-        }
-    }
-}
-
-/// Batches queued between the simulation and the writer thread.
-const QUEUED_BATCHES: usize = 4;
-
-/// What the writer thread leaves: the hints' scan, the decision files, and, when it wrote
-/// them, the requests and time-series files and the plot's points.
-type Written = (HintScan, Vec<PathBuf>, Option<(Vec<PathBuf>, SeriesPoints)>);
-
-/// A spinner on stderr naming the phase with the time elapsed (a run has no fraction done
-/// to show: the event loop does not know how many events are left), redrawn five times a
-/// second; hidden unless `show`.
-fn phase_bar(show: bool) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let b = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
-        b.set_style(style);
-    }
-    b.enable_steady_tick(std::time::Duration::from_millis(200));
-    b
-}
-
-pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+/// Refuses flags that contradict each other, before anything is read.
+fn check_flags(a: &RunArgs) -> Result<()> {
     if !(a.metrics_step.is_finite() && a.metrics_step >= 0.001 && a.metrics_step <= 86_400.0) {
         anyhow::bail!(
             "--metrics-step {}: expected seconds between 0.001 and 86400",
@@ -197,24 +119,17 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if a.openmetrics && a.no_files {
         anyhow::bail!("--openmetrics writes a file: drop --no-files");
     }
-    let (scenario, workload, effective) = load_scenario(&a.scenario)?;
-    check_tool_tables(&a.scenario)?;
-    let file = a.scenario.scenario.display().to_string();
-    if a.explain {
-        super::shared::check_held_audit(&scenario, &workload, &file, "sim run --explain")?;
-    }
+    Ok(())
+}
+
+/// The run's options from the flags (saying on stderr, unless `--quiet`, what the
+/// workload notes and which tables `--format auto` chose).
+fn options(a: &RunArgs, scenario: &Scenario, workload: &Workload) -> Result<Options> {
     if !a.quiet {
         for n in &workload.notes {
             eprintln!("note: {n}");
         }
     }
-    let opts = RunOptions {
-        record_series: !a.no_files,
-        // Always: the health hints read the decision audit.
-        record_decisions: true,
-        check_invariants: a.invariants,
-        record_event_log: false,
-    };
     let tables = a.format.tables(workload.total_requests());
     if a.format == TableFormat::Auto && tables == Tables::Parquet && !a.no_files && !a.quiet {
         eprintln!(
@@ -222,188 +137,77 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             workload.total_requests()
         );
     }
-    let seed = scenario.sim.seed;
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let bar = phase_bar((a.progress || !a.quiet) && tty);
-    let doing = format!(
-        "simulating {} ({} sessions planned)",
-        scenario.sim.name,
-        workload.sessions.len()
-    );
-    // Not a terminal (a log file): plain lines, and only when asked for.
-    let lines = a.progress && !tty;
-    if lines {
-        eprintln!("{doing} ...");
-    }
-    bar.set_message(doing);
-    let dir = a.out.clone().unwrap_or_else(|| default_out(&scenario.sim.name));
-    // Whole or absent: written into a staging folder (removed unless committed), moved
-    // into place when complete.
-    let stage = if a.no_files {
+    let explain = if a.explain {
+        Some(a.explain_opts.explain(scenario.sim.router.engine_stats_interval)?)
+    } else {
         None
-    } else {
-        Some(crate::atomic::Staging::new(&dir)?)
     };
-    let names: Vec<String> = scenario.sim.backends.iter().map(|(n, _)| n.clone()).collect();
-    let n = names.len();
-    let interval_s = scenario.sim.router.engine_stats_interval.as_secs_f64();
-    let started = std::time::Instant::now();
-    // The decision audit is streamed (hints read and files written as the run goes) unless
-    // --explain needs it whole; the request records and the time series too unless
-    // --explain, --timeline or --openmetrics read them whole.
-    let (ran, streamed) = if a.explain {
-        let ran = crate::sim::run_mode(scenario.sim.clone(), &workload, opts, a.engine.into());
-        (ran, None)
-    } else {
-        let files_dir = stage
-            .as_ref()
-            .filter(|_| !a.no_decisions)
-            .map(|s| s.path().to_path_buf());
-        let records = !(a.timeline || a.openmetrics);
-        let records_dir = stage.as_ref().filter(|_| records).map(|s| s.path().to_path_buf());
-        let write_records = records_dir.is_some();
-        let labels = &scenario.sim.labels;
-        std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(QUEUED_BATCHES);
-            let sessions = &workload.sessions;
-            let writer = scope.spawn(move || -> Result<Written> {
-                let key = |s: usize| sessions[s].key.as_str();
-                let mut scan = HintScan::new(n, interval_s);
-                let mut files = files_dir.map(|d| DecisionFiles::create(&d, tables, n)).transpose()?;
-                let mut records = records_dir
-                    .map(|d| -> Result<_> { Ok((RecordFiles::create(&d, tables, labels)?, SeriesPoints::new(n))) })
-                    .transpose()?;
-                for batch in rx {
-                    match (batch, &mut records) {
-                        (Batch::Decisions(batch), _) => {
-                            scan.add(&batch);
-                            if let Some(f) = &mut files {
-                                f.add(&batch, &key)?;
-                            }
-                        }
-                        (Batch::Requests(first, batch), Some((f, _))) => f.add_requests(first, &batch, &key)?,
-                        (Batch::Series(rows), Some((f, points))) => {
-                            points.add(&rows);
-                            f.add_series(&rows)?;
-                        }
-                        (_, None) => {}
-                    }
-                }
-                let paths = files.map(DecisionFiles::finish).transpose()?.unwrap_or_default();
-                let records = records.map(|(f, p)| f.finish().map(|paths| (paths, p))).transpose()?;
-                Ok((scan, paths, records))
-            });
-            let mut sink = ChannelSink {
-                tx,
-                records,
-                write_records,
-            };
-            let ran = crate::sim::run_streamed(scenario.sim.clone(), &workload, opts, a.engine.into(), &mut sink);
-            drop(sink);
-            let written = writer
-                .join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("the thread writing the decision files panicked")));
-            (ran, Some(written))
-        })
-    };
-    bar.finish_and_clear();
-    if lines {
-        eprintln!("simulated in {:.1} s; writing results", started.elapsed().as_secs_f64());
+    Ok(Options {
+        out: (!a.no_files).then(|| a.out.clone().unwrap_or_else(|| default_out(&scenario.sim.name))),
+        engine: a.engine.into(),
+        invariants: a.invariants,
+        tables,
+        decisions: !a.no_decisions,
+        timeline: a.timeline,
+        openmetrics: a.openmetrics.then(|| Sampling {
+            step_ns: (a.metrics_step * 1000.0).round() as u64 * 1_000_000,
+            epoch_s: a.metrics_epoch,
+        }),
+        explain,
+        dpi: a.plot.dpi,
+        progress: Progress::on_stderr(a.progress, a.quiet),
+    })
+}
+
+pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    check_flags(&a)?;
+    let (scenario, workload, effective) = load_scenario(&a.scenario)?;
+    check_tool_tables(&a.scenario)?;
+    let file = a.scenario.scenario.display().to_string();
+    if a.explain {
+        super::shared::check_held_audit(&scenario, &workload, &file, "sim run --explain")?;
     }
-    let (res, wall) = match ran {
-        Ok(r) => r,
-        Err(e @ SimError::Invariant(..)) => {
+    let opts = options(&a, &scenario, &workload)?;
+    let done = match Run::new(&scenario, &workload, &effective, &file, opts).simulate() {
+        Ok(done) => done,
+        Err(RunError::Invariant(e)) => {
+            let seed = scenario.sim.seed;
             eprintln!("error: {file}: {e}\nreproduce with: sim run {file} --seed {seed} --invariants");
             return Ok(ExitCode::from(1));
         }
-        Err(e) => anyhow::bail!("{file}: {e}"),
+        Err(RunError::Other(e)) => return Err(e),
     };
-    let perf = perf_of(wall, res.summary.events, res.summary.requests.arrived);
-    let (mut hints, decision_files, record_files) = match streamed {
-        Some(w) => {
-            let (scan, paths, records) = w?;
-            (scan.finish(&names), Some(paths), records)
-        }
-        None => (crate::hints::hints(&res.decisions, &names, interval_s), None, None),
-    };
-    hints.extend(crate::hints::share_hints(&res.summary));
     if !a.quiet {
-        out!("{}", render(&res.summary, Some(&perf)))?;
-        for l in res.summary.replay.iter().flat_map(crate::metrics::fidelity::render) {
-            outln!("{l}")?;
-        }
-        for h in &hints {
-            outln!("hint [{}] {}", h.kind, h.message)?;
-        }
+        print_summary(&done)?;
     }
     if let Some(dir) = &a.save_golden {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let p = golden_path(dir, &res.summary.scenario);
-        write_json(&p, &Golden::of(&res.summary, &effective)).with_context(|| format!("writing {}", p.display()))?;
+        let p = done.save_golden(dir)?;
         if !a.quiet {
             outln!("golden: {}", p.display())?;
         }
     }
-    if let Some(stage) = stage {
-        // The tables and the plot at once (the plot is a few seconds of a long run).
-        let (record_paths, points) = record_files.unzip();
-        let (files, plots) = rayon::join(
-            || match decision_files {
-                Some(paths) => write_rest(
-                    stage.path(),
-                    &res,
-                    &effective,
-                    &perf,
-                    &hints,
-                    tables,
-                    paths,
-                    record_paths,
-                ),
-                None => write_all_as(stage.path(), &res, &effective, &perf, &hints, tables, !a.no_decisions),
-            },
-            || {
-                let series = match points {
-                    Some(p) => BackendSeries::of_points(&res.summary, p),
-                    None => BackendSeries::new(&res.summary, &res.series),
-                }
-                .with_stranded(&res.episodes);
-                save(&series, &stage.path().join("timeseries"), a.plot.dpi)
-            },
-        );
-        let mut written = files?;
-        written.extend(plots?);
-        if a.timeline {
-            let p = stage.path().join("timeline.json");
-            crate::export::timeline::write(&p, &res).with_context(|| format!("writing {}", p.display()))?;
-            written.push(p);
+    let x = done.explanation()?;
+    let folder = done.write(x.as_ref())?;
+    if !a.quiet {
+        if let Some(x) = &x {
+            out!("\n{}", crate::explain::render(x))?;
         }
-        if a.openmetrics {
-            let p = stage.path().join("metrics.om");
-            let step_ns = (a.metrics_step * 1000.0).round() as u64 * 1_000_000;
-            let s = crate::export::openmetrics::sample(&res, &scenario.sim, step_ns);
-            let text = crate::export::openmetrics::openmetrics(&s, a.metrics_epoch);
-            crate::atomic::write_file(&p, text.as_bytes()).with_context(|| format!("writing {}", p.display()))?;
-            written.push(p);
-        }
-        if a.explain {
-            let src = Source::parse(&effective, &file, &res.summary.scenario)?;
-            let x = explanation(&res, &scenario, &workload, &src, &a.explain_opts)?;
-            written.extend(write_explanation(stage.path(), &x)?);
-            if !a.quiet {
-                out!("\n{}", crate::explain::render(&x))?;
-            }
-        }
-        stage.commit()?;
-        written.push(dir.join(crate::atomic::MANIFEST));
-        if !a.quiet {
+        if let Some((dir, written)) = folder {
             outln!("wrote {}/{{{}}}", dir.display(), file_names(&written))?;
-        }
-    } else if a.explain {
-        let src = Source::parse(&effective, &file, &res.summary.scenario)?;
-        let x = explanation(&res, &scenario, &workload, &src, &a.explain_opts)?;
-        if !a.quiet {
-            out!("\n{}", crate::explain::render(&x))?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The summary, the replay's fidelity and the hints, on stdout.
+fn print_summary(done: &Simulated) -> Result<()> {
+    let s = &done.res.summary;
+    out!("{}", render(s, Some(&done.perf)))?;
+    for l in s.replay.iter().flat_map(crate::metrics::fidelity::render) {
+        outln!("{l}")?;
+    }
+    for h in &done.hints {
+        outln!("hint [{}] {}", h.kind, h.message)?;
+    }
+    Ok(())
 }

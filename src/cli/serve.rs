@@ -48,6 +48,16 @@ pub(super) struct ServeArgs {
     /// Largest request body accepted, bytes (a larger one gets HTTP 413).
     #[arg(long, default_value_t = 32 << 20)]
     pub(super) max_body_bytes: usize,
+    /// Seconds a client has to send a request's headers (and to start the next request on
+    /// an idle keep-alive connection); then the connection is closed.
+    #[arg(long, default_value_t = Options::HEADER_TIMEOUT.as_secs_f64())]
+    pub(super) header_timeout: f64,
+    /// Seconds a client has to send a request's body once its headers are in (HTTP 408).
+    #[arg(long, default_value_t = Options::BODY_TIMEOUT.as_secs_f64())]
+    pub(super) body_timeout: f64,
+    /// Most connections one backend holds open; past it a connection is answered 503.
+    #[arg(long, default_value_t = Options::MAX_CONNECTIONS)]
+    pub(super) max_connections: usize,
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(super) quiet: bool,
@@ -57,13 +67,20 @@ impl ServeArgs {
     /// The checked options, and `--duration` in simulated time.
     fn options(&self) -> Result<(Options, Option<SimDuration>)> {
         let duration = match self.duration {
-            Some(d) if !(d.is_finite() && d > 0.0 && d <= 1e9) => {
-                bail!("--duration {d}: expected positive simulated seconds")
-            }
-            d => d.map(SimDuration::from_secs_f64),
+            None => None,
+            Some(d) => Some(
+                SimDuration::checked_from_secs_f64(d)
+                    .filter(|s| s.0 > 0)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--duration {d}: expected simulated seconds above 0, at most 1e9")
+                    })?,
+            ),
         };
         if self.max_body_bytes < 1024 {
             bail!("--max-body-bytes {}: expected at least 1024", self.max_body_bytes);
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            bail!("--max-connections {}: expected 1 to 1000000", self.max_connections);
         }
         let o = Options {
             host: self.host,
@@ -72,9 +89,20 @@ impl ServeArgs {
             urls_file: self.urls_file.clone(),
             model: self.model.clone(),
             max_body_bytes: self.max_body_bytes,
+            header_timeout: wall_seconds("--header-timeout", self.header_timeout)?,
+            body_timeout: wall_seconds("--body-timeout", self.body_timeout)?,
+            max_connections: self.max_connections,
         };
         Ok((o, duration))
     }
+}
+
+/// A time-out flag: wall seconds from 0.1 to an hour.
+fn wall_seconds(flag: &str, s: f64) -> Result<std::time::Duration> {
+    if !(s.is_finite() && (0.1..=3600.0).contains(&s)) {
+        bail!("{flag} {s}: expected wall seconds from 0.1 to 3600");
+    }
+    Ok(std::time::Duration::from_secs_f64(s))
 }
 
 /// `sim serve`: start, wait for a signal or the duration, stop, report, write.
@@ -86,7 +114,7 @@ pub(super) fn cmd_serve(a: ServeArgs) -> Result<ExitCode> {
     if !a.quiet {
         print_banner(cfg, &server, o.speed)?;
     }
-    let reason = server.wait(duration);
+    let reason = server.wait(duration)?;
     let served = server.stop()?;
     let summary = served.summary(cfg);
     if !a.quiet {

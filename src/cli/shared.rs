@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use crate::export::Perf;
 use crate::scenario::{Scenario, Source, parse_set};
 use crate::workload::Workload;
 
@@ -46,16 +45,6 @@ pub(super) fn check_tool_tables(a: &ScenarioArgs) -> Result<()> {
 }
 
 pub use fleetsim_io::output::default_out;
-
-pub(super) fn perf_of(wall: std::time::Duration, events: u64, requests: u64) -> Perf {
-    let wall_s = wall.as_secs_f64().max(1e-9);
-    Perf {
-        wall_s,
-        events,
-        events_per_s: events as f64 / wall_s,
-        requests_per_s: requests as f64 / wall_s,
-    }
-}
 
 pub(super) fn file_names(paths: &[PathBuf]) -> String {
     paths

@@ -105,21 +105,8 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     src.apply(&sets, "--set")?;
     // Every error of the file at once, those of `[sweep]` and `[expect]` included.
     let base = crate::check::scenario_and_tools(&src)?;
-    let cli = CliAxes {
-        lists: a.lists.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect(),
-        scans: a
-            .scans
-            .chunks(3)
-            .map(|c| (c[0].clone(), c[1].clone(), c[2].clone()))
-            .collect(),
-        steps: a.steps.clone(),
-        seeds: a.seeds,
-        metrics: a.metrics.clone(),
-        heatmap: a.heatmap.clone(),
-        line: a.line.clone(),
-    };
     let file = a.scenario.scenario.display().to_string();
-    let plan = plan(&src, &cli, a.max_runs).map_err(|m| {
+    let plan = plan(&src, &cli_axes(&a), a.max_runs).map_err(|m| {
         if m.starts_with(&file) {
             anyhow::anyhow!(m)
         } else {
@@ -131,24 +118,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     let inputs = crate::sweep::inputs_sha256(&src, Some(&plan), points.traces());
     validate_points(&src, &plan, &points)?;
     if a.list {
-        let mut out = String::new();
-        let mut head = vec!["point".to_string()];
-        head.extend(plan.axes.iter().map(|ax| ax.name.clone()));
-        out.push_str(&head.join("\t"));
-        out.push('\n');
-        for p in 0..plan.points() {
-            let mut row = vec![p.to_string()];
-            row.extend(plan.labels(p).into_iter().map(str::to_string));
-            out.push_str(&row.join("\t"));
-            out.push('\n');
-        }
-        out!("{out}")?;
-        eprintln!(
-            "{} points x {} seeds = {} runs",
-            plan.points(),
-            plan.seeds.len(),
-            plan.runs()
-        );
+        print_grid(&plan)?;
         return Ok(ExitCode::SUCCESS);
     }
     let meta = crate::sweep::meta(&base.sim.name, &sets, plan, inputs);
@@ -157,60 +127,31 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         Some((k, n)) => shard_path(&dir, k, n),
         None => dir.join("sweep.json"),
     };
-    let mut done = Vec::new();
-    if a.resume && target.exists() {
-        let prev = table::read(&target)?;
-        anyhow::ensure!(
-            prev.meta.same_runs(&meta),
-            "{}: written by a different sweep (scenario, version, overrides, axes or seeds differ); remove it or drop --resume",
-            target.display()
-        );
-        if !prev.complete || shard.is_some() {
-            let me = crate::sweep::build::identity();
-            table::check_same_build(&target, prev.build.as_deref(), Path::new("this sim"), Some(me))?;
-        }
-        done = prev.rows;
-    }
+    let done = if a.resume && target.exists() {
+        resumed(&target, &meta, shard)?
+    } else {
+        Vec::new()
+    };
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
-    let owned = owned_runs(&meta.plan, shard).len() as u64;
     let skipped = done.len();
-    let resumed: Vec<u64> = done.iter().map(|r: &table::RunRow| r.run).collect();
-    let partial_meta = meta.clone();
-    let partial_dir = dir.clone();
-
-    let on_partial: PartialSink = Box::new(move |rows| {
-        let f = SweepFile {
-            meta: partial_meta.clone(),
-            shard: shard.map(|(k, n)| [k, n]),
-            complete: false,
-            build: Some(crate::sweep::build::identity().to_string()),
-            rows: rows.to_vec(),
-        };
-        match shard {
-            Some((k, n)) => write_shard(&shard_path(&partial_dir, k, n), &f),
-            None => crate::sweep::write_tables(&partial_dir, &f).map(|_| ()),
-        }
-    });
+    let resumed_runs: Vec<u64> = done.iter().map(|r: &table::RunRow| r.run).collect();
     if !a.quiet && skipped > 0 {
+        let owned = owned_runs(&meta.plan, shard).len();
         eprintln!("resuming: {skipped} of {owned} runs already in {}", target.display());
     }
-    let (result, wall) = match execute(
-        &src,
-        &meta,
-        &points,
-        ExecOptions {
-            jobs,
-            shard,
-            progress: !a.quiet,
-            progress_every: std::time::Duration::try_from_secs_f64(a.progress_every_s)
-                .map_err(|_| anyhow::anyhow!("--progress-every-s must be a finite number of seconds >= 0"))?,
-            done,
-            on_partial: Some(on_partial),
-        },
-    ) {
+    let opts = ExecOptions {
+        jobs,
+        shard,
+        progress: !a.quiet,
+        progress_every: std::time::Duration::try_from_secs_f64(a.progress_every_s)
+            .map_err(|_| anyhow::anyhow!("--progress-every-s must be a finite number of seconds >= 0"))?,
+        done,
+        on_partial: Some(partial_sink(&meta, &dir, shard)),
+    };
+    let (result, wall) = match execute(&src, &meta, &points, opts) {
         Ok(r) => r,
         Err(f) => {
             eprintln!("error: {file}: {}", failure_error(&f));
@@ -221,7 +162,98 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let ran = result.rows.len().saturating_sub(skipped) as u64;
+    let perf = sweep_perf(&result, &resumed_runs, jobs, shard, wall);
+    let written = write_results(&dir, &result, &perf, shard, a.plot.dpi(a.no_plots))?;
+    if !a.quiet {
+        report(&result, &perf, &dir, &written, shard)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The command line's axes, seeds, metrics and plots.
+fn cli_axes(a: &SweepArgs) -> CliAxes {
+    CliAxes {
+        lists: a.lists.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect(),
+        scans: a
+            .scans
+            .chunks(3)
+            .map(|c| (c[0].clone(), c[1].clone(), c[2].clone()))
+            .collect(),
+        steps: a.steps.clone(),
+        seeds: a.seeds,
+        metrics: a.metrics.clone(),
+        heatmap: a.heatmap.clone(),
+        line: a.line.clone(),
+    }
+}
+
+/// `--list`: the grid's points and their axis values on stdout, its size on stderr.
+fn print_grid(plan: &crate::sweep::spec::Plan) -> Result<()> {
+    let mut out = String::new();
+    let mut head = vec!["point".to_string()];
+    head.extend(plan.axes.iter().map(|ax| ax.name.clone()));
+    out.push_str(&head.join("\t"));
+    out.push('\n');
+    for p in 0..plan.points() {
+        let mut row = vec![p.to_string()];
+        row.extend(plan.labels(p).into_iter().map(str::to_string));
+        out.push_str(&row.join("\t"));
+        out.push('\n');
+    }
+    out!("{out}")?;
+    eprintln!(
+        "{} points x {} seeds = {} runs",
+        plan.points(),
+        plan.seeds.len(),
+        plan.runs()
+    );
+    Ok(())
+}
+
+/// `--resume`: the rows `target` holds, if the same sweep wrote it (and, for a partial or
+/// shard file, the same build).
+fn resumed(target: &Path, meta: &table::Meta, shard: Option<(u64, u64)>) -> Result<Vec<table::RunRow>> {
+    let prev = table::read(target)?;
+    anyhow::ensure!(
+        prev.meta.same_runs(meta),
+        "{}: written by a different sweep (scenario, version, overrides, axes or seeds differ); remove it or drop --resume",
+        target.display()
+    );
+    if !prev.complete || shard.is_some() {
+        let me = crate::sweep::build::identity();
+        table::check_same_build(target, prev.build.as_deref(), Path::new("this sim"), Some(me))?;
+    }
+    Ok(prev.rows)
+}
+
+/// Rewrites the partial results (the shard file, or the sweep's tables) from the rows so far.
+fn partial_sink(meta: &table::Meta, dir: &Path, shard: Option<(u64, u64)>) -> PartialSink {
+    let meta = meta.clone();
+    let dir = dir.to_path_buf();
+    Box::new(move |rows| {
+        let f = SweepFile {
+            meta: meta.clone(),
+            shard: shard.map(|(k, n)| [k, n]),
+            complete: false,
+            build: Some(crate::sweep::build::identity().to_string()),
+            rows: rows.to_vec(),
+        };
+        match shard {
+            Some((k, n)) => write_shard(&shard_path(&dir, k, n), &f),
+            None => crate::sweep::write_tables(&dir, &f).map(|_| ()),
+        }
+    })
+}
+
+/// The wall-clock figures of the runs this invocation ran (those of `resumed` aside).
+fn sweep_perf(
+    result: &SweepFile,
+    resumed: &[u64],
+    jobs: usize,
+    shard: Option<(u64, u64)>,
+    wall: std::time::Duration,
+) -> SweepPerf {
+    let ran = result.rows.len().saturating_sub(resumed.len()) as u64;
     let events: u64 = result
         .rows
         .iter()
@@ -229,53 +261,76 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
         .filter_map(|r| r.metrics.get("events").and_then(serde_json::Value::as_u64))
         .sum();
     let wall_s = wall.as_secs_f64().max(1e-9);
-    let perf = SweepPerf {
+    SweepPerf {
         build: crate::sweep::build::identity(),
         shard: shard.map(|(k, n)| [k, n]),
         runs: ran,
-        resumed_runs: skipped as u64,
+        resumed_runs: resumed.len() as u64,
         jobs,
         wall_s,
         runs_per_s: ran as f64 / wall_s,
         events,
         events_per_s: events as f64 / wall_s,
-    };
+    }
+}
+
+/// Writes the sweep's files (a shard's file alone for a shard) and its wall-clock figures;
+/// returns the paths of the former.
+fn write_results(
+    dir: &Path,
+    result: &SweepFile,
+    perf: &SweepPerf,
+    shard: Option<(u64, u64)>,
+    dpi: Option<u32>,
+) -> Result<Vec<PathBuf>> {
     let written = match shard {
         Some((k, n)) => {
-            let p = shard_path(&dir, k, n);
-            write_shard(&p, &result)?;
+            let p = shard_path(dir, k, n);
+            write_shard(&p, result)?;
             vec![p]
         }
-        None => crate::sweep::write_outputs(&dir, &result, a.plot.dpi(a.no_plots))?,
+        None => crate::sweep::write_outputs(dir, result, dpi)?,
     };
     let perf_name = match shard {
         Some((k, n)) => format!("sweep-perf-shard-{k}-of-{n}.json"),
         None => "sweep-perf.json".into(),
     };
-    write_json(&dir.join(perf_name), &perf)?;
-    if !a.quiet {
-        if shard.is_none() {
-            out!("{}", String::from_utf8_lossy(&md_table(&result)?))?;
-            outln!("wrote {}/{{{}}}", dir.display(), file_names(&written))?;
-        } else {
-            outln!(
-                "wrote {} ({} runs); when every shard is done: sim merge {}/shards/*.json",
-                written[0].display(),
-                result.rows.len(),
-                dir.display()
-            )?;
-        }
-        if ran == 0 {
-            eprintln!("nothing to run: all {skipped} runs were already done");
-        } else {
-            eprintln!(
-                "{ran} runs in {wall_s:.2} s on {jobs} threads: {:.0} runs/s, {:.2} M events/s",
-                perf.runs_per_s,
-                perf.events_per_s / 1e6
-            );
-        }
+    write_json(&dir.join(perf_name), perf)?;
+    Ok(written)
+}
+
+/// The table and the files written on stdout, the speed on stderr.
+fn report(
+    result: &SweepFile,
+    perf: &SweepPerf,
+    dir: &Path,
+    written: &[PathBuf],
+    shard: Option<(u64, u64)>,
+) -> Result<()> {
+    if shard.is_none() {
+        out!("{}", String::from_utf8_lossy(&md_table(result)?))?;
+        outln!("wrote {}/{{{}}}", dir.display(), file_names(written))?;
+    } else {
+        outln!(
+            "wrote {} ({} runs); when every shard is done: sim merge {}/shards/*.json",
+            written[0].display(),
+            result.rows.len(),
+            dir.display()
+        )?;
     }
-    Ok(ExitCode::SUCCESS)
+    if perf.runs == 0 {
+        eprintln!("nothing to run: all {} runs were already done", perf.resumed_runs);
+    } else {
+        eprintln!(
+            "{} runs in {:.2} s on {} threads: {:.0} runs/s, {:.2} M events/s",
+            perf.runs,
+            perf.wall_s,
+            perf.jobs,
+            perf.runs_per_s,
+            perf.events_per_s / 1e6
+        );
+    }
+    Ok(())
 }
 
 pub(super) fn md_table(f: &SweepFile) -> Result<Vec<u8>> {

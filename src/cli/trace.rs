@@ -92,7 +92,7 @@ pub(super) fn read_trace(a: &TraceReadArgs) -> Result<crate::trace::Trace> {
     };
     anyhow::ensure!(a.block_tokens != Some(0), "--block-tokens must be at least 1");
     let agent = crate::trace::agent_cfg::cli_read_options(a.columns.as_deref(), &a.session_attributes)
-        .map_err(|m| anyhow::anyhow!("--columns: {m}"))?;
+        .map_err(|m| anyhow::anyhow!("{m}"))?;
     let t = crate::trace::reader::read_with(
         &a.file,
         crate::trace::ReadOptions {

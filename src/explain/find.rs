@@ -26,6 +26,8 @@ pub(super) fn family(b: Branch) -> Cause {
         | Branch::LeastRequest
         | Branch::AibrixLeastRequest
         | Branch::CacheAwareImbalanced
+        | Branch::CacheAwareLeastLoad
+        | Branch::CacheAwareSpill
         | Branch::AibrixPrebleGatedHit
         | Branch::AibrixPrebleGatedCost => Cause::LoadView,
         Branch::PrefixMatch
@@ -225,6 +227,7 @@ pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &Explai
             latched_sessions: s.latched_sessions,
         },
         counterfactuals: vec![Counterfactual::of("this run", s)],
+        autoscale: super::ScaleStory::of(s),
     }
 }
 
@@ -245,89 +248,18 @@ fn story(
     idle.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut queued: Vec<usize> = (0..n).filter(|&b| e.waiting_ns[b] > 0).collect();
     queued.sort_by(|&a, &b| e.waiting_ns[b].cmp(&e.waiting_ns[a]).then(a.cmp(&b)));
-    let q = queued.first().copied();
-
-    // Requests that sat in the main queue during the episode.
-    let waiting: Vec<usize> = match q {
-        None => Vec::new(),
-        Some(q) => res
-            .requests
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| {
-                r.backend.index() == q
-                    && r.t_engine.is_some_and(|te| te < e.end)
-                    && r.t_admit.is_none_or(|ta| ta > e.start && ta > r.t_engine.unwrap_or(ta))
-            })
-            .map(|(i, _)| i)
-            .collect(),
-    };
+    let waiting = queued.first().map_or_else(Vec::new, |&q| waiting_on(res, e, q));
     let mut sessions: Vec<usize> = waiting.iter().map(|&i| res.requests[i].session.index()).collect();
     sessions.sort_unstable();
     sessions.dedup();
-
-    // Per session: the decision that placed it on the queued backend, and the affinity
-    // turns that kept it there.
-    struct Placed {
-        session: usize,
-        request: usize,
-        latched_turns: u64,
-    }
-    let mut placed: Vec<Placed> = Vec::new();
-    for &s in &sessions {
-        let reqs = &by_session[s];
-        let Some(q) = q else { break };
-        // The last request of the session that waited in the episode.
-        let last = reqs
+    let placed: Vec<Placed> = match queued.first() {
+        Some(&q) => sessions
             .iter()
-            .rposition(|&i| waiting.binary_search(&i).is_ok())
-            .expect("the session has a waiting request");
-        // Walk back to the first decision of the session's run on the backend, but not past
-        // a router restart: what the router knew before it (trie, stats) was lost, so the
-        // re-decision after it is what placed the session.
-        let t_last = res.requests[reqs[last]].t_router;
-        let since = cfg
-            .router_restarts
-            .iter()
-            .map(|r| r.0)
-            .filter(|&t| t <= t_last)
-            .max()
-            .unwrap_or(SimTime(0));
-        let mut first = last;
-        while first > 0
-            && res.requests[reqs[first - 1]].backend.index() == q
-            && res.requests[reqs[first - 1]].t_router >= since
-        {
-            first -= 1;
-        }
-        let later = reqs[first + 1..]
-            .iter()
-            .filter(|&&i| res.requests[i].backend.index() == q && family(res.requests[i].branch) == Cause::Affinity)
-            .count() as u64;
-        placed.push(Placed {
-            session: s,
-            request: reqs[first],
-            latched_turns: later,
-        });
-    }
-
-    // Group placing decisions by branch (refining load-based ones with the audit).
-    let mut groups: BTreeMap<(Cause, Branch), Vec<usize>> = BTreeMap::new();
-    for p in &placed {
-        let branch = res.requests[p.request].branch;
-        let cause = refine(res, cfg, p.request, family(branch), opts);
-        groups.entry((cause, branch)).or_default().push(p.request);
-    }
-    let mut causes: Vec<CauseGroup> = groups
-        .into_iter()
-        .map(|((cause, branch), reqs)| group(res, names, cause, branch, &reqs))
-        .collect();
-    causes.sort_by(|a, b| {
-        b.sessions
-            .len()
-            .cmp(&a.sessions.len())
-            .then(a.from_s.total_cmp(&b.from_s))
-    });
+            .map(|&s| placement(res, cfg, &by_session[s], s, &waiting, q))
+            .collect(),
+        None => Vec::new(),
+    };
+    let causes = causes(res, names, cfg, &placed, opts);
     let latched: Vec<&Placed> = placed.iter().filter(|p| p.latched_turns > 0).collect();
     let key = |s: usize| res.session_keys[s].clone();
     let main_cause = causes.first().map_or(Cause::LoadView, |c| c.cause);
@@ -359,6 +291,92 @@ fn story(
         main_cause,
         context: Vec::new(),
     }
+}
+
+/// The requests that sat in backend `q`'s main queue during episode `e`, in order.
+fn waiting_on(res: &RunResult, e: &Episode, q: usize) -> Vec<usize> {
+    res.requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            r.backend.index() == q
+                && r.t_engine.is_some_and(|te| te < e.end)
+                && r.t_admit.is_none_or(|ta| ta > e.start && ta > r.t_engine.unwrap_or(ta))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A session's placement on the queued backend: the decision that put it there, and the
+/// affinity turns that kept it there.
+struct Placed {
+    session: usize,
+    request: usize,
+    latched_turns: u64,
+}
+
+/// How session `s` (its requests `reqs`, some in `waiting`) came to wait on backend `q`:
+/// the first decision of its run of turns on `q` that holds its last waiting request.
+fn placement(res: &RunResult, cfg: &SimConfig, reqs: &[usize], s: usize, waiting: &[usize], q: usize) -> Placed {
+    let last = reqs
+        .iter()
+        .rposition(|&i| waiting.binary_search(&i).is_ok())
+        .expect("the session has a waiting request");
+    // Walk back to the first decision of the session's run on the backend, but not past a
+    // router restart: what the router knew before it (trie, stats) was lost, so the
+    // re-decision after it is what placed the session.
+    let t_last = res.requests[reqs[last]].t_router;
+    let since = cfg
+        .router_restarts
+        .iter()
+        .map(|r| r.0)
+        .filter(|&t| t <= t_last)
+        .max()
+        .unwrap_or(SimTime(0));
+    let mut first = last;
+    while first > 0
+        && res.requests[reqs[first - 1]].backend.index() == q
+        && res.requests[reqs[first - 1]].t_router >= since
+    {
+        first -= 1;
+    }
+    let later = reqs[first + 1..]
+        .iter()
+        .filter(|&&i| res.requests[i].backend.index() == q && family(res.requests[i].branch) == Cause::Affinity)
+        .count() as u64;
+    Placed {
+        session: s,
+        request: reqs[first],
+        latched_turns: later,
+    }
+}
+
+/// The placing decisions grouped by cause and branch (load-based ones refined with the
+/// audit), the groups placing the most sessions first.
+fn causes(
+    res: &RunResult,
+    names: &[String],
+    cfg: &SimConfig,
+    placed: &[Placed],
+    opts: &ExplainOptions,
+) -> Vec<CauseGroup> {
+    let mut groups: BTreeMap<(Cause, Branch), Vec<usize>> = BTreeMap::new();
+    for p in placed {
+        let branch = res.requests[p.request].branch;
+        let cause = refine(res, cfg, p.request, family(branch), opts);
+        groups.entry((cause, branch)).or_default().push(p.request);
+    }
+    let mut causes: Vec<CauseGroup> = groups
+        .into_iter()
+        .map(|((cause, branch), reqs)| group(res, names, cause, branch, &reqs))
+        .collect();
+    causes.sort_by(|a, b| {
+        b.sessions
+            .len()
+            .cmp(&a.sessions.len())
+            .then(a.from_s.total_cmp(&b.from_s))
+    });
+    causes
 }
 
 /// Refines the cause of decision `i` (request index = decision index) with its audit row.

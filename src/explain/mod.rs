@@ -272,6 +272,50 @@ pub struct Explanation {
     pub staleness: Staleness,
     /// Re-runs, the actual run first.
     pub counterfactuals: Vec<Counterfactual>,
+    /// What the autoscaler bought, when the run had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<ScaleStory>,
+}
+
+/// An autoscaled run's scale-ups and whether they bought anything.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScaleStory {
+    /// Scale-ups.
+    pub scale_ups: u64,
+    /// The first: when, from, to, the value it read and the controller's reason.
+    pub first_up: Option<(f64, u32, u32, Option<f64>, String)>,
+    /// Pods added that served no request.
+    pub replicas_never_served: u64,
+    /// Backends whose pods cost time and served nothing.
+    pub idle_backends: Vec<String>,
+    /// Replica-seconds Ready and idle while another backend queued.
+    pub replica_seconds_idle_while_queued: f64,
+    /// Sessions latched on a first pick that was not among the least loaded.
+    pub latched_sessions: u64,
+}
+
+impl ScaleStory {
+    /// Of a run's summary (`None` without an autoscaler).
+    pub fn of(s: &crate::metrics::Summary) -> Option<ScaleStory> {
+        let a = s.autoscale.as_ref()?;
+        Some(ScaleStory {
+            scale_ups: a.scale_ups,
+            first_up: a
+                .scale_events
+                .iter()
+                .find(|e| e.to > e.from)
+                .map(|e| (e.t_s, e.from, e.to, e.metric, e.reason.clone())),
+            replicas_never_served: a.replicas_never_served,
+            idle_backends: s
+                .backends
+                .iter()
+                .filter(|b| b.requests == 0 && b.cost.as_ref().is_some_and(|c| c.replica_seconds > 0.0))
+                .map(|b| b.name.clone())
+                .collect(),
+            replica_seconds_idle_while_queued: a.replica_seconds_idle_while_queued,
+            latched_sessions: s.latched_sessions,
+        })
+    }
 }
 
 pub(super) fn secs(t: SimTime) -> f64 {

@@ -252,70 +252,100 @@ pub fn session_outcome(label: &str, res: &RunResult, s: usize) -> Option<Session
 /// The journey of session `session` (an index into `res.session_keys`); `names` are the
 /// backends' names. The caller adds the re-runs and then calls [`Journey::conclude`].
 pub fn journey(res: &RunResult, names: &[String], session: usize) -> Journey {
-    let n = names.len();
-    let series = Series::of(res, n);
+    let series = Series::of(res, names.len());
     let log = &res.decisions;
     let reqs = requests_of(res, session);
-    let mut turns = Vec::with_capacity(reqs.len());
-    for &i in &reqs {
-        let r = &res.requests[i];
-        let pick = r.backend.index();
-        let arrive = r.t_engine.unwrap_or(r.t_router);
-        let audited = log.rows.get(i).filter(|row| row.request.index() == i);
-        let (mut view, mut fresh, mut age, mut match_chars) = (Vec::new(), None, None, None);
-        if let Some(row) = audited {
-            let (v, truth) = log.detail(i);
-            match_chars = Some(row.match_chars);
-            for (b, (e, tr)) in v.iter().zip(truth).enumerate() {
-                let a = e.engine.map(|s| row.t.saturating_since(s.read_at));
-                if let Some(a) = a {
-                    age = Some(age.map_or(a, |m: crate::time::SimDuration| m.max(a)));
-                }
-                view.push(SeenBackend {
-                    backend: names[b].clone(),
-                    listed: e.listed,
-                    view_running: e.engine.map(|s| s.running),
-                    view_waiting: e.engine.map(|s| s.waiting),
-                    view_age_s: a.map(|a| round6(a.as_secs_f64())),
-                    window_dispatches: e.requests.map(|q| q.window_dispatches),
-                    true_in_flight: *tr,
-                    picked: b == pick,
-                });
-            }
-            let listed: Vec<usize> = (0..n).filter(|&b| v.get(b).listed).collect();
-            if let Some(least) = listed.iter().map(|&b| truth[b]).min() {
-                let best = if truth[pick] == least {
-                    pick
-                } else {
-                    *listed.iter().find(|&&b| truth[b] == least).expect("a listed minimum")
-                };
-                fresh = Some(FreshPick {
-                    backend: names[best].clone(),
-                    true_in_flight: truth[best],
-                    would_meet: series.before(best, arrive),
-                    regret: truth[pick].saturating_sub(least),
-                });
-            }
+    let s = &res.summary;
+    Journey {
+        scenario: s.scenario.clone(),
+        seed: s.seed,
+        policy: s.policy.clone(),
+        session: res.session_keys[session].clone(),
+        turns: reqs.iter().map(|&i| turn(res, names, &series, i)).collect(),
+        idle_elsewhere: idle_elsewhere(res, names, &series, &reqs),
+        audit_truncated_at: (log.rows.len() < res.requests.len()).then_some(log.rows.len()),
+        counterfactuals: session_outcome("this run", res, session).into_iter().collect(),
+        verdict: String::new(),
+    }
+}
+
+/// The turn that request `i` was: where it went, by which branch, what it met there, and
+/// (when the audit holds its decision) what the router saw and a fresh pick's choice.
+fn turn(res: &RunResult, names: &[String], series: &Series, i: usize) -> JourneyTurn {
+    let r = &res.requests[i];
+    let pick = r.backend.index();
+    let audited = res.decisions.rows.get(i).filter(|row| row.request.index() == i);
+    let seen = audited.map(|row| decision_seen(res, names, series, i, row.t));
+    JourneyTurn {
+        turn: r.turn,
+        request_id: i,
+        arrival_s: secs(r.t_router),
+        backend: names[pick].clone(),
+        branch: r.branch.as_str().to_string(),
+        cause: family(r.branch),
+        match_chars: audited.map(|row| row.match_chars),
+        view_age_s: seen.as_ref().and_then(|s| s.age).map(|a| round6(a.as_secs_f64())),
+        met: r.t_engine.map(|t| series.before(pick, t)),
+        queue_wait_s: r.t_engine.and_then(|e| opt_secs(e, r.t_admit)),
+        ttft_s: opt_secs(r.t_router, r.t_first_chunk),
+        e2e_s: opt_secs(r.t_router, r.t_done),
+        failed_at_s: r.t_failed.map(secs),
+        fresh_pick: seen.as_ref().and_then(|s| s.fresh.clone()),
+        view: seen.map(|s| s.view).unwrap_or_default(),
+    }
+}
+
+/// What the router saw at request `i`'s decision (made at `t`).
+struct DecisionSeen {
+    view: Vec<SeenBackend>,
+    /// The oldest engine-stats entry it read.
+    age: Option<crate::time::SimDuration>,
+    fresh: Option<FreshPick>,
+}
+
+/// Each backend as the router saw it when it placed request `i`, and the pick a fresh
+/// load-aware router would have made (the least loaded in truth, the pick itself on a tie).
+fn decision_seen(res: &RunResult, names: &[String], series: &Series, i: usize, t: SimTime) -> DecisionSeen {
+    let r = &res.requests[i];
+    let pick = r.backend.index();
+    let (v, truth) = res.decisions.detail(i);
+    let mut age: Option<crate::time::SimDuration> = None;
+    let mut view = Vec::new();
+    for (b, (e, tr)) in v.iter().zip(truth).enumerate() {
+        let a = e.engine.map(|s| t.saturating_since(s.read_at));
+        if let Some(a) = a {
+            age = Some(age.map_or(a, |m| m.max(a)));
         }
-        turns.push(JourneyTurn {
-            turn: r.turn,
-            request_id: i,
-            arrival_s: secs(r.t_router),
-            backend: names[pick].clone(),
-            branch: r.branch.as_str().to_string(),
-            cause: family(r.branch),
-            match_chars,
-            view_age_s: age.map(|a| round6(a.as_secs_f64())),
-            view,
-            met: r.t_engine.map(|t| series.before(pick, t)),
-            queue_wait_s: r.t_engine.and_then(|e| opt_secs(e, r.t_admit)),
-            ttft_s: opt_secs(r.t_router, r.t_first_chunk),
-            e2e_s: opt_secs(r.t_router, r.t_done),
-            failed_at_s: r.t_failed.map(secs),
-            fresh_pick: fresh,
+        view.push(SeenBackend {
+            backend: names[b].clone(),
+            listed: e.listed,
+            view_running: e.engine.map(|s| s.running),
+            view_waiting: e.engine.map(|s| s.waiting),
+            view_age_s: a.map(|a| round6(a.as_secs_f64())),
+            window_dispatches: e.requests.map(|q| q.window_dispatches),
+            true_in_flight: *tr,
+            picked: b == pick,
         });
     }
-    // The other backends' idle time over the session's life.
+    let listed: Vec<usize> = (0..names.len()).filter(|&b| v.get(b).listed).collect();
+    let fresh = listed.iter().map(|&b| truth[b]).min().map(|least| {
+        let best = if truth[pick] == least {
+            pick
+        } else {
+            *listed.iter().find(|&&b| truth[b] == least).expect("a listed minimum")
+        };
+        FreshPick {
+            backend: names[best].clone(),
+            true_in_flight: truth[best],
+            would_meet: series.before(best, r.t_engine.unwrap_or(r.t_router)),
+            regret: truth[pick].saturating_sub(least),
+        }
+    });
+    DecisionSeen { view, age, fresh }
+}
+
+/// The other backends' idle time over the session's life (requests `reqs`).
+fn idle_elsewhere(res: &RunResult, names: &[String], series: &Series, reqs: &[usize]) -> Vec<IdleWhile> {
     let from = reqs.first().map_or(SimTime(0), |&i| res.requests[i].t_router);
     let until = reqs
         .iter()
@@ -326,25 +356,13 @@ pub fn journey(res: &RunResult, names: &[String], session: usize) -> Journey {
         .max()
         .unwrap_or(from);
     let used: Vec<usize> = reqs.iter().map(|&i| res.requests[i].backend.index()).collect();
-    let idle_elsewhere = (0..n)
+    (0..names.len())
         .filter(|b| !used.contains(b))
         .map(|b| IdleWhile {
             backend: names[b].clone(),
             idle_s: round6(ns_to_secs(series.idle_ns(b, from, until))),
         })
-        .collect();
-    let s = &res.summary;
-    Journey {
-        scenario: s.scenario.clone(),
-        seed: s.seed,
-        policy: s.policy.clone(),
-        session: res.session_keys[session].clone(),
-        turns,
-        idle_elsewhere,
-        audit_truncated_at: (log.rows.len() < res.requests.len()).then_some(log.rows.len()),
-        counterfactuals: session_outcome("this run", res, session).into_iter().collect(),
-        verdict: String::new(),
-    }
+        .collect()
 }
 
 /// A branch in words, for the verdict.
@@ -400,6 +418,8 @@ fn branches(turns: &[&JourneyTurn]) -> String {
     b.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(" or ")
 }
 
+/// The verdict: where the turns went and why, the idle time beside them, their waits, what
+/// a fresh pick would have done, and the counterfactuals.
 fn verdict(j: &Journey) -> String {
     let Some(first) = j.turns.first() else {
         return format!(
@@ -407,79 +427,7 @@ fn verdict(j: &Journey) -> String {
             crate::quote::escape(&j.session)
         );
     };
-    let n = j.turns.len();
-    let wait: f64 = j.turns.iter().filter_map(|t| t.queue_wait_s).sum();
-    let regrets: Vec<u32> = j
-        .turns
-        .iter()
-        .filter_map(|t| t.fresh_pick.as_ref().map(|f| f.regret))
-        .collect();
-    let mut out = String::new();
-    let same = j.turns.iter().all(|t| t.backend == first.backend);
-    let rest: Vec<&JourneyTurn> = j.turns[1..].iter().collect();
-    let (follow, placed): (Vec<&JourneyTurn>, Vec<&JourneyTurn>) =
-        rest.iter().partition(|t| t.cause == Cause::Affinity);
-    let nums = |ts: &[&JourneyTurn]| turn_list(&ts.iter().map(|t| t.turn).collect::<Vec<_>>());
-    if n == 1 {
-        out.push_str(&format!(
-            "Its one turn went to {} by {}.",
-            first.backend,
-            branch_words(&first.branch)
-        ));
-    } else if same && first.cause != Cause::Affinity {
-        out.push_str(&format!(
-            "All {n} turns followed turn {}'s pick, {}, to {}",
-            first.turn,
-            branch_words(&first.branch),
-            first.backend
-        ));
-        let mut how = Vec::new();
-        if !placed.is_empty() {
-            how.push(format!(
-                "turn{} {} {} picked the same way ({})",
-                if placed.len() == 1 { "" } else { "s" },
-                nums(&placed),
-                if placed.len() == 1 { "was" } else { "were" },
-                branches(&placed)
-            ));
-        }
-        if !follow.is_empty() {
-            let blind = follow
-                .iter()
-                .any(|t| t.fresh_pick.as_ref().is_some_and(|f| f.regret > 0));
-            how.push(format!(
-                "turn{} {} followed through an affinity branch ({}){}",
-                if follow.len() == 1 { "" } else { "s" },
-                nums(&follow),
-                branches(&follow),
-                if blind { " whatever the load" } else { "" }
-            ));
-        }
-        out.push_str(&format!(": {}.", how.join(" and ")));
-    } else if same {
-        out.push_str(&format!(
-            "All {n} turns went to {} by {}.",
-            first.backend,
-            branches(&j.turns.iter().collect::<Vec<_>>())
-        ));
-    } else {
-        let mut runs: Vec<(String, usize)> = Vec::new();
-        for t in &j.turns {
-            match runs.last_mut() {
-                Some((b, k)) if *b == t.backend => *k += 1,
-                _ => runs.push((t.backend.clone(), 1)),
-            }
-        }
-        let path = runs
-            .iter()
-            .map(|(b, k)| format!("{b} x{k}"))
-            .collect::<Vec<_>>()
-            .join(", then ");
-        out.push_str(&format!(
-            "The {n} turns changed backend {} time(s): {path}.",
-            runs.len() - 1
-        ));
-    }
+    let mut out = path(j, first);
     let idle: Vec<String> = j
         .idle_elsewhere
         .iter()
@@ -493,26 +441,117 @@ fn verdict(j: &Journey) -> String {
             j.span_s()
         ));
     }
+    let wait: f64 = j.turns.iter().filter_map(|t| t.queue_wait_s).sum();
     out.push_str(&format!(
         " Its turns waited {wait:.1} s in engine queues in all (TTFT p50 {:.3} s, worst {:.3} s).",
         j.counterfactuals.first().map_or(0.0, |c| c.ttft_p50_s),
         j.counterfactuals.first().map_or(0.0, |c| c.ttft_max_s)
     ));
-    let worse = regrets.iter().filter(|r| **r > 0).count();
-    if !regrets.is_empty() {
-        if worse == 0 {
-            out.push_str(&format!(
-                " A fresh, load-aware pick would have agreed on all {} audited turns (no pick was busier, in truth, than the least-loaded backend).",
-                regrets.len()
-            ));
-        } else {
-            out.push_str(&format!(
-                " A fresh, load-aware pick would have gone elsewhere on {worse} of {} audited turns (the pick had up to {} more requests in flight than the least-loaded backend).",
-                regrets.len(),
-                regrets.iter().max().copied().unwrap_or(0)
-            ));
+    out.push_str(&fresh_picks(j));
+    out.push_str(&counterfactual_sentences(j));
+    out
+}
+
+/// Where the turns went: one backend all along (and how each turn got there), or the
+/// backends in order.
+fn path(j: &Journey, first: &JourneyTurn) -> String {
+    let n = j.turns.len();
+    let same = j.turns.iter().all(|t| t.backend == first.backend);
+    if n == 1 {
+        format!(
+            "Its one turn went to {} by {}.",
+            first.backend,
+            branch_words(&first.branch)
+        )
+    } else if same && first.cause != Cause::Affinity {
+        format!(
+            "All {n} turns followed turn {}'s pick, {}, to {}: {}.",
+            first.turn,
+            branch_words(&first.branch),
+            first.backend,
+            how_followed(&j.turns[1..])
+        )
+    } else if same {
+        format!(
+            "All {n} turns went to {} by {}.",
+            first.backend,
+            branches(&j.turns.iter().collect::<Vec<_>>())
+        )
+    } else {
+        let mut runs: Vec<(String, usize)> = Vec::new();
+        for t in &j.turns {
+            match runs.last_mut() {
+                Some((b, k)) if *b == t.backend => *k += 1,
+                _ => runs.push((t.backend.clone(), 1)),
+            }
         }
+        let path = runs
+            .iter()
+            .map(|(b, k)| format!("{b} x{k}"))
+            .collect::<Vec<_>>()
+            .join(", then ");
+        format!("The {n} turns changed backend {} time(s): {path}.", runs.len() - 1)
     }
+}
+
+/// How the later turns (`rest`) stayed with the first: picked the same way, or followed
+/// through an affinity branch (whatever the load, when a fresh pick would have differed).
+fn how_followed(rest: &[JourneyTurn]) -> String {
+    let (follow, placed): (Vec<&JourneyTurn>, Vec<&JourneyTurn>) =
+        rest.iter().partition(|t| t.cause == Cause::Affinity);
+    let nums = |ts: &[&JourneyTurn]| turn_list(&ts.iter().map(|t| t.turn).collect::<Vec<_>>());
+    let mut how = Vec::new();
+    if !placed.is_empty() {
+        how.push(format!(
+            "turn{} {} {} picked the same way ({})",
+            if placed.len() == 1 { "" } else { "s" },
+            nums(&placed),
+            if placed.len() == 1 { "was" } else { "were" },
+            branches(&placed)
+        ));
+    }
+    if !follow.is_empty() {
+        let blind = follow
+            .iter()
+            .any(|t| t.fresh_pick.as_ref().is_some_and(|f| f.regret > 0));
+        how.push(format!(
+            "turn{} {} followed through an affinity branch ({}){}",
+            if follow.len() == 1 { "" } else { "s" },
+            nums(&follow),
+            branches(&follow),
+            if blind { " whatever the load" } else { "" }
+        ));
+    }
+    how.join(" and ")
+}
+
+/// Whether a fresh, load-aware pick would have agreed on the audited turns.
+fn fresh_picks(j: &Journey) -> String {
+    let regrets: Vec<u32> = j
+        .turns
+        .iter()
+        .filter_map(|t| t.fresh_pick.as_ref().map(|f| f.regret))
+        .collect();
+    let worse = regrets.iter().filter(|r| **r > 0).count();
+    if regrets.is_empty() {
+        String::new()
+    } else if worse == 0 {
+        format!(
+            " A fresh, load-aware pick would have agreed on all {} audited turns (no pick was busier, in truth, than the least-loaded backend).",
+            regrets.len()
+        )
+    } else {
+        format!(
+            " A fresh, load-aware pick would have gone elsewhere on {worse} of {} audited turns (the pick had up to {} more requests in flight than the least-loaded backend).",
+            regrets.len(),
+            regrets.iter().max().copied().unwrap_or(0)
+        )
+    }
+}
+
+/// Where the session went under each counterfactual, beside this run.
+fn counterfactual_sentences(j: &Journey) -> String {
+    let mut out = String::new();
     let this = j.counterfactuals.first();
     for c in j.counterfactuals.iter().skip(1) {
         let per = c
@@ -615,12 +654,49 @@ pub fn render_journey(j: &Journey) -> String {
         );
     }
     let _ = writeln!(o);
+    turns_table(&mut o, &j.turns);
+    let _ = writeln!(o);
+    let _ = writeln!(o, "## What the router saw");
+    let _ = writeln!(o);
+    for t in &j.turns {
+        if t.view.is_empty() {
+            let _ = writeln!(
+                o,
+                "- Turn {} at {:.3} s: not in the decision audit.",
+                t.turn, t.arrival_s
+            );
+            continue;
+        }
+        let parts: Vec<String> = t.view.iter().map(seen).collect();
+        let _ = writeln!(
+            o,
+            "- Turn {} at {:.3} s (`{}`): {}.",
+            t.turn,
+            t.arrival_s,
+            t.branch,
+            parts.join("; ")
+        );
+    }
+    if j.counterfactuals.len() > 1 {
+        counterfactual_table(&mut o, &j.counterfactuals);
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "## Verdict");
+    let _ = writeln!(o);
+    let _ = writeln!(o, "{}", j.verdict);
+    o
+}
+
+/// One row per turn: where it went, by which branch, what it met, its latencies, and a
+/// fresh pick's choice.
+fn turns_table(o: &mut String, turns: &[JourneyTurn]) {
+    use std::fmt::Write as _;
     let _ = writeln!(
         o,
         "| turn | request | arrival s | backend | branch | view age s | met: running + waiting | queue wait s | TTFT s | E2E s | fresh load-aware pick |"
     );
     let _ = writeln!(o, "|---:|---:|---:|---|---|---:|---|---:|---:|---:|---|");
-    for t in &j.turns {
+    for t in turns {
         let met = t.met.map_or_else(
             || "never arrived".to_string(),
             |q| format!("{} + {}", q.running, q.waiting),
@@ -655,59 +731,35 @@ pub fn render_journey(j: &Journey) -> String {
             f3(t.e2e_s)
         );
     }
+}
+
+/// The session under each counterfactual: its turns per backend, its waits.
+fn counterfactual_table(o: &mut String, all: &[SessionCounterfactual]) {
+    use std::fmt::Write as _;
     let _ = writeln!(o);
-    let _ = writeln!(o, "## What the router saw");
+    let _ = writeln!(
+        o,
+        "## This session under counterfactuals (same scenario, seed and workload)"
+    );
     let _ = writeln!(o);
-    for t in &j.turns {
-        if t.view.is_empty() {
-            let _ = writeln!(
-                o,
-                "- Turn {} at {:.3} s: not in the decision audit.",
-                t.turn, t.arrival_s
-            );
-            continue;
-        }
-        let parts: Vec<String> = t.view.iter().map(seen).collect();
+    let _ = writeln!(
+        o,
+        "| run | policy | turns per backend | queue wait s | TTFT p50 s | TTFT max s |"
+    );
+    let _ = writeln!(o, "|---|---|---|---:|---:|---:|");
+    for c in all {
+        let per = c
+            .turns_per_backend
+            .iter()
+            .map(|(b, k)| format!("{} x{k}", cell(b)))
+            .collect::<Vec<_>>()
+            .join(", ");
         let _ = writeln!(
             o,
-            "- Turn {} at {:.3} s (`{}`): {}.",
-            t.turn,
-            t.arrival_s,
-            t.branch,
-            parts.join("; ")
+            "| {} | {} | {per} | {:.3} | {:.3} | {:.3} |",
+            c.label, c.policy, c.queue_wait_s, c.ttft_p50_s, c.ttft_max_s
         );
     }
-    if j.counterfactuals.len() > 1 {
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "## This session under counterfactuals (same scenario, seed and workload)"
-        );
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "| run | policy | turns per backend | queue wait s | TTFT p50 s | TTFT max s |"
-        );
-        let _ = writeln!(o, "|---|---|---|---:|---:|---:|");
-        for c in &j.counterfactuals {
-            let per = c
-                .turns_per_backend
-                .iter()
-                .map(|(b, k)| format!("{} x{k}", cell(b)))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let _ = writeln!(
-                o,
-                "| {} | {} | {per} | {:.3} | {:.3} | {:.3} |",
-                c.label, c.policy, c.queue_wait_s, c.ttft_p50_s, c.ttft_max_s
-            );
-        }
-    }
-    let _ = writeln!(o);
-    let _ = writeln!(o, "## Verdict");
-    let _ = writeln!(o);
-    let _ = writeln!(o, "{}", j.verdict);
-    o
 }
 
 #[cfg(test)]

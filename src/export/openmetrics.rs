@@ -142,46 +142,80 @@ fn model_name(res: &RunResult, b: usize) -> String {
 /// grid instant at or after its end.
 pub fn sample(res: &RunResult, cfg: &SimConfig, step_ns: u64) -> Sampled {
     let step_ns = step_ns.max(1);
-    let end = res.summary.sim_time_s;
-    let end_ns = (end * 1e9).round() as u64;
-    let n = end_ns.div_ceil(step_ns);
-    let times: Vec<SimTime> = (0..=n).map(|k| SimTime(k * step_ns)).collect();
-    let nb = res.summary.backends.len();
+    let end_ns = (res.summary.sim_time_s * 1e9).round() as u64;
+    let times: Vec<SimTime> = (0..=end_ns.div_ceil(step_ns)).map(|k| SimTime(k * step_ns)).collect();
     let instances: Vec<String> = res.summary.backends.iter().map(|b| instance_of(&b.url)).collect();
     let slots: Vec<u32> = res.summary.backends.iter().map(|b| b.slots).collect();
+    let grid = Grid {
+        res,
+        cfg,
+        times: &times,
+        instances: &instances,
+        gauges: gauges(res, &times),
+        counts: counts(res, &times),
+        unscraped: fault_grid(cfg, &times, res.summary.backends.len(), |k| {
+            matches!(k, FaultKind::ScrapeFail)
+        }),
+        zero: fault_grid(cfg, &times, res.summary.backends.len(), |k| {
+            matches!(k, FaultKind::ZeroStats)
+        }),
+    };
+    let families = vm::EXPORTED
+        .iter()
+        .map(|m| Family {
+            metric: *m,
+            members: (0..instances.len())
+                .map(|b| Member {
+                    instance: instances[b].clone(),
+                    rows: grid.rows(m, b),
+                })
+                .collect(),
+        })
+        .collect();
+    Sampled {
+        step_ns,
+        times,
+        instances,
+        slots,
+        families,
+    }
+}
 
-    // Gauges: the last series row at or before each instant.
+/// Per backend, the engine's (running, waiting, KV blocks used) at each instant: the last
+/// series row at or before it.
+fn gauges(res: &RunResult, times: &[SimTime]) -> Vec<Vec<(u32, u32, u32)>> {
+    let nb = res.summary.backends.len();
     let mut gauges = vec![vec![(0u32, 0u32, 0u32); times.len()]; nb];
     let mut cur = vec![(0u32, 0u32, 0u32); nb];
     let mut rows = res.series.iter().peekable();
     for (k, &t) in times.iter().enumerate() {
-        while let Some(r) = rows.peek() {
-            if r.t > t {
-                break;
-            }
+        while let Some(r) = rows.next_if(|r| r.t <= t) {
             cur[r.backend.index()] = (r.running, r.waiting, r.kv_used_blocks);
-            rows.next();
         }
         for b in 0..nb {
             gauges[b][k] = cur[b];
         }
     }
+    gauges
+}
 
-    // Counters and histograms: per backend, (time, what) increments in time order.
-    enum Inc {
-        Admit {
-            prompt: f64,
-            cached: f64,
-        },
-        Finish {
-            output: f64,
-            preemptions: f64,
-            e2e: f64,
-            queue: f64,
-            ttft: f64,
-        },
-    }
-    let mut incs: Vec<Vec<(SimTime, usize, Inc)>> = (0..nb).map(|_| Vec::new()).collect();
+/// What a request adds to its backend's counters and histograms, and when.
+enum Inc {
+    /// At admission: prompt tokens (prefix-cache queries) and the cached ones (hits).
+    Admit { prompt: f64, cached: f64 },
+    /// At its last token: a success, its output tokens and preemptions, and its latencies.
+    Finish {
+        output: f64,
+        preemptions: f64,
+        e2e: f64,
+        queue: f64,
+        ttft: f64,
+    },
+}
+
+/// Per backend, the increments of its requests, `(time, request, increment)` in time order.
+fn increments(res: &RunResult) -> Vec<Vec<(SimTime, usize, Inc)>> {
+    let mut incs: Vec<Vec<(SimTime, usize, Inc)>> = (0..res.summary.backends.len()).map(|_| Vec::new()).collect();
     for (i, r) in res.requests.iter().enumerate() {
         let b = r.backend.index();
         let Some(t_engine) = r.t_engine else { continue };
@@ -204,180 +238,212 @@ pub fn sample(res: &RunResult, cfg: &SimConfig, step_ns: u64) -> Sampled {
             incs[b].push((tf, i, inc));
         }
     }
-    let mut counts: Vec<Vec<Counts>> = Vec::with_capacity(nb);
     for list in &mut incs {
         list.sort_by_key(|&(t, i, _)| (t, i));
+    }
+    incs
+}
+
+impl Counts {
+    /// Counters and histograms at zero.
+    fn zero() -> Counts {
         let mut c = Counts::default();
         for (h, m) in c.hist.iter_mut().zip(&HISTOGRAMS) {
             h.0 = vec![0.0; m.buckets.len() + 1];
         }
-        let mut it = list.iter().peekable();
-        let mut per = Vec::with_capacity(times.len());
-        for &t in &times {
-            while let Some((ti, _, inc)) = it.peek() {
-                if *ti > t {
-                    break;
-                }
-                match inc {
-                    Inc::Admit { prompt, cached } => {
-                        c.prompt += prompt;
-                        c.queries += prompt;
-                        c.hits += cached;
-                    }
-                    Inc::Finish {
-                        output,
-                        preemptions,
-                        e2e,
-                        queue,
-                        ttft,
-                    } => {
-                        c.success += 1.0;
-                        c.generation += output;
-                        c.preemptions += preemptions;
-                        for (j, x) in [*e2e, *queue, *ttft].into_iter().enumerate() {
-                            observe(&mut c.hist[j], HISTOGRAMS[j].buckets, x);
-                        }
-                    }
-                }
-                it.next();
-            }
-            per.push(c.clone());
-        }
-        counts.push(per);
+        c
     }
 
-    let present: Vec<Vec<bool>> = (0..nb)
-        .map(|b| {
-            times
-                .iter()
-                .map(|&t| !faulted(cfg, BackendId::from_index(b), t, |k| matches!(k, FaultKind::ScrapeFail)))
-                .collect()
-        })
-        .collect();
-    let zero: Vec<Vec<bool>> = (0..nb)
-        .map(|b| {
-            times
-                .iter()
-                .map(|&t| faulted(cfg, BackendId::from_index(b), t, |k| matches!(k, FaultKind::ZeroStats)))
-                .collect()
-        })
-        .collect();
+    /// Adds one request's increment.
+    fn add(&mut self, inc: &Inc) {
+        match inc {
+            Inc::Admit { prompt, cached } => {
+                self.prompt += prompt;
+                self.queries += prompt;
+                self.hits += cached;
+            }
+            Inc::Finish {
+                output,
+                preemptions,
+                e2e,
+                queue,
+                ttft,
+            } => {
+                self.success += 1.0;
+                self.generation += output;
+                self.preemptions += preemptions;
+                for (j, x) in [*e2e, *queue, *ttft].into_iter().enumerate() {
+                    observe(&mut self.hist[j], HISTOGRAMS[j].buckets, x);
+                }
+            }
+        }
+    }
+}
 
-    let base = |b: usize| -> Vec<(String, String)> {
+/// Per backend, its cumulative counters at each instant.
+fn counts(res: &RunResult, times: &[SimTime]) -> Vec<Vec<Counts>> {
+    increments(res)
+        .iter()
+        .map(|list| {
+            let mut c = Counts::zero();
+            let mut it = list.iter().peekable();
+            times
+                .iter()
+                .map(|&t| {
+                    while let Some((_, _, inc)) = it.next_if(|(ti, _, _)| *ti <= t) {
+                        c.add(inc);
+                    }
+                    c.clone()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Per backend and instant, whether a fault of a kind `pred` accepts covers it.
+fn fault_grid(cfg: &SimConfig, times: &[SimTime], nb: usize, pred: fn(&FaultKind) -> bool) -> Vec<Vec<bool>> {
+    (0..nb)
+        .map(|b| {
+            times
+                .iter()
+                .map(|&t| faulted(cfg, BackendId::from_index(b), t, pred))
+                .collect()
+        })
+        .collect()
+}
+
+/// A run laid on the sample grid: what every exported family's rows are read from.
+struct Grid<'a> {
+    res: &'a RunResult,
+    cfg: &'a SimConfig,
+    times: &'a [SimTime],
+    instances: &'a [String],
+    gauges: Vec<Vec<(u32, u32, u32)>>,
+    counts: Vec<Vec<Counts>>,
+    /// The backend has no sample at the instant (`scrape_fail`).
+    unscraped: Vec<Vec<bool>>,
+    /// Its gauges read zero (`zero_stats`).
+    zero: Vec<Vec<bool>>,
+}
+
+impl Grid<'_> {
+    /// The labels every series of backend `b` carries.
+    fn base(&self, b: usize) -> Vec<(String, String)> {
         vec![
             (vm::LABEL_JOB.into(), JOB.into()),
-            (vm::LABEL_INSTANCE.into(), instances[b].clone()),
-            (vm::LABEL_MODEL_NAME.into(), model_name(res, b)),
+            (vm::LABEL_INSTANCE.into(), self.instances[b].clone()),
+            (vm::LABEL_MODEL_NAME.into(), model_name(self.res, b)),
             (vm::LABEL_ENGINE.into(), "0".into()),
         ]
-    };
-    let series = |b: usize, f: &dyn Fn(usize) -> f64| -> Vec<Option<f64>> {
-        (0..times.len()).map(|k| present[b][k].then(|| f(k))).collect()
-    };
-    let mut families = Vec::new();
-    for m in vm::EXPORTED {
-        let mut members = Vec::new();
-        for b in 0..nb {
-            let g = &gauges[b];
-            let c = &counts[b];
-            let z = &zero[b];
-            let gauge = |v: &dyn Fn(usize) -> f64| series(b, &|k| if z[k] { 0.0 } else { v(k) });
-            let one = |values| {
+    }
+
+    /// `f` of each instant where backend `b` has a sample.
+    fn series(&self, b: usize, f: &dyn Fn(usize) -> f64) -> Vec<Option<f64>> {
+        (0..self.times.len())
+            .map(|k| (!self.unscraped[b][k]).then(|| f(k)))
+            .collect()
+    }
+
+    /// A gauge of backend `b`: `f`, or zero under `zero_stats`.
+    fn gauge(&self, b: usize, f: &dyn Fn(usize) -> f64) -> Vec<Option<f64>> {
+        self.series(b, &|k| if self.zero[b][k] { 0.0 } else { f(k) })
+    }
+
+    /// The rows of family `m` for backend `b`.
+    fn rows(&self, m: &Metric, b: usize) -> Vec<Row> {
+        let (g, c) = (&self.gauges[b], &self.counts[b]);
+        let one = |values| {
+            vec![Row {
+                sample: m.sample_name(),
+                labels: self.base(b),
+                values,
+            }]
+        };
+        match m.name {
+            n if n == vm::CACHE_CONFIG_INFO.name => vec![self.cache_config(m, b)],
+            n if n == vm::NUM_REQUESTS_RUNNING.name => one(self.gauge(b, &|k| f64::from(g[k].0))),
+            n if n == vm::NUM_REQUESTS_WAITING.name => one(self.gauge(b, &|k| f64::from(g[k].1))),
+            n if n == vm::KV_CACHE_USAGE_PERC.name => {
+                let blocks = match &self.cfg.models[b] {
+                    BackendModel::Vllm(v) => f64::from(v.kv_blocks.max(1)),
+                    BackendModel::Queueing { .. } => 1.0,
+                };
+                one(self.gauge(b, &|k| f64::from(g[k].2) / blocks))
+            }
+            n if n == vm::PREFIX_CACHE_QUERIES.name => one(self.series(b, &|k| c[k].queries)),
+            n if n == vm::PREFIX_CACHE_HITS.name => one(self.series(b, &|k| c[k].hits)),
+            n if n == vm::NUM_PREEMPTIONS.name => one(self.series(b, &|k| c[k].preemptions)),
+            n if n == vm::PROMPT_TOKENS.name => one(self.series(b, &|k| c[k].prompt)),
+            n if n == vm::GENERATION_TOKENS.name => one(self.series(b, &|k| c[k].generation)),
+            n if n == vm::REQUEST_SUCCESS.name => {
+                let mut labels = self.base(b);
+                // Simulated requests end at their sampled output length: a natural stop.
+                labels.push((vm::LABEL_FINISHED_REASON.into(), "stop".into()));
                 vec![Row {
                     sample: m.sample_name(),
-                    labels: base(b),
-                    values,
+                    labels,
+                    values: self.series(b, &|k| c[k].success),
                 }]
-            };
-            let rows = match m.name {
-                n if n == vm::CACHE_CONFIG_INFO.name => {
-                    let (blocks, size, prefix) = match &cfg.models[b] {
-                        BackendModel::Vllm(v) => (v.kv_blocks, v.block_size_tokens, v.prefix_caching),
-                        BackendModel::Queueing { .. } => (0, 0, false),
-                    };
-                    let mut labels = vec![
-                        (vm::LABEL_JOB.into(), JOB.into()),
-                        (vm::LABEL_INSTANCE.into(), instances[b].clone()),
-                    ];
-                    let vals = [
-                        size.to_string(),
-                        if prefix { "True" } else { "False" }.into(),
-                        blocks.to_string(),
-                    ];
-                    labels.extend(vm::CACHE_CONFIG_LABELS.iter().map(|l| l.to_string()).zip(vals));
-                    labels.push((vm::LABEL_ENGINE.into(), "0".into()));
-                    vec![Row {
-                        sample: m.sample_name(),
-                        labels,
-                        values: series(b, &|_| 1.0),
-                    }]
-                }
-                n if n == vm::NUM_REQUESTS_RUNNING.name => one(gauge(&|k| f64::from(g[k].0))),
-                n if n == vm::NUM_REQUESTS_WAITING.name => one(gauge(&|k| f64::from(g[k].1))),
-                n if n == vm::KV_CACHE_USAGE_PERC.name => {
-                    let blocks = match &cfg.models[b] {
-                        BackendModel::Vllm(v) => f64::from(v.kv_blocks.max(1)),
-                        BackendModel::Queueing { .. } => 1.0,
-                    };
-                    one(gauge(&|k| f64::from(g[k].2) / blocks))
-                }
-                n if n == vm::PREFIX_CACHE_QUERIES.name => one(series(b, &|k| c[k].queries)),
-                n if n == vm::PREFIX_CACHE_HITS.name => one(series(b, &|k| c[k].hits)),
-                n if n == vm::NUM_PREEMPTIONS.name => one(series(b, &|k| c[k].preemptions)),
-                n if n == vm::PROMPT_TOKENS.name => one(series(b, &|k| c[k].prompt)),
-                n if n == vm::GENERATION_TOKENS.name => one(series(b, &|k| c[k].generation)),
-                n if n == vm::REQUEST_SUCCESS.name => {
-                    let mut labels = base(b);
-                    // Simulated requests end at their sampled output length: a natural stop.
-                    labels.push((vm::LABEL_FINISHED_REASON.into(), "stop".into()));
-                    vec![Row {
-                        sample: m.sample_name(),
-                        labels,
-                        values: series(b, &|k| c[k].success),
-                    }]
-                }
-                _ => {
-                    let j = HISTOGRAMS
-                        .iter()
-                        .position(|h| h.name == m.name)
-                        .expect("an exported histogram");
-                    let mut rows = Vec::new();
-                    let les: Vec<String> = m.buckets.iter().map(|&x| le_label(x)).chain(["+Inf".into()]).collect();
-                    for (i, le) in les.iter().enumerate() {
-                        let mut labels = base(b);
-                        labels.push(("le".into(), le.clone()));
-                        rows.push(Row {
-                            sample: format!("{}_bucket", m.name),
-                            labels,
-                            values: series(b, &|k| c[k].hist[j].0[..=i].iter().sum()),
-                        });
-                    }
-                    rows.push(Row {
-                        sample: format!("{}_count", m.name),
-                        labels: base(b),
-                        values: series(b, &|k| c[k].hist[j].1),
-                    });
-                    rows.push(Row {
-                        sample: format!("{}_sum", m.name),
-                        labels: base(b),
-                        values: series(b, &|k| c[k].hist[j].2),
-                    });
-                    rows
-                }
-            };
-            members.push(Member {
-                instance: instances[b].clone(),
-                rows,
-            });
+            }
+            _ => self.histogram(m, b),
         }
-        families.push(Family { metric: *m, members });
     }
-    Sampled {
-        step_ns,
-        times,
-        instances,
-        slots,
-        families,
+
+    /// `vllm:cache_config_info` of backend `b`: its KV cache set-up in labels, value 1.
+    fn cache_config(&self, m: &Metric, b: usize) -> Row {
+        let (blocks, size, prefix) = match &self.cfg.models[b] {
+            BackendModel::Vllm(v) => (v.kv_blocks, v.block_size_tokens, v.prefix_caching),
+            BackendModel::Queueing { .. } => (0, 0, false),
+        };
+        let mut labels = vec![
+            (vm::LABEL_JOB.into(), JOB.into()),
+            (vm::LABEL_INSTANCE.into(), self.instances[b].clone()),
+        ];
+        let vals = [
+            size.to_string(),
+            if prefix { "True" } else { "False" }.into(),
+            blocks.to_string(),
+        ];
+        labels.extend(vm::CACHE_CONFIG_LABELS.iter().map(|l| l.to_string()).zip(vals));
+        labels.push((vm::LABEL_ENGINE.into(), "0".into()));
+        Row {
+            sample: m.sample_name(),
+            labels,
+            values: self.series(b, &|_| 1.0),
+        }
+    }
+
+    /// The latency histogram `m` of backend `b`: its cumulative buckets, count and sum.
+    fn histogram(&self, m: &Metric, b: usize) -> Vec<Row> {
+        let c = &self.counts[b];
+        let j = HISTOGRAMS
+            .iter()
+            .position(|h| h.name == m.name)
+            .expect("an exported histogram");
+        let les = m.buckets.iter().map(|&x| le_label(x)).chain(["+Inf".into()]);
+        let mut rows: Vec<Row> = les
+            .enumerate()
+            .map(|(i, le)| {
+                let mut labels = self.base(b);
+                labels.push(("le".into(), le));
+                Row {
+                    sample: format!("{}_bucket", m.name),
+                    labels,
+                    values: self.series(b, &|k| c[k].hist[j].0[..=i].iter().sum()),
+                }
+            })
+            .collect();
+        rows.push(Row {
+            sample: format!("{}_count", m.name),
+            labels: self.base(b),
+            values: self.series(b, &|k| c[k].hist[j].1),
+        });
+        rows.push(Row {
+            sample: format!("{}_sum", m.name),
+            labels: self.base(b),
+            values: self.series(b, &|k| c[k].hist[j].2),
+        });
+        rows
     }
 }
 

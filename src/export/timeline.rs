@@ -95,50 +95,69 @@ pub fn write_highlighted(out: &mut impl Write, res: &RunResult, highlight: Optio
     let names: Vec<&str> = res.summary.backends.iter().map(|b| b.name.as_str()).collect();
     let (lane, used) = lanes(res, names.len());
     out.write_all(b"{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n")?;
-    let mut first = true;
-    let mut emit = |out: &mut dyn Write, v: serde_json::Value| -> Result<()> {
-        if !first {
-            out.write_all(b",\n")?;
-        }
-        first = false;
-        serde_json::to_writer(&mut *out, &v)?;
-        Ok(())
-    };
+    let mut ev = Events { out, first: true };
     for (b, name) in names.iter().enumerate() {
-        emit(
-            out,
-            json!({"ph": "M", "name": "process_name", "pid": b, "args": {"name": name}}),
-        )?;
-        emit(
-            out,
-            json!({"ph": "M", "name": "process_sort_index", "pid": b, "args": {"sort_index": b}}),
-        )?;
+        ev.emit(json!({"ph": "M", "name": "process_name", "pid": b, "args": {"name": name}}))?;
+        ev.emit(json!({"ph": "M", "name": "process_sort_index", "pid": b, "args": {"sort_index": b}}))?;
         for l in 0..used[b] {
-            emit(
-                out,
+            ev.emit(
                 json!({"ph": "M", "name": "thread_name", "pid": b, "tid": l, "args": {"name": format!("lane {l}")}}),
             )?;
         }
     }
-    let key = |r: &RequestRec| res.session_keys[r.session.index()].as_str();
-    let track = names.len();
+    let tracks = Tracks {
+        names,
+        lane,
+        session: highlight,
+    };
     if let Some(s) = highlight {
+        let track = tracks.names.len();
         let label = format!("session {}", res.session_keys[s]);
-        emit(
-            out,
-            json!({"ph": "M", "name": "process_name", "pid": track, "args": {"name": label}}),
-        )?;
-        emit(
-            out,
-            json!({"ph": "M", "name": "process_sort_index", "pid": track, "args": {"sort_index": -1}}),
-        )?;
-        emit(
-            out,
-            json!({"ph": "M", "name": "thread_name", "pid": track, "tid": 0, "args": {"name": "turns"}}),
-        )?;
+        ev.emit(json!({"ph": "M", "name": "process_name", "pid": track, "args": {"name": label}}))?;
+        ev.emit(json!({"ph": "M", "name": "process_sort_index", "pid": track, "args": {"sort_index": -1}}))?;
+        ev.emit(json!({"ph": "M", "name": "thread_name", "pid": track, "tid": 0, "args": {"name": "turns"}}))?;
     }
     for (i, r) in res.requests.iter().enumerate() {
-        let mine = highlight == Some(r.session.index());
+        tracks.request(&mut ev, res, i, r)?;
+    }
+    ev.out.write_all(b"\n]}\n")?;
+    Ok(())
+}
+
+/// Trace events written one after another, comma-separated.
+struct Events<'a, W: Write> {
+    out: &'a mut W,
+    first: bool,
+}
+
+impl<W: Write> Events<'_, W> {
+    fn emit(&mut self, v: serde_json::Value) -> Result<()> {
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        serde_json::to_writer(&mut *self.out, &v)?;
+        Ok(())
+    }
+}
+
+/// Where a request's slices go: the backends' names, each request's lane on its backend
+/// (`None`: no free lane, drawn on the session track only), and the highlighted session.
+struct Tracks<'a> {
+    names: Vec<&'a str>,
+    lane: Vec<Option<u32>>,
+    /// The highlighted session (an index into the run's session keys).
+    session: Option<usize>,
+}
+
+impl Tracks<'_> {
+    /// Request `i`'s slices: its phases on its backend's lane, and for the highlighted
+    /// session its turn and phases again on the session track, picked out.
+    fn request<W: Write>(&self, ev: &mut Events<'_, W>, res: &RunResult, i: usize, r: &RequestRec) -> Result<()> {
+        let names = &self.names;
+        let track = names.len();
+        let key = |r: &RequestRec| res.session_keys[r.session.index()].as_str();
+        let mine = self.session == Some(r.session.index());
         let args = json!({
             "request_id": i,
             "session": key(r),
@@ -152,45 +171,41 @@ pub fn write_highlighted(out: &mut impl Write, res: &RunResult, highlight: Optio
             let end = r.t_done.or(r.t_failed).unwrap_or(r.t_router);
             let mut a = args.clone();
             a["backend"] = json!(names[r.backend.index()]);
-            emit(
-                out,
-                json!({
-                    "ph": "X",
-                    "name": format!("turn {} -> {} ({})", r.turn, names[r.backend.index()], r.branch.as_str()),
-                    "cat": "session",
-                    "pid": track,
-                    "tid": 0,
-                    "ts": us(r.t_router),
-                    "dur": us(end) - us(r.t_router),
-                    "cname": "terrible",
-                    "args": a,
-                }),
-            )?;
+            ev.emit(json!({
+                "ph": "X",
+                "name": format!("turn {} -> {} ({})", r.turn, names[r.backend.index()], r.branch.as_str()),
+                "cat": "session",
+                "pid": track,
+                "tid": 0,
+                "ts": us(r.t_router),
+                "dur": us(end) - us(r.t_router),
+                "cname": "terrible",
+                "args": a,
+            }))?;
         }
         for (phase, start, stop) in phases(r) {
-            let mut ev = json!({
+            let mut e = json!({
                 "ph": "X",
                 "name": phase,
                 "cat": "request",
                 "pid": r.backend.index(),
-                "tid": lane[i],
+                "tid": self.lane[i],
                 "ts": us(start),
                 "dur": us(stop) - us(start),
                 "args": args,
             });
             if mine {
-                ev["name"] = json!(format!("{phase} ({})", key(r)));
-                ev["cname"] = json!("terrible");
-                let mut nested = ev.clone();
+                e["name"] = json!(format!("{phase} ({})", key(r)));
+                e["cname"] = json!("terrible");
+                let mut nested = e.clone();
                 nested["pid"] = json!(track);
                 nested["tid"] = json!(0);
-                emit(out, nested)?;
+                ev.emit(nested)?;
             }
-            if lane[i].is_some() {
-                emit(out, ev)?;
+            if self.lane[i].is_some() {
+                ev.emit(e)?;
             }
         }
+        Ok(())
     }
-    out.write_all(b"\n]}\n")?;
-    Ok(())
 }

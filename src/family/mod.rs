@@ -10,7 +10,7 @@
 //! distribution over the family is what ranks the candidates.
 //!
 //! Owns: the family's distribution, its candidates, its regret tables and plot. May not
-//! see: simulation internals (each run is a `sim::run` of a validated scenario). Invariant:
+//! see: simulation internals (each run is a `run::at_seed` of a validated scenario). Invariant:
 //! the output is a pure function of (family seed, N, seeds, candidates): byte-identical for
 //! any `--jobs`.
 
@@ -21,10 +21,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow};
-use rayon::prelude::*;
 
-use crate::scenario::Source;
-use crate::sim::{RunOptions, run};
+use crate::run::Failure;
+use crate::scenario::{Scenario, Source};
+use crate::sim::RunOptions;
+use crate::trace::TraceCache;
 use setup::{Setup, THRESHOLD_CHARS};
 
 /// A candidate rule: a label and its `[router.policy]` inline table (`{T}` stands for the
@@ -166,7 +167,8 @@ pub fn draw(seed: u64, n: u64) -> Vec<Setup> {
 
 /// The validated scenario source of `setup` under `cand`.
 pub fn source(setup: &Setup, cand: &Candidate) -> Result<Source> {
-    let mut src = Source::parse(&setup.scenario_toml(), &format!("{}.toml", setup.name()), &setup.name())?;
+    let text = setup.scenario().to_string();
+    let mut src = Source::parse(&text, &format!("{}.toml", setup.name()), &setup.name())?;
     src.apply(&[("router.policy".into(), cand.table(THRESHOLD_CHARS))], cand.label)?;
     Ok(src)
 }
@@ -178,45 +180,63 @@ pub fn execute(seed: u64, setups: Vec<Setup>, cands: Vec<Candidate>, seeds: u64,
             "the family needs at least one member, one candidate and one seed"
         ));
     }
-    // Each (member, candidate) validated once, up front: a bad one fails before any run.
+    let scenarios = validated(&setups, &cands)?;
+    // Member x candidate in order, each on seeds 1..=seeds.
+    let runs: Vec<(usize, u64)> = (0..scenarios.len())
+        .flat_map(|k| (1..=seeds).map(move |s| (k, s)))
+        .collect();
+    let traces = TraceCache::new();
+    let rows = crate::run::parallel(jobs, &runs, |&(k, s)| measure(&scenarios[k], s, &traces))?;
+    let rows: Vec<([f64; 3], f64)> = rows.into_iter().collect::<Result<_>>()?;
+    Ok(Family {
+        seed,
+        seeds,
+        cells: means(&rows, setups.len(), cands.len(), seeds as usize),
+        setups,
+        candidates: cands,
+        runs: runs.len() as u64,
+        run_s: rows.iter().map(|r| r.1).sum(),
+    })
+}
+
+/// Each (member, candidate) validated once, up front, in that order: a bad one fails
+/// before any run.
+fn validated(setups: &[Setup], cands: &[Candidate]) -> Result<Vec<Scenario>> {
     let mut scenarios = Vec::with_capacity(setups.len() * cands.len());
-    for s in &setups {
-        for c in &cands {
+    for s in setups {
+        for c in cands {
             let sc = source(s, c)
                 .and_then(|src| Ok(src.scenario()?))
                 .with_context(|| format!("member {} under `{}`", s.index, c.label))?;
             scenarios.push(sc);
         }
     }
-    let per = seeds as usize;
-    let total = scenarios.len() * per;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs.max(1))
-        .build()
-        .map_err(|e| anyhow!("cannot start {jobs} worker threads: {e}"))?;
-    let rows: Vec<Result<([f64; 3], f64)>> = pool.install(|| {
-        (0..total)
-            .into_par_iter()
-            .map(|i| {
-                let mut sc = scenarios[i / per].clone();
-                sc.sim.seed = (i % per) as u64 + 1;
-                let wl = sc.workload().map_err(|e| anyhow!("{}: {}", sc.sim.name, e.message))?;
-                let (res, wall) = run(sc.sim, &wl, RunOptions::summary_only()).map_err(|e| anyhow!("{e}"))?;
-                let s = &res.summary;
-                Ok((
-                    [s.idle_while_queued_s, s.ttft_s.p99, s.prefix_cache_hit_rate],
-                    wall.as_secs_f64(),
-                ))
-            })
-            .collect()
-    });
-    let rows: Vec<([f64; 3], f64)> = rows.into_iter().collect::<Result<_>>()?;
-    let run_s = rows.iter().map(|r| r.1).sum();
-    let cells = (0..setups.len())
+    Ok(scenarios)
+}
+
+/// One run of `scenario` at `seed`: the metrics the family judges (see [`METRICS`]) and
+/// the run's wall time on its thread, seconds.
+fn measure(scenario: &Scenario, seed: u64, traces: &TraceCache) -> Result<([f64; 3], f64)> {
+    let t0 = std::time::Instant::now();
+    let res = crate::run::at_seed(scenario, seed, traces, RunOptions::summary_only()).map_err(|f| match f {
+        Failure::Workload(e) => anyhow!("{}: {}", scenario.sim.name, e.message),
+        Failure::Sim(e) => anyhow!("{e}"),
+    })?;
+    let s = &res.summary;
+    Ok((
+        [s.idle_while_queued_s, s.ttft_s.p99, s.prefix_cache_hit_rate],
+        t0.elapsed().as_secs_f64(),
+    ))
+}
+
+/// `cells[member][candidate]`: the means over the seeds of `rows` (member x candidate x
+/// seed, in that order).
+fn means(rows: &[([f64; 3], f64)], members: usize, candidates: usize, per: usize) -> Vec<Vec<Cell>> {
+    (0..members)
         .map(|si| {
-            (0..cands.len())
+            (0..candidates)
                 .map(|ci| {
-                    let k = si * cands.len() + ci;
+                    let k = si * candidates + ci;
                     let mut mean = [0.0; 3];
                     for (r, _) in &rows[k * per..(k + 1) * per] {
                         for m in 0..3 {
@@ -229,16 +249,7 @@ pub fn execute(seed: u64, setups: Vec<Setup>, cands: Vec<Candidate>, seeds: u64,
                 })
                 .collect()
         })
-        .collect();
-    Ok(Family {
-        seed,
-        seeds,
-        setups,
-        candidates: cands,
-        cells,
-        runs: total as u64,
-        run_s,
-    })
+        .collect()
 }
 
 /// Regret of `x` against the member's best `best` for metric `m` (1 = the best; higher is
@@ -332,6 +343,19 @@ pub fn write_regret_md(o: &mut Vec<u8>, f: &Family) -> Result<()> {
          prefix hit rate best / x. Median, 90th percentile and worst over the members.\n"
     );
     let regs: Vec<Vec<Vec<f64>>> = (0..3).map(|m| f.regrets(m)).collect();
+    regret_table(&mut s, f, &regs, &eq, &mx);
+    if let Some(r) = reference(f) {
+        against_own(&mut s, f, &regs, r, &eq, &mx);
+    }
+    worst_members(&mut s, f, &regs);
+    o.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+/// The regret table: per candidate, the median, 90th percentile and worst regret over the
+/// members (`regs[metric][candidate][member]`), and the idle median on `eq`ual and `mx`ed
+/// hardware.
+fn regret_table(s: &mut String, f: &Family, regs: &[Vec<Vec<f64>>], eq: &[usize], mx: &[usize]) {
     let _ = writeln!(
         s,
         "| candidate | upstream | idle p50 | idle p90 | idle max | TTFT p99 p50 | TTFT p99 p90 | hit p50 | hit p90 | idle p50 equal | idle p50 mixed |"
@@ -351,45 +375,52 @@ pub fn write_regret_md(o: &mut Vec<u8>, f: &Family) -> Result<()> {
             fmt_ratio(quantile(&regs[1][c], 0.9)),
             fmt_ratio(quantile(&regs[2][c], 0.5)),
             fmt_ratio(quantile(&regs[2][c], 0.9)),
-            fmt_ratio(quantile(&pick(&regs[0][c], &eq), 0.5)),
-            fmt_ratio(quantile(&pick(&regs[0][c], &mx), 0.5)),
+            fmt_ratio(quantile(&pick(&regs[0][c], eq), 0.5)),
+            fmt_ratio(quantile(&pick(&regs[0][c], mx), 0.5)),
         );
     }
-    if let Some(r) = reference(f) {
+}
+
+/// Each candidate against the reference `r` (`own in-flight`) per member, and whether its
+/// idle-while-queued regret meets the targets.
+fn against_own(s: &mut String, f: &Family, regs: &[Vec<Vec<f64>>], r: usize, eq: &[usize], mx: &[usize]) {
+    let _ = writeln!(
+        s,
+        "\n## Against the router's own in-flight count\n\nPer member, the candidate's mean over the mean of `own in-flight` \
+         (median over the members of each kind): idle-while-queued on mixed hardware (target <= 0.5) and TTFT p99 on equal \
+         hardware (target <= 1), idle as (x + {IDLE_FLOOR_S} s) / (ref + {IDLE_FLOOR_S} s); and whether the \
+         candidate's idle-while-queued regret over the whole family meets the issue's target (p50 <= 1.1, p90 <= 2).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| candidate | idle mixed / own (p50) | idle mixed / own (p90) | TTFT p99 equal / own (p50) | TTFT p99 equal / own (p90) | idle regret p50 <= 1.1 and p90 <= 2 |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for (c, cand) in f.candidates.iter().enumerate() {
+        let idle: Vec<f64> = mx
+            .iter()
+            .map(|&i| (f.cells[i][c].mean[0] + IDLE_FLOOR_S) / (f.cells[i][r].mean[0] + IDLE_FLOOR_S))
+            .collect();
+        let ttft: Vec<f64> = eq
+            .iter()
+            .map(|&i| f.cells[i][c].mean[1] / f.cells[i][r].mean[1].max(1e-9))
+            .collect();
+        let meets = quantile(&regs[0][c], 0.5) <= 1.1 && quantile(&regs[0][c], 0.9) <= 2.0;
         let _ = writeln!(
             s,
-            "\n## Against the router's own in-flight count\n\nPer member, the candidate's mean over the mean of `own in-flight` \
-             (median over the members of each kind): idle-while-queued on mixed hardware (target <= 0.5) and TTFT p99 on equal \
-             hardware (target <= 1), idle as (x + {IDLE_FLOOR_S} s) / (ref + {IDLE_FLOOR_S} s); and whether the \
-             candidate's idle-while-queued regret over the whole family meets the issue's target (p50 <= 1.1, p90 <= 2).\n"
+            "| {} | {} | {} | {} | {} | {} |",
+            cand.label,
+            fmt_ratio(quantile(&idle, 0.5)),
+            fmt_ratio(quantile(&idle, 0.9)),
+            fmt_ratio(quantile(&ttft, 0.5)),
+            fmt_ratio(quantile(&ttft, 0.9)),
+            if meets { "yes" } else { "no" }
         );
-        let _ = writeln!(
-            s,
-            "| candidate | idle mixed / own (p50) | idle mixed / own (p90) | TTFT p99 equal / own (p50) | TTFT p99 equal / own (p90) | idle regret p50 <= 1.1 and p90 <= 2 |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|");
-        for (c, cand) in f.candidates.iter().enumerate() {
-            let idle: Vec<f64> = mx
-                .iter()
-                .map(|&i| (f.cells[i][c].mean[0] + IDLE_FLOOR_S) / (f.cells[i][r].mean[0] + IDLE_FLOOR_S))
-                .collect();
-            let ttft: Vec<f64> = eq
-                .iter()
-                .map(|&i| f.cells[i][c].mean[1] / f.cells[i][r].mean[1].max(1e-9))
-                .collect();
-            let meets = quantile(&regs[0][c], 0.5) <= 1.1 && quantile(&regs[0][c], 0.9) <= 2.0;
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} |",
-                cand.label,
-                fmt_ratio(quantile(&idle, 0.5)),
-                fmt_ratio(quantile(&idle, 0.9)),
-                fmt_ratio(quantile(&ttft, 0.5)),
-                fmt_ratio(quantile(&ttft, 0.9)),
-                if meets { "yes" } else { "no" }
-            );
-        }
     }
+}
+
+/// Each candidate's three worst members by idle-while-queued regret.
+fn worst_members(s: &mut String, f: &Family, regs: &[Vec<Vec<f64>>]) {
     let _ = writeln!(
         s,
         "\n## Worst members per candidate (idle-while-queued regret)\n\n| candidate | member | regret | idle s | best idle s (by) | setup |\n|---|---|---|---|---|---|"
@@ -415,8 +446,6 @@ pub fn write_regret_md(o: &mut Vec<u8>, f: &Family) -> Result<()> {
             );
         }
     }
-    o.extend_from_slice(s.as_bytes());
-    Ok(())
 }
 
 /// `family.csv`: one row per member x candidate, means and regrets.
@@ -473,7 +502,7 @@ pub fn write_outputs(dir: &Path, f: &Family, dpi: Option<u32>) -> Result<Vec<Pat
     put(dir.join("family.csv"), &|o| write_csv(o, f))?;
     for s in &f.setups {
         put(members.join(format!("{}.toml", s.name())), &|o| {
-            o.extend_from_slice(s.scenario_toml().as_bytes());
+            o.extend_from_slice(s.scenario().to_string().as_bytes());
             Ok(())
         })?;
     }

@@ -1,7 +1,7 @@
 //! One member of the family: a fleet and its traffic drawn from the family's distribution,
 //! written as an ordinary scenario file (so any member can be rerun with `sim run`).
 
-use std::fmt::Write as _;
+use toml_edit::{ArrayOfTables, DocumentMut, InlineTable, Item, Table, Value, value};
 
 use crate::dist::uniform_index;
 use crate::rng::{SimRng, stream};
@@ -179,67 +179,182 @@ impl Setup {
         )
     }
 
-    /// The scenario file (router policy: production-stack main, which each candidate
-    /// replaces).
-    pub fn scenario_toml(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(s, "# fleetsim family member {}: {}", self.index, self.describe());
-        let _ = writeln!(s, "name = \"{}\"\nseed = 1\n", self.name());
-        let _ = writeln!(s, "[backends]\nmodel = \"vllm\"\n");
+    /// The member as a scenario (router policy: production-stack main, which each
+    /// candidate replaces), its description the file's first line.
+    pub fn scenario(&self) -> DocumentMut {
+        let mut doc = DocumentMut::new();
+        doc.as_table_mut().decor_mut().set_prefix(format!(
+            "# fleetsim family member {}: {}\n",
+            self.index,
+            self.describe()
+        ));
+        doc["name"] = value(self.name());
+        doc["seed"] = value(1);
+        doc["backends"] = Item::Table(self.fleet());
+        doc["network"] = Item::Table(table([
+            ("dispatch_latency_s", 0.002.into()),
+            ("response_latency_s", 0.001.into()),
+        ]));
+        doc["router"] = Item::Table(self.router());
+        doc["workload"] = Item::Table(self.workload());
+        doc.set_trailing("\n");
+        doc
+    }
+
+    /// `[backends]`: one group per kind of hardware.
+    fn fleet(&self) -> Table {
+        let mut groups = ArrayOfTables::new();
         for g in &self.groups {
-            let _ = writeln!(
-                s,
-                "[[backends.groups]]\nname = \"{}\"\ncount = {}\nprofile = \"llama-3.1-8b/{}/tp1\"\nmax_num_seqs = {}\nmax_num_batched_tokens = 8192\n",
-                g.name, g.count, g.name, g.slots
-            );
+            groups.push(table([
+                ("name", g.name.into()),
+                ("count", i64::from(g.count).into()),
+                ("profile", format!("llama-3.1-8b/{}/tp1", g.name).into()),
+                ("max_num_seqs", i64::from(g.slots).into()),
+                ("max_num_batched_tokens", 8192.into()),
+            ]));
         }
-        let _ = writeln!(
-            s,
-            "[network]\ndispatch_latency_s = 0.002\nresponse_latency_s = 0.001\n\n[router]\nengine_stats_interval_s = {}\nengine_stats_phase = {}\nscrape_duration_s = 0\nrequest_stats_window_s = 60\nchars_per_token = 4\n",
-            self.scrape_s, self.phase
-        );
-        let _ = writeln!(
-            s,
-            "[router.policy]\nkind = \"prefixaware\"\nprefix_min_match_length = {THRESHOLD_CHARS}\nfallback = \"qps\"\n"
-        );
+        let mut t = table([("model", "vllm".into())]);
+        t["groups"] = Item::ArrayOfTables(groups);
+        t
+    }
+
+    /// `[router]` and `[router.policy]`.
+    fn router(&self) -> Table {
+        let mut t = table([
+            ("engine_stats_interval_s", i64::from(self.scrape_s).into()),
+            ("engine_stats_phase", shortest(self.phase)),
+            ("scrape_duration_s", 0.into()),
+            ("request_stats_window_s", 60.into()),
+            ("chars_per_token", 4.into()),
+        ]);
+        t["policy"] = Item::Table(table([
+            ("kind", "prefixaware".into()),
+            ("prefix_min_match_length", (THRESHOLD_CHARS as i64).into()),
+            ("fallback", "qps".into()),
+        ]));
+        t
+    }
+
+    /// `[[workload.groups]]`: the chat users, if any, then the agents' waves.
+    fn workload(&self) -> Table {
+        let mut groups = ArrayOfTables::new();
         if self.chat_users > 0 {
-            let _ = writeln!(
-                s,
-                "[[workload.groups]]\nname = \"chat\"\nsessions = {}\narrival = {{ kind = \"burst\", at_s = 0, spread_s = 5 }}\nturns = 40\nsystem_prompt_tokens = 300\nsystem_prompt = \"chat-ui\"\nfirst_input_tokens = 5000\ninput_tokens = {{ dist = \"uniform\", min = 20, max = 80 }}\noutput_tokens = {{ dist = \"uniform\", min = 60, max = 160 }}\nthink_time_s = {{ dist = \"exponential\", mean = 2.0 }}\n",
-                self.chat_users
-            );
+            groups.push(self.chat());
         }
-        let waves: Vec<(u32, String)> = match self.arrival {
-            Arrival::Burst => vec![(self.agents, "{ kind = \"burst\", at_s = 60, spread_s = 1.0 }".into())],
+        for (i, (sessions, arrival)) in self.waves().into_iter().enumerate().filter(|(_, (n, _))| *n > 0) {
+            groups.push(self.agents(i, sessions, arrival));
+        }
+        let mut t = Table::new();
+        t.set_implicit(true);
+        t["groups"] = Item::ArrayOfTables(groups);
+        t
+    }
+
+    /// The background chat users: each pastes a document, then chats in short turns.
+    fn chat(&self) -> Table {
+        table([
+            ("name", "chat".into()),
+            ("sessions", i64::from(self.chat_users).into()),
+            (
+                "arrival",
+                inline([("kind", "burst".into()), ("at_s", 0.into()), ("spread_s", 5.into())]),
+            ),
+            ("turns", 40.into()),
+            ("system_prompt_tokens", 300.into()),
+            ("system_prompt", "chat-ui".into()),
+            ("first_input_tokens", 5000.into()),
+            ("input_tokens", uniform(20, 80)),
+            ("output_tokens", uniform(60, 160)),
+            ("think_time_s", exponential(2.0)),
+        ])
+    }
+
+    /// The agents' waves: sessions and arrival of each.
+    fn waves(&self) -> Vec<(u32, Value)> {
+        let burst = |at_s: u32| {
+            inline([
+                ("kind", "burst".into()),
+                ("at_s", i64::from(at_s).into()),
+                ("spread_s", 1.0.into()),
+            ])
+        };
+        match self.arrival {
+            Arrival::Burst => vec![(self.agents, burst(60))],
             Arrival::Waves { gap_s } => {
                 let first = self.agents.div_ceil(2);
-                vec![
-                    (first, "{ kind = \"burst\", at_s = 60, spread_s = 1.0 }".into()),
-                    (
-                        self.agents - first,
-                        format!("{{ kind = \"burst\", at_s = {}, spread_s = 1.0 }}", 60 + gap_s),
-                    ),
-                ]
+                vec![(first, burst(60)), (self.agents - first, burst(60 + gap_s))]
             }
             Arrival::Poisson { span_s } => vec![(
                 self.agents,
-                format!(
-                    "{{ kind = \"poisson\", start_s = 60, rate_per_s = {:.4} }}",
-                    f64::from(self.agents) / f64::from(span_s)
-                ),
+                inline([
+                    ("kind", "poisson".into()),
+                    ("start_s", 60.into()),
+                    ("rate_per_s", fixed(f64::from(self.agents) / f64::from(span_s), 4)),
+                ]),
             )],
-        };
-        let turns = match self.turns {
-            (a, b) if a == b => a.to_string(),
-            (a, b) => format!("{{ dist = \"uniform\", min = {a}, max = {b} }}"),
-        };
-        for (i, (n, arrival)) in waves.into_iter().enumerate().filter(|(_, (n, _))| *n > 0) {
-            let _ = writeln!(
-                s,
-                "[[workload.groups]]\nname = \"agents-{i}\"\nsessions = {n}\narrival = {arrival}\nturns = {turns}\nsystem_prompt_tokens = {}\nsystem_prompt = \"agent\"\nfirst_input_tokens = 1000\ninput_tokens = {{ dist = \"uniform\", min = 500, max = 1500 }}\noutput_tokens = {{ dist = \"uniform\", min = 300, max = 900 }}\nthink_time_s = {{ dist = \"exponential\", mean = 1.0 }}\n",
-                self.system_prompt_tokens
-            );
         }
-        s
     }
+
+    /// Agent wave `i`: `sessions` sessions arriving as `arrival`, sharing the system prompt.
+    fn agents(&self, i: usize, sessions: u32, arrival: Value) -> Table {
+        let turns = match self.turns {
+            (a, b) if a == b => i64::from(a).into(),
+            (a, b) => uniform(a, b),
+        };
+        table([
+            ("name", format!("agents-{i}").into()),
+            ("sessions", i64::from(sessions).into()),
+            ("arrival", arrival),
+            ("turns", turns),
+            ("system_prompt_tokens", i64::from(self.system_prompt_tokens).into()),
+            ("system_prompt", "agent".into()),
+            ("first_input_tokens", 1000.into()),
+            ("input_tokens", uniform(500, 1500)),
+            ("output_tokens", uniform(300, 900)),
+            ("think_time_s", exponential(1.0)),
+        ])
+    }
+}
+
+/// A table of `pairs`, in order.
+fn table<const N: usize>(pairs: [(&str, Value); N]) -> Table {
+    let mut t = Table::new();
+    for (k, v) in pairs {
+        t[k] = Item::Value(v);
+    }
+    t
+}
+
+/// An inline table of `pairs`, in order.
+fn inline<const N: usize>(pairs: [(&str, Value); N]) -> Value {
+    Value::InlineTable(pairs.into_iter().collect::<InlineTable>())
+}
+
+/// `{ dist = "uniform", min, max }`.
+fn uniform(min: u32, max: u32) -> Value {
+    inline([
+        ("dist", "uniform".into()),
+        ("min", i64::from(min).into()),
+        ("max", i64::from(max).into()),
+    ])
+}
+
+/// `{ dist = "exponential", mean }`.
+fn exponential(mean: f64) -> Value {
+    inline([("dist", "exponential".into()), ("mean", mean.into())])
+}
+
+/// `x` written in its shortest form (`0`, `0.125`): a whole number as an integer.
+fn shortest(x: f64) -> Value {
+    written(&x.to_string())
+}
+
+/// `x` written with `places` decimals (`0.6250`).
+fn fixed(x: f64, places: usize) -> Value {
+    written(&format!("{x:.places$}"))
+}
+
+/// The TOML number written `text` (the form a member file has always had).
+fn written(text: &str) -> Value {
+    text.parse().expect("a finite number is a TOML value")
 }

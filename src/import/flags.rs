@@ -66,32 +66,58 @@ pub fn parse(
 ) -> Result<Parsed, String> {
     let words =
         shlex::split(line).ok_or_else(|| format!("{what}: unbalanced quotes in {}", crate::quote::quote(line)))?;
+    let grammar = Grammar {
+        table,
+        what,
+        underscores,
+        allow_unknown,
+    };
     let mut out = Parsed::default();
     let mut i = 0;
     let mut seen_flag = false;
     while i < words.len() {
         let w = &words[i];
-        i += 1;
         if !w.starts_with('-') || w == "-" {
             if seen_flag {
                 out.stray.push(w.clone());
             }
             out.positionals.push(w.clone());
+            i += 1;
             continue;
         }
         seen_flag = true;
+        i = grammar.flag(&words, i, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// How a command line is read: its flags, its name in errors and what it tolerates.
+struct Grammar<'a> {
+    table: &'a [(&'a str, Arity)],
+    what: &'a str,
+    underscores: bool,
+    allow_unknown: bool,
+}
+
+impl Grammar<'_> {
+    /// Reads the flag `words[at]` (with its value, inline or the next word) into `out`;
+    /// returns the index of the word after it.
+    fn flag(&self, words: &[String], at: usize, out: &mut Parsed) -> Result<usize, String> {
+        let w = &words[at];
+        let mut i = at + 1;
+        let what = self.what;
         let flag = crate::quote::quote(w.split_once('=').map_or(w.as_str(), |(k, _)| k));
         let at = format!("{what}: {flag}");
         let (raw, inline) = match w.split_once('=') {
             Some((k, v)) => (k.to_string(), Some(v.to_string())),
             None => (w.clone(), None),
         };
-        let name = if underscores && raw.starts_with("--") {
+        let name = if self.underscores && raw.starts_with("--") {
             format!("--{}", raw[2..].replace('_', "-"))
         } else {
             raw.clone()
         };
-        match table.iter().find(|(n, _)| *n == name) {
+        match self.table.iter().find(|(n, _)| *n == name) {
             Some((_, Arity::Switch)) => {
                 if inline.is_some() {
                     return Err(format!("{at} takes no value"));
@@ -122,7 +148,7 @@ pub fn parse(
                     at,
                 });
             }
-            None if allow_unknown => {
+            None if self.allow_unknown => {
                 // Take a following non-flag word as its value.
                 let mut written = w.clone();
                 if inline.is_none()
@@ -139,8 +165,8 @@ pub fn parse(
                 ));
             }
         }
+        Ok(i)
     }
-    Ok(out)
 }
 
 /// A flag's value as a number, or an error naming the flag.

@@ -16,24 +16,47 @@ use super::{Engine, Group, Import, router_flags, src, tables, vllm_flags};
 /// The chart's `routerSpec.engineScrapeInterval` default.
 pub const CHART_ENGINE_SCRAPE_INTERVAL_S: i64 = 15;
 
+/// The deepest nesting of flow collections (`[` and `{`) a values file may have: far
+/// beyond any chart's, and checked in one pass before the YAML parser, whose time grows
+/// with the square of the depth.
+pub const MAX_FLOW_DEPTH: usize = 64;
+
+/// Scans `text` once for flow collections nested deeper than [`MAX_FLOW_DEPTH`] (outside
+/// quoted strings and comments); the line and column of the first too deep, 1-based.
+fn flow_depth(text: &str) -> Result<(), (usize, usize)> {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut prev = ' ';
+    for (l, line) in text.lines().enumerate() {
+        let mut escaped = false;
+        for (c, ch) in line.chars().enumerate() {
+            match (quote, ch) {
+                (Some('"'), '\\') if !escaped => escaped = true,
+                (Some(q), _) if ch == q && !escaped => quote = None,
+                (Some(_), _) => escaped = false,
+                (None, '"' | '\'') => quote = Some(ch),
+                (None, '#') if prev.is_whitespace() || c == 0 => break,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    if depth > MAX_FLOW_DEPTH {
+                        return Err((l + 1, c + 1));
+                    }
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            prev = ch;
+        }
+        prev = ' ';
+    }
+    Ok(())
+}
+
 /// Reads a values file into `imp` (engines as groups, one per enabled `modelSpec`).
 pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: bool) -> Result<(), String> {
     let file = path.display().to_string();
-    let text =
-        crate::atomic::read_text(path, crate::scenario::MAX_SCENARIO_BYTES, "the values file").map_err(|(at, m)| {
-            match at {
-                Some((l, c)) => format!("{file}:{l}:{c}: {m}"),
-                None => format!("{file}: {m}"),
-            }
-        })?;
-    let root: Value = serde_yaml_ng::from_str(&text).map_err(|e| match e.location() {
-        Some(l) => format!("{file}:{}:{}: {e}", l.line(), l.column()),
-        None => format!("{file}: {e}"),
-    })?;
+    let root = values(path, &file)?;
     let h = Helm { file: &file };
-    if !matches!(root, Value::Mapping(_) | Value::Null) {
-        return Err(format!("{file}: expected a mapping of chart values at the top level"));
-    }
     let engine_spec = root.get("servingEngineSpec");
     let specs = match engine_spec.and_then(|s| s.get("modelSpec")) {
         None | Some(Value::Null) => Vec::new(),
@@ -42,74 +65,9 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
     };
     for (i, m) in specs.iter().enumerate() {
         let p = format!("servingEngineSpec.modelSpec[{i}]");
-        let name = h
-            .string(m, &p, "name")?
-            .ok_or_else(|| h.at(&format!("{p}.name"), "is required"))?;
-        if h.boolean(m, &p, "enabled")? == Some(false) {
-            imp.ignored.push(format!("{p} `{name}` (enabled: false)"));
-            continue;
+        if let Some(g) = model_spec(&h, m, &p, imp, default_gpu, allow_unknown)? {
+            imp.groups.push(g);
         }
-        let count = match h.int(m, &p, "replicaCount")? {
-            Some(n) if n < 0 => return Err(h.at(&format!("{p}.replicaCount"), "must be >= 0")),
-            Some(0) => {
-                imp.ignored.push(format!("{p} `{name}` (replicaCount: 0)"));
-                continue;
-            }
-            Some(n) => src(n, format!("{p}.replicaCount")),
-            None => src(1, format!("{p}.replicaCount absent: chart default 1")),
-        };
-        let gpu = match h.string(m, &p, "requestGPUType")? {
-            Some(t) => match ["h100", "a100", "l40s"]
-                .iter()
-                .find(|g| t.to_ascii_lowercase().contains(*g))
-            {
-                Some(g) => src(g.to_string(), format!("{p}.requestGPUType {t}")),
-                None => src(
-                    default_gpu.to_string(),
-                    format!("{p}.requestGPUType {t} unknown: --gpu"),
-                ),
-            },
-            None => src(default_gpu.to_string(), "--gpu"),
-        };
-        let mut engine = Engine::default();
-        if let Some(url) = h.string(m, &p, "modelURL")? {
-            engine.model = Some(src(url, format!("{p}.modelURL")));
-        }
-        if let Some(c) = m.get("vllmConfig").filter(|c| !c.is_null()) {
-            vllm_config(&h, c, &format!("{p}.vllmConfig"), &mut engine, imp, allow_unknown)?;
-        }
-        for key in ["requestGPU", "resources"] {
-            if m.get(key).is_some() {
-                imp.ignored.push(format!(
-                    "{p}.{key} (GPU count and resources: TP comes from vllmConfig.tensorParallelSize)"
-                ));
-            }
-        }
-        unread(
-            m,
-            &p,
-            MODEL_SPEC_READ,
-            "image, storage, scheduling: no effect on routing or step times",
-            imp,
-        );
-        for key in ["name", "modelURL", "replicaCount", "requestGPUType"] {
-            if m.get(key).is_some() {
-                imp.read.push(format!("{p}.{key} (--helm)"));
-            }
-        }
-        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') || name.is_empty() {
-            return Err(h.at(
-                &format!("{p}.name"),
-                &format!("{} is not a valid Kubernetes name", crate::quote::quote(&name)),
-            ));
-        }
-        imp.groups.push(Group {
-            name,
-            count,
-            urls: None,
-            gpu,
-            engine,
-        });
     }
     if let Some(spec) = engine_spec {
         unread(
@@ -133,6 +91,108 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
         );
     }
     router_spec(&h, root.get("routerSpec"), imp, default_gpu, allow_unknown)
+}
+
+/// The values file as YAML: a mapping of chart values (or nothing).
+fn values(path: &Path, file: &str) -> Result<Value, String> {
+    let text =
+        crate::atomic::read_text(path, crate::scenario::MAX_SCENARIO_BYTES, "the values file").map_err(|(at, m)| {
+            match at {
+                Some((l, c)) => format!("{file}:{l}:{c}: {m}"),
+                None => format!("{file}: {m}"),
+            }
+        })?;
+    flow_depth(&text).map_err(|(l, c)| {
+        format!("{file}:{l}:{c}: more than {MAX_FLOW_DEPTH} nested `[` or `{{`: not a values file")
+    })?;
+    let root: Value = serde_yaml_ng::from_str(&text).map_err(|e| match e.location() {
+        Some(l) => format!("{file}:{}:{}: {e}", l.line(), l.column()),
+        None => format!("{file}: {e}"),
+    })?;
+    if !matches!(root, Value::Mapping(_) | Value::Null) {
+        return Err(format!("{file}: expected a mapping of chart values at the top level"));
+    }
+    Ok(root)
+}
+
+/// The group of engines of one `modelSpec` entry `m` (at `p`), or `None` when it runs none
+/// (disabled, or no replicas); what it sets and leaves unread goes to `imp`.
+fn model_spec(
+    h: &Helm,
+    m: &Value,
+    p: &str,
+    imp: &mut Import,
+    default_gpu: &str,
+    allow_unknown: bool,
+) -> Result<Option<Group>, String> {
+    let name = h
+        .string(m, p, "name")?
+        .ok_or_else(|| h.at(&format!("{p}.name"), "is required"))?;
+    if h.boolean(m, p, "enabled")? == Some(false) {
+        imp.ignored.push(format!("{p} `{name}` (enabled: false)"));
+        return Ok(None);
+    }
+    let count = match h.int(m, p, "replicaCount")? {
+        Some(n) if n < 0 => return Err(h.at(&format!("{p}.replicaCount"), "must be >= 0")),
+        Some(0) => {
+            imp.ignored.push(format!("{p} `{name}` (replicaCount: 0)"));
+            return Ok(None);
+        }
+        Some(n) => src(n, format!("{p}.replicaCount")),
+        None => src(1, format!("{p}.replicaCount absent: chart default 1")),
+    };
+    let gpu = match h.string(m, p, "requestGPUType")? {
+        Some(t) => match ["h100", "a100", "l40s"]
+            .iter()
+            .find(|g| t.to_ascii_lowercase().contains(*g))
+        {
+            Some(g) => src(g.to_string(), format!("{p}.requestGPUType {t}")),
+            None => src(
+                default_gpu.to_string(),
+                format!("{p}.requestGPUType {t} unknown: --gpu"),
+            ),
+        },
+        None => src(default_gpu.to_string(), "--gpu"),
+    };
+    let mut engine = Engine::default();
+    if let Some(url) = h.string(m, p, "modelURL")? {
+        engine.model = Some(src(url, format!("{p}.modelURL")));
+    }
+    if let Some(c) = m.get("vllmConfig").filter(|c| !c.is_null()) {
+        vllm_config(h, c, &format!("{p}.vllmConfig"), &mut engine, imp, allow_unknown)?;
+    }
+    for key in ["requestGPU", "resources"] {
+        if m.get(key).is_some() {
+            imp.ignored.push(format!(
+                "{p}.{key} (GPU count and resources: TP comes from vllmConfig.tensorParallelSize)"
+            ));
+        }
+    }
+    unread(
+        m,
+        p,
+        MODEL_SPEC_READ,
+        "image, storage, scheduling: no effect on routing or step times",
+        imp,
+    );
+    for key in ["name", "modelURL", "replicaCount", "requestGPUType"] {
+        if m.get(key).is_some() {
+            imp.read.push(format!("{p}.{key} (--helm)"));
+        }
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') || name.is_empty() {
+        return Err(h.at(
+            &format!("{p}.name"),
+            &format!("{} is not a valid Kubernetes name", crate::quote::quote(&name)),
+        ));
+    }
+    Ok(Some(Group {
+        name,
+        count,
+        urls: None,
+        gpu,
+        engine,
+    }))
 }
 
 /// `modelSpec[]` keys `sim import` reads (or lists with their own reason).
@@ -343,6 +403,53 @@ fn router_spec(h: &Helm, r: Option<&Value>, imp: &mut Import, gpu: &str, allow_u
     }
     let p = "routerSpec";
     unread(r, p, ROUTER_SPEC_READ, "not modelled", imp);
+    let parsed = Parsed {
+        flags: chart_flags(h, r)?,
+        ..Parsed::default()
+    };
+    // Flags written from values read as `routerSpec.key` in comments: mark them so.
+    router_flags(&parsed, imp, "--helm")?;
+    if let Some(n) = h.int(r, p, "replicaCount")? {
+        if !(1..=1024).contains(&n) {
+            return Err(h.at(
+                "routerSpec.replicaCount",
+                &format!("must be between 1 and 1024, got {n}"),
+            ));
+        }
+        imp.router.replicas = Some(src(n, "routerSpec.replicaCount (router replicas)"));
+    }
+    let extra = h.strings(r, p, "extraArgs")?;
+    if !extra.is_empty() {
+        let line = shlex::try_join(extra.iter().map(String::as_str))
+            .map_err(|e| h.at("routerSpec.extraArgs", &e.to_string()))?;
+        let x = super::flags::parse(
+            &line,
+            tables::ROUTER,
+            &format!("{}: routerSpec.extraArgs", h.file),
+            false,
+            allow_unknown,
+        )?;
+        router_flags(&x, imp, "routerSpec.extraArgs")?;
+    }
+    // Static backends from the chart describe the fleet when no modelSpec engine does.
+    if imp.groups.is_empty()
+        && let Some(b) = &imp.router.static_backends
+    {
+        imp.groups.push(Group {
+            name: "backend".into(),
+            count: src(b.v.len() as i64, format!("{} URLs in {}", b.v.len(), b.from)),
+            urls: Some(b.clone()),
+            gpu: src(gpu.to_string(), "--gpu"),
+            engine: Engine::default(),
+        });
+    }
+    Ok(())
+}
+
+/// The router flags the chart's template passes for `routerSpec` `r`, each naming the key it
+/// came from (or the chart default it stands for).
+fn chart_flags(h: &Helm, r: &Value) -> Result<Vec<Flag>, String> {
+    let p = "routerSpec";
     let mut flags = Vec::new();
     let mut push = |name: &str, value: String, key: String| {
         flags.push(Flag {
@@ -407,45 +514,25 @@ fn router_spec(h: &Helm, r: Option<&Value>, imp: &mut Import, gpu: &str, allow_u
             }
         }
     }
-    let parsed = Parsed {
-        flags,
-        ..Parsed::default()
-    };
-    // Flags written from values read as `routerSpec.key` in comments: mark them so.
-    router_flags(&parsed, imp, "--helm")?;
-    if let Some(n) = h.int(r, p, "replicaCount")? {
-        if !(1..=1024).contains(&n) {
-            return Err(h.at(
-                "routerSpec.replicaCount",
-                &format!("must be between 1 and 1024, got {n}"),
-            ));
-        }
-        imp.router.replicas = Some(src(n, "routerSpec.replicaCount (router replicas)"));
+    Ok(flags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_nesting_is_bounded_in_one_pass() {
+        assert_eq!(flow_depth("a: [1, {b: [2]}]\n"), Ok(()));
+        let deep = format!("k:\n  v: {}\n", "[".repeat(100_000));
+        assert_eq!(flow_depth(&deep), Err((2, 6 + MAX_FLOW_DEPTH)));
+        // Brackets in quotes and comments do not count.
+        let quoted = format!(
+            "a: \"{}\"\nb: '{}' # {}\n",
+            "[".repeat(100),
+            "{".repeat(100),
+            "[".repeat(100)
+        );
+        assert_eq!(flow_depth(&quoted), Ok(()));
     }
-    let extra = h.strings(r, p, "extraArgs")?;
-    if !extra.is_empty() {
-        let line = shlex::try_join(extra.iter().map(String::as_str))
-            .map_err(|e| h.at("routerSpec.extraArgs", &e.to_string()))?;
-        let x = super::flags::parse(
-            &line,
-            tables::ROUTER,
-            &format!("{}: routerSpec.extraArgs", h.file),
-            false,
-            allow_unknown,
-        )?;
-        router_flags(&x, imp, "routerSpec.extraArgs")?;
-    }
-    // Static backends from the chart describe the fleet when no modelSpec engine does.
-    if imp.groups.is_empty()
-        && let Some(b) = &imp.router.static_backends
-    {
-        imp.groups.push(Group {
-            name: "backend".into(),
-            count: src(b.v.len() as i64, format!("{} URLs in {}", b.v.len(), b.from)),
-            urls: Some(b.clone()),
-            gpu: src(gpu.to_string(), "--gpu"),
-            engine: Engine::default(),
-        });
-    }
-    Ok(())
 }

@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
+use crate::policy::kind::{LogicValue, PolicyKind, RoutingLogic};
+use crate::policy::{kvaware, prefixaware, registry, session};
+
 use flags::{Flag, Parsed, number};
 
 /// `sim import` arguments.
@@ -280,20 +283,7 @@ pub(crate) fn router_flags(p: &Parsed, imp: &mut Import, what: &str) -> Result<(
     let from = |f: &Flag| format!("{} ({what})", f.written);
     if let Some(f) = p.get("--routing-logic") {
         let v = f.value.clone().unwrap_or_default();
-        match v.as_str() {
-            "roundrobin" | "session" | "prefixaware" | "kvaware" | "loadaware" | "load_balanced_kvaware" => {}
-            "disaggregated_prefill" | "disaggregated_prefill_orchestrated" => {
-                return Err(f.err(&format!(
-                    "{v} is not modelled (the simulator has no prefill/decode disaggregation)"
-                )));
-            }
-            other => {
-                return Err(f.err(&format!(
-                    "{} is not one of roundrobin, session, kvaware, prefixaware, loadaware (PR #1035), load_balanced_kvaware (PR #884)",
-                    crate::quote::quote(other)
-                )));
-            }
-        }
+        routing_logic(&v).map_err(|m| f.err(&m))?;
         r.routing_logic = src(v, from(f));
     }
     if let Some(f) = p.get("--engine-stats-interval") {
@@ -347,6 +337,27 @@ pub(crate) fn router_flags(p: &Parsed, imp: &mut Import, what: &str) -> Result<(
     }
     ignored_of(p, tables::ROUTER_USED, what, imp);
     Ok(())
+}
+
+/// The registry's entry for production-stack's `--routing-logic v`, or why there is none.
+fn routing_logic(v: &str) -> Result<(&'static str, RoutingLogic), String> {
+    let logics = registry::routing_logics();
+    if let Some((e, l)) = logics.iter().find(|(e, _)| e.kind() == v) {
+        return Ok((e.kind(), *l));
+    }
+    if v == "disaggregated_prefill" || v == "disaggregated_prefill_orchestrated" {
+        return Err(format!(
+            "{v} is not modelled (the simulator has no prefill/decode disaggregation)"
+        ));
+    }
+    let names: Vec<String> = logics
+        .iter()
+        .map(|(e, l)| match l.pr {
+            Some(pr) => format!("{} ({pr})", e.kind()),
+            None => e.kind().to_string(),
+        })
+        .collect();
+    Err(format!("{} is not one of {}", crate::quote::quote(v), names.join(", ")))
 }
 
 /// Applies `vllm serve` flags to one engine.
@@ -548,6 +559,34 @@ fn inline(pairs: &[(&str, toml_edit::Value)]) -> toml_edit::Value {
 /// The scenario text for `imp`, and where each key's value came from.
 fn write(imp: &Import, a: &ImportArgs, stem: &str, trace: Option<&str>) -> Result<(String, Origins), String> {
     let mut o: Origins = Vec::new();
+    let mut root = preamble(imp, a);
+    root.put(&mut o, "name", stem, "-o (the file name)");
+    root.put(&mut o, "seed", 1i64, "fleetsim's default seed");
+    // Tables are finished in the order they are displayed, so a comment left at the end
+    // of one table goes above the next one's header.
+    let mut carry = std::mem::take(&mut root.pending);
+    let mut doc = toml_edit::DocumentMut::new();
+    *doc.as_table_mut() = root.t;
+    let mut min_context: Option<i64> = None;
+    let bt = backends(imp, &mut o, &mut carry, &mut min_context)?;
+    doc.insert("backends", toml_edit::Item::Table(bt));
+    let (router_t, policy_t) = router(&mut o, &imp.router, &mut carry)?;
+    let mut rt = router_t;
+    rt.insert("policy", toml_edit::Item::Table(policy_t));
+    doc.insert("router", toml_edit::Item::Table(rt));
+    let wl = workload(&mut o, imp, trace, min_context, &mut carry);
+    doc.insert("workload", toml_edit::Item::Table(wl));
+    let mut text = doc.to_string();
+    text.push_str(&carry);
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok((text, o))
+}
+
+/// The file's opening comment: what it was imported from, what was read and ignored, and
+/// the import's notes.
+fn preamble(imp: &Import, a: &ImportArgs) -> Section {
     let mut root = Section::new("");
     root.note(&format!(
         "Imported by `sim import` (fleetsim {}) from:",
@@ -586,52 +625,40 @@ fn write(imp: &Import, a: &ImportArgs, stem: &str, trace: Option<&str>) -> Resul
         root.note(&format!("Note: {n}."));
     }
     root.pending.push('\n');
-    root.put(&mut o, "name", stem, "-o (the file name)");
-    root.put(&mut o, "seed", 1i64, "fleetsim's default seed");
-    // Tables are finished in the order they are displayed, so a comment left at the end
-    // of one table goes above the next one's header.
-    let mut carry = std::mem::take(&mut root.pending);
-    let mut doc = toml_edit::DocumentMut::new();
-    *doc.as_table_mut() = root.t;
-    let mut min_context: Option<i64> = None;
-    let bt = if let [g] = imp.groups.as_slice() {
+    root
+}
+
+/// `[backends]`: one group's keys in it directly, or one `[[backends.groups]]` per group.
+fn backends(
+    imp: &Import,
+    o: &mut Origins,
+    carry: &mut String,
+    min_context: &mut Option<i64>,
+) -> Result<toml_edit::Table, String> {
+    if let [g] = imp.groups.as_slice() {
         let mut sec = Section::new("backends");
         if g.name != "backend" {
             sec.note(&format!("engines of {}", crate::quote::quote(&g.name)));
         }
-        group_keys(&mut sec, &mut o, g, &mut min_context)?;
-        sec.finish(&mut carry)
-    } else {
-        let mut bt = toml_edit::Table::new();
-        bt.set_implicit(true);
-        let mut groups = toml_edit::ArrayOfTables::new();
-        for (gi, g) in imp.groups.iter().enumerate() {
-            let mut sec = Section::new(&format!("backends.groups[{gi}]"));
-            sec.put(
-                &mut o,
-                "name",
-                g.name.as_str(),
-                "servingEngineSpec.modelSpec[].name (--helm)",
-            );
-            group_keys(&mut sec, &mut o, g, &mut min_context)?;
-            groups.push(sec.finish(&mut carry));
-        }
-        bt.insert("groups", toml_edit::Item::ArrayOfTables(groups));
-        bt
-    };
-    doc.insert("backends", toml_edit::Item::Table(bt));
-    let (router_t, policy_t) = router(&mut o, &imp.router, &mut carry)?;
-    let mut rt = router_t;
-    rt.insert("policy", toml_edit::Item::Table(policy_t));
-    doc.insert("router", toml_edit::Item::Table(rt));
-    let wl = workload(&mut o, imp, trace, min_context, &mut carry);
-    doc.insert("workload", toml_edit::Item::Table(wl));
-    let mut text = doc.to_string();
-    text.push_str(&carry);
-    if !text.ends_with('\n') {
-        text.push('\n');
+        group_keys(&mut sec, o, g, min_context)?;
+        return Ok(sec.finish(carry));
     }
-    Ok((text, o))
+    let mut bt = toml_edit::Table::new();
+    bt.set_implicit(true);
+    let mut groups = toml_edit::ArrayOfTables::new();
+    for (gi, g) in imp.groups.iter().enumerate() {
+        let mut sec = Section::new(&format!("backends.groups[{gi}]"));
+        sec.put(
+            o,
+            "name",
+            g.name.as_str(),
+            "servingEngineSpec.modelSpec[].name (--helm)",
+        );
+        group_keys(&mut sec, o, g, min_context)?;
+        groups.push(sec.finish(carry));
+    }
+    bt.insert("groups", toml_edit::Item::ArrayOfTables(groups));
+    Ok(bt)
 }
 
 /// A group's keys: its count, URLs and engine.
@@ -664,8 +691,17 @@ fn kv_origins(g: &Group) -> String {
     v.join(", ")
 }
 
-/// A group's engine keys.
+/// A group's engine keys: its profile, batch limits, blocks, KV capacity and context.
 fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut Option<i64>) -> Result<(), String> {
+    let profile = group_profile(s, o, g);
+    group_batch(s, o, g);
+    let kv = group_kv(s, o, g, profile.as_ref())?;
+    group_context(s, g, kv, min_context)
+}
+
+/// The group's `profile` (its model on its GPU at its TP), or a note that the shipped
+/// defaults stand in; the profile found, if any.
+fn group_profile(s: &mut Section, o: &mut Origins, g: &Group) -> Option<crate::profiles::Profile> {
     let e = &g.engine;
     let tp = e.tp.as_ref().map_or(1, |t| t.v);
     let tp_from =
@@ -696,6 +732,13 @@ fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut O
             s.note("set [backends.step_time] and kv_blocks for your model (see `sim profiles`).");
         }
     }
+    profile
+}
+
+/// The group's scheduler limits, block size and prefix caching (vLLM's defaults for its GPU
+/// where the flags leave them out).
+fn group_batch(s: &mut Section, o: &mut Origins, g: &Group) {
+    let e = &g.engine;
     let (d_tokens, d_seqs) = crate::profiles::GPUS
         .iter()
         .find(|x| x.name == g.gpu.v)
@@ -718,7 +761,6 @@ fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut O
             &format!("default --max-num-batched-tokens for {}", g.gpu.v),
         ),
     }
-    let block = e.block_size.as_ref().map_or(16, |b| b.v);
     match &e.block_size {
         Some(v) => s.put(o, "block_size_tokens", v.v, &v.from),
         None => s.put(o, "block_size_tokens", 16i64, "default --block-size 16"),
@@ -727,56 +769,72 @@ fn group_engine(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut O
         Some(v) => s.put(o, "prefix_caching", v.v, &v.from),
         None => s.put(o, "prefix_caching", true, "default (vLLM v1 enables prefix caching)"),
     }
-    // KV capacity: an explicit block count, else vLLM's derivation from memory.
-    let kv = match (&e.kv_blocks, &profile) {
+}
+
+/// The group's KV capacity in blocks: an explicit block count, else vLLM's derivation from
+/// the profile's memory (`None` with neither).
+fn group_kv(
+    s: &mut Section,
+    o: &mut Origins,
+    g: &Group,
+    profile: Option<&crate::profiles::Profile>,
+) -> Result<Option<i64>, String> {
+    let e = &g.engine;
+    let block = e.block_size.as_ref().map_or(16, |b| b.v);
+    let p = match (&e.kv_blocks, profile) {
         (Some(k), _) => {
             s.put(o, "kv_blocks", k.v, &k.from);
-            Some(k.v)
+            return Ok(Some(k.v));
         }
-        (None, Some(p)) => {
-            let util = e.gpu_memory_utilization.as_ref().map_or(0.9, |u| u.v);
-            match &e.gpu_memory_utilization {
-                Some(u) => s.put(o, "gpu_memory_utilization", util, &u.from),
-                None => s.put(o, "gpu_memory_utilization", 0.9, "default --gpu-memory-utilization 0.9"),
-            }
-            let dtype_bytes = match e.kv_cache_dtype.as_ref().map(|d| d.v.as_str()) {
-                Some(d) if d.starts_with("fp8") => 1,
-                _ => 2,
-            };
-            if let Some(d) = &e.kv_cache_dtype {
-                s.put(o, "kv_cache_dtype", d.v.as_str(), &d.from);
-            }
-            let block_u32 =
-                u32::try_from(block).map_err(|_| format!("{}: the block size is too large", kv_origins(g)))?;
-            let inputs = crate::profiles::KvInputs::for_profile(p, util, block_u32, dtype_bytes, 0.0);
-            let blocks =
-                crate::profiles::kv_blocks(&inputs).map_err(|m| format!("{}: {m} ({})", kv_origins(g), p.id))?;
-            s.note(&format!(
-                "kv_blocks derived as vLLM does: {blocks} blocks of {block} tokens ({} tokens) on {:.0} GiB; set",
-                u64::from(blocks) * block as u64,
-                p.gpu.memory_gib
-            ));
-            s.note("activation_memory_gib to the activation peak vLLM logs at start-up to refine it.");
-            Some(i64::from(blocks))
-        }
-        (None, None) => None,
+        (None, None) => return Ok(None),
+        (None, Some(p)) => p,
     };
-    if let Some(m) = &e.max_model_len {
-        let cap = kv.unwrap_or(29_205).saturating_mul(block);
-        if m.v > cap {
-            return Err(format!(
-                "{}: {} does not fit the KV cache of group {} ({cap} tokens); vLLM refuses to start with this configuration",
-                m.from,
-                m.v,
-                crate::quote::quote(&g.name)
-            ));
-        }
-        s.note(&format!(
-            "max_model_len {} ({}): the workload's max_context_tokens",
-            m.v, m.from
-        ));
-        *min_context = Some(min_context.map_or(m.v, |c| c.min(m.v)));
+    let util = e.gpu_memory_utilization.as_ref().map_or(0.9, |u| u.v);
+    match &e.gpu_memory_utilization {
+        Some(u) => s.put(o, "gpu_memory_utilization", util, &u.from),
+        None => s.put(o, "gpu_memory_utilization", 0.9, "default --gpu-memory-utilization 0.9"),
     }
+    let dtype_bytes = match e.kv_cache_dtype.as_ref().map(|d| d.v.as_str()) {
+        Some(d) if d.starts_with("fp8") => 1,
+        _ => 2,
+    };
+    if let Some(d) = &e.kv_cache_dtype {
+        s.put(o, "kv_cache_dtype", d.v.as_str(), &d.from);
+    }
+    let block_u32 = u32::try_from(block).map_err(|_| format!("{}: the block size is too large", kv_origins(g)))?;
+    let inputs = crate::profiles::KvInputs::for_profile(p, util, block_u32, dtype_bytes, 0.0);
+    let blocks = crate::profiles::kv_blocks(&inputs).map_err(|m| format!("{}: {m} ({})", kv_origins(g), p.id))?;
+    s.note(&format!(
+        "kv_blocks derived as vLLM does: {blocks} blocks of {block} tokens ({} tokens) on {:.0} GiB; set",
+        u64::from(blocks) * block as u64,
+        p.gpu.memory_gib
+    ));
+    s.note("activation_memory_gib to the activation peak vLLM logs at start-up to refine it.");
+    Ok(Some(i64::from(blocks)))
+}
+
+/// The group's `--max-model-len`, refused when it does not fit `kv` blocks (the shipped
+/// default's when `None`), else noted as the workload's context cap (the smallest over groups
+/// in `min_context`).
+fn group_context(s: &mut Section, g: &Group, kv: Option<i64>, min_context: &mut Option<i64>) -> Result<(), String> {
+    let Some(m) = &g.engine.max_model_len else {
+        return Ok(());
+    };
+    let block = g.engine.block_size.as_ref().map_or(16, |b| b.v);
+    let cap = kv.unwrap_or(29_205).saturating_mul(block);
+    if m.v > cap {
+        return Err(format!(
+            "{}: {} does not fit the KV cache of group {} ({cap} tokens); vLLM refuses to start with this configuration",
+            m.from,
+            m.v,
+            crate::quote::quote(&g.name)
+        ));
+    }
+    s.note(&format!(
+        "max_model_len {} ({}): the workload's max_context_tokens",
+        m.v, m.from
+    ));
+    *min_context = Some(min_context.map_or(m.v, |c| c.min(m.v)));
     Ok(())
 }
 
@@ -800,48 +858,16 @@ fn router(o: &mut Origins, r: &Router, carry: &mut String) -> Result<(toml_edit:
     }
     let router_t = s.finish(carry);
     let mut s = Section::new("router.policy");
-    let mut kind = r.routing_logic.v.as_str();
-    let threshold = r.imbalanced_threshold.as_ref().filter(|t| t.v.is_finite());
-    if kind == "load_balanced_kvaware" && threshold.is_none() {
-        // PR #884's default threshold is +inf: the router never rebalances.
-        kind = "kvaware";
-        s.put(
-            o,
-            "kind",
-            kind,
-            &format!(
-                "{}; default --imbalanced-threshold inf (PR #884) never rebalances, so plain kvaware",
-                r.routing_logic.from
-            ),
-        );
-    } else {
-        s.put(o, "kind", kind, &r.routing_logic.from);
-    }
-    match kind {
-        "prefixaware" => {
-            match &r.prefix_min_match_length {
-                Some(p) => s.put(o, "prefix_min_match_length", p.v, &format!("{} (characters)", p.from)),
-                None => s.put(
-                    o,
-                    "prefix_min_match_length",
-                    0i64,
-                    "default --prefix-min-match-length 0 (off)",
-                ),
-            }
-            s.put(o, "fallback", "qps", "upstream main (_qps_routing)");
+    let logic = policy_kind(o, &mut s, r)?;
+    for k in logic.keys {
+        match (k.flag.and_then(|f| flag_value(r, f)), k.default) {
+            (Some((v, from)), _) => match k.unit {
+                Some(unit) => s.put(o, k.key, v, &format!("{from} ({unit})")),
+                None => s.put(o, k.key, v, from),
+            },
+            (None, Some((v, why))) => s.put(o, k.key, logic_value(v), why),
+            (None, None) => {}
         }
-        "loadaware" => s.put(o, "beta", 1.0, "PR #1035 default (env LOADAWARE_BETA unset)"),
-        "kvaware" | "load_balanced_kvaware" => {
-            match &r.kv_aware_threshold {
-                Some(p) => s.put(o, "kv_aware_threshold", p.v, &p.from),
-                None => s.put(o, "kv_aware_threshold", 2000i64, "default --kv-aware-threshold 2000"),
-            }
-            if let (true, Some(t)) = (kind == "load_balanced_kvaware", threshold) {
-                // The value as given: the router compares the spread of requests with it.
-                s.put(o, "imbalanced_threshold", t.v, &t.from);
-            }
-        }
-        _ => {}
     }
     if let Some(k) = &r.session_key {
         s.note(&format!(
@@ -852,6 +878,53 @@ fn router(o: &mut Origins, r: &Router, carry: &mut String) -> Result<(toml_edit:
     }
     let policy_t = s.finish(carry);
     Ok((router_t, policy_t))
+}
+
+/// Writes the policy kind of the deployment's routing logic into `s`, with where it came
+/// from; returns the logic it runs (one that needs a flag the deployment leaves out runs
+/// the logic it names instead).
+fn policy_kind(o: &mut Origins, s: &mut Section, r: &Router) -> Result<RoutingLogic, String> {
+    let (kind, logic) = routing_logic(&r.routing_logic.v)?;
+    match logic.needs {
+        Some((flag, plain, why)) if flag_value(r, flag).is_none() => {
+            let (plain, logic) = routing_logic(plain)?;
+            let from = format!("{}; {why}, so plain {plain}", r.routing_logic.from);
+            s.put(o, "kind", plain, &from);
+            Ok(logic)
+        }
+        _ => {
+            s.put(o, "kind", kind, &r.routing_logic.from);
+            Ok(logic)
+        }
+    }
+}
+
+/// The value the deployment gives a policy's router flag and where it came from (an
+/// infinite `--imbalanced-threshold`, upstream's default, gives none).
+fn flag_value<'a>(r: &'a Router, flag: &str) -> Option<(toml_edit::Value, &'a str)> {
+    let given = |v: toml_edit::Value, from: &'a String| Some((v, from.as_str()));
+    match flag {
+        "--prefix-min-match-length" => r
+            .prefix_min_match_length
+            .as_ref()
+            .and_then(|p| given(p.v.into(), &p.from)),
+        "--kv-aware-threshold" => r.kv_aware_threshold.as_ref().and_then(|p| given(p.v.into(), &p.from)),
+        "--imbalanced-threshold" => r
+            .imbalanced_threshold
+            .as_ref()
+            .filter(|t| t.v.is_finite())
+            .and_then(|t| given(t.v.into(), &t.from)),
+        _ => None,
+    }
+}
+
+/// A routing logic's default as a TOML value.
+fn logic_value(v: LogicValue) -> toml_edit::Value {
+    match v {
+        LogicValue::Int(i) => i.into(),
+        LogicValue::Float(x) => x.into(),
+        LogicValue::Str(s) => s.into(),
+    }
 }
 
 /// `[workload]`: the trace, or the template groups.
@@ -941,15 +1014,15 @@ struct TemplateGroup {
 fn template_intro(r: &Router) -> Vec<String> {
     let kind = r.routing_logic.v.as_str();
     let class = match kind {
-        "prefixaware" => match &r.prefix_min_match_length {
+        k if k == prefixaware::Kind::KIND => match &r.prefix_min_match_length {
             Some(p) if p.v > 0 => format!(
                 "prefix-aware routing with a {}-character minimum match: every agent whose prompt starts with the same system prompt (longer than the threshold) is sent to the backend that first served it, so an agent burst piles onto one backend while the others idle",
                 p.v
             ),
             _ => "prefix-aware routing: requests that share a prompt prefix follow the backend that first served it, so an agent burst with one system prompt piles onto one backend while the others idle".to_string(),
         },
-        "kvaware" | "load_balanced_kvaware" => "KV-aware routing: the longest cached prefix wins, so agents sharing a system prompt pile onto one backend (and chat requests take the fallback)".to_string(),
-        "session" => "session routing: a session stays on the backend its key hashes to, so a few long agent sessions latch onto few backends whatever their load".to_string(),
+        k if k == kvaware::Kind::KIND || k == kvaware::LoadBalancedKind::KIND => "KV-aware routing: the longest cached prefix wins, so agents sharing a system prompt pile onto one backend (and chat requests take the fallback)".to_string(),
+        k if k == session::Kind::KIND => "session routing: a session stays on the backend its key hashes to, so a few long agent sessions latch onto few backends whatever their load".to_string(),
         _ => format!("{kind} routing: requests are spread without regard to their size, so long agent turns and short chat turns queue behind each other"),
     };
     let mut out =

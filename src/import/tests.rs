@@ -347,7 +347,7 @@ fn errors_name_the_flag_or_the_file_and_key_path() {
     assert_eq!(
         e,
         format!(
-            "{}: routerSpec.routingLogic: `bogus` is not one of roundrobin, session, kvaware, prefixaware, loadaware (PR #1035), load_balanced_kvaware (PR #884)",
+            "{}: routerSpec.routingLogic: `bogus` is not one of roundrobin, session, prefixaware, kvaware, load_balanced_kvaware (PR #884), loadaware (PR #1035)",
             p.display()
         )
     );

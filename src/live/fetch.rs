@@ -10,12 +10,17 @@ use anyhow::{Result, bail};
 use super::client::{client, get_text};
 use super::runtime;
 use crate::export::openmetrics::instance_of;
-use crate::observe::{LabeledSeries, Observed, collect, parse_metrics_text, parse_query_range, query, wanted};
+use crate::observe::{
+    LabeledSeries, Observed, bad_value, collect, parse_metrics_text, parse_query_range, query, wanted,
+};
 
-/// Longest wait for one HTTP answer.
+/// Longest wait for one HTTP answer (a scrape's poll waits at most one step).
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest answer read (a query_range over a big fleet is tens of MB).
 const MAX_BODY: u64 = 512 << 20;
+/// Largest `/metrics` answer read per poll (vLLM's is tens of KB; a scrape polls every
+/// engine at once).
+const MAX_METRICS_BODY: u64 = 16 << 20;
 
 /// Queries `/api/v1/query_range` on a Prometheus server for the vLLM series `sim observe`
 /// reads (one query), between `from` and `to` (Unix seconds or RFC 3339) every `step_s`.
@@ -36,7 +41,10 @@ pub fn prometheus(base: &str, selector: &str, from: &str, to: &str, step_s: f64)
 }
 
 /// Polls each engine's `/metrics` every `step` for `duration`; times are seconds from the
-/// first poll. A failed poll leaves that engine without a sample at that instant.
+/// first poll. The engines are polled together, each poll waiting at most one `step` (and
+/// 30 s) for its answer, so a scrape ends within a step of `duration` whatever the
+/// engines do. A failed poll (no answer in time, an error status, a value that cannot be a
+/// count) leaves that engine without a sample at that instant, and is counted and named.
 pub fn scrape(urls: &[String], duration: Duration, step: Duration) -> Result<Observed> {
     if urls.is_empty() {
         bail!("--scrape: no URL");
@@ -48,14 +56,45 @@ pub fn scrape(urls: &[String], duration: Duration, step: Duration) -> Result<Obs
     collect(format!("--scrape {}", urls.join(",")), series)
 }
 
+/// One engine's `/metrics` URL.
+fn metrics_url(u: &str) -> String {
+    if u.ends_with("/metrics") {
+        u.to_string()
+    } else {
+        format!("{}/metrics", u.trim_end_matches('/'))
+    }
+}
+
+/// One poll of `url` within `timeout`: the [`wanted`] families' values, or why not.
+async fn poll_one(client: &reqwest::Client, url: &str, timeout: Duration) -> Result<Vec<Option<f64>>, String> {
+    let body = match get_text(client, url, &[], timeout, MAX_METRICS_BODY).await {
+        Ok((200, body)) => body,
+        Ok((status, _)) => return Err(format!("HTTP {status}")),
+        Err(e) => return Err(format!("{e:#}")),
+    };
+    let m = parse_metrics_text(&body);
+    let names = wanted();
+    let mut out = Vec::with_capacity(names.len());
+    for (j, n) in names.iter().enumerate() {
+        let v = m.get(n).copied();
+        if let Some(e) = v.and_then(|v| bad_value(j, v)) {
+            return Err(format!("{n} is {e}"));
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
 /// [`scrape`]'s polls: each engine's samples of the [`wanted`] series, those with none
 /// left out; a note per engine whose polls failed.
 async fn poll(urls: &[String], duration: Duration, step: Duration) -> Result<Vec<LabeledSeries>> {
     let client = client(None)?;
     let names = wanted();
     let start = Instant::now();
+    let timeout = step.min(TIMEOUT);
+    let urls: Vec<String> = urls.iter().map(|u| metrics_url(u)).collect();
     let mut series: Vec<LabeledSeries> = Vec::new();
-    for u in urls {
+    for u in &urls {
         for n in &names {
             let labels = BTreeMap::from([
                 ("__name__".to_string(), n.clone()),
@@ -66,37 +105,27 @@ async fn poll(urls: &[String], duration: Duration, step: Duration) -> Result<Vec
     }
     let mut failures: BTreeMap<String, (usize, String)> = BTreeMap::new();
     let mut k = 0u32;
-    loop {
-        let due = step * k;
-        if due > duration {
-            break;
-        }
+    while let Some(due) = step.checked_mul(k).filter(|d| *d <= duration) {
         if let Some(wait) = due.checked_sub(start.elapsed()) {
             tokio::time::sleep(wait).await;
         }
         let t = due.as_secs_f64();
-        for (i, u) in urls.iter().enumerate() {
-            let url = if u.ends_with("/metrics") {
-                u.clone()
-            } else {
-                format!("{}/metrics", u.trim_end_matches('/'))
-            };
-            let failed = match get_text(&client, &url, &[], TIMEOUT, MAX_BODY).await {
-                Ok((200, body)) => {
-                    let m = parse_metrics_text(&body);
-                    for (j, n) in names.iter().enumerate() {
-                        if let Some(v) = m.get(n) {
-                            series[i * names.len() + j].1.push((t, *v));
+        let polls = futures_util::future::join_all(urls.iter().map(|u| poll_one(&client, u, timeout))).await;
+        for (i, (url, got)) in urls.iter().zip(polls).enumerate() {
+            match got {
+                Ok(values) => {
+                    for (j, v) in values.into_iter().enumerate() {
+                        if let Some(v) = v {
+                            series[i * names.len() + j].1.push((t, v));
                         }
                     }
-                    continue;
                 }
-                Ok((status, _)) => format!("HTTP {status}"),
-                Err(e) => format!("{e:#}"),
-            };
-            let f = failures.entry(url).or_insert((0, String::new()));
-            f.0 += 1;
-            f.1 = failed;
+                Err(e) => {
+                    let f = failures.entry(url.clone()).or_insert((0, String::new()));
+                    f.0 += 1;
+                    f.1 = e;
+                }
+            }
         }
         k += 1;
     }

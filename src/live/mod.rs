@@ -5,6 +5,8 @@
 //!   `sim run` behind each, for a real router to route into;
 //! * [`load`] (`sim load`): the scenario's workload sent to any OpenAI-compatible endpoint,
 //!   paced as the simulation paces it;
+//! * [`conform`] (`sim conform`): serve, a real router as a child process, and load, per
+//!   router policy, judged against the catalogue model that claims it;
 //! * [`fetch`]: where `sim observe` gets a real fleet's series (a Prometheus server, or the
 //!   engines' `/metrics`).
 //!
@@ -15,6 +17,7 @@
 //! the one HTTP client (reqwest); and [`runtime`], the one async runtime set-up (tokio).
 
 pub mod client;
+pub mod conform;
 pub mod fetch;
 pub mod load;
 pub mod serve;

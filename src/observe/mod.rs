@@ -10,6 +10,8 @@
 //! function sampled at the query's resolution: each change of state moves a stretch's ends
 //! by less than one step.
 
+pub mod exposition;
+
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
@@ -64,8 +66,47 @@ pub struct Observed {
     pub backends: Vec<Backend>,
 }
 
+/// The largest gauge read: a count of requests on one instance.
+pub const MAX_GAUGE: f64 = 1e9;
+/// The largest counter read (integers are exact in an f64 up to it).
+pub const MAX_COUNTER: f64 = 9_007_199_254_740_992.0;
+/// The latest sample time read, seconds: after the year 5000 as Unix time, so a larger
+/// timestamp is in another unit (milliseconds, microseconds, nanoseconds).
+pub const MAX_TIME_S: f64 = 1e11;
+
+/// Why `v` cannot be a sample of family `ix` of [`wanted`] (a count: finite, not negative,
+/// at most [`MAX_GAUGE`] or [`MAX_COUNTER`]); NaN is no sample, and passes.
+pub fn bad_value(ix: usize, v: f64) -> Option<String> {
+    let max = if ix == 2 { MAX_COUNTER } else { MAX_GAUGE };
+    (!v.is_nan() && !(0.0..=max).contains(&v)).then(|| format!("{}: expected a count from 0 to {max}", shown(v)))
+}
+
+/// A number as written in a message: as is, or in exponent form when that is long
+/// (`-1e300`, not its 301 digits).
+fn shown(x: f64) -> String {
+    let plain = x.to_string();
+    if plain.len() <= 24 { plain } else { format!("{x:e}") }
+}
+
+/// Why `t` (seconds) cannot be a sample time, if it cannot.
+pub fn bad_time(t: f64) -> Option<String> {
+    if !t.is_finite() {
+        return Some(format!("timestamp {} is not a number", shown(t)));
+    }
+    (t.abs() > MAX_TIME_S).then(|| {
+        format!(
+            "timestamp {} s is past the year 5000: in milliseconds, microseconds or nanoseconds? \
+             (sim observe reads seconds)",
+            shown(t)
+        )
+    })
+}
+
 /// Collects `(labels, [(t, v)])` series into per-instance rows on the union of their
-/// instants, adding up series of one instance and name (engines, finish reasons).
+/// instants, adding up series of one instance and name (engines, finish reasons). Refuses,
+/// naming the series and the instant, a value that cannot be a count ([`bad_value`]), a
+/// time in another unit than seconds, and samples of one series less than a millisecond
+/// apart or out of order.
 pub fn collect(source: String, series: Vec<LabeledSeries>) -> Result<Observed> {
     let key = |t: f64| (t * 1000.0).round() as i64;
     let mut grid: BTreeMap<i64, f64> = BTreeMap::new();
@@ -81,10 +122,26 @@ pub fn collect(source: String, series: Vec<LabeledSeries>) -> Result<Observed> {
             bail!("{source}: a {name} series has no instance label");
         };
         let row = sums.entry((inst.clone(), ix)).or_default();
+        let mut last: Option<i64> = None;
         for (t, v) in points {
-            grid.insert(key(t), t);
+            let at = || format!("{source}: {name} of instance {inst} at {}", when(t));
+            if let Some(e) = bad_time(t) {
+                bail!("{}: {e}", at());
+            }
+            if let Some(e) = bad_value(ix, v) {
+                bail!("{}: {e}", at());
+            }
+            let k = key(t);
+            if last.is_some_and(|l| k <= l) {
+                bail!(
+                    "{}: follows a sample of the same series less than 1 ms before it, or after it",
+                    at()
+                );
+            }
+            last = Some(k);
+            grid.insert(k, t);
             if v.is_finite() {
-                *row.entry(key(t)).or_insert(0.0) += v;
+                *row.entry(k).or_insert(0.0) += v;
             }
         }
     }

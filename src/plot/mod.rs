@@ -93,13 +93,13 @@ pub fn series_style(s: usize) -> (RGBColor, Marker) {
     (PALETTE[s % PALETTE.len()], MARKERS[s % MARKERS.len()])
 }
 
+/// A chart with two real-valued axes (the sweep, series and Pareto plots').
+pub type Chart<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+
 /// Draws marker `m` of radius `r` pixels at data point `at` on a chart.
 pub fn draw_marker<'a, DB: DrawingBackend + 'a>(
-    chart: &mut ChartContext<
-        'a,
-        DB,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
+    chart: &mut Chart<'a, DB>,
     m: Marker,
     at: (f64, f64),
     r: i32,

@@ -2,7 +2,7 @@
 //! coordinate, stroke width, radius and font size by one factor before handing it to the
 //! real backend. Figures keep laying themselves out in their own pixels (96 per inch), so a
 //! 192-dpi PNG is the same picture with twice the pixels, not a blurred upscale, and no
-//! second renderer is involved. Text in the embedded font is set here ([`set_text`]), at
+//! second renderer is involved. Text in the embedded font is set here (`set_text`), at
 //! every resolution, with each glyph's side bearings.
 
 use plotters::style::{FontDesc, TextStyle};

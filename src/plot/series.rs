@@ -42,9 +42,12 @@ pub struct BackendSeries {
     stranded: Vec<(f64, f64)>,
     /// A long run's busiest hour, drawn beside the whole run.
     zoom: Option<Zoom>,
+    /// An autoscaled run's `(t_s, replicas, ready)` at each change (empty otherwise): drawn
+    /// as a panel above the backends'.
+    replicas: Steps,
 }
 
-/// Runs longer than this get a zoom column on their busiest [`ZOOM_S`].
+/// Runs longer than this get a zoom column on their busiest hour.
 pub const ZOOM_FROM_S: f64 = 6.0 * 3600.0;
 /// The zoom column's window: an hour.
 const ZOOM_S: f64 = 3600.0;
@@ -408,6 +411,12 @@ impl BackendSeries {
             panels: Vec::new(),
             stranded: Vec::new(),
             zoom: None,
+            replicas: summary.autoscale.as_ref().map_or_else(Vec::new, |a| {
+                a.replica_timeline
+                    .iter()
+                    .map(|p| (p.t_s, p.replicas, p.ready))
+                    .collect()
+            }),
         }
         .with_panels(
             points
@@ -468,6 +477,7 @@ impl BackendSeries {
             panels: Vec::new(),
             stranded,
             zoom: None,
+            replicas: Vec::new(),
         }
         .with_panels(
             backends
@@ -618,13 +628,7 @@ impl BackendSeries {
             .map_err(pe)?;
         let mut mesh = super::mesh(&mut chart);
         // The same grid in every panel; only the last one prints the time labels.
-        mesh.y_labels(5).x_labels(10).y_label_formatter(&|v| {
-            if v.fract() == 0.0 {
-                format!("{v:.0}")
-            } else {
-                String::new()
-            }
-        });
+        mesh.y_labels(5).x_labels(10).y_label_formatter(&whole_counts);
         if let Some(d) = &v.y_desc {
             mesh.y_desc(d.clone());
         }
@@ -724,7 +728,11 @@ fn draw_steps<DB: DrawingBackend>(
 impl Figure for BackendSeries {
     fn size(&self) -> (u32, u32) {
         let zoom = if self.zoom.is_some() { ZOOM_W } else { 0 };
-        (WIDTH + zoom, PANEL_H * self.panels.len().max(1) as u32 + TOP + 30)
+        let replicas = if self.replicas.is_empty() { 0 } else { PANEL_H };
+        (
+            WIDTH + zoom,
+            PANEL_H * self.panels.len().max(1) as u32 + TOP + 30 + replicas,
+        )
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
@@ -736,6 +744,14 @@ impl Figure for BackendSeries {
                 (a, Some(b))
             }
             None => (body, None),
+        };
+        // An autoscaled run's replicas above the backends, on the whole run's time axis.
+        let (whole, zoomed) = if self.replicas.is_empty() {
+            (whole, zoomed)
+        } else {
+            let (head, rest) = whole.split_vertically(PANEL_H);
+            self.draw_replicas(&head)?;
+            (rest, zoomed.map(|z| z.split_vertically(PANEL_H).1))
         };
         let rows = self.panels.len().max(1);
         let last = self.panels.len().saturating_sub(1);
@@ -776,6 +792,58 @@ impl Figure for BackendSeries {
             }
         }
         Ok(())
+    }
+}
+
+impl BackendSeries {
+    /// The autoscaler's panel: replicas (pods created, loading or Ready) and Ready replicas
+    /// over time, on the whole run's time axis.
+    fn draw_replicas<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()> {
+        let (_, per) = time_unit(self.end_s);
+        let end_u = (self.end_s / per).max(1e-9);
+        let top = self.replicas.iter().map(|p| p.1.max(p.2)).max().unwrap_or(1).max(1);
+        let mut chart = ChartBuilder::on(area)
+            .margin(4)
+            .margin_right(12)
+            .x_label_area_size(4)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..end_u, 0f64..f64::from(top) * 1.25)
+            .map_err(pe)?;
+        super::mesh(&mut chart)
+            .y_labels(5)
+            .x_labels(10)
+            .y_label_formatter(&whole_counts)
+            .x_label_formatter(&|_| String::new())
+            .y_desc("replicas")
+            .draw()
+            .map_err(pe)?;
+        let to_u = |pts: Vec<(f64, f64)>| -> Vec<(f64, f64)> { pts.into_iter().map(|(t, v)| (t / per, v)).collect() };
+        let (spec_c, ready_c) = (PALETTE[7], PALETTE[2]);
+        let spec = to_u(step_path(&self.replicas, |p| p.1, self.end_s));
+        let ready = to_u(step_path(&self.replicas, |p| p.2, self.end_s));
+        chart
+            .draw_series(std::iter::once(PathElement::new(spec, spec_c.stroke_width(2))))
+            .map_err(pe)?;
+        // Dashed as its legend swatch draws it (6 on, 4 off).
+        chart
+            .draw_series(DashedLineSeries::new(ready, 6, 4, ready_c.stroke_width(2)))
+            .map_err(pe)?;
+        let legend = [
+            ("replicas (created)".to_string(), Swatch::Line(spec_c, 2)),
+            ("Ready".to_string(), Swatch::Dashed(ready_c, 2)),
+        ];
+        let (w, _) = area.dim_in_pixel();
+        draw_legend_outside(area, &legend, (w as i32 - 16, 14), true)?;
+        Ok(())
+    }
+}
+
+/// A count axis's label: whole numbers only (requests and replicas come in ones).
+fn whole_counts(v: &f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        String::new()
     }
 }
 

@@ -17,8 +17,6 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use clap::CommandFactory;
-
 use crate::policy::catalogue::{PolicyDoc, catalogue};
 
 /// Opens a generated block; the block's name and ` -->` follow.
@@ -38,26 +36,19 @@ pub const NAMES: &[(&str, &str)] = &[
     ("synopsis", "every subcommand with all its flags, as a text block"),
 ];
 
-/// What the code generates for block `name` on the page at `page` (repository-relative);
-/// None for an unknown name.
-pub fn generate(name: &str, page: &Path) -> Option<String> {
-    let cli = cli();
+/// What the code generates for block `name` on the page at `page` (repository-relative),
+/// from the CLI's command tree `cli` (built: `clap::Command::build`); None for an unknown
+/// name. The tree is a parameter so that this module needs nothing of the CLI's.
+pub fn generate(name: &str, page: &Path, cli: &clap::Command) -> Option<String> {
     let policies = catalogue();
     Some(match name {
         "policy-count" => policies.len().to_string(),
-        "command-count" => subcommands(&cli).count().to_string(),
+        "command-count" => subcommands(cli).count().to_string(),
         "policy-table" => policy_table(&policies, &relative(page, Path::new("docs/reference/policies.md"))),
-        "commands" => command_table(&cli),
-        "synopsis" => synopsis(&cli),
+        "commands" => command_table(cli),
+        "synopsis" => synopsis(cli),
         _ => return None,
     })
-}
-
-/// The CLI's command tree, built (actions and value names as the parser sees them).
-fn cli() -> clap::Command {
-    let mut cli = crate::cli::Cli::command();
-    cli.build();
-    cli
 }
 
 /// One block found in a page.
@@ -125,14 +116,14 @@ fn framed(generated: &str) -> String {
     }
 }
 
-/// `page` (at repository path `path`) with every generated block rewritten, and the blocks
-/// whose text differed.
-pub fn rewrite(page: &str, path: &Path) -> Result<(String, Vec<Block>), String> {
+/// `page` (at repository path `path`) with every generated block rewritten from the command
+/// tree `cli`, and the blocks whose text differed.
+pub fn rewrite(page: &str, path: &Path, cli: &clap::Command) -> Result<(String, Vec<Block>), String> {
     let mut out = String::with_capacity(page.len());
     let mut stale = Vec::new();
     let mut at = 0;
     for b in find(page)? {
-        let text = framed(&generate(&b.name, path).expect("find() accepts known names only"));
+        let text = framed(&generate(&b.name, path, cli).expect("find() accepts known names only"));
         out.push_str(&page[at..b.text.start]);
         out.push_str(&text);
         if page[b.text.clone()] != text {
@@ -363,6 +354,14 @@ pub fn synopsis(cli: &clap::Command) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
+
+    /// The CLI's command tree, built (actions and value names as the parser sees them).
+    fn cli() -> clap::Command {
+        let mut cli = crate::cli::Cli::command();
+        cli.build();
+        cli
+    }
 
     fn page(body: &str) -> String {
         format!("# Page\n\nThere are {BEGIN}policy-count -->3{END} policies.\n\n{BEGIN}commands -->\n{body}\n{END}\n")
@@ -394,12 +393,12 @@ mod tests {
     #[test]
     fn rewriting_is_idempotent_and_reports_the_stale_blocks() {
         let p = page("old table\n");
-        let (new, stale) = rewrite(&p, Path::new("README.md")).unwrap();
+        let (new, stale) = rewrite(&p, Path::new("README.md"), &cli()).unwrap();
         let names: Vec<&str> = stale.iter().map(|b| b.name.as_str()).collect();
         assert_eq!(names, ["policy-count", "commands"]);
         assert!(new.starts_with("# Page\n\nThere are <!-- generated: policy-count -->"));
         assert!(new.contains("| `sim run SCENARIO` |"), "{new}");
-        let (again, stale) = rewrite(&new, Path::new("README.md")).unwrap();
+        let (again, stale) = rewrite(&new, Path::new("README.md"), &cli()).unwrap();
         assert_eq!(again, new);
         assert!(stale.is_empty());
     }
@@ -430,6 +429,7 @@ mod tests {
             decision: "at random",
             signals: "none",
             params: &[],
+            counterparts: Vec::new(),
         });
         assert!(
             policy_table(&docs, "x.md").ends_with("| [`brand_new`](x.md#brand_new) | nowhere | at random | none |\n")

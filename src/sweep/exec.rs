@@ -17,8 +17,9 @@ use rayon::prelude::*;
 
 use super::spec::Plan;
 use super::table::{Meta, RunRow, SweepFile, flatten};
+use crate::run::Failure;
 use crate::scenario::{FieldError, Scenario, Source};
-use crate::sim::{RunOptions, run};
+use crate::sim::{RunOptions, SimError};
 use crate::trace::TraceCache;
 
 /// Minimum time between partial-file rewrites.
@@ -136,19 +137,15 @@ fn run_one(base: &Source, plan: &Plan, points: &Points, i: u64) -> Result<RunRow
         message: format!("{}: {m}", describe(plan, point, seed)),
         invariant,
     };
-    let mut sc = points
+    let scenario = points
         .scenario(base, plan, point)
-        .map_err(|m| fail(m.to_string(), false))?
-        .clone();
-    sc.sim.seed = seed;
-    let wl = sc
-        .workload_with(points.traces())
-        .map_err(|e| fail(located(base, plan, point, e), false))?;
-    let opts = RunOptions::summary_only();
-    let (res, _) = run(sc.sim, &wl, opts).map_err(|e| {
-        let inv = matches!(e, crate::sim::SimError::Invariant(..));
-        fail(e.to_string(), inv)
-    })?;
+        .map_err(|m| fail(m.to_string(), false))?;
+    let res =
+        crate::run::at_seed(scenario, seed, points.traces(), RunOptions::summary_only()).map_err(|f| match f {
+            Failure::Workload(e) => fail(located(base, plan, point, e), false),
+            Failure::Sim(e @ SimError::Invariant(..)) => fail(e.to_string(), true),
+            Failure::Sim(e) => fail(e.to_string(), false),
+        })?;
     Ok(RunRow {
         run: i,
         point,
@@ -192,104 +189,22 @@ pub fn execute(
         }
     }
     let todo: Vec<u64> = owned.iter().copied().filter(|&i| slots[i as usize].is_none()).collect();
-
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut progress = super::progress::Progress::new(plan.points(), todo.iter().map(|&i| plan.run_at(i).0));
-    let bar = if opts.progress && tty {
-        ProgressBar::with_draw_target(Some(todo.len() as u64), ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {rate}  {msg}")
-            .expect("valid template")
-            .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                let _ = write!(w, "{:.0} runs/s", s.per_sec());
-            }),
-    );
-
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.jobs.max(1))
-        .build()
-        .map_err(|e| RunFailure {
-            run: 0,
-            message: format!("cannot start {} worker threads: {e}", opts.jobs),
-            invariant: false,
-        })?;
-    // The lowest failing run so far: runs above it are skipped, runs below it still run, so
-    // the failure reported (the lowest in run order) does not depend on --jobs.
-    let first_fail = AtomicU64::new(u64::MAX);
+    let pool = crate::run::workers(opts.jobs).map_err(|message| RunFailure {
+        run: 0,
+        message,
+        invariant: false,
+    })?;
+    let mut c = Collector::new(plan, slots, &todo, &opts, start);
     let (tx, rx) = mpsc::channel::<(Result<RunRow, RunFailure>, f64)>();
-    let mut failures: Vec<RunFailure> = Vec::new();
-    let mut partial_err: Option<String> = None;
     std::thread::scope(|scope| {
         let todo = &todo;
-        let first_fail = &first_fail;
-        scope.spawn(move || {
-            pool.install(|| {
-                todo.par_iter().for_each_with(tx, |tx, &i| {
-                    if i > first_fail.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    let t0 = Instant::now();
-                    let r = run_one(base, plan, points, i);
-                    if r.is_err() {
-                        first_fail.fetch_min(i, Ordering::Relaxed);
-                    }
-                    // The receiver lives until every sender is dropped.
-                    let _ = tx.send((r, t0.elapsed().as_secs_f64()));
-                });
-            });
-        });
-        let mut last_partial = Instant::now();
-        let mut last_line = Instant::now();
+        scope.spawn(move || pool.install(|| simulate_all(base, plan, points, todo, tx)));
         for (r, cost_s) in rx {
-            match r {
-                Ok(row) => {
-                    let i = row.run as usize;
-                    progress.record(row.point, cost_s);
-                    slots[i] = Some(row);
-                    bar.inc(1);
-                    let elapsed_s = start.elapsed().as_secs_f64();
-                    if let Some(eta) = progress.eta_s(elapsed_s) {
-                        bar.set_message(format!("ETA {}", super::progress::fmt_duration(eta)));
-                    }
-                    if opts.progress && !tty && last_line.elapsed() >= opts.progress_every {
-                        eprintln!("{}", progress.line(elapsed_s));
-                        last_line = Instant::now();
-                    }
-                }
-                Err(f) => failures.push(f),
-            }
-            if last_partial.elapsed() >= PARTIAL_EVERY
-                && let Some(cb) = opts.on_partial.as_mut()
-            {
-                let rows: Vec<RunRow> = slots.iter().flatten().cloned().collect();
-                if let Err(e) = cb(&rows) {
-                    partial_err.get_or_insert(format!("{e:#}"));
-                }
-                last_partial = Instant::now();
-            }
+            c.receive(r, cost_s, &mut opts);
         }
     });
-    bar.finish_and_clear();
-    let rows: Vec<RunRow> = slots.into_iter().flatten().collect();
-    if let Some(cb) = opts.on_partial.as_mut()
-        && (!failures.is_empty() || partial_err.is_some())
-    {
-        // Keep what was done before reporting the failure.
-        let _ = cb(&rows);
-    }
-    if let Some(f) = failures.into_iter().min_by_key(|f| f.run) {
-        return Err(f);
-    }
-    if let Some(e) = partial_err {
-        return Err(RunFailure {
-            run: 0,
-            message: format!("writing partial results: {e}"),
-            invariant: false,
-        });
-    }
+    c.bar.finish_and_clear();
+    let rows = c.finish(&mut opts)?;
     let complete = rows.len() == owned.len();
     Ok((
         SweepFile {
@@ -301,6 +216,134 @@ pub fn execute(
         },
         start.elapsed(),
     ))
+}
+
+/// Runs `todo` on the current pool, sending each row (or failure) with its cost in seconds.
+/// The lowest failing run so far bounds the rest: runs above it are skipped, runs below it
+/// still run, so the failure reported (the lowest in run order) does not depend on --jobs.
+fn simulate_all(
+    base: &Source,
+    plan: &Plan,
+    points: &Points,
+    todo: &[u64],
+    tx: mpsc::Sender<(Result<RunRow, RunFailure>, f64)>,
+) {
+    let first_fail = AtomicU64::new(u64::MAX);
+    todo.par_iter().for_each_with(tx, |tx, &i| {
+        if i > first_fail.load(Ordering::Relaxed) {
+            return;
+        }
+        let t0 = Instant::now();
+        let r = run_one(base, plan, points, i);
+        if r.is_err() {
+            first_fail.fetch_min(i, Ordering::Relaxed);
+        }
+        // The receiver lives until every sender is dropped.
+        let _ = tx.send((r, t0.elapsed().as_secs_f64()));
+    });
+}
+
+/// The calling thread's side of a sweep: the rows in run order, the failures, the progress
+/// shown, and the partial files rewritten at most once per [`PARTIAL_EVERY`].
+struct Collector {
+    start: Instant,
+    slots: Vec<Option<RunRow>>,
+    failures: Vec<RunFailure>,
+    partial_err: Option<String>,
+    progress: super::progress::Progress,
+    bar: ProgressBar,
+    /// Progress lines instead of the bar (stderr is not a terminal).
+    lines: bool,
+    last_partial: Instant,
+    last_line: Instant,
+}
+
+impl Collector {
+    fn new(plan: &Plan, slots: Vec<Option<RunRow>>, todo: &[u64], opts: &ExecOptions, start: Instant) -> Collector {
+        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        Collector {
+            start,
+            slots,
+            failures: Vec::new(),
+            partial_err: None,
+            progress: super::progress::Progress::new(plan.points(), todo.iter().map(|&i| plan.run_at(i).0)),
+            bar: progress_bar(opts.progress && tty, todo.len() as u64),
+            lines: opts.progress && !tty,
+            last_partial: Instant::now(),
+            last_line: Instant::now(),
+        }
+    }
+
+    /// Takes one run's row (or failure), shows the progress, and rewrites the partial files
+    /// when they are due.
+    fn receive(&mut self, r: Result<RunRow, RunFailure>, cost_s: f64, opts: &mut ExecOptions) {
+        match r {
+            Ok(row) => {
+                let i = row.run as usize;
+                self.progress.record(row.point, cost_s);
+                self.slots[i] = Some(row);
+                self.bar.inc(1);
+                let elapsed_s = self.start.elapsed().as_secs_f64();
+                if let Some(eta) = self.progress.eta_s(elapsed_s) {
+                    self.bar
+                        .set_message(format!("ETA {}", super::progress::fmt_duration(eta)));
+                }
+                if self.lines && self.last_line.elapsed() >= opts.progress_every {
+                    eprintln!("{}", self.progress.line(elapsed_s));
+                    self.last_line = Instant::now();
+                }
+            }
+            Err(f) => self.failures.push(f),
+        }
+        if self.last_partial.elapsed() >= PARTIAL_EVERY
+            && let Some(cb) = opts.on_partial.as_mut()
+        {
+            let rows: Vec<RunRow> = self.slots.iter().flatten().cloned().collect();
+            if let Err(e) = cb(&rows) {
+                self.partial_err.get_or_insert(format!("{e:#}"));
+            }
+            self.last_partial = Instant::now();
+        }
+    }
+
+    /// The rows in run order, or the first failure in run order (the partial files written
+    /// first, so the work done is kept).
+    fn finish(self, opts: &mut ExecOptions) -> Result<Vec<RunRow>, RunFailure> {
+        let rows: Vec<RunRow> = self.slots.into_iter().flatten().collect();
+        if let Some(cb) = opts.on_partial.as_mut()
+            && (!self.failures.is_empty() || self.partial_err.is_some())
+        {
+            let _ = cb(&rows);
+        }
+        if let Some(f) = self.failures.into_iter().min_by_key(|f| f.run) {
+            return Err(f);
+        }
+        if let Some(e) = self.partial_err {
+            return Err(RunFailure {
+                run: 0,
+                message: format!("writing partial results: {e}"),
+                invariant: false,
+            });
+        }
+        Ok(rows)
+    }
+}
+
+/// A bar of `len` runs with their rate and the ETA on stderr; hidden unless `show`.
+fn progress_bar(show: bool, len: u64) -> ProgressBar {
+    let bar = if show {
+        ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {rate}  {msg}")
+            .expect("valid template")
+            .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0} runs/s", s.per_sec());
+            }),
+    );
+    bar
 }
 
 /// `shards/shard-K-of-N.json` under `dir`.

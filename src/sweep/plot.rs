@@ -16,8 +16,8 @@ use plotters::style::colors::colormaps::ViridisRGB;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::plot::{
-    Figure, Swatch, axis_label, axis_value, clip, draw_legend_outside, draw_marker, font, grid_shape, human_metric,
-    legend_width, mesh, metric_label, natural_bounds, pe, readable_label, save, series_style,
+    Chart, Figure, Swatch, axis_label, axis_value, clip, draw_legend_outside, draw_marker, font, grid_shape,
+    human_metric, legend_width, mesh, metric_label, natural_bounds, pe, readable_label, save, series_style,
 };
 use crate::sweep::spec::Plan;
 use crate::sweep::table::{Aggregate, Meta, Stat, fmt_stat};
@@ -168,12 +168,44 @@ impl Heatmap {
         }
     }
 
+    /// One panel: its caption, the coloured cells with their values, the axis labels and
+    /// the axis titles.
     fn draw_panel<DB: DrawingBackend>(
         &self,
         area: &DrawingArea<DB, Shift>,
         caption: &str,
         cells: &[Vec<Option<f64>>],
     ) -> Result<()> {
+        let g = self.grid(area)?;
+        let centre = Pos::new(HPos::Center, VPos::Center);
+        area.draw(&Text::new(
+            clip(caption, 60),
+            (g.left + g.cw * g.nx / 2, 12),
+            font(13.0).pos(centre),
+        ))
+        .map_err(pe)?;
+        self.draw_cells(area, &g, cells)?;
+        self.draw_tick_labels(area, &g)?;
+        area.draw(&Text::new(
+            self.x_name.clone(),
+            (g.left + g.cw * g.nx / 2, g.top + g.ch * g.ny + 26 + g.drop),
+            font(12.0).pos(Pos::new(HPos::Center, VPos::Top)),
+        ))
+        .map_err(pe)?;
+        area.draw(&Text::new(
+            clip(&self.y_name, 40),
+            (g.title_w / 2, g.top + g.ch * g.ny / 2),
+            font(12.0)
+                .transform(FontTransform::Rotate270)
+                .pos(Pos::new(HPos::Center, VPos::Center)),
+        ))
+        .map_err(pe)?;
+        Ok(())
+    }
+
+    /// A panel's layout in `area`: margins wide enough for the longest labels, cells
+    /// sharing the rest.
+    fn grid<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<Grid> {
         let (w, h) = area.dim_in_pixel();
         // The y axis title runs up the left edge (rotated), clear of the caption row.
         let title_w = 18i32;
@@ -197,19 +229,39 @@ impl Heatmap {
         let drop = if stagger { 14 } else { 0 };
         let bottom = 46 + drop;
         let ch = ((h as i32 - top - bottom) / ny).max(1);
+        Ok(Grid {
+            w: w as i32,
+            h: h as i32,
+            title_w,
+            left,
+            right,
+            top,
+            bottom,
+            nx,
+            ny,
+            cw,
+            ch,
+            x_label_w,
+            stagger,
+            drop,
+        })
+    }
+
+    /// The cells, coloured by value and labelled with it (a grey `-` where no run finished).
+    fn draw_cells<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        g: &Grid,
+        cells: &[Vec<Option<f64>>],
+    ) -> Result<()> {
         let centre = Pos::new(HPos::Center, VPos::Center);
-        area.draw(&Text::new(
-            clip(caption, 60),
-            (left + cw * nx / 2, 12),
-            font(13.0).pos(centre),
-        ))
-        .map_err(pe)?;
+        let (cw, ch) = (g.cw, g.ch);
         let cell_font = if cw < 44 { 9.0 } else { 12.0 };
         for (j, row) in cells.iter().enumerate() {
             // Row 0 of the y axis at the bottom.
-            let y0 = top + ch * (ny - 1 - j as i32);
+            let y0 = g.top + ch * (g.ny - 1 - j as i32);
             for (i, v) in row.iter().enumerate() {
-                let x0 = left + cw * i as i32;
+                let x0 = g.left + cw * i as i32;
                 let (fill, text, ink) = match v {
                     Some(v) => {
                         let c = self.colour(*v);
@@ -230,27 +282,34 @@ impl Heatmap {
                 .map_err(pe)?;
             }
         }
-        let every_x = if stagger {
+        Ok(())
+    }
+
+    /// The axes' value labels: every column's (staggered over two rows when they are a
+    /// little wider than a cell) or every k-th, and every k-th row's that fits.
+    fn draw_tick_labels<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, g: &Grid) -> Result<()> {
+        let (left, top, cw, ch, nx, ny) = (g.left, g.top, g.cw, g.ch, g.nx, g.ny);
+        let every_x = if g.stagger {
             1
         } else {
             (nx as usize)
-                .div_ceil(((w as i32 - left - right) / x_label_w).max(1) as usize)
+                .div_ceil(((g.w - left - g.right) / g.x_label_w).max(1) as usize)
                 .max(1)
         };
         for (i, l) in self.x_labels.iter().enumerate() {
             if i % every_x == 0 {
                 let pos = Pos::new(HPos::Center, VPos::Top);
-                let row = if stagger { (i % 2) as i32 } else { 0 };
+                let row = if g.stagger { (i % 2) as i32 } else { 0 };
                 area.draw(&Text::new(
                     clip(l, 24),
-                    (left + cw * i as i32 + cw / 2, top + ch * ny + 4 + drop * row),
+                    (left + cw * i as i32 + cw / 2, top + ch * ny + 4 + g.drop * row),
                     font(11.0).pos(pos),
                 ))
                 .map_err(pe)?;
             }
         }
         let every_y = (ny as usize)
-            .div_ceil(((h as i32 - top - bottom) / 14).max(1) as usize)
+            .div_ceil(((g.h - top - g.bottom) / 14).max(1) as usize)
             .max(1);
         for (j, l) in self.y_labels.iter().enumerate() {
             if j % every_y == 0 {
@@ -263,22 +322,32 @@ impl Heatmap {
                 .map_err(pe)?;
             }
         }
-        area.draw(&Text::new(
-            self.x_name.clone(),
-            (left + cw * nx / 2, top + ch * ny + 26 + drop),
-            font(12.0).pos(Pos::new(HPos::Center, VPos::Top)),
-        ))
-        .map_err(pe)?;
-        area.draw(&Text::new(
-            clip(&self.y_name, 40),
-            (title_w / 2, top + ch * ny / 2),
-            font(12.0)
-                .transform(FontTransform::Rotate270)
-                .pos(Pos::new(HPos::Center, VPos::Center)),
-        ))
-        .map_err(pe)?;
         Ok(())
     }
+}
+
+/// A heatmap panel's layout, pixels: the area, margins, cell counts and sizes, and how the
+/// x labels are placed.
+struct Grid {
+    w: i32,
+    h: i32,
+    /// The rotated y title's column at the left edge.
+    title_w: i32,
+    left: i32,
+    right: i32,
+    top: i32,
+    bottom: i32,
+    nx: i32,
+    ny: i32,
+    /// One cell's width and height.
+    cw: i32,
+    ch: i32,
+    /// The widest x label, with its margin.
+    x_label_w: i32,
+    /// The x labels alternate between two rows.
+    stagger: bool,
+    /// How far the second row of x labels (and the x title) sits lower.
+    drop: i32,
 }
 
 /// A value in at most 4 significant digits, for cells.
@@ -378,50 +447,35 @@ impl Lines {
         let used: Vec<usize> = std::iter::once(x).chain(series).collect();
         let all = facets(plan, &used);
         let total = all.len();
-        let n_series = series.map_or(1, |s| plan.axes[s].levels.len());
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        let mut mean_lo = f64::INFINITY;
         let bounds = natural_bounds(metric);
-        let mut clipped = false;
-        let mut panels = Vec::new();
-        for (caption, mut coords) in all.into_iter().take(MAX_PANELS) {
-            let mut lines = Vec::new();
-            for s in 0..n_series {
-                let mut line = Vec::new();
-                for i in 0..plan.axes[x].levels.len() {
-                    coords[x] = i;
-                    if let Some(sa) = series {
-                        coords[sa] = s;
-                    }
-                    let st = stats[point_of(plan, &coords) as usize];
-                    if let Some(st) = st {
-                        let (a, b) = ci_ends(&st, bounds);
-                        clipped |= a > st.mean - ci_of(&st) || b < st.mean + ci_of(&st);
-                        lo = lo.min(a);
-                        hi = hi.max(b);
-                        mean_lo = mean_lo.min(st.mean);
-                    }
-                    line.push(st);
-                }
-                lines.push(line);
-            }
-            panels.push((caption, lines));
-        }
+        let mut ext = Extent {
+            lo: f64::INFINITY,
+            hi: f64::NEG_INFINITY,
+            mean_lo: f64::INFINITY,
+            clipped: false,
+        };
+        let panels: Vec<_> = all
+            .into_iter()
+            .take(MAX_PANELS)
+            .map(|(caption, mut coords)| {
+                let lines = panel_lines(plan, &stats, &mut coords, x, series, bounds, &mut ext);
+                (caption, lines)
+            })
+            .collect();
         let shown = panels.len();
-        if !lo.is_finite() {
-            (lo, hi) = (0.0, 1.0);
+        if !ext.lo.is_finite() {
+            (ext.lo, ext.hi) = (0.0, 1.0);
         }
         // On the means: an interval reaching 0 is cut at the axis's lowest decade.
-        let log = mean_lo > 0.0 && hi / mean_lo >= LOG_SPAN;
-        let pad = ((hi - lo) * 0.08).max(1e-9);
-        let axis_lo = 10f64.powf(mean_lo.log10().floor());
+        let log = ext.mean_lo > 0.0 && ext.hi / ext.mean_lo >= LOG_SPAN;
+        let axis_lo = 10f64.powf(ext.mean_lo.log10().floor());
         // What the title adds after the seeds. On a log axis nothing reaches 0: an interval
         // running below the axis ends in an arrow at its edge.
-        let note = if log && lo < axis_lo {
+        let note = if log && ext.lo < axis_lo {
             format!(", log scale (◀ = below {})", fmt_stat(axis_lo))
         } else if log {
             ", log scale".to_string()
-        } else if clipped {
+        } else if ext.clipped {
             format!(" (clipped {})", bounds_text(bounds))
         } else {
             String::new()
@@ -442,19 +496,7 @@ impl Lines {
                 },
             ),
             panels,
-            range: if log {
-                // Whole decades around the data, so the ticks are 1, 10, 100, ...
-                (mean_lo.log10().floor(), hi.log10().ceil())
-            } else {
-                (
-                    (lo - pad).min(if lo >= 0.0 { 0.0 } else { lo - pad }).max(bounds.0),
-                    (hi + pad).min(if bounds.1.is_finite() {
-                        bounds.1 + pad
-                    } else {
-                        f64::INFINITY
-                    }),
-                )
-            },
+            range: ext.range(log, bounds),
             log,
         })
     }
@@ -539,70 +581,146 @@ impl Lines {
             .map_err(pe)?;
         let k = lines.len();
         for (s, line) in lines.iter().enumerate() {
-            let (colour, marker) = series_style(s);
-            let dx = Self::dodge(s, k);
-            let pts: Vec<(f64, Stat)> = line
-                .iter()
-                .enumerate()
-                .filter_map(|(i, st)| st.map(|st| (i as f64 + dx, st)))
-                .collect();
-            let ends = |st: &Stat| {
-                let (a, b) = ci_ends(st, self.bounds);
-                (self.at(a), self.at(b))
-            };
-            if k <= MAX_BANDS {
-                // CI band: one polygon through every point that has data.
-                let band: Vec<(f64, f64)> = pts
-                    .iter()
-                    .map(|(x, st)| (*x, ends(st).1))
-                    .chain(pts.iter().rev().map(|(x, st)| (*x, ends(st).0)))
-                    .collect();
-                if band.len() >= 4 {
-                    chart
-                        .draw_series(std::iter::once(Polygon::new(band, colour.mix(0.15).filled())))
-                        .map_err(pe)?;
-                }
-            } else {
-                // Error bars: one whisker per point, dodged with its marker.
-                chart
-                    .draw_series(pts.iter().map(|(x, st)| {
-                        let (a, b) = ends(st);
-                        PathElement::new(vec![(*x, a), (*x, b)], colour.mix(0.8).stroke_width(1))
-                    }))
-                    .map_err(pe)?;
-            }
-            chart
-                .draw_series(LineSeries::new(
-                    pts.iter().map(|(x, st)| (*x, self.at(st.mean))),
-                    colour.stroke_width(if k <= MAX_BANDS { 2 } else { 1 }),
-                ))
-                .map_err(pe)?;
-            for (x, st) in &pts {
-                draw_marker(&mut chart, marker, (*x, self.at(st.mean)), 4, colour)?;
-            }
-            // A clipped interval end is marked with a short bar at the bound, one below a log
-            // axis with an arrow at its edge.
-            chart
-                .draw_series(
-                    pts.iter()
-                        .flat_map(|(x, st)| self.bars(st).into_iter().map(move |b| (*x, b)))
-                        .map(|(x, b)| {
-                            PathElement::new(
-                                vec![(x - 0.06, self.at(b)), (x + 0.06, self.at(b))],
-                                colour.stroke_width(2),
-                            )
-                        }),
-                )
-                .map_err(pe)?;
-            chart
-                .draw_series(pts.iter().filter(|(_, st)| self.below_axis(st)).map(|(x, _)| {
-                    EmptyElement::at((*x, self.range.0))
-                        + Polygon::new(vec![(-5, -8), (5, -8), (0, 0)], colour.filled())
-                }))
-                .map_err(pe)?;
+            self.draw_line(&mut chart, s, k, line)?;
         }
         Ok(())
     }
+
+    /// Series `s` of `k`: its points dodged sideways, its CI as a band (or as whiskers when
+    /// bands would crowd), its line and markers, and a bar at each clipped interval end.
+    fn draw_line<'a, DB: DrawingBackend + 'a>(
+        &self,
+        chart: &mut Chart<'a, DB>,
+        s: usize,
+        k: usize,
+        line: &[Option<Stat>],
+    ) -> Result<()> {
+        let (colour, marker) = series_style(s);
+        let dx = Self::dodge(s, k);
+        let pts: Vec<(f64, Stat)> = line
+            .iter()
+            .enumerate()
+            .filter_map(|(i, st)| st.map(|st| (i as f64 + dx, st)))
+            .collect();
+        let ends = |st: &Stat| {
+            let (a, b) = ci_ends(st, self.bounds);
+            (self.at(a), self.at(b))
+        };
+        if k <= MAX_BANDS {
+            // CI band: one polygon through every point that has data.
+            let band: Vec<(f64, f64)> = pts
+                .iter()
+                .map(|(x, st)| (*x, ends(st).1))
+                .chain(pts.iter().rev().map(|(x, st)| (*x, ends(st).0)))
+                .collect();
+            if band.len() >= 4 {
+                chart
+                    .draw_series(std::iter::once(Polygon::new(band, colour.mix(0.15).filled())))
+                    .map_err(pe)?;
+            }
+        } else {
+            // Error bars: one whisker per point, dodged with its marker.
+            chart
+                .draw_series(pts.iter().map(|(x, st)| {
+                    let (a, b) = ends(st);
+                    PathElement::new(vec![(*x, a), (*x, b)], colour.mix(0.8).stroke_width(1))
+                }))
+                .map_err(pe)?;
+        }
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|(x, st)| (*x, self.at(st.mean))),
+                colour.stroke_width(if k <= MAX_BANDS { 2 } else { 1 }),
+            ))
+            .map_err(pe)?;
+        for (x, st) in &pts {
+            draw_marker(chart, marker, (*x, self.at(st.mean)), 4, colour)?;
+        }
+        // A clipped interval end is marked with a short bar at the bound, one below a log
+        // axis with an arrow at its edge.
+        chart
+            .draw_series(
+                pts.iter()
+                    .flat_map(|(x, st)| self.bars(st).into_iter().map(move |b| (*x, b)))
+                    .map(|(x, b)| {
+                        PathElement::new(
+                            vec![(x - 0.06, self.at(b)), (x + 0.06, self.at(b))],
+                            colour.stroke_width(2),
+                        )
+                    }),
+            )
+            .map_err(pe)?;
+        chart
+            .draw_series(pts.iter().filter(|(_, st)| self.below_axis(st)).map(|(x, _)| {
+                EmptyElement::at((*x, self.range.0)) + Polygon::new(vec![(-5, -8), (5, -8), (0, 0)], colour.filled())
+            }))
+            .map_err(pe)?;
+        Ok(())
+    }
+}
+
+/// What the lines of a plot span: the lowest and highest interval ends drawn, the lowest
+/// mean, and whether an interval was clipped at a natural bound.
+struct Extent {
+    lo: f64,
+    hi: f64,
+    mean_lo: f64,
+    clipped: bool,
+}
+
+impl Extent {
+    /// The value axis range: whole decades around the data on a log axis (ticks 1, 10,
+    /// 100, ...), else the data padded by 8% and kept within `bounds`.
+    fn range(&self, log: bool, bounds: (f64, f64)) -> (f64, f64) {
+        let (lo, hi) = (self.lo, self.hi);
+        if log {
+            return (self.mean_lo.log10().floor(), hi.log10().ceil());
+        }
+        let pad = ((hi - lo) * 0.08).max(1e-9);
+        (
+            (lo - pad).min(if lo >= 0.0 { 0.0 } else { lo - pad }).max(bounds.0),
+            (hi + pad).min(if bounds.1.is_finite() {
+                bounds.1 + pad
+            } else {
+                f64::INFINITY
+            }),
+        )
+    }
+}
+
+/// One panel's stats `[series][x]` at the facet `coords` (its x and series coordinates
+/// overwritten), widening `ext` by each interval drawn.
+fn panel_lines(
+    plan: &Plan,
+    stats: &[Option<Stat>],
+    coords: &mut [usize],
+    x: usize,
+    series: Option<usize>,
+    bounds: (f64, f64),
+    ext: &mut Extent,
+) -> Vec<Vec<Option<Stat>>> {
+    let n_series = series.map_or(1, |s| plan.axes[s].levels.len());
+    let mut lines = Vec::new();
+    for s in 0..n_series {
+        let mut line = Vec::new();
+        for i in 0..plan.axes[x].levels.len() {
+            coords[x] = i;
+            if let Some(sa) = series {
+                coords[sa] = s;
+            }
+            let st = stats[point_of(plan, coords) as usize];
+            if let Some(st) = st {
+                let (a, b) = ci_ends(&st, bounds);
+                ext.clipped |= a > st.mean - ci_of(&st) || b < st.mean + ci_of(&st);
+                ext.lo = ext.lo.min(a);
+                ext.hi = ext.hi.max(b);
+                ext.mean_lo = ext.mean_lo.min(st.mean);
+            }
+            line.push(st);
+        }
+        lines.push(line);
+    }
+    lines
 }
 
 impl Lines {

@@ -419,8 +419,36 @@ pub fn plan(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, String> {
 /// [`plan`] with a `[sweep]` key's error not yet located.
 pub fn plan_checked(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, PlanError> {
     let file: SweepFile = src.tool_field("sweep").map_err(PlanError::At)?.unwrap_or_default();
-    let mut axes: Vec<(Axis, Origin)> = file_axes(&file, cap).map_err(PlanError::At)?;
+    let mut axes = file_axes(&file, cap).map_err(PlanError::At)?;
+    merge_cli_axes(&mut axes, cli, cap)?;
+    let seeds = seeds(src, &file, cli, cap, &mut axes)?;
+    check_axes(&axes)?;
+    let axes: Vec<Axis> = axes.into_iter().map(|(a, _)| a).collect();
+    check_runs(&axes, seeds.len(), cap)?;
+    let metrics = metrics(&file, cli)?;
+    let plot = plot_spec(&file, cli, &axes)?;
+    Ok(Plan {
+        axes,
+        seeds,
+        metrics,
+        counts: canonical_metrics(&file.counts),
+        plot,
+    })
+}
 
+/// An error at an axis: naming its key when the axis is the file's, its flag when it is
+/// the command line's.
+fn at_axis(o: &Origin, m: String) -> PlanError {
+    if o.0.starts_with("sweep.") {
+        at(&o.0, m)
+    } else {
+        PlanError::Text(format!("{}: {m}", o.0))
+    }
+}
+
+/// Adds the command line's `-L` and `-P` axes to the file's `axes`: one on a path or name
+/// the file already sweeps replaces it, the others are appended.
+fn merge_cli_axes(axes: &mut Vec<(Axis, Origin)>, cli: &CliAxes, cap: u64) -> Result<(), PlanError> {
     let mut cli_axes = Vec::new();
     for (p, vals) in &cli.lists {
         cli_axes.push((list_axis(p, &split_values(vals)), Origin(format!("-L {p}"))));
@@ -448,7 +476,6 @@ pub fn plan_checked(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, PlanE
             Origin(format!("-P {p}")),
         ));
     }
-    // A CLI axis on a path or name the file already sweeps replaces it.
     for (ax, o) in cli_axes {
         if let Some(slot) = axes
             .iter_mut()
@@ -459,22 +486,23 @@ pub fn plan_checked(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, PlanE
             axes.push((ax, o));
         }
     }
+    Ok(())
+}
 
-    // Seeds: `seed` as an axis, `--seeds`, or `[sweep] seeds`.
+/// The seeds: a `seed` axis (taken out of `axes`), `--seeds`, or `[sweep] seeds`.
+fn seeds(
+    src: &Source,
+    file: &SweepFile,
+    cli: &CliAxes,
+    cap: u64,
+    axes: &mut Vec<(Axis, Origin)>,
+) -> Result<Vec<u64>, PlanError> {
     let base_seed = src.table.get("seed").and_then(toml::Value::as_integer).unwrap_or(1);
     let mut seeds: Option<Vec<u64>> = None;
     let mut seed_from = String::new();
     // A seed axis sets `seed` and nothing else at every level (a `cases` axis where some case
-    // leaves it unset is refused below, as any case that sets `seed`).
+    // leaves it unset is refused later, as any case that sets `seed`).
     let seed_axis = |a: &Axis| a.paths == ["seed"] && a.levels.iter().all(|l| l.sets.len() == 1);
-    // An error at an axis of the file names its key; one of a command-line axis its flag.
-    let here = |o: &Origin, m: String| {
-        if o.0.starts_with("sweep.") {
-            at(&o.0, m)
-        } else {
-            PlanError::Text(format!("{}: {m}", o.0))
-        }
-    };
     if let Some(pos) = axes.iter().position(|(a, _)| seed_axis(a)) {
         let (a, o) = axes.remove(pos);
         let mut list = Vec::new();
@@ -482,7 +510,7 @@ pub fn plan_checked(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, PlanE
             let s: u64 = l.sets[0]
                 .1
                 .parse()
-                .map_err(|_| here(&o, format!("seed `{}` is not an integer in 0..2^63", l.label)))?;
+                .map_err(|_| at_axis(&o, format!("seed `{}` is not an integer in 0..2^63", l.label)))?;
             list.push(s);
         }
         seed_from = o.0;
@@ -511,12 +539,15 @@ pub fn plan_checked(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, PlanE
             PlanError::Text(format!("seeds: {m}"))
         }
     })?;
+    Ok(seeds)
+}
 
-    // Axis checks: non-empty, distinct names, paths and labels.
+/// Every axis has values, and names, paths and labels are distinct.
+fn check_axes(axes: &[(Axis, Origin)]) -> Result<(), PlanError> {
     let mut names = BTreeSet::new();
     let mut paths = BTreeSet::new();
-    for (a, o) in &axes {
-        let here = |m: String| here(o, m);
+    for (a, o) in axes {
+        let here = |m: String| at_axis(o, m);
         if a.levels.is_empty()
             || a.levels
                 .iter()
@@ -550,21 +581,29 @@ pub fn plan_checked(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, PlanE
             }
         }
     }
-    let axes: Vec<Axis> = axes.into_iter().map(|(a, _)| a).collect();
+    Ok(())
+}
+
+/// Points x seeds within `cap`.
+fn check_runs(axes: &[Axis], seeds: usize, cap: u64) -> Result<(), PlanError> {
     let points: u64 = axes
         .iter()
         .map(|a| a.levels.len() as u64)
         .try_fold(1u64, u64::checked_mul)
         .unwrap_or(u64::MAX);
-    let runs = points.saturating_mul(seeds.len() as u64);
+    let runs = points.saturating_mul(seeds as u64);
     if runs > cap {
         return Err(format!(
-            "the sweep has {points} points x {} seeds = {runs} runs, above the cap of {cap} (raise it with --max-runs)",
-            seeds.len()
+            "the sweep has {points} points x {seeds} seeds = {runs} runs, above the cap of {cap} (raise it with --max-runs)"
         )
         .into());
     }
+    Ok(())
+}
 
+/// The table's metrics: `--metric`, else `[sweep] metrics`, else the defaults (and the
+/// file's `counts` checked).
+fn metrics(file: &SweepFile, cli: &CliAxes) -> Result<Vec<String>, PlanError> {
     let metrics = if !cli.metrics.is_empty() {
         cli.metrics.clone()
     } else if let Some(m) = file.metrics.clone() {
@@ -580,7 +619,12 @@ pub fn plan_checked(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, PlanE
         }
     })?;
     check_metrics(&file.counts).map_err(|m| at("sweep.counts", m))?;
-    let metrics = canonical_metrics(&metrics);
+    Ok(canonical_metrics(&metrics))
+}
+
+/// The plots: `[sweep.plot]` with `--heatmap` and `--line` over it, their axes checked
+/// against `axes`.
+fn plot_spec(file: &SweepFile, cli: &CliAxes, axes: &[Axis]) -> Result<PlotFile, PlanError> {
     let mut plot = file.plot.clone();
     if let Some(m) = &plot.metrics {
         check_metrics(m).map_err(|m| at("sweep.plot.metrics", m))?;
@@ -617,13 +661,7 @@ pub fn plan_checked(src: &Source, cli: &CliAxes, cap: u64) -> Result<Plan, PlanE
             }
         }
     }
-    Ok(Plan {
-        axes,
-        seeds,
-        metrics,
-        counts: canonical_metrics(&file.counts),
-        plot,
-    })
+    Ok(plot)
 }
 
 /// Seeds `base, base + 1, ...` (`n` of them, at most `cap`).

@@ -119,64 +119,12 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let mut fingerprints = crate::sweep::Fingerprints::new();
     fingerprints.of(&src, None);
     let (base, _, _) = src.build_with(&fingerprints.traces)?;
-    let (space, strict) = match &a.space {
-        Some(p) => {
-            let text = crate::atomic::read_text(p, crate::scenario::MAX_SCENARIO_BYTES, "the space file").map_err(
-                |(at, m)| match at {
-                    Some((l, c)) => anyhow!("{}:{l}:{c}: {m}", p.display()),
-                    None => anyhow!("{}: {m}", p.display()),
-                },
-            )?;
-            (
-                space::parse(&text, &p.display().to_string()).map_err(|m| anyhow!(m))?,
-                true,
-            )
-        }
-        None => (space::default_space(), false),
-    };
-    let (mut cands, mut dropped) = space::resolve(&src, space, strict).map_err(|m| anyhow!(m))?;
-    if a.upstream_only {
-        let all = std::mem::take(&mut cands);
-        for (i, c) in all.into_iter().enumerate() {
-            if i == 0 || super::upstream::of_candidate(&src, &c).is_some() {
-                cands.push(c);
-            } else {
-                dropped.push(space::Dropped {
-                    label: c.label,
-                    reason: "--upstream-only: no released router ships it (needs a patch or an open PR)".into(),
-                });
-            }
-        }
-        anyhow::ensure!(
-            cands.len() > 1,
-            "--upstream-only: no candidate of the space is shipped upstream"
-        );
-    }
+    let (cands, dropped) = candidates(&a, &src)?;
     if a.list {
-        for (i, c) in cands.iter().enumerate() {
-            fleetsim_io::outln!("{i}\t{}", c.label)?;
-        }
-        for d in &dropped {
-            fleetsim_io::outln!("-\t{}\t(left out: {})", d.label, d.reason)?;
-        }
-        eprintln!("{} candidates ({} left out)", cands.len(), dropped.len());
+        list(&cands, &dropped)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let objective = Objective::parse(&a.objective).map_err(|m| anyhow!(m))?;
-    let bounds = constraints(&a.constraints).map_err(|m| anyhow!(m))?;
-    let pareto = pareto_metrics(&a.pareto).map_err(|m| anyhow!(m))?;
-    let budget = a
-        .budget
-        .unwrap_or(DEFAULT_RUNS_PER_CANDIDATE.saturating_mul(cands.len() as u64));
-    let base_seed = src.first_seed();
-    let settings = Settings {
-        budget,
-        eta: a.eta,
-        confidence: a.confidence,
-        min_seeds: a.screen_seeds,
-        exhaustive: a.exhaustive,
-    };
-    let mut search = Search::new(cands.len(), settings, objective, bounds, base_seed).map_err(|m| anyhow!(m))?;
+    let (mut search, pareto) = new_search(&a, cands.len(), src.first_seed())?;
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -233,4 +181,75 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--list`: the candidates, numbered, then those left out with why.
+fn list(cands: &[space::Candidate], dropped: &[space::Dropped]) -> Result<()> {
+    for (i, c) in cands.iter().enumerate() {
+        fleetsim_io::outln!("{i}\t{}", c.label)?;
+    }
+    for d in dropped {
+        fleetsim_io::outln!("-\t{}\t(left out: {})", d.label, d.reason)?;
+    }
+    eprintln!("{} candidates ({} left out)", cands.len(), dropped.len());
+    Ok(())
+}
+
+/// The search over `candidates` as the flags set it (objective, constraints, budget, by
+/// default [`DEFAULT_RUNS_PER_CANDIDATE`] each, halving and confidence, seeds from
+/// `base_seed`) and the Pareto front's metrics.
+fn new_search(a: &TuneArgs, candidates: usize, base_seed: u64) -> Result<(Search, Vec<String>)> {
+    let objective = Objective::parse(&a.objective).map_err(|m| anyhow!(m))?;
+    let bounds = constraints(&a.constraints).map_err(|m| anyhow!(m))?;
+    let pareto = pareto_metrics(&a.pareto).map_err(|m| anyhow!(m))?;
+    let settings = Settings {
+        budget: a
+            .budget
+            .unwrap_or(DEFAULT_RUNS_PER_CANDIDATE.saturating_mul(candidates as u64)),
+        eta: a.eta,
+        confidence: a.confidence,
+        min_seeds: a.screen_seeds,
+        exhaustive: a.exhaustive,
+    };
+    let search = Search::new(candidates, settings, objective, bounds, base_seed).map_err(|m| anyhow!(m))?;
+    Ok((search, pareto))
+}
+
+/// The space's candidates resolved against `src` (the scenario's own first), and those left
+/// out with why; `--upstream-only` leaves out every one no released router ships.
+fn candidates(a: &TuneArgs, src: &Source) -> Result<(Vec<space::Candidate>, Vec<space::Dropped>)> {
+    let (space, strict) = match &a.space {
+        Some(p) => {
+            let text = crate::atomic::read_text(p, crate::scenario::MAX_SCENARIO_BYTES, "the space file").map_err(
+                |(at, m)| match at {
+                    Some((l, c)) => anyhow!("{}:{l}:{c}: {m}", p.display()),
+                    None => anyhow!("{}: {m}", p.display()),
+                },
+            )?;
+            (
+                space::parse(&text, &p.display().to_string()).map_err(|m| anyhow!(m))?,
+                true,
+            )
+        }
+        None => (space::default_space(), false),
+    };
+    let (mut cands, mut dropped) = space::resolve(src, space, strict).map_err(|m| anyhow!(m))?;
+    if a.upstream_only {
+        let all = std::mem::take(&mut cands);
+        for (i, c) in all.into_iter().enumerate() {
+            if i == 0 || super::upstream::of_candidate(src, &c).is_some() {
+                cands.push(c);
+            } else {
+                dropped.push(space::Dropped {
+                    label: c.label,
+                    reason: "--upstream-only: no released router ships it (needs a patch or an open PR)".into(),
+                });
+            }
+        }
+        anyhow::ensure!(
+            cands.len() > 1,
+            "--upstream-only: no candidate of the space is shipped upstream"
+        );
+    }
+    Ok((cands, dropped))
 }

@@ -226,7 +226,7 @@ pub fn drive(
     fingerprints: &mut crate::sweep::Fingerprints,
 ) -> Result<Outcome> {
     let metrics: Vec<String> = search.objective.terms.iter().map(|t| t.metric.clone()).collect();
-    let (mut executed, mut wall) = (0u64, Duration::ZERO);
+    let mut spent = Spent::default();
     // Rounds replaying the same files share a fingerprint and the parsed traces.
     let traces = fingerprints.traces.clone();
     while let Some((which, seeds)) = search.next() {
@@ -234,90 +234,14 @@ pub fn drive(
         let plan = round_plan(cands, &which, &seeds, &metrics);
         let inputs = fingerprints.of(src, Some(&plan));
         let meta = crate::sweep::meta(scenario_name, sets, plan, inputs);
-        let shard_dir = opts.dir.join("rounds").join(format!("round-{r}"));
-        let rows = if let Some(f) = read_round(&opts.dir, r, &meta)? {
-            f.rows
-        } else {
-            // Rows already in this round's shard files (a sharded or interrupted tune).
-            let mut done = Vec::new();
-            let mut missing = Vec::new();
-            let n = opts.shard.map_or(0, |s| s.1);
-            for k in 0..n {
-                let p = shard_path(&shard_dir, k, n);
-                match p.exists().then(|| table::read(&p)).transpose()? {
-                    Some(f) if f.meta.same_runs(&meta) => {
-                        whole(&p, &f, meta.runs)?;
-                        done.extend(f.rows)
-                    }
-                    Some(_) => bail!(
-                        "{}: written by a different tune; remove {} or choose another --out",
-                        p.display(),
-                        opts.dir.display()
-                    ),
-                    None => missing.push(p),
-                }
-            }
-            let own_missing = opts
-                .shard
-                .is_some_and(|(k, n)| missing.contains(&shard_path(&shard_dir, k, n)));
-            if opts.shard.is_none() || own_missing {
-                let start = Instant::now();
-                let (f, _) = execute(
-                    src,
-                    &meta,
-                    &Points::new(&meta.plan, traces.clone()),
-                    ExecOptions {
-                        jobs: opts.jobs,
-                        shard: opts.shard,
-                        progress: opts.progress,
-                        progress_every: std::time::Duration::from_secs(5),
-                        done: Vec::new(),
-                        on_partial: None,
-                    },
-                )
-                .map_err(|e| failure(e, &src.file))?;
-                wall += start.elapsed();
-                executed += f.rows.len() as u64;
-                if let Some((k, n)) = opts.shard {
-                    let p = shard_path(&shard_dir, k, n);
-                    table::write_file(
-                        &p,
-                        &SweepFile {
-                            meta: meta.clone(),
-                            shard: Some([k, n]),
-                            complete: true,
-                            build: Some(crate::sweep::build::identity().to_string()),
-                            rows: f.rows.clone(),
-                        },
-                    )?;
-                    missing.retain(|m| *m != p);
-                }
-                done.extend(f.rows);
-            }
-            if !missing.is_empty() {
-                return Ok(Outcome::Waiting { round: r, missing });
-            }
-            let mut rows = done;
-            rows.sort_by_key(|row| row.run);
-            let f = SweepFile {
-                meta: meta.clone(),
-                shard: None,
-                complete: true,
-                build: None,
-                rows,
-            };
-            f.validate()?;
-            anyhow::ensure!(
-                f.rows.len() as u64 == meta.runs,
-                "round {r}: {} of {} runs present",
-                f.rows.len(),
-                meta.runs
-            );
-            write_round(&opts.dir, r, &f)?;
-            f.rows
+        let rows = match read_round(&opts.dir, r, &meta)? {
+            Some(f) => f.rows,
+            None => match run_round(src, &meta, r, opts, &traces, &mut spent)? {
+                Round::Done(rows) => rows,
+                Round::Waiting(missing) => return Ok(Outcome::Waiting { round: r, missing }),
+            },
         };
-        let per = seeds.len();
-        let mut grid = vec![Vec::with_capacity(per); which.len()];
+        let mut grid = vec![Vec::with_capacity(seeds.len()); which.len()];
         for row in rows {
             // validate() has checked every row against the round's grid.
             if let Some(g) = grid.get_mut(row.point as usize) {
@@ -326,7 +250,121 @@ pub fn drive(
         }
         search.absorb(&which, &seeds, grid);
     }
-    Ok(Outcome::Done { executed, wall })
+    Ok(Outcome::Done {
+        executed: spent.executed,
+        wall: spent.wall,
+    })
+}
+
+/// What this invocation ran: runs and their wall time.
+#[derive(Default)]
+struct Spent {
+    executed: u64,
+    wall: Duration,
+}
+
+/// A round not on disk yet.
+enum Round {
+    /// Every run of it, in run order (now written as its round file).
+    Done(Vec<table::RunRow>),
+    /// This shard's part is done; these shard files are missing.
+    Waiting(Vec<PathBuf>),
+}
+
+/// Round `r`: the rows of its shard files already written (a sharded or interrupted tune),
+/// this invocation's own part run, and the round written once every part is there.
+fn run_round(
+    src: &Source,
+    meta: &table::Meta,
+    r: usize,
+    opts: &Options,
+    traces: &std::sync::Arc<crate::trace::TraceCache>,
+    spent: &mut Spent,
+) -> Result<Round> {
+    let shard_dir = opts.dir.join("rounds").join(format!("round-{r}"));
+    let (mut done, mut missing) = shard_files(&shard_dir, meta, opts)?;
+    let own_missing = opts
+        .shard
+        .is_some_and(|(k, n)| missing.contains(&shard_path(&shard_dir, k, n)));
+    if opts.shard.is_none() || own_missing {
+        let start = Instant::now();
+        let (f, _) = execute(
+            src,
+            meta,
+            &Points::new(&meta.plan, traces.clone()),
+            ExecOptions {
+                jobs: opts.jobs,
+                shard: opts.shard,
+                progress: opts.progress,
+                progress_every: std::time::Duration::from_secs(5),
+                done: Vec::new(),
+                on_partial: None,
+            },
+        )
+        .map_err(|e| failure(e, &src.file))?;
+        spent.wall += start.elapsed();
+        spent.executed += f.rows.len() as u64;
+        if let Some((k, n)) = opts.shard {
+            let p = shard_path(&shard_dir, k, n);
+            table::write_file(
+                &p,
+                &SweepFile {
+                    meta: meta.clone(),
+                    shard: Some([k, n]),
+                    complete: true,
+                    build: Some(crate::sweep::build::identity().to_string()),
+                    rows: f.rows.clone(),
+                },
+            )?;
+            missing.retain(|m| *m != p);
+        }
+        done.extend(f.rows);
+    }
+    if !missing.is_empty() {
+        return Ok(Round::Waiting(missing));
+    }
+    let mut rows = done;
+    rows.sort_by_key(|row| row.run);
+    let f = SweepFile {
+        meta: meta.clone(),
+        shard: None,
+        complete: true,
+        build: None,
+        rows,
+    };
+    f.validate()?;
+    anyhow::ensure!(
+        f.rows.len() as u64 == meta.runs,
+        "round {r}: {} of {} runs present",
+        f.rows.len(),
+        meta.runs
+    );
+    write_round(&opts.dir, r, &f)?;
+    Ok(Round::Done(f.rows))
+}
+
+/// The rows of the round's shard files in `shard_dir` written for these runs, and the shard
+/// files missing.
+fn shard_files(shard_dir: &Path, meta: &table::Meta, opts: &Options) -> Result<(Vec<table::RunRow>, Vec<PathBuf>)> {
+    let mut done = Vec::new();
+    let mut missing = Vec::new();
+    let n = opts.shard.map_or(0, |s| s.1);
+    for k in 0..n {
+        let p = shard_path(shard_dir, k, n);
+        match p.exists().then(|| table::read(&p)).transpose()? {
+            Some(f) if f.meta.same_runs(meta) => {
+                whole(&p, &f, meta.runs)?;
+                done.extend(f.rows)
+            }
+            Some(_) => bail!(
+                "{}: written by a different tune; remove {} or choose another --out",
+                p.display(),
+                opts.dir.display()
+            ),
+            None => missing.push(p),
+        }
+    }
+    Ok((done, missing))
 }
 
 /// Writes tune.md, tune.json, tune.csv, winner.toml and (when `png_dpi` is given) the

@@ -11,13 +11,10 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::plot::{Figure, PALETTE, clip, draw_legend, font, human_metric, mesh, pe};
+use crate::plot::{Chart, Figure, PALETTE, clip, draw_legend, font, human_metric, mesh, pe};
 use crate::sweep::table::fmt_stat;
 use crate::tune::report::Report;
 use crate::tune::space::OWN;
-
-/// `(label, x, y, on front)`.
-type Point = (String, f64, f64, bool);
 
 /// The plot's data.
 pub struct ParetoPlot {
@@ -83,11 +80,12 @@ impl ParetoPlot {
     }
 
     /// Error bars: each point's CI on both axes (on a log axis, cut at the axis' lower end).
-    fn bars(&self, lx: bool, ly: bool, floor: (f64, f64)) -> Vec<PathElement<(f64, f64)>> {
+    fn bars(&self, sc: Scales, floor: (f64, f64)) -> Vec<PathElement<(f64, f64)>> {
         let grey = RGBColor(170, 170, 170);
+        let (lx, ly) = (sc.log_x, sc.log_y);
         let mut out = Vec::new();
         for (p, &(_, cx, cy)) in self.points.iter().zip(&self.spread) {
-            let (x, y) = (axis(p.1, lx), axis(p.2, ly));
+            let (x, y) = sc.at(p);
             let lo = |v: f64, c: f64, log: bool, f: f64| if log && v - c <= 0.0 { f } else { axis(v - c, log) };
             if cx.is_finite() && cx > 0.0 {
                 let seg = vec![(lo(p.1, cx, lx, floor.0), y), (axis(p.1 + cx, lx), y)];
@@ -135,17 +133,38 @@ fn range(xs: impl Iterator<Item = f64>) -> (f64, f64) {
     (lo - pad, hi + pad)
 }
 
+/// A candidate's point: `(label, x, y, on front)`.
+type Point = (String, f64, f64, bool);
+
+/// A box on the canvas, pixels: `(left, top, right, bottom)`.
+type PixelBox = (i32, i32, i32, i32);
+
+/// Which axes are drawn on a log scale: where a point goes.
+#[derive(Clone, Copy)]
+struct Scales {
+    log_x: bool,
+    log_y: bool,
+}
+
+impl Scales {
+    /// The chart coordinates of `p` (a log axis holds log10 of the value).
+    fn at(self, p: &Point) -> (f64, f64) {
+        (axis(p.1, self.log_x), axis(p.2, self.log_y))
+    }
+}
+
 impl Figure for ParetoPlot {
     fn size(&self) -> (u32, u32) {
         (900, 640)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
-        let lx = is_log(self.points.iter().map(|p| p.1));
-        let ly = is_log(self.points.iter().map(|p| p.2));
-        let pt = |p: &(String, f64, f64, bool)| (axis(p.1, lx), axis(p.2, ly));
-        let (x0, x1) = range(self.points.iter().map(|p| axis(p.1, lx)));
-        let (y0, y1) = range(self.points.iter().map(|p| axis(p.2, ly)));
+        let sc = Scales {
+            log_x: is_log(self.points.iter().map(|p| p.1)),
+            log_y: is_log(self.points.iter().map(|p| p.2)),
+        };
+        let (x0, x1) = range(self.points.iter().map(|p| sc.at(p).0));
+        let (y0, y1) = range(self.points.iter().map(|p| sc.at(p).1));
         let scale = |name: &str, log: bool| {
             if log {
                 format!("{}, log scale", human_metric(name))
@@ -162,43 +181,30 @@ impl Figure for ParetoPlot {
             .build_cartesian_2d(x0..x1, y0..y1)
             .map_err(pe)?;
         mesh(&mut chart)
-            .x_desc(format!("{}, mean", scale(&self.x_name, lx)))
-            .y_desc(format!("{}, mean", scale(&self.y_name, ly)))
-            .x_labels(if lx { 40 } else { 10 })
-            .y_labels(if ly { 40 } else { 10 })
-            .x_label_formatter(&|v| tick(*v, lx))
-            .y_label_formatter(&|v| tick(*v, ly))
+            .x_desc(format!("{}, mean", scale(&self.x_name, sc.log_x)))
+            .y_desc(format!("{}, mean", scale(&self.y_name, sc.log_y)))
+            .x_labels(if sc.log_x { 40 } else { 10 })
+            .y_labels(if sc.log_y { 40 } else { 10 })
+            .x_label_formatter(&|v| tick(*v, sc.log_x))
+            .y_label_formatter(&|v| tick(*v, sc.log_y))
             .draw()
             .map_err(pe)?;
-        chart.draw_series(self.bars(lx, ly, (x0, y0))).map_err(pe)?;
-        let grey = RGBColor(150, 150, 150);
-        let most = self.spread.iter().map(|s| s.0).max().unwrap_or(0);
-        let full = |i: usize| self.spread.get(i).is_none_or(|s| s.0 == most);
-        let dominated: Vec<(usize, &Point)> = self.points.iter().enumerate().filter(|(_, p)| !p.3).collect();
-        chart
-            .draw_series(
-                dominated
-                    .iter()
-                    .filter(|(i, _)| full(*i))
-                    .map(|(_, p)| Circle::new(pt(p), 3, grey.filled())),
-            )
-            .map_err(pe)?
-            .label(format!("dominated ({most} seeds)"))
-            .legend(move |(x, y)| Circle::new((x, y), 3, grey.filled()));
-        if dominated.iter().any(|(i, _)| !full(*i)) {
-            chart
-                .draw_series(
-                    dominated
-                        .iter()
-                        .filter(|(i, _)| !full(*i))
-                        .map(|(_, p)| Circle::new(pt(p), 3, grey.stroke_width(1))),
-                )
-                .map_err(pe)?
-                .label("dominated, stopped early (fewer seeds)")
-                .legend(move |(x, y)| Circle::new((x, y), 3, grey.stroke_width(1)));
-        }
-        let mut front: Vec<&(String, f64, f64, bool)> = self.points.iter().filter(|p| p.3).collect();
+        chart.draw_series(self.bars(sc, (x0, y0))).map_err(pe)?;
+        let mut front: Vec<&Point> = self.points.iter().filter(|p| p.3).collect();
         front.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)));
+        self.draw_points(&mut chart, &front, sc)?;
+        self.draw_labels(&chart, &front, sc)?;
+        // Lower right: with two metrics to minimize, the front is lower left and the worst
+        // candidates upper right.
+        draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
+    }
+}
+
+impl ParetoPlot {
+    /// The dominated candidates in grey, the front joined in blue, the winner a triangle and
+    /// the scenario's own configuration a square.
+    fn draw_points<DB: DrawingBackend>(&self, chart: &mut Chart<DB>, front: &[&Point], sc: Scales) -> Result<()> {
+        self.draw_dominated(chart, sc)?;
         let blue = PALETTE[0];
         // Two metrics: the front is the staircase through its points (what it dominates
         // lies above and right of it). Over a third metric its points need not form one.
@@ -207,10 +213,10 @@ impl Figure for ParetoPlot {
             let x_max = crate::tune::objective::maximize(&self.x_name);
             let mut stairs = Vec::new();
             for w in front.windows(2) {
-                let (a, b) = (pt(w[0]), pt(w[1]));
+                let (a, b) = (sc.at(w[0]), sc.at(w[1]));
                 stairs.extend([a, if x_max { (a.0, b.1) } else { (b.0, a.1) }]);
             }
-            stairs.push(pt(front[front.len() - 1]));
+            stairs.push(sc.at(front[front.len() - 1]));
             chart
                 .draw_series(std::iter::once(PathElement::new(stairs, blue.stroke_width(1))))
                 .map_err(pe)?;
@@ -221,45 +227,68 @@ impl Figure for ParetoPlot {
             (n, _) => format!("non-dominated over the {n} metrics"),
         };
         chart
-            .draw_series(front.iter().map(|p| Circle::new(pt(p), 5, blue.filled())))
+            .draw_series(front.iter().map(|p| Circle::new(sc.at(p), 5, blue.filled())))
             .map_err(pe)?
             .label(front_label)
             .legend(move |(x, y)| Circle::new((x, y), 5, blue.filled()));
         let (winner_c, own_c) = (PALETTE[3], RGBColor(0, 0, 0));
-        let mut taken: Vec<(i32, i32, i32, i32)> = Vec::new();
-        let mut mark = |at: (f64, f64), r: i32| {
-            let (x, y) = chart.backend_coord(&at);
-            taken.push((x - r, y - r, x + r, y + r));
-        };
-        for p in self.points.iter().filter(|p| p.3 || p.0 == self.winner || p.0 == OWN) {
-            mark(pt(p), 6);
-        }
         if let Some(p) = self.points.iter().find(|p| p.0 == self.winner) {
             chart
-                .draw_series(std::iter::once(TriangleMarker::new(pt(p), 10, winner_c.filled())))
+                .draw_series(std::iter::once(TriangleMarker::new(sc.at(p), 10, winner_c.filled())))
                 .map_err(pe)?
                 .label(format!("winner: {}", clip(&p.0, 50)))
                 .legend(move |(x, y)| TriangleMarker::new((x, y), 6, winner_c.filled()));
         }
         if let Some(p) = self.points.iter().find(|p| p.0 == OWN) {
-            let (x, y) = pt(p);
             chart
                 .draw_series(std::iter::once(
-                    EmptyElement::at((x, y)) + Rectangle::new([(-6, -6), (6, 6)], own_c.filled()),
+                    EmptyElement::at(sc.at(p)) + Rectangle::new([(-6, -6), (6, 6)], own_c.filled()),
                 ))
                 .map_err(pe)?
                 .label("scenario's own")
                 .legend(move |(x, y)| Rectangle::new([(x - 5, y - 5), (x + 5, y + 5)], own_c.filled()));
         }
-        // Labels: the front's points (at most 12, each position once with a count of the
-        // candidates sharing it), then the winner's and the scenario's; each placed at the
-        // first of four corners around its point where it overlaps no marker and no earlier
-        // label, and left out where none is free.
-        let area = chart.plotting_area().strip_coord_spec();
-        let (aw, ah) = area.dim_in_pixel();
+        Ok(())
+    }
+
+    /// The dominated candidates in grey: filled where they ran every seed of the last
+    /// round, hollow where the search stopped them early (fewer seeds, wider bars).
+    fn draw_dominated<DB: DrawingBackend>(&self, chart: &mut Chart<DB>, sc: Scales) -> Result<()> {
+        let grey = RGBColor(150, 150, 150);
+        let most = self.spread.iter().map(|s| s.0).max().unwrap_or(0);
+        let full = |i: usize| self.spread.get(i).is_none_or(|s| s.0 == most);
+        let dominated: Vec<(usize, &Point)> = self.points.iter().enumerate().filter(|(_, p)| !p.3).collect();
+        chart
+            .draw_series(
+                dominated
+                    .iter()
+                    .filter(|(i, _)| full(*i))
+                    .map(|(_, p)| Circle::new(sc.at(p), 3, grey.filled())),
+            )
+            .map_err(pe)?
+            .label(format!("dominated ({most} seeds)"))
+            .legend(move |(x, y)| Circle::new((x, y), 3, grey.filled()));
+        if dominated.iter().any(|(i, _)| !full(*i)) {
+            chart
+                .draw_series(
+                    dominated
+                        .iter()
+                        .filter(|(i, _)| !full(*i))
+                        .map(|(_, p)| Circle::new(sc.at(p), 3, grey.stroke_width(1))),
+                )
+                .map_err(pe)?
+                .label("dominated, stopped early (fewer seeds)")
+                .legend(move |(x, y)| Circle::new((x, y), 3, grey.stroke_width(1)));
+        }
+        Ok(())
+    }
+
+    /// The labels wanted: the front's points (at most 12, each position once with a count
+    /// of the candidates sharing it), then the winner's and the scenario's.
+    fn labels_wanted(&self, front: &[&Point], sc: Scales) -> Vec<(String, (f64, f64))> {
         let mut wanted: Vec<(String, (f64, f64))> = Vec::new();
         let mut seen: Vec<(f64, f64)> = Vec::new();
-        for p in &front {
+        for p in front {
             if seen.len() == 12 || seen.contains(&(p.1, p.2)) {
                 continue;
             }
@@ -270,16 +299,34 @@ impl Figure for ParetoPlot {
             } else {
                 clip(&p.0, 44)
             };
-            wanted.push((text, pt(p)));
+            wanted.push((text, sc.at(p)));
         }
         for name in [&self.winner, &OWN.to_string()] {
             if let Some(p) = self.points.iter().find(|p| p.0 == *name && !p.3) {
-                wanted.push((clip(&p.0, 44), pt(p)));
+                wanted.push((clip(&p.0, 44), sc.at(p)));
             }
         }
+        wanted
+    }
+
+    /// Each wanted label at the first of four corners around its point where it overlaps
+    /// no marker (of the front, the winner, the scenario's own) and no earlier label; left
+    /// out where none is free.
+    fn draw_labels<DB: DrawingBackend>(&self, chart: &Chart<DB>, front: &[&Point], sc: Scales) -> Result<()> {
+        let mut taken: Vec<PixelBox> = self
+            .points
+            .iter()
+            .filter(|p| p.3 || p.0 == self.winner || p.0 == OWN)
+            .map(|p| {
+                let (x, y) = chart.backend_coord(&sc.at(p));
+                (x - 6, y - 6, x + 6, y + 6)
+            })
+            .collect();
+        let area = chart.plotting_area().strip_coord_spec();
+        let (aw, ah) = area.dim_in_pixel();
         let (ox, oy) = chart.plotting_area().get_base_pixel();
         let f = font(10.0);
-        for (text, at) in wanted {
+        for (text, at) in self.labels_wanted(front, sc) {
             let (px, py) = chart.backend_coord(&at);
             let (tw, th) = area.estimate_text_size(&text, &f).map_err(pe)?;
             let (tw, th) = (tw as i32, th as i32);
@@ -304,9 +351,7 @@ impl Figure for ParetoPlot {
                 .map_err(pe)?;
             }
         }
-        // Lower right: with two metrics to minimize, the front is lower left and the worst
-        // candidates upper right.
-        draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
+        Ok(())
     }
 }
 

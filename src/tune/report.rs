@@ -332,128 +332,13 @@ pub fn build(
     pareto_metrics: &[String],
     tie_break: TieBreak,
 ) -> Report {
-    let mut metrics: Vec<String> = Vec::new();
-    let wanted = search
-        .objective
-        .terms
-        .iter()
-        .map(|t| t.metric.clone())
-        .chain(pareto_metrics.iter().cloned())
-        .chain(search.constraints.iter().map(|c| c.metric.clone()))
-        .chain(crate::sweep::spec::DEFAULT_METRICS.iter().map(|s| s.to_string()));
-    for m in wanted {
-        if !metrics.contains(&m) {
-            metrics.push(m);
-        }
-    }
+    let metrics = shown_metrics(search, pareto_metrics);
     let ran: Vec<usize> = (0..cands.len()).filter(|&c| !search.runs[c].is_empty()).collect();
     let order = search.rank(&ran);
     let ups: Vec<Option<Upstream>> = cands.iter().map(|c| of_candidate(src, c)).collect();
-    // The leader: the best of the candidates with the most seeds (the last round's).
-    let most = ran.iter().map(|&c| search.runs[c].len()).max().unwrap_or(0);
-    let finalists: Vec<usize> = ran.iter().copied().filter(|&c| search.runs[c].len() == most).collect();
-    let leader = search.rank(&finalists)[0];
-    // The tie: every finalist the leader does not beat at --confidence on their common
-    // seeds (one-sided paired test), on the same side of the constraints.
-    let lead_scores = search.scores(leader);
-    let alpha = 1.0 - search.settings.confidence;
-    let tied = |c: usize| {
-        if c == leader {
-            return true;
-        }
-        if search.runs[c].len() < most {
-            return false;
-        }
-        let s = search.scores(c);
-        let n = s.len().min(lead_scores.len());
-        let d = paired(&lead_scores[..n], &s[..n]);
-        search.feasible(c) == search.feasible(leader) && n >= 2 && (d.p >= alpha || d.mean.abs() < NEGLIGIBLE_CI)
-    };
-    let tie: Vec<usize> = std::iter::once(leader)
-        .chain(order.iter().copied().filter(|&c| c != leader && tied(c)))
-        .collect();
-    let mean_of = |c: usize, m: &str| Stat::of(&search.values(c, m)).mean;
-    let score_of = |c: usize| Stat::of(&search.scores(c)).mean;
-    let mut pick = tie.clone();
-    pick.sort_by(|&a, &b| {
-        let base = (a != leader)
-            .cmp(&(b != leader))
-            .then(score_of(a).total_cmp(&score_of(b)));
-        match tie_break {
-            TieBreak::Score => base,
-            TieBreak::Upstream => ups[a].is_none().cmp(&ups[b].is_none()).then(base),
-            TieBreak::PrefixHit => mean_of(b, "prefix_cache_hit_rate")
-                .total_cmp(&mean_of(a, "prefix_cache_hit_rate"))
-                .then(base),
-            TieBreak::Simple => settings_changed(&cands[a].policy, &cands[a].router)
-                .cmp(&settings_changed(&cands[b].policy, &cands[b].router))
-                .then(base),
-        }
-    });
-    let w = pick[0];
-    let best_upstream = match ups[w] {
-        Some(_) => None,
-        None => order
-            .iter()
-            .copied()
-            .enumerate()
-            .find(|&(_, c)| ups[c].is_some() && search.feasible(c))
-            .map(|(i, c)| UpstreamAlternative {
-                rank: i + 1,
-                candidate: cands[c].label.clone(),
-                seeds: search.runs[c].len(),
-                score: MeanCi::of(&search.scores(c)),
-                upstream: ups[c].clone().expect("filtered on upstream"),
-            }),
-    };
-    let ranked: Vec<Row> = order
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| Row {
-            rank: i + 1,
-            candidate: cands[c].label.clone(),
-            seeds: search.runs[c].len(),
-            round: search.merit_round(c) + 1,
-            feasible: search.feasible(c),
-            score: MeanCi::of(&search.scores(c)),
-            metrics: metrics.iter().map(|m| MeanCi::of(&search.values(c, m))).collect(),
-            tie: tie.contains(&c),
-            upstream: ups[c].clone(),
-        })
-        .collect();
-    // The runner-up: the best-ranked other candidate.
-    let runner = order.iter().copied().find(|&c| c != w);
-    // Each candidate's means over all the seeds it ran: the numbers of the ranked table, so
-    // the winner's point is the winner's row (not a screening estimate of it).
-    let points: Vec<(String, Vec<f64>)> = cands
-        .iter()
-        .enumerate()
-        .map(|(c, cand)| {
-            let v = pareto_metrics
-                .iter()
-                .map(|m| Stat::of(&search.values(c, m)).mean)
-                .collect();
-            (cand.label.clone(), v)
-        })
-        .collect();
-    let spread: Vec<(usize, Vec<f64>)> = (0..cands.len())
-        .map(|c| {
-            let ci = pareto_metrics
-                .iter()
-                .map(|m| Stat::of(&search.values(c, m)).ci95)
-                .collect();
-            (search.runs[c].len(), ci)
-        })
-        .collect();
-    let dirs: Vec<bool> = pareto_metrics.iter().map(|m| maximize(m)).collect();
-    let vals: Vec<Vec<f64>> = points.iter().map(|p| p.1.clone()).collect();
+    let (leader, tie) = leader_and_tie(search, &ran, &order);
+    let w = tie_winner(search, cands, &ups, leader, &tie, tie_break);
     let objective = search.objective.describe();
-    let mut alt = src.clone();
-    let flags = alt
-        .apply(&cands[w].sets, "tune")
-        .ok()
-        .and_then(|_| alt.scenario().ok())
-        .and_then(|sc| production_stack(&sc.sim.router));
     Report {
         scenario: scenario.to_string(),
         objective: objective.clone(),
@@ -473,26 +358,190 @@ pub fn build(
                 leader_vs_runner_up: r.leader_vs_runner_up,
             })
             .collect(),
-        ranked,
+        ranked: ranked(search, cands, &ups, &order, &tie, &metrics),
         leader: cands[leader].label.clone(),
         tie: tie.iter().map(|&c| cands[c].label.clone()).collect(),
         tie_break,
         winner: cands[w].label.clone(),
         winner_upstream: ups[w].clone(),
-        best_upstream,
-        vs_runner_up: runner.map(|r| compare(search, cands, src, &metrics, w, r)),
+        best_upstream: ups[w]
+            .is_none()
+            .then(|| best_upstream(search, cands, &ups, &order))
+            .flatten(),
+        // The runner-up: the best-ranked other candidate.
+        vs_runner_up: order
+            .iter()
+            .copied()
+            .find(|&c| c != w)
+            .map(|r| compare(search, cands, src, &metrics, w, r)),
         vs_scenario: (w != 0).then(|| compare(search, cands, src, &metrics, w, 0)),
-        pareto: Pareto {
-            metrics: pareto_metrics.to_vec(),
-            seeds: search.rounds.first().map(|r| r.seeds.clone()).unwrap_or_default(),
-            front: pareto_front(&vals, &dirs),
-            points,
-            spread,
-        },
+        pareto: pareto(search, cands, pareto_metrics),
         snippet: snippet(scenario, &objective, &cands[w]),
-        flags,
+        flags: flags_of(src, &cands[w]),
         metrics,
     }
+}
+
+/// The metrics the report shows: the objective's, the Pareto front's, the constraints' and
+/// the defaults, each once, in that order.
+fn shown_metrics(search: &Search, pareto_metrics: &[String]) -> Vec<String> {
+    let mut metrics: Vec<String> = Vec::new();
+    let wanted = search
+        .objective
+        .terms
+        .iter()
+        .map(|t| t.metric.clone())
+        .chain(pareto_metrics.iter().cloned())
+        .chain(search.constraints.iter().map(|c| c.metric.clone()))
+        .chain(crate::sweep::spec::DEFAULT_METRICS.iter().map(|s| s.to_string()));
+    for m in wanted {
+        if !metrics.contains(&m) {
+            metrics.push(m);
+        }
+    }
+    metrics
+}
+
+/// The leader (the best of the candidates with the most seeds: the last round's) and the
+/// tie: it and every finalist it does not beat at `--confidence` on their common seeds
+/// (one-sided paired test), on the same side of the constraints, in ranking order.
+fn leader_and_tie(search: &Search, ran: &[usize], order: &[usize]) -> (usize, Vec<usize>) {
+    let most = ran.iter().map(|&c| search.runs[c].len()).max().unwrap_or(0);
+    let finalists: Vec<usize> = ran.iter().copied().filter(|&c| search.runs[c].len() == most).collect();
+    let leader = search.rank(&finalists)[0];
+    let lead_scores = search.scores(leader);
+    let alpha = 1.0 - search.settings.confidence;
+    let tied = |c: usize| {
+        if c == leader {
+            return true;
+        }
+        if search.runs[c].len() < most {
+            return false;
+        }
+        let s = search.scores(c);
+        let n = s.len().min(lead_scores.len());
+        let d = paired(&lead_scores[..n], &s[..n]);
+        search.feasible(c) == search.feasible(leader) && n >= 2 && (d.p >= alpha || d.mean.abs() < NEGLIGIBLE_CI)
+    };
+    let tie = std::iter::once(leader)
+        .chain(order.iter().copied().filter(|&c| c != leader && tied(c)))
+        .collect();
+    (leader, tie)
+}
+
+/// The member of the tie that `tie_break` picks (the leader unless it prefers another).
+fn tie_winner(
+    search: &Search,
+    cands: &[Candidate],
+    ups: &[Option<Upstream>],
+    leader: usize,
+    tie: &[usize],
+    tie_break: TieBreak,
+) -> usize {
+    let mean_of = |c: usize, m: &str| Stat::of(&search.values(c, m)).mean;
+    let score_of = |c: usize| Stat::of(&search.scores(c)).mean;
+    let mut pick = tie.to_vec();
+    pick.sort_by(|&a, &b| {
+        let base = (a != leader)
+            .cmp(&(b != leader))
+            .then(score_of(a).total_cmp(&score_of(b)));
+        match tie_break {
+            TieBreak::Score => base,
+            TieBreak::Upstream => ups[a].is_none().cmp(&ups[b].is_none()).then(base),
+            TieBreak::PrefixHit => mean_of(b, "prefix_cache_hit_rate")
+                .total_cmp(&mean_of(a, "prefix_cache_hit_rate"))
+                .then(base),
+            TieBreak::Simple => settings_changed(&cands[a].policy, &cands[a].router)
+                .cmp(&settings_changed(&cands[b].policy, &cands[b].router))
+                .then(base),
+        }
+    });
+    pick[0]
+}
+
+/// The best-ranked feasible configuration a released router ships.
+fn best_upstream(
+    search: &Search,
+    cands: &[Candidate],
+    ups: &[Option<Upstream>],
+    order: &[usize],
+) -> Option<UpstreamAlternative> {
+    order
+        .iter()
+        .copied()
+        .enumerate()
+        .find(|&(_, c)| ups[c].is_some() && search.feasible(c))
+        .map(|(i, c)| UpstreamAlternative {
+            rank: i + 1,
+            candidate: cands[c].label.clone(),
+            seeds: search.runs[c].len(),
+            score: MeanCi::of(&search.scores(c)),
+            upstream: ups[c].clone().expect("filtered on upstream"),
+        })
+}
+
+/// The ranked table's rows, in `order`.
+fn ranked(
+    search: &Search,
+    cands: &[Candidate],
+    ups: &[Option<Upstream>],
+    order: &[usize],
+    tie: &[usize],
+    metrics: &[String],
+) -> Vec<Row> {
+    order
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| Row {
+            rank: i + 1,
+            candidate: cands[c].label.clone(),
+            seeds: search.runs[c].len(),
+            round: search.merit_round(c) + 1,
+            feasible: search.feasible(c),
+            score: MeanCi::of(&search.scores(c)),
+            metrics: metrics.iter().map(|m| MeanCi::of(&search.values(c, m))).collect(),
+            tie: tie.contains(&c),
+            upstream: ups[c].clone(),
+        })
+        .collect()
+}
+
+/// The Pareto front over `metrics` of each candidate's means over all the seeds it ran: the
+/// numbers of the ranked table, so the winner's point is the winner's row (not a screening
+/// estimate of it).
+fn pareto(search: &Search, cands: &[Candidate], metrics: &[String]) -> Pareto {
+    let points: Vec<(String, Vec<f64>)> = cands
+        .iter()
+        .enumerate()
+        .map(|(c, cand)| {
+            let v = metrics.iter().map(|m| Stat::of(&search.values(c, m)).mean).collect();
+            (cand.label.clone(), v)
+        })
+        .collect();
+    let spread: Vec<(usize, Vec<f64>)> = (0..cands.len())
+        .map(|c| {
+            let ci = metrics.iter().map(|m| Stat::of(&search.values(c, m)).ci95).collect();
+            (search.runs[c].len(), ci)
+        })
+        .collect();
+    let dirs: Vec<bool> = metrics.iter().map(|m| maximize(m)).collect();
+    let vals: Vec<Vec<f64>> = points.iter().map(|p| p.1.clone()).collect();
+    Pareto {
+        metrics: metrics.to_vec(),
+        seeds: search.rounds.first().map(|r| r.seeds.clone()).unwrap_or_default(),
+        front: pareto_front(&vals, &dirs),
+        points,
+        spread,
+    }
+}
+
+/// production-stack's command line for candidate `c` of `src`, if it is one of its routers.
+fn flags_of(src: &Source, c: &Candidate) -> Option<Flags> {
+    let mut alt = src.clone();
+    alt.apply(&c.sets, "tune")
+        .ok()
+        .and_then(|_| alt.scenario().ok())
+        .and_then(|sc| production_stack(&sc.sim.router))
 }
 
 fn why(out: &mut String, c: &Comparison, against: &str) {
@@ -544,6 +593,41 @@ pub fn fmt_sig(x: f64) -> String {
 /// The report as Markdown; `top` limits the ranked table (the rest is summarized).
 pub fn render(r: &Report, top: usize) -> String {
     let mut out = String::new();
+    render_search(&mut out, r);
+    render_ranking(&mut out, r, top);
+    render_winner(&mut out, r);
+    if let Some(c) = &r.vs_runner_up {
+        why(&mut out, c, "the runner-up");
+    }
+    match &r.vs_scenario {
+        Some(c) => why(&mut out, c, "the scenario's own configuration"),
+        None => {
+            let _ = writeln!(out, "\nThe scenario's own configuration is the best candidate found.");
+        }
+    }
+    let _ = writeln!(out, "\n```toml\n{}```", r.snippet);
+    if let Some(f) = &r.flags {
+        let _ = writeln!(
+            out,
+            "\nproduction-stack router flags:\n\n```\nvllm-router {}\n```",
+            f.line()
+        );
+        for n in &f.notes {
+            let _ = writeln!(out, "- {n}");
+        }
+    }
+    render_pareto(&mut out, &r.pareto);
+    if !r.dropped.is_empty() {
+        let _ = writeln!(out, "\n{} space entries left out:", r.dropped.len());
+        for (l, why) in &r.dropped {
+            let _ = writeln!(out, "- `{l}`: {why}");
+        }
+    }
+    out
+}
+
+/// The title, objective, constraints, why the search stopped, and its rounds.
+fn render_search(out: &mut String, r: &Report) {
     let _ = writeln!(out, "# sim tune: {}\n", r.scenario);
     let _ = writeln!(out, "objective (lower is better): {}", r.objective);
     if !r.constraints.is_empty() {
@@ -590,6 +674,10 @@ pub fn render(r: &Report, top: usize) -> String {
             rd.leader
         );
     }
+}
+
+/// The ranked table, its first `top` rows.
+fn render_ranking(out: &mut String, r: &Report, top: usize) {
     let _ = writeln!(
         out,
         "\n## Ranking by score (mean ± 95% CI over each candidate's seeds; tie: a last-round candidate not separable from the leader)\n"
@@ -623,8 +711,17 @@ pub fn render(r: &Report, top: usize) -> String {
     if r.ranked.len() > top {
         let _ = writeln!(out, "\n({} more in tune.md and tune.csv)", r.ranked.len() - top);
     }
+}
+
+/// The winner: the tie it was picked from, and which released router ships it (or the best
+/// configuration one does).
+fn render_winner(out: &mut String, r: &Report) {
     let _ = writeln!(out, "\n## Winner: `{}`", r.winner);
     if r.tie.len() > 1 {
+        let mut names: Vec<String> = r.tie.iter().take(8).map(|t| format!("`{t}`")).collect();
+        if r.tie.len() > 8 {
+            names.push(format!("and {} more marked `tie` in the table", r.tie.len() - 8));
+        }
         let _ = writeln!(
             out,
             "\nStatistical tie: {} candidates of the last round cannot be separated from the leader `{}` at {}% (paired on common seeds; a candidate cut earlier is never in the tie); tie-break `{}` ({}) picks `{}`. The tie: {}.",
@@ -637,13 +734,7 @@ pub fn render(r: &Report, top: usize) -> String {
                 .unwrap_or_default(),
             r.tie_break.describe(),
             r.winner,
-            {
-                let mut names: Vec<String> = r.tie.iter().take(8).map(|t| format!("`{t}`")).collect();
-                if r.tie.len() > 8 {
-                    names.push(format!("and {} more marked `tie` in the table", r.tie.len() - 8));
-                }
-                names.join(", ")
-            }
+            names.join(", ")
         );
     }
     match &r.winner_upstream {
@@ -669,35 +760,18 @@ pub fn render(r: &Report, top: usize) -> String {
             }
         }
     }
-    if let Some(c) = &r.vs_runner_up {
-        why(&mut out, c, "the runner-up");
-    }
-    match &r.vs_scenario {
-        Some(c) => why(&mut out, c, "the scenario's own configuration"),
-        None => {
-            let _ = writeln!(out, "\nThe scenario's own configuration is the best candidate found.");
-        }
-    }
-    let _ = writeln!(out, "\n```toml\n{}```", r.snippet);
-    if let Some(f) = &r.flags {
-        let _ = writeln!(
-            out,
-            "\nproduction-stack router flags:\n\n```\nvllm-router {}\n```",
-            f.line()
-        );
-        for n in &f.notes {
-            let _ = writeln!(out, "- {n}");
-        }
-    }
+}
+
+/// The non-dominated candidates and their means.
+fn render_pareto(out: &mut String, p: &Pareto) {
     let _ = writeln!(
         out,
         "\n## Pareto front ({}; means over each candidate's seeds, as ranked)\n",
-        r.pareto.metrics.join(", ")
+        p.metrics.join(", ")
     );
-    for &i in &r.pareto.front {
-        let (label, v) = &r.pareto.points[i];
-        let vals: Vec<String> = r
-            .pareto
+    for &i in &p.front {
+        let (label, v) = &p.points[i];
+        let vals: Vec<String> = p
             .metrics
             .iter()
             .zip(v)
@@ -705,13 +779,6 @@ pub fn render(r: &Report, top: usize) -> String {
             .collect();
         let _ = writeln!(out, "- `{label}`: {}", vals.join(", "));
     }
-    if !r.dropped.is_empty() {
-        let _ = writeln!(out, "\n{} space entries left out:", r.dropped.len());
-        for (l, why) in &r.dropped {
-            let _ = writeln!(out, "- `{l}`: {why}");
-        }
-    }
-    out
 }
 
 pub fn csv(r: &Report) -> Result<Vec<u8>> {

@@ -92,6 +92,9 @@ fn levels(src: &Source, at: &str, v: &toml::Value) -> Result<Vec<toml::Value>, S
     Ok(list)
 }
 
+/// One dimension of a space entry: whether it is a `[router]` key, the key, its values.
+type Dim = (bool, String, Vec<toml::Value>);
+
 /// Parses a space file. Errors are one line naming the file, the key path and its line.
 pub fn parse(text: &str, file: &str) -> Result<Vec<Candidate>, String> {
     let src = Source::parse(text, file, "space").map_err(|e| e.to_string())?;
@@ -106,58 +109,7 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Candidate>, String> {
     let mut labels: std::collections::HashSet<String> = std::collections::HashSet::new();
     for (i, e) in entries.iter().enumerate() {
         let at = format!("policy[{i}]");
-        let t = e
-            .as_table()
-            .ok_or_else(|| src.message(&at, "expected a table ([[policy]])"))?;
-        let kind = t
-            .get("kind")
-            .and_then(toml::Value::as_str)
-            .ok_or_else(|| src.message(&at, "needs `kind = \"...\"` (see `sim policies`)"))?;
-        let doc = find(kind)
-            .ok_or_else(|| {
-                src.message(
-                    &format!("{at}.kind"),
-                    &format!(
-                        "unknown policy `{kind}`; expected one of {}",
-                        crate::policy::policy_kinds()
-                    ),
-                )
-            })?
-            .doc();
-        // Dimensions in order: policy parameters, then router keys (each sorted by name).
-        let mut dims: Vec<(bool, String, Vec<toml::Value>)> = Vec::new();
-        for (k, v) in t {
-            match k.as_str() {
-                "kind" => {}
-                "router" => {
-                    let r = v
-                        .as_table()
-                        .ok_or_else(|| src.message(&format!("{at}.router"), "expected a table of [router] keys"))?;
-                    for (rk, rv) in r {
-                        if rk == "policy" {
-                            return Err(src.message(
-                                &format!("{at}.router.policy"),
-                                "set policy parameters at the top of the entry, not under `router`",
-                            ));
-                        }
-                        dims.push((true, rk.clone(), levels(&src, &format!("{at}.router.{rk}"), rv)?));
-                    }
-                }
-                _ => {
-                    if !doc.params.iter().any(|p| p.key == k) {
-                        let known: Vec<&str> = doc.params.iter().map(|p| p.key).collect();
-                        let hint = if known.is_empty() {
-                            "it has none".to_string()
-                        } else {
-                            format!("parameters: {}", known.join(", "))
-                        };
-                        return Err(src.message(&format!("{at}.{k}"), &format!("not a parameter of {kind} ({hint})")));
-                    }
-                    dims.push((false, k.clone(), levels(&src, &format!("{at}.{k}"), v)?));
-                }
-            }
-        }
-        dims.sort_by_key(|(router, _, _)| *router);
+        let (kind, dims) = entry(&src, &at, e)?;
         // The entry's size, checked before a single candidate is built.
         let total = dims
             .iter()
@@ -175,45 +127,108 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Candidate>, String> {
                 )
             })?;
         for n in 0..total {
-            let mut rest = n;
-            let mut pick = vec![0; dims.len()];
-            for (j, d) in dims.iter().enumerate().rev() {
-                pick[j] = rest % d.2.len();
-                rest /= d.2.len();
-            }
-            let mut policy = toml::Table::new();
-            policy.insert("kind".into(), toml::Value::String(kind.to_string()));
-            let mut router = toml::Table::new();
-            let mut label = kind.to_string();
-            for ((is_router, k, vals), &j) in dims.iter().zip(&pick) {
-                let v = vals[j].clone();
-                label.push_str(&format!(" {k}={}", show(&v)));
-                if *is_router {
-                    router.insert(k.clone(), v);
-                } else {
-                    policy.insert(k.clone(), v);
-                }
-            }
-            let mut sets = vec![(
-                "router.policy".to_string(),
-                toml::Value::Table(policy.clone()).to_string(),
-            )];
-            sets.extend(router.iter().map(|(k, v)| (format!("router.{k}"), v.to_string())));
-            if label == OWN || !labels.insert(label.clone()) {
+            let c = candidate(kind, &dims, n);
+            if c.label == OWN || !labels.insert(c.label.clone()) {
                 return Err(src.message(
                     &at,
-                    &format!("candidate {} is listed twice", crate::quote::quote(&label)),
+                    &format!("candidate {} is listed twice", crate::quote::quote(&c.label)),
                 ));
             }
-            out.push(Candidate {
-                label,
-                sets,
-                policy,
-                router,
-            });
+            out.push(c);
         }
     }
     Ok(out)
+}
+
+/// One `[[policy]]` entry (`at`): its kind and its dimensions in order, policy parameters
+/// then router keys (each sorted by name).
+fn entry<'a>(src: &Source, at: &str, e: &'a toml::Value) -> Result<(&'a str, Vec<Dim>), String> {
+    let t = e
+        .as_table()
+        .ok_or_else(|| src.message(at, "expected a table ([[policy]])"))?;
+    let kind = t
+        .get("kind")
+        .and_then(toml::Value::as_str)
+        .ok_or_else(|| src.message(at, "needs `kind = \"...\"` (see `sim policies`)"))?;
+    let doc = find(kind)
+        .ok_or_else(|| {
+            src.message(
+                &format!("{at}.kind"),
+                &format!(
+                    "unknown policy `{kind}`; expected one of {}",
+                    crate::policy::policy_kinds()
+                ),
+            )
+        })?
+        .doc();
+    let mut dims: Vec<Dim> = Vec::new();
+    for (k, v) in t {
+        match k.as_str() {
+            "kind" => {}
+            "router" => {
+                let r = v
+                    .as_table()
+                    .ok_or_else(|| src.message(&format!("{at}.router"), "expected a table of [router] keys"))?;
+                for (rk, rv) in r {
+                    if rk == "policy" {
+                        return Err(src.message(
+                            &format!("{at}.router.policy"),
+                            "set policy parameters at the top of the entry, not under `router`",
+                        ));
+                    }
+                    dims.push((true, rk.clone(), levels(src, &format!("{at}.router.{rk}"), rv)?));
+                }
+            }
+            _ => {
+                if !doc.params.iter().any(|p| p.key == k) {
+                    let known: Vec<&str> = doc.params.iter().map(|p| p.key).collect();
+                    let hint = if known.is_empty() {
+                        "it has none".to_string()
+                    } else {
+                        format!("parameters: {}", known.join(", "))
+                    };
+                    return Err(src.message(&format!("{at}.{k}"), &format!("not a parameter of {kind} ({hint})")));
+                }
+                dims.push((false, k.clone(), levels(src, &format!("{at}.{k}"), v)?));
+            }
+        }
+    }
+    dims.sort_by_key(|(router, _, _)| *router);
+    Ok((kind, dims))
+}
+
+/// Candidate `n` of an entry of `kind` over `dims` (the last dimension varying fastest).
+fn candidate(kind: &str, dims: &[Dim], n: usize) -> Candidate {
+    let mut rest = n;
+    let mut pick = vec![0; dims.len()];
+    for (j, d) in dims.iter().enumerate().rev() {
+        pick[j] = rest % d.2.len();
+        rest /= d.2.len();
+    }
+    let mut policy = toml::Table::new();
+    policy.insert("kind".into(), toml::Value::String(kind.to_string()));
+    let mut router = toml::Table::new();
+    let mut label = kind.to_string();
+    for ((is_router, k, vals), &j) in dims.iter().zip(&pick) {
+        let v = vals[j].clone();
+        label.push_str(&format!(" {k}={}", show(&v)));
+        if *is_router {
+            router.insert(k.clone(), v);
+        } else {
+            policy.insert(k.clone(), v);
+        }
+    }
+    let mut sets = vec![(
+        "router.policy".to_string(),
+        toml::Value::Table(policy.clone()).to_string(),
+    )];
+    sets.extend(router.iter().map(|(k, v)| (format!("router.{k}"), v.to_string())));
+    Candidate {
+        label,
+        sets,
+        policy,
+        router,
+    }
 }
 
 /// The default space.

@@ -1,100 +1,30 @@
 //! Which router configurations upstream routers ship today, and how each is switched on:
 //! the basis of `sim tune --upstream-only` and of the `upstream` tie-break. A configuration
 //! is upstream-ready when a released router runs it with its own flags or settings, no
-//! patch or open pull request needed. The rules follow each policy's source notes
-//! (`sim policies`); production-stack configurations take their flags from
+//! patch or open pull request needed. production-stack configurations take their flags from
 //! [`super::flags::production_stack`], and any of its notes naming a PR or a patch makes the
-//! configuration not upstream-ready.
+//! configuration not upstream-ready; every other router is named by the policy's own
+//! registry entry ([`crate::policy::kind::PolicyKind::upstream`]), so nothing here names a
+//! kind.
 
 use super::flags::production_stack;
+pub use crate::policy::kind::Upstream;
 use crate::router::RouterConfig;
 
-/// An upstream router that runs a configuration, and how.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Upstream {
-    /// The router (`production-stack`, `SGLang router`, ...).
-    pub router: &'static str,
-    /// Its flags or settings for this configuration.
-    pub how: String,
-}
-
-fn num(t: &toml::Table, k: &str) -> Option<String> {
-    t.get(k).map(|v| match v {
-        toml::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    })
-}
-
-fn is(t: &toml::Table, k: &str, default: &str) -> bool {
-    num(t, k).is_none_or(|v| v == default)
-}
-
-/// How an upstream router runs the policy table `policy` (kind and the parameters a
-/// candidate writes; the rest at their upstream defaults) under `router`, or `None` when
-/// no released router does.
-pub fn upstream(policy: &toml::Table, router: &RouterConfig) -> Option<Upstream> {
-    let kind = policy.get("kind").and_then(toml::Value::as_str)?;
-    let with = |router: &'static str, how: String| Some(Upstream { router, how });
-    match kind {
-        "roundrobin" | "session" | "kvaware" | "prefixaware" => {
-            let f = production_stack(router)?;
+/// How a released router runs `router`'s policy (the keys its table sets in `set`, the
+/// rest at their upstream defaults), or `None` when no released router does: production-stack
+/// with its own flags unless they need a PR or a patch, else the router the policy's
+/// registry entry names.
+pub fn upstream(router: &RouterConfig, set: &[&str]) -> Option<Upstream> {
+    match production_stack(router) {
+        Some(f) => {
             let patched = f.notes.iter().any(|n| n.contains("PR #") || n.contains("patch"));
             (!patched).then(|| Upstream {
                 router: "production-stack",
                 how: format!("vllm-router {}", f.line()),
             })
         }
-        "random" => with(
-            "SGLang router",
-            "--policy random (AIBrix: routing-strategy random)".into(),
-        ),
-        "least_request" if is(policy, "tie", "random") => {
-            with("AIBrix gateway", "routing-strategy least-request".into())
-        }
-        "power_of_d" if is(policy, "d", "2") => match num(policy, "load").as_deref() {
-            Some("sglang_monitor") => with("SGLang router", "--policy power_of_two".into()),
-            None | Some("local") => with("AIBrix gateway", "routing-strategy power-of-two".into()),
-            _ => None,
-        },
-        "sglang_cache_aware" => {
-            let mut how = "--policy cache_aware".to_string();
-            for (k, flag) in [
-                ("cache_threshold", "--cache-threshold"),
-                ("balance_abs_threshold", "--balance-abs-threshold"),
-                ("balance_rel_threshold", "--balance-rel-threshold"),
-                ("eviction_interval_secs", "--eviction-interval"),
-                ("max_tree_size", "--max-tree-size"),
-            ] {
-                if let Some(v) = num(policy, k) {
-                    how.push_str(&format!(" {flag} {v}"));
-                }
-            }
-            with("SGLang router", how)
-        }
-        "llmd" => {
-            let w = num(policy, "prefix_cache_weight").unwrap_or_else(|| "3".into());
-            with(
-                "llm-d inference scheduler",
-                format!("EPP default profile, prefix-cache-scorer weight {w}"),
-            )
-        }
-        "aibrix_prefix_cache" => {
-            let mut how = "routing-strategy prefix-cache".to_string();
-            if let Some(v) = num(policy, "imbalance_abs_count") {
-                how.push_str(&format!(
-                    ", AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT={v}"
-                ));
-            }
-            with("AIBrix gateway", how)
-        }
-        "aibrix_preble" => with("AIBrix gateway", "routing-strategy prefix-cache-preble".into()),
-        "dynamo" => {
-            let w = num(policy, "overlap_score_weight").unwrap_or_else(|| "1.0".into());
-            with("Dynamo", format!("--router-mode kv --kv-overlap-score-weight {w}"))
-        }
-        // leastinflight (production-stack PR #1089), load_balanced_kvaware (PR #884),
-        // loadaware (PR #1035) and every fleetsim candidate fix need a patch.
-        _ => None,
+        None => router.policy.upstream(set),
     }
 }
 
@@ -116,7 +46,8 @@ pub fn of_candidate(src: &crate::scenario::Source, c: &super::space::Candidate) 
         .and_then(toml::Value::as_table)
         .cloned()
         .unwrap_or_default();
-    upstream(&policy, &sc.sim.router)
+    let set: Vec<&str> = policy.keys().map(String::as_str).filter(|k| *k != "kind").collect();
+    upstream(&sc.sim.router, &set)
 }
 
 #[cfg(test)]
@@ -163,5 +94,25 @@ mod tests {
                 .all(|c| of_candidate(&src, c).is_none())
         );
         assert_eq!(up("session").unwrap().router, "production-stack");
+        // Other routers, as their registry entries name them: only the keys a candidate sets
+        // become flags; a setting no released router has is not upstream.
+        assert_eq!(
+            up("sglang_cache_aware balance_abs_threshold=16 cache_threshold=0.5")
+                .unwrap()
+                .how,
+            "--policy cache_aware --cache-threshold 0.5 --balance-abs-threshold 16"
+        );
+        assert_eq!(up("least_request tie=random").unwrap().router, "AIBrix gateway");
+        assert!(up("least_request tie=first").is_none());
+        assert!(
+            up("power_of_d d=2 load=scraped engine_stats_interval_s=10").is_none(),
+            "scraped power-of-two ships nowhere"
+        );
+        assert_eq!(
+            up("llmd prefix_cache_weight=5 engine_stats_interval_s=0.05")
+                .unwrap()
+                .how,
+            "EPP default profile, prefix-cache-scorer weight 5"
+        );
     }
 }

@@ -61,12 +61,13 @@ fn assert_targets(v: &Value, run: &str) {
 fn the_rtx4090_run_calibrates_and_validates_within_the_targets() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("rtx4090.toml");
-    let text = calibrate(RTX4090, &p, &[]);
+    // The linear form (the physics form's test is in `physics`).
+    let text = calibrate(RTX4090, &p, &["--form", "linear"]);
     assert!(text.contains("num_gpu_blocks 2588 recorded"), "{text}");
     assert!(text.contains("simulations"), "the fit's cost is reported: {text}");
     // Deterministic: a second fit writes the same bytes.
     let p2 = d.path().join("again.toml");
-    calibrate(RTX4090, &p2, &[]);
+    calibrate(RTX4090, &p2, &["--form", "linear"]);
     assert_eq!(std::fs::read(&p).unwrap(), std::fs::read(&p2).unwrap());
     let f = fleetsim::profiles::file::ProfileFile::read(&p).unwrap();
     assert_eq!(f.profile.vllm_version.as_deref(), Some("0.19.0"));

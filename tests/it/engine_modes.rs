@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use std::path::{Path, PathBuf};
 
-use fleetsim::export::{Perf, write_all};
+use fleetsim::export::{Output, Perf, Tables, write_all};
 use fleetsim::scenario::Scenario;
 use fleetsim::sim::{EngineMode, RunOptions, run_mode};
 use fleetsim::workload::Workload;
@@ -40,7 +40,14 @@ fn outputs_counted(s: &Scenario, w: &Workload, mode: EngineMode, dir: &Path) -> 
     };
     let names: Vec<String> = res.summary.backends.iter().map(|b| b.name.clone()).collect();
     let hints = fleetsim::hints::hints(&res.decisions, &names, 1.0);
-    let files = write_all(dir, &res, "", &perf, &hints, true).map_err(|e| e.to_string())?;
+    let out = Output {
+        res: &res,
+        scenario_toml: "",
+        perf: &perf,
+        hints: &hints,
+        tables: Tables::Csv,
+    };
+    let files = write_all(dir, &out, true).map_err(|e| e.to_string())?;
     let mut out: Vec<(String, Vec<u8>)> = files
         .iter()
         .filter(|p| p.file_name().is_some_and(|n| n != "perf.json"))

@@ -25,8 +25,10 @@ const CASE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The fuzz's seed: the same inputs on every run.
 const SEED: u64 = 17;
 
+/// The binary under test: this build's `sim`, or `FLEETSIM_FUZZ_SIM` (another build's, to
+/// count what it fails on the same corpus).
 fn sim() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_sim"))
+    std::env::var_os("FLEETSIM_FUZZ_SIM").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sim")), PathBuf::from)
 }
 
 fn root() -> PathBuf {
@@ -86,13 +88,13 @@ checks = [
 
 /// How a case ended.
 #[derive(Debug)]
-struct Outcome {
-    code: Option<i32>,
-    stderr: String,
-    timed_out: bool,
+pub(crate) struct Outcome {
+    pub(crate) code: Option<i32>,
+    pub(crate) stderr: String,
+    pub(crate) timed_out: bool,
 }
 
-fn run_sim(args: &[&str], cwd: &Path) -> Outcome {
+pub(crate) fn run_sim(args: &[&str], cwd: &Path) -> Outcome {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(sim());
     // An argument cannot hold a NUL byte (a mutated flag value may): the closest input a
@@ -136,7 +138,7 @@ fn run_sim(args: &[&str], cwd: &Path) -> Outcome {
 }
 
 /// Why an outcome breaks the guarantees, if it does.
-fn violation(o: &Outcome, allow_1: bool) -> Option<String> {
+pub(crate) fn violation(o: &Outcome, allow_1: bool) -> Option<String> {
     if o.timed_out {
         return Some(format!("no exit within {CASE_TIMEOUT:?}"));
     }
@@ -154,7 +156,7 @@ fn violation(o: &Outcome, allow_1: bool) -> Option<String> {
 
 /// Bad input's stderr: one line per error (a scenario file reports each of its errors, the
 /// first 20 and then how many more), each a one-line `error: ...`.
-fn error_lines(stderr: &str) -> bool {
+pub(crate) fn error_lines(stderr: &str) -> bool {
     let n = stderr.lines().count();
     n == 1 || (n <= fleetsim::scenario::MAX_ERRORS_SHOWN + 1 && stderr.lines().all(|l| l.starts_with("error: ")))
 }
@@ -184,7 +186,7 @@ const INTERESTING: &[&str] = &[
 ];
 
 /// One random mutation of `data`.
-fn mutate(data: &[u8], rng: &mut Pcg64) -> Vec<u8> {
+pub(crate) fn mutate(data: &[u8], rng: &mut Pcg64) -> Vec<u8> {
     let mut d = data.to_vec();
     let n = rng.random_range(1..=3);
     for _ in 0..n {

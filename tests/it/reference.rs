@@ -126,9 +126,11 @@ fn root() -> PathBuf {
 fn generated_blocks_are_what_the_code_generates() {
     let root = root();
     let mut bad = Vec::new();
+    let mut cli = <fleetsim::cli::Cli as clap::CommandFactory>::command();
+    cli.build();
     for page in blocks::pages(&root) {
         let text = std::fs::read_to_string(root.join(&page)).expect("a page reads");
-        match blocks::rewrite(&text, &page) {
+        match blocks::rewrite(&text, &page, &cli) {
             Err(e) => bad.push(format!("{}: {e}", page.display())),
             Ok((_, stale)) => bad.extend(stale.iter().map(|b| {
                 format!(

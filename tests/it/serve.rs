@@ -249,10 +249,19 @@ fn serves_vllms_api_and_answers_bad_requests_with_openai_errors() {
         .await;
         assert_eq!(st, 404);
         assert_eq!(error_of(&body)["type"], "NotFoundError");
-        let big = vec![b' '; 33 << 20];
-        let (st, _, body) = call(&c, "POST", &format!("{u}/v1/completions"), Some(big)).await;
-        assert_eq!(st, 413);
-        error_of(&body);
+        // A body past --max-body-bytes is refused as its length is read, before it is sent.
+        let (a, closed) = raw(
+            &u,
+            format!(
+                "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+                33 << 20
+            )
+            .as_bytes(),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(a.starts_with("HTTP/1.1 413") && closed, "{a}");
+        error_of(a.split_once("\r\n\r\n").unwrap().1);
         let (st, _, body) = call(
             &c,
             "POST",
@@ -603,4 +612,226 @@ kind = "drain"
     let summary = s.stop();
     assert_eq!(summary["requests"]["failed"], 1);
     assert_eq!(summary["requests"]["finished"], 1);
+}
+
+/// Writes `bytes` on a fresh connection to `url` and reads what comes back until the
+/// server closes it or `wait` passes: (the answer, closed by the server).
+async fn raw(url: &str, bytes: &[u8], wait: Duration) -> (String, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    let closed = tokio::time::timeout(wait, s.read_to_end(&mut out)).await.is_ok();
+    (String::from_utf8_lossy(&out).into_owned(), closed)
+}
+
+/// A POST of `body` to `path` with its length, on a connection closed after the answer.
+fn post_raw(path: &str, body: &[u8]) -> Vec<u8> {
+    let mut b = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    b.extend_from_slice(body);
+    b
+}
+
+/// `/health` and a short completion, each answered 200 within a second.
+async fn still_answers(c: &Http, u: &str) {
+    let health = tokio::time::timeout(Duration::from_secs(1), call(c, "GET", &format!("{u}/health"), None)).await;
+    assert_eq!(health.expect("/health within a second").0, 200);
+    let body = json!({"prompt": "Hello there", "max_tokens": 3, "ignore_eos": true});
+    let done = tokio::time::timeout(
+        Duration::from_secs(1),
+        call(c, "POST", &format!("{u}/v1/completions"), post(&body)),
+    )
+    .await;
+    let (st, _, text) = done.expect("a completion within a second");
+    assert_eq!(st, 200, "{text}");
+}
+
+/// No single request stops a server: the request that once made it stop answering
+/// (max_tokens 2^64 - 1 with ignore_eos, which wrapped past the context check), the
+/// numbers a client may get wrong, a body that claims 2^31 bytes, nested JSON, a bad chunk
+/// size, a body that never ends and a thousand connections that send headers and never a
+/// body: each is refused with vLLM's error naming the field (or closed after its time-out),
+/// while `/health` and a completion still answer within a second; then SIGTERM stops the
+/// server and `--out` is written.
+#[test]
+fn no_single_request_stops_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Served::start(
+        dir.path(),
+        "scenarios/burst8.toml",
+        &["--speed", "20", "--header-timeout", "1", "--body-timeout", "1"],
+    );
+    let u = s.urls[0].clone();
+    let max_len: u64 = 29205 * 16;
+    rt().block_on(async {
+        let c = client();
+        let cases: Vec<(Value, &str)> = vec![
+            (
+                json!({"prompt": "Hello there", "max_tokens": 18_446_744_073_709_551_615u64, "ignore_eos": true}),
+                "max_tokens",
+            ),
+            (
+                json!({"prompt": "Hello there", "max_tokens": 18_446_744_073_709_551_615u64}),
+                "max_tokens",
+            ),
+            (
+                json!({"prompt": "Hello there", "max_tokens": 4_294_967_296u64, "ignore_eos": true}),
+                "max_tokens",
+            ),
+            (
+                json!({"prompt": "Hello there", "max_tokens": max_len, "ignore_eos": true}),
+                "max_tokens",
+            ),
+            (json!({"prompt": "Hello there", "max_tokens": 1e300}), "max_tokens"),
+            (json!({"prompt": "Hello there", "max_tokens": -1}), "max_tokens"),
+            (json!({"prompt": "Hello there", "max_tokens": 2.5}), "max_tokens"),
+            (json!({"prompt": "Hello there", "max_tokens": "many"}), "max_tokens"),
+            (json!({"prompt": "Hello there", "min_tokens": -5}), "min_tokens"),
+            (json!({"prompt": "Hello there", "n": 1e9}), "n"),
+            (json!({"prompt": "Hello there", "temperature": -1}), "temperature"),
+            (json!({"prompt": "Hello there", "top_p": 7}), "top_p"),
+            (json!({"prompt": "Hello there", "seed": 1e30}), "seed"),
+            (
+                json!({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 1e19}),
+                "max_completion_tokens",
+            ),
+        ];
+        for (body, field) in &cases {
+            let path = if body.get("messages").is_some() {
+                "/v1/chat/completions"
+            } else {
+                "/v1/completions"
+            };
+            let (st, _, text) = call(&c, "POST", &format!("{u}{path}"), post(body)).await;
+            assert_eq!(st, 400, "{body}: {text}");
+            assert_eq!(error_of(&text)["param"], *field, "{body}: {text}");
+        }
+        // A body claiming 2^31 bytes: refused at once, naming the limit.
+        let (a, _) = raw(
+            &u,
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2147483648\r\n\r\n{\"prompt\"",
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(a.starts_with("HTTP/1.1 413") && a.contains("--max-body-bytes"), "{a}");
+        // A malformed chunk size: 400 naming it (not 413).
+        let (a, _) = raw(
+            &u,
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(a.starts_with("HTTP/1.1 400") && a.contains("chunk size"), "{a}");
+        // JSON nested past serde_json's depth limit.
+        let nested = [vec![b'['; 100_000], vec![b']'; 100_000]].concat();
+        let (a, _) = raw(&u, &post_raw("/v1/completions", &nested), Duration::from_secs(5)).await;
+        assert!(a.starts_with("HTTP/1.1 400") && a.contains("recursion limit"), "{a}");
+        // A body that never ends: 408 after --body-timeout, and the connection closed.
+        let (a, closed) = raw(
+            &u,
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n",
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(
+            a.starts_with("HTTP/1.1 408") && a.contains("--body-timeout") && closed,
+            "{a}"
+        );
+        // A thousand idle connections: half send part of their headers, half all of them
+        // and no body. The server still answers, and closes them all after its time-outs.
+        let addr = u.trim_start_matches("http://").to_string();
+        let mut idle = Vec::new();
+        for i in 0..1000 {
+            use tokio::io::AsyncWriteExt;
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let head: &[u8] = if i % 2 == 0 {
+                b"GET /health HTTP/1.1\r\nhost: x\r\n"
+            } else {
+                b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n"
+            };
+            s.write_all(head).await.unwrap();
+            idle.push(s);
+        }
+        still_answers(&c, &u).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for mut s in idle {
+            use tokio::io::AsyncReadExt;
+            let mut sink = Vec::new();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let closed = tokio::time::timeout(left, s.read_to_end(&mut sink)).await.is_ok();
+            assert!(closed, "an idle connection still open 20 s on");
+        }
+        still_answers(&c, &u).await;
+    });
+    let started = Instant::now();
+    let summary = s.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "SIGTERM took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(summary["requests"]["finished"], 2);
+}
+
+/// Requests as long as the context allows, many of them, at a speed the engines cannot
+/// keep up with: `/health` answers within a second all along, a client that leaves frees
+/// its request, and SIGTERM stops the server (the engine thread answers a stop between two
+/// slices of its work, however far behind it is).
+#[test]
+fn long_requests_at_full_speed_leave_the_server_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Served::start(dir.path(), "scenarios/burst8.toml", &["--speed", "1000000"]);
+    let u = s.urls[0].clone();
+    let max_len: u64 = 29205 * 16;
+    rt().block_on(async {
+        let c = client();
+        let mut streams = Vec::new();
+        for i in 0..16 {
+            let body =
+                json!({"prompt": format!("huge {i} "), "max_tokens": max_len - 4, "ignore_eos": true, "stream": true});
+            let req = hyper::Request::post(format!("{u}/v1/completions"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
+                .unwrap();
+            let resp = tokio::time::timeout(Duration::from_secs(5), c.request(req))
+                .await
+                .expect("headers within 5 s")
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            streams.push(resp);
+        }
+        for _ in 0..5 {
+            let health =
+                tokio::time::timeout(Duration::from_secs(1), call(&c, "GET", &format!("{u}/health"), None)).await;
+            assert_eq!(health.expect("/health within a second").0, 200);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        drop(streams);
+        // The engines catch up with the aborts, and a short request is served.
+        let body = json!({"prompt": "Hello there", "max_tokens": 3, "ignore_eos": true});
+        let (st, _, text) = tokio::time::timeout(
+            Duration::from_secs(30),
+            call(&c, "POST", &format!("{u}/v1/completions"), post(&body)),
+        )
+        .await
+        .expect("a completion once the long requests left");
+        assert_eq!(st, 200, "{text}");
+    });
+    let started = Instant::now();
+    let summary = s.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "SIGTERM took {:?}",
+        started.elapsed()
+    );
+    let r = &summary["requests"];
+    assert_eq!(r["arrived"], 17, "{r}");
+    let ended = r["finished"].as_u64().unwrap() + r["failed"].as_u64().unwrap();
+    assert_eq!(ended, 17, "{r}");
 }

@@ -19,7 +19,12 @@
 //!   with [`Content::message_ends`] set, one separator character follows every message but the
 //!   last, so lengths and chunk boundaries shift as upstream's do.
 //!
-//! Owns: the abstract token content and its hashes. May not see: backends or policies'
+//! Token counts read from input become `u32` through one checked conversion,
+//! [`checked_tokens`] (whole, at least a minimum, at most [`MAX_REQUEST_TOKENS`]), and
+//! sums of them through [`checked_total`]: nothing wraps, and nothing is sized by a count
+//! past that bound.
+//!
+//! Owns: the abstract token content and its hashes, token counts from input. May not see: backends or policies'
 //! state. Invariant: equal prefixes hash equally, in any cache that reads them.
 
 use std::sync::{Arc, Mutex};
@@ -686,8 +691,89 @@ fn chunk_hashes_from(content: &Content, chars_per_token: u32, chunk_chars: u32, 
     }
 }
 
+/// The most tokens one measured or replayed request may hold, prompt and output together
+/// (2^24 = 16,777,216): above the longest context of any served model (10M tokens), far
+/// below `u32::MAX`, so that a count from a file can neither wrap nor ask the engine model
+/// for billions of steps.
+pub const MAX_REQUEST_TOKENS: u32 = 1 << 24;
+
+/// Why a number from input is not a token count.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TokensError {
+    /// Not a whole number (or not finite).
+    NotWhole(f64),
+    /// Below the minimum.
+    TooFew {
+        /// The count.
+        got: f64,
+        /// The least accepted.
+        min: u32,
+    },
+    /// More than [`MAX_REQUEST_TOKENS`].
+    TooMany(f64),
+}
+
+impl std::fmt::Display for TokensError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = |x: f64| crate::time::short(x);
+        match *self {
+            TokensError::NotWhole(x) => write!(f, "{} is not a whole number of tokens", n(x)),
+            TokensError::TooFew { got, min } => write!(f, "{} tokens: at least {min} needed", n(got)),
+            TokensError::TooMany(x) => write!(
+                f,
+                "{} tokens: more than the {MAX_REQUEST_TOKENS} a request may hold",
+                n(x)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TokensError {}
+
+/// A token count from input: a whole number from `min` to [`MAX_REQUEST_TOKENS`].
+pub fn checked_tokens(x: f64, min: u32) -> Result<u32, TokensError> {
+    if !x.is_finite() || x.fract() != 0.0 {
+        return Err(TokensError::NotWhole(x));
+    }
+    if x < f64::from(min) {
+        return Err(TokensError::TooFew { got: x, min });
+    }
+    if x > f64::from(MAX_REQUEST_TOKENS) {
+        return Err(TokensError::TooMany(x));
+    }
+    Ok(x as u32)
+}
+
+/// `a + b` tokens (a request's prompt and output), if at most [`MAX_REQUEST_TOKENS`].
+pub fn checked_total(a: u32, b: u32) -> Result<u32, TokensError> {
+    match a.checked_add(b) {
+        Some(t) if t <= MAX_REQUEST_TOKENS => Ok(t),
+        _ => Err(TokensError::TooMany(f64::from(a) + f64::from(b))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn token_counts_are_checked_without_wrapping() {
+        use super::{MAX_REQUEST_TOKENS, checked_tokens, checked_total};
+        assert_eq!(checked_tokens(20.0, 1), Ok(20));
+        assert_eq!(checked_tokens(0.0, 0), Ok(0));
+        for (x, want) in [
+            (0.0, "at least 1"),
+            (0.5, "not a whole number"),
+            (f64::NAN, "not a whole number"),
+            (4294967295.0, "more than the 16777216"),
+            (1e300, "1e300 tokens"),
+        ] {
+            let e = checked_tokens(x, 1).unwrap_err().to_string();
+            assert!(e.contains(want), "{x}: {e}");
+        }
+        assert_eq!(checked_total(10, 20), Ok(30));
+        assert!(checked_total(MAX_REQUEST_TOKENS, 1).is_err());
+        assert!(checked_total(u32::MAX, u32::MAX).is_err());
+    }
+
     use super::*;
     use proptest::strategy::Strategy as _;
 

@@ -71,11 +71,16 @@ pub enum Branch {
     LoadAwareScore,
     /// Dynamo: lowest cost (or softmax sample).
     DynamoCost,
+    /// SGLang / vllm-router `cache_aware` below the threshold: the least-loaded worker.
+    CacheAwareLeastLoad,
+    /// smg `cache_aware`: the holder spilled (its load far above the mean), to the least
+    /// loaded worker that does not.
+    CacheAwareSpill,
 }
 
 impl Branch {
     /// Every branch, in report order.
-    pub const ALL: [Branch; 29] = [
+    pub const ALL: [Branch; 31] = [
         Branch::RoundRobin,
         Branch::SessionHash,
         Branch::SessionNoKeyQps,
@@ -105,6 +110,8 @@ impl Branch {
         Branch::KvImbalanced,
         Branch::LoadAwareScore,
         Branch::DynamoCost,
+        Branch::CacheAwareLeastLoad,
+        Branch::CacheAwareSpill,
     ];
 
     /// Stable name used in files.
@@ -139,6 +146,8 @@ impl Branch {
             Branch::KvImbalanced => "kv_imbalanced",
             Branch::LoadAwareScore => "loadaware_score",
             Branch::DynamoCost => "dynamo_cost",
+            Branch::CacheAwareLeastLoad => "cache_aware_least_load",
+            Branch::CacheAwareSpill => "cache_aware_spill",
         }
     }
 }

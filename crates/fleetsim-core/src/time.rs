@@ -1,7 +1,9 @@
 //! Simulated time: integer nanoseconds, never floats on the clock.
 //!
 //! Floats appear only at the edges (scenario seconds in, report seconds out), and every
-//! float-to-time conversion goes through [`secs_to_ns`], so rounding happens in one place;
+//! float-to-time conversion goes through [`checked_secs_to_ns`] (user input: refuses a
+//! non-finite, negative or too long value with a [`SecsError`]) or [`secs_to_ns`] (values
+//! already validated), so rounding and range checks happen in one place;
 //! the live commands' wall spans go through [`Speed`], the one mapping between wall and
 //! simulated time (it converts spans; the core never reads a clock).
 //!
@@ -58,6 +60,20 @@ impl SimDuration {
         SimDuration(secs_to_ns(secs))
     }
 
+    /// Seconds from input to a duration of at most `max`, or why not
+    /// ([`checked_secs_to_ns`]).
+    pub fn try_from_secs_f64(secs: f64, max: SimDuration) -> Result<SimDuration, SecsError> {
+        checked_secs_to_ns(secs, max).map(SimDuration)
+    }
+
+    /// Seconds to a duration, rounding to the nearest ns, if `secs` is finite, not negative
+    /// and within the [`HORIZON`]; else `None` (for input a caller has not bounded yet:
+    /// the caller names the flag or key and the range).
+    pub fn checked_from_secs_f64(secs: f64) -> Option<SimDuration> {
+        let ns = secs * NS_PER_S as f64;
+        (secs.is_finite() && secs >= 0.0 && ns.round() <= HORIZON.0 as f64).then(|| SimDuration(ns.round() as u64))
+    }
+
     /// Converts microseconds (finite, non-negative) to a duration, rounding to the nearest ns.
     pub fn from_micros_f64(us: f64) -> SimDuration {
         SimDuration(secs_to_ns(us / 1e6))
@@ -69,17 +85,74 @@ impl SimDuration {
     }
 }
 
-/// The one float-to-time conversion: seconds to nanoseconds, rounded to nearest.
-///
-/// Callers validate user input first; a negative or non-finite value here is a bug.
-pub fn secs_to_ns(secs: f64) -> u64 {
-    assert!(
-        secs.is_finite() && secs >= 0.0,
-        "secs_to_ns: invalid duration {secs} (inputs must be validated)"
-    );
+/// Why a number of seconds is not a simulated span: the message a reader puts after the
+/// file, line and field it read the number from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SecsError {
+    /// NaN or infinite.
+    NotFinite(f64),
+    /// Below zero.
+    Negative(f64),
+    /// Longer than the limit the caller named (at most [`HORIZON`]).
+    TooLong {
+        /// The value, s.
+        secs: f64,
+        /// The limit, s.
+        max_s: f64,
+    },
+}
+
+impl fmt::Display for SecsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            SecsError::NotFinite(x) => write!(f, "{x} s is not a finite number of seconds"),
+            SecsError::Negative(x) => write!(f, "{} s is negative", short(x)),
+            SecsError::TooLong { secs, max_s } => {
+                write!(f, "{} s is longer than the {} s limit", short(secs), short(max_s))
+            }
+        }
+    }
+}
+
+impl std::error::Error for SecsError {}
+
+/// A number as a message shows it: as written when short, else in exponent form (a
+/// `-1e300` prints as such, not as 301 digits).
+pub fn short(x: f64) -> String {
+    let plain = format!("{x}");
+    if plain.len() <= 16 { plain } else { format!("{x:e}") }
+}
+
+/// The checked float-to-time conversion for input: `secs` seconds to nanoseconds,
+/// rounded to nearest, if finite, not negative and at most `max` (a caller's stated limit,
+/// itself at most [`HORIZON`]).
+pub fn checked_secs_to_ns(secs: f64, max: SimDuration) -> Result<u64, SecsError> {
+    let max = max.0.min(HORIZON.0);
+    if !secs.is_finite() {
+        return Err(SecsError::NotFinite(secs));
+    }
+    if secs < 0.0 {
+        return Err(SecsError::Negative(secs));
+    }
     let ns = (secs * NS_PER_S as f64).round();
-    assert!(ns <= u64::MAX as f64, "secs_to_ns: {secs} s overflows u64 ns");
-    ns as u64
+    if ns > max as f64 {
+        return Err(SecsError::TooLong {
+            secs,
+            max_s: ns_to_secs(max),
+        });
+    }
+    Ok(ns as u64)
+}
+
+/// Seconds to nanoseconds for values already validated (up to [`HORIZON`]), rounded to
+/// nearest; input from a user goes through [`checked_secs_to_ns`].
+///
+/// Panics on a negative, non-finite or too large value: a validation was skipped.
+pub fn secs_to_ns(secs: f64) -> u64 {
+    match checked_secs_to_ns(secs, SimDuration(HORIZON.0)) {
+        Ok(ns) => ns,
+        Err(e) => panic!("secs_to_ns: {e} (inputs must be validated)"),
+    }
 }
 
 /// Nanoseconds to seconds, for reports.
@@ -210,6 +283,19 @@ mod tests {
     }
 
     #[test]
+    fn checked_seconds_refuse_what_does_not_fit() {
+        assert_eq!(
+            SimDuration::checked_from_secs_f64(1.5),
+            Some(SimDuration(1_500_000_000))
+        );
+        assert_eq!(SimDuration::checked_from_secs_f64(0.0), Some(SimDuration::ZERO));
+        assert_eq!(SimDuration::checked_from_secs_f64(1e9), Some(SimDuration(HORIZON.0)));
+        for bad in [-1e-9, -0.5, f64::NAN, f64::INFINITY, 1e9 + 1.0, 1e300] {
+            assert_eq!(SimDuration::checked_from_secs_f64(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn arithmetic() {
         let t = SimTime(10) + SimDuration(5);
         assert_eq!(t, SimTime(15));
@@ -247,6 +333,28 @@ mod tests {
         let t = SimTime(123_456_789_012);
         let back = s.wall_to_sim(s.sim_to_wall(t));
         assert!(t.0 - back.0 <= 3, "{t:?} {back:?}");
+    }
+
+    #[test]
+    fn checked_conversion_refuses_what_is_not_a_span() {
+        let day = SimDuration(86_400 * NS_PER_S);
+        assert_eq!(SimDuration::try_from_secs_f64(1.5, day), Ok(SimDuration(1_500_000_000)));
+        assert_eq!(checked_secs_to_ns(86_400.0, day), Ok(day.0));
+        assert_eq!(checked_secs_to_ns(-0.0, day), Ok(0));
+        for (x, want) in [
+            (f64::NAN, "not a finite number"),
+            (f64::INFINITY, "not a finite number"),
+            (-1e-9, "negative"),
+            (86_400.001, "longer than the 86400 s limit"),
+            (1e300, "1e300 s is longer"),
+        ] {
+            let e = checked_secs_to_ns(x, day).unwrap_err().to_string();
+            assert!(e.contains(want), "{x}: {e}");
+        }
+        // The limit never exceeds the horizon, whatever the caller names.
+        assert!(checked_secs_to_ns(1e12, SimDuration(u64::MAX)).is_err());
+        assert_eq!(short(-1e300), "-1e300");
+        assert_eq!(short(0.25), "0.25");
     }
 
     #[test]

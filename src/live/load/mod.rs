@@ -9,18 +9,17 @@
 //! (on the same clock), so they line up with a `sim run` of the same scenario.
 
 pub mod side_by_side;
+pub mod sse;
 pub mod text;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use eventsource_stream::Eventsource;
-use futures_util::StreamExt;
+use anyhow::Result;
 use serde::Serialize;
 
-use super::client::{client, root_cause};
+use super::client::{client, get_text, root_cause};
 use super::wire::{self, Codec};
 use super::{Clock, Speed, runtime};
 use crate::ids::SessionId;
@@ -53,15 +52,18 @@ pub struct LoadConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
-    /// Streamed to its end (`[DONE]` or end of body) with a 2xx status.
+    /// Streamed to its end (`data: [DONE]`) with a 2xx status.
     Finished,
     /// A non-2xx status.
     HttpError,
-    /// The connection failed or the stream broke.
+    /// The connection failed, the answer was not a stream (another content type, an event
+    /// past its bound), or the stream ended without a token.
     Failed,
     /// `--request-timeout` elapsed.
     TimedOut,
-    /// Still in flight when `--duration` elapsed.
+    /// The stream was cut before `data: [DONE]`: by the server (the body ended or broke,
+    /// mid-event or between two), or by the run stopping while it was in flight
+    /// (`--duration`, SIGINT or SIGTERM); the error says which.
     Cut,
 }
 
@@ -127,34 +129,53 @@ pub struct LoadRun {
     pub wall: Duration,
     /// The model sent.
     pub model: String,
+    /// Why the run stopped: `end` (every session ended), `--duration`, `SIGINT` or
+    /// `SIGTERM`.
+    pub stopped_by: &'static str,
+    /// Requests in flight when the run stopped (recorded as cut).
+    pub cut_at_stop: usize,
 }
+
+/// The largest `/v1/models` answer read.
+const MAX_MODELS_BYTES: u64 = 1 << 20;
+/// The most of an error answer's body read (its first 200 characters are kept).
+const MAX_ERROR_BYTES: usize = 64 << 10;
 
 /// Checks that `target` answers HTTP at all and finds the model: `GET /v1/models`' first id
 /// unless `model` is given. An unreachable target is one error naming it.
 pub async fn probe(client: &reqwest::Client, target: &str, model: Option<&str>) -> Result<String> {
     let url = format!("{target}{}", wire::MODELS_PATH);
-    let resp = client
-        .get(&url)
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .map_err(|e| anyhow::anyhow!("--target {target}: cannot reach it ({})", root_cause(&e)))?;
+    let answer = get_text(client, &url, &[], Duration::from_secs(10), MAX_MODELS_BYTES).await;
+    // Reached when it answered, whatever it answered (an error past the head is in reading).
+    if let Err(e) = &answer
+        && !e.to_string().starts_with("reading")
+    {
+        anyhow::bail!("--target {target}: cannot reach it ({})", root_line(e));
+    }
     if let Some(m) = model {
         return Ok(m.to_string());
     }
-    let status = resp.status();
+    let (status, body) = answer.map_err(|e| {
+        anyhow::anyhow!(
+            "--target {target}: GET /v1/models failed ({}); name the model with --model",
+            root_line(&e)
+        )
+    })?;
     anyhow::ensure!(
-        status.is_success(),
-        "--target {target}: GET /v1/models answered {status}; name the model with --model"
+        (200..300).contains(&status),
+        "--target {target}: GET /v1/models answered HTTP {status}; name the model with --model"
     );
-    let v: serde_json::Value = resp
-        .json()
-        .await
-        .with_context(|| format!("--target {target}: GET /v1/models is not JSON; name the model with --model"))?;
+    let v: serde_json::Value = serde_json::from_str(&body)
+        .map_err(|_| anyhow::anyhow!("--target {target}: GET /v1/models is not JSON; name the model with --model"))?;
     v["data"][0]["id"]
         .as_str()
         .map(str::to_string)
-        .with_context(|| format!("--target {target}: GET /v1/models lists no model; name it with --model"))
+        .ok_or_else(|| anyhow::anyhow!("--target {target}: GET /v1/models lists no model; name it with --model"))
+}
+
+/// The innermost message of an error chain, on one line.
+fn root_line(e: &anyhow::Error) -> String {
+    crate::quote::one_line(&e.root_cause().to_string()).into_owned()
 }
 
 struct Ctx {
@@ -164,13 +185,25 @@ struct Ctx {
     clock: Clock,
     deadline: Instant,
     sent: AtomicUsize,
-    records: std::sync::Mutex<Vec<Record>>,
+    book: std::sync::Mutex<Book>,
     in_flight: tokio::sync::Semaphore,
     /// Received outputs per session and turn (for the next turns' assistant messages).
     replies: Vec<std::sync::Mutex<Vec<Option<String>>>>,
 }
 
+/// The requests sent, closed when the run stops: a request that ends after that changes
+/// nothing (it is recorded as cut), and none is sent.
+#[derive(Default)]
+struct Book {
+    rows: Vec<Record>,
+    closed: bool,
+}
+
 impl Ctx {
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Simulated seconds at wall instant `t`, as the outputs give them.
     fn sim_s(&self, t: Instant) -> f64 {
         round6(self.clock.sim_at(t).as_secs_f64())
@@ -183,14 +216,34 @@ impl Ctx {
 }
 
 /// Replays `workload` against `cfg.target` on the wing's runtime; returns when every
-/// session ended or `cfg.duration` elapsed.
+/// session ended, `cfg.duration` elapsed, or SIGINT or SIGTERM came (then the requests in
+/// flight are recorded as cut).
 pub fn run(workload: Workload, cfg: LoadConfig, model_given: Option<String>) -> Result<LoadRun> {
-    runtime(Some(2))?.block_on(run_async(workload, cfg, model_given))
+    let rt = runtime(Some(2))?;
+    let res = rt.block_on(run_async(workload, cfg, model_given));
+    // Tasks still running were cancelled; do not wait on one mid-poll.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    res
+}
+
+/// SIGINT or SIGTERM, whichever comes first (never, if neither can be watched).
+async fn signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => if r.is_ok() { "SIGINT" } else { std::future::pending().await },
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => "SIGTERM",
+    }
 }
 
 async fn run_async(workload: Workload, mut cfg: LoadConfig, model_given: Option<String>) -> Result<LoadRun> {
     let client = client(Some(cfg.max_in_flight))?;
-    cfg.model = probe(&client, &cfg.target, model_given.as_deref()).await?;
+    let stop = signal();
+    tokio::pin!(stop);
+    cfg.model = tokio::select! {
+        m = probe(&client, &cfg.target, model_given.as_deref()) => m?,
+        s = &mut stop => anyhow::bail!("{s} before the first request"),
+    };
     let planned = workload.total_requests();
     let n_sessions = workload.sessions.len();
     let clock = Clock::start(cfg.speed);
@@ -202,7 +255,10 @@ async fn run_async(workload: Workload, mut cfg: LoadConfig, model_given: Option<
         client,
         clock,
         sent: AtomicUsize::new(0),
-        records: std::sync::Mutex::new(Vec::with_capacity(planned.min(1 << 20))),
+        book: std::sync::Mutex::new(Book {
+            rows: Vec::with_capacity(planned.min(1 << 20)),
+            closed: false,
+        }),
         replies: (0..n_sessions).map(|_| std::sync::Mutex::new(Vec::new())).collect(),
     });
     let mut tasks = tokio::task::JoinSet::new();
@@ -211,18 +267,34 @@ async fn run_async(workload: Workload, mut cfg: LoadConfig, model_given: Option<
     }
     let deadline = tokio::time::Instant::from_std(ctx.deadline);
     let all = async { while tasks.join_next().await.is_some() {} };
-    let timed_out = tokio::time::timeout_at(deadline, all).await.is_err();
-    // Requests still in flight at the deadline: their tasks are dropped, their rows stay
-    // with no end.
+    let stopped_by = tokio::select! {
+        _ = all => "end",
+        _ = tokio::time::sleep_until(deadline) => "--duration",
+        s = &mut stop => s,
+    };
+    // Close the book before anything else: a request ending from here on is cut.
     let wall = ctx.clock.elapsed();
-    let mut records = std::mem::take(&mut *ctx.records.lock().unwrap_or_else(|e| e.into_inner()));
-    if timed_out {
-        for r in records.iter_mut().filter(|r| r.outcome == Outcome::Cut) {
-            r.error = format!(
-                "in flight when --duration ({} s) elapsed",
-                ctx.cfg.duration.as_secs_f64()
-            );
-        }
+    let mut records = {
+        let mut book = ctx.book();
+        book.closed = true;
+        std::mem::take(&mut book.rows)
+    };
+    tasks.abort_all();
+    let why = match stopped_by {
+        "--duration" => format!(
+            "in flight when --duration ({} s) elapsed",
+            ctx.cfg.duration.as_secs_f64()
+        ),
+        s => format!("in flight when {s} came"),
+    };
+    // Rows not ended yet are the requests in flight (a stream the server cut has its error).
+    let mut cut_at_stop = 0;
+    for r in records
+        .iter_mut()
+        .filter(|r| r.outcome == Outcome::Cut && r.error.is_empty())
+    {
+        r.error.clone_from(&why);
+        cut_at_stop += 1;
     }
     records.sort_by(|a, b| {
         a.t_send_s
@@ -231,11 +303,13 @@ async fn run_async(workload: Workload, mut cfg: LoadConfig, model_given: Option<
             .then(a.turn.cmp(&b.turn))
     });
     Ok(LoadRun {
-        not_sent: planned - records.len(),
+        not_sent: planned.saturating_sub(records.len()),
         planned,
         records,
         wall,
         model: ctx.cfg.model.clone(),
+        stopped_by,
+        cut_at_stop,
     })
 }
 
@@ -314,21 +388,28 @@ async fn send(ctx: &Ctx, s: SessionId, t: u32) -> bool {
     let content = ctx.workload.content(s, t as usize);
     let req = request(ctx, s, t, content.output_tokens);
     let idx = {
-        let mut recs = ctx.records.lock().unwrap_or_else(|e| e.into_inner());
-        recs.push(Record::sent(
+        let mut book = ctx.book();
+        if book.closed {
+            return false;
+        }
+        book.rows.push(Record::sent(
             plan.key.clone(),
             t,
             (content.prompt_tokens, content.output_tokens),
             ctx.sim_s(Instant::now()),
         ));
-        recs.len() - 1
+        book.rows.len() - 1
     };
     let mut rec = Streamed::default();
     let outcome = stream_response(req, ctx, &mut rec, plan.api).await;
     let ok = outcome.is_ok();
     {
-        let mut recs = ctx.records.lock().unwrap_or_else(|e| e.into_inner());
-        recs[idx].received(ctx, &mut rec, outcome);
+        let mut book = ctx.book();
+        if book.closed {
+            // The run stopped while this one streamed: it stays cut.
+            return false;
+        }
+        book.rows[idx].received(ctx, &mut rec, outcome);
     }
     if ok {
         let mut replies = ctx.replies[s.index()].lock().unwrap_or_else(|e| e.into_inner());
@@ -452,7 +533,9 @@ impl Streamed {
     }
 }
 
-/// Sends `req` and streams its answer into `rec`; how it failed, if it did.
+/// Sends `req` and streams its answer into `rec`; how it failed, if it did. A stream
+/// counts as finished only when it ends with `data: [DONE]` (vLLM's and OpenAI's last
+/// event); one whose body ends or breaks before it was cut, mid-event or not.
 async fn stream_response(
     req: reqwest::RequestBuilder,
     ctx: &Ctx,
@@ -472,7 +555,7 @@ async fn stream_response(
             (Outcome::Failed, root_cause(&e))
         }
     };
-    let resp = req.send().await.map_err(failed)?;
+    let mut resp = req.send().await.map_err(failed)?;
     rec.status = resp.status().as_u16();
     if let Some(b) = resp.headers().get(wire::BACKEND_HEADER).and_then(|v| v.to_str().ok()) {
         rec.backend = b.to_string();
@@ -480,18 +563,55 @@ async fn stream_response(
     if !resp.status().is_success() {
         return Err(http_error(resp).await);
     }
-    let mut events = resp.bytes_stream().eventsource();
-    while let Some(ev) = events.next().await {
-        let ev = ev.map_err(|e| match e {
-            eventsource_stream::EventStreamError::Transport(e) => failed(e),
-            other => (Outcome::Failed, other.to_string()),
-        })?;
-        if ev.data.trim() == "[DONE]" {
+    let kind = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !kind.trim_start().to_ascii_lowercase().starts_with("text/event-stream") {
+        return Err((
+            Outcome::Failed,
+            format!(
+                "expected a text/event-stream answer, got Content-Type {:?}",
+                crate::quote::one_line(kind)
+            ),
+        ));
+    }
+    let mut reader = sse::SseReader::default();
+    let mut done = false;
+    let cut = |reader: &sse::SseReader, how: String| {
+        let at = if reader.mid_event() { " mid-event" } else { "" };
+        let how = format!(
+            "the stream was cut{at} after {} bytes, before data: [DONE]{how}",
+            reader.bytes()
+        );
+        (Outcome::Cut, how)
+    };
+    loop {
+        let chunk = match resp.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) if e.is_timeout() => return Err(failed(e)),
+            Err(e) => return Err(cut(&reader, format!(" ({})", root_cause(&e)))),
+        };
+        let stop = reader
+            .feed(&chunk, |data| {
+                if data.trim() == "[DONE]" {
+                    return true;
+                }
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(data) {
+                    rec.chunk(&v, api, Instant::now());
+                }
+                false
+            })
+            .map_err(|e| (Outcome::Failed, e.to_string()))?;
+        if stop {
+            done = true;
             break;
         }
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&ev.data) {
-            rec.chunk(&v, api, Instant::now());
-        }
+    }
+    if !done {
+        return Err(cut(&reader, String::new()));
     }
     if rec.first.is_none() {
         return Err((Outcome::Failed, "the stream ended without a token".into()));
@@ -500,10 +620,17 @@ async fn stream_response(
 }
 
 /// A non-2xx answer: its status and the first 200 characters of its error message (or
-/// body).
-async fn http_error(resp: reqwest::Response) -> (Outcome, String) {
+/// body), of at most [`MAX_ERROR_BYTES`] read.
+async fn http_error(mut resp: reqwest::Response) -> (Outcome, String) {
     let status = resp.status();
-    let body = resp.text().await.unwrap_or_default();
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BYTES {
+        match resp.chunk().await {
+            Ok(Some(c)) => body.extend_from_slice(&c[..c.len().min(MAX_ERROR_BYTES - body.len())]),
+            _ => break,
+        }
+    }
+    let body = String::from_utf8_lossy(&body).into_owned();
     let msg = serde_json::from_str::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| {
@@ -564,6 +691,8 @@ pub struct LoadSummary {
     pub model: String,
     /// Simulated seconds per wall second.
     pub speed: f64,
+    /// Why the run stopped: `end`, `--duration`, `SIGINT` or `SIGTERM`.
+    pub stopped_by: &'static str,
     /// Wall seconds of the run.
     pub wall_s: f64,
     /// Simulated seconds (wall x speed).
@@ -615,6 +744,7 @@ pub fn summarize(run: &LoadRun, scenario: &str, seed: u64, cfg: &LoadConfig) -> 
         target: cfg.target.clone(),
         model: cfg.model.clone(),
         speed: cfg.speed.get(),
+        stopped_by: run.stopped_by,
         wall_s: round6(wall_s),
         sim_time_s: round6(cfg.speed.wall_to_sim(run.wall).as_secs_f64()),
         requests: Counts {

@@ -9,9 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc::UnboundedSender, watch};
 
@@ -27,6 +27,11 @@ use crate::live::Clock;
 use crate::metrics::{FleetTracker, RequestRec, TsRow};
 use crate::time::{SimDuration, SimTime};
 use crate::vllm_metrics as vm;
+
+/// The most engine work done between two looks at the command channel.
+const SLICE: Duration = Duration::from_millis(5);
+/// The most engine work done at a stop to catch up with the wall clock.
+const STOP_CATCH_UP: Duration = Duration::from_secs(2);
 
 /// Why a request ended, as vLLM's `finish_reason` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,16 +222,30 @@ pub struct Shared {
     pub model: String,
     /// Text to tokens and back.
     pub tokenizer: super::text::Tokenizer,
-    /// Accepted request body size, bytes.
-    pub max_body_bytes: usize,
+    /// Bounds on one request's body.
+    pub limits: BodyLimits,
     /// Lateness of streamed tokens (wall time written minus the engine's schedule), µs.
     pub lateness_us: Mutex<Vec<u32>>,
 }
 
+/// Bounds on one request's body.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyLimits {
+    /// Largest body accepted, bytes (`--max-body-bytes`).
+    pub max_body_bytes: usize,
+    /// Longest wait for the whole body once the headers are in (`--body-timeout`).
+    pub body_timeout: std::time::Duration,
+}
+
 impl Shared {
-    /// A fresh request id.
-    pub fn request_id(&self) -> RequestId {
-        RequestId(self.next_id.fetch_add(1, Ordering::Relaxed))
+    /// A fresh request id; `None` once all `u32` ids are used (they never wrap: two live
+    /// requests with one id would be one request to the engine).
+    pub fn request_id(&self) -> Option<RequestId> {
+        self.next_id
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
+            .ok()
+            .filter(|&n| n < u32::MAX)
+            .map(RequestId)
     }
 }
 
@@ -286,6 +305,11 @@ pub struct Fleet {
     max_lag: Vec<SimDuration>,
     scratch: Vec<Emission>,
     merged: Vec<(SimTime, usize, Emission)>,
+    /// Commands read from the channel, with the simulated instant each was read, waiting
+    /// for the engines to reach it.
+    pending: VecDeque<(SimTime, Cmd)>,
+    /// The simulated time every engine, event and command has been run to.
+    reached: SimTime,
 }
 
 fn add(a: LiveCounters, b: LiveCounters) -> LiveCounters {
@@ -354,53 +378,144 @@ impl Fleet {
             max_lag,
             scratch: Vec::new(),
             merged: Vec::new(),
+            pending: VecDeque::new(),
+            reached: SimTime::ZERO,
         }
     }
 
-    /// Runs until [`Cmd::Stop`] or until every sender is gone.
+    /// Runs until [`Cmd::Stop`] or until every sender is gone. The engines advance in
+    /// slices of at most 5 ms of work, and every command waiting is read between two
+    /// slices: however far behind the wall clock the engines fall (a long request at a high
+    /// `--speed`), a stop is answered within a slice, and a request is submitted at the
+    /// simulated instant it reached this thread.
     pub fn run(mut self, rx: Receiver<Cmd>) {
         loop {
             let now = self.shared.clock.sim_now();
-            self.advance(now);
-            let next = self.next_wakeup();
-            let cmd = match next {
+            let caught_up = self.advance(now, Instant::now() + SLICE);
+            let stop = loop {
+                match rx.try_recv() {
+                    Ok(Cmd::Stop(reply)) => break Some(reply),
+                    Ok(c) => self.pending.push_back((self.shared.clock.sim_now(), c)),
+                    Err(TryRecvError::Empty) => break None,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            };
+            if let Some(reply) = stop {
+                let _ = reply.send(self.stop());
+                return;
+            }
+            if !caught_up || !self.pending.is_empty() {
+                continue;
+            }
+            // Caught up, nothing pending: sleep until the next step end or a command.
+            let cmd = match self.next_wakeup() {
                 Some(t) => {
-                    let wall = self.shared.clock.wall_of(t);
-                    let wait = wall.saturating_duration_since(Instant::now());
+                    let wait = self.shared.clock.wall_of(t).saturating_duration_since(Instant::now());
                     if wait.is_zero() {
-                        rx.try_recv().ok()
-                    } else {
-                        match rx.recv_timeout(wait) {
-                            Ok(c) => Some(c),
-                            Err(RecvTimeoutError::Timeout) => None,
-                            Err(RecvTimeoutError::Disconnected) => return,
-                        }
+                        continue;
+                    }
+                    match rx.recv_timeout(wait) {
+                        Ok(c) => c,
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
                 None => match rx.recv() {
-                    Ok(c) => Some(c),
+                    Ok(c) => c,
                     Err(_) => return,
                 },
             };
-            let Some(cmd) = cmd else { continue };
-            let now = self.shared.clock.sim_now();
-            self.advance(now);
             match cmd {
-                Cmd::Submit(s) => self.submit(now, *s),
-                Cmd::Abort { backend, id } => self.abort(now, backend, id),
                 Cmd::Stop(reply) => {
-                    let _ = reply.send(self.finish(now));
+                    let _ = reply.send(self.stop());
                     return;
                 }
+                c => self.pending.push_back((self.shared.clock.sim_now(), c)),
             }
+        }
+    }
+
+    /// The records at a stop: the engines caught up to now, for at most [`STOP_CATCH_UP`]
+    /// of work (then as far as they got).
+    fn stop(mut self) -> Records {
+        let now = self.shared.clock.sim_now();
+        self.advance(now, Instant::now() + STOP_CATCH_UP);
+        self.finish()
+    }
+
+    /// A command, at simulated `t`.
+    fn command(&mut self, t: SimTime, c: Cmd) {
+        match c {
+            Cmd::Submit(s) => self.submit(t, *s),
+            Cmd::Abort { backend, id } => self.abort(t, backend, id),
+            // Answered as it is read.
+            Cmd::Stop(_) => {}
         }
     }
 
     fn next_wakeup(&self) -> Option<SimTime> {
         let steps = self.nodes.iter().filter_map(|n| n.engine.next_event()).min();
-        let fleet = self.events.get(self.next_event).map(|e| e.at);
-        let restarts = self.nodes.iter().filter_map(|n| n.restart_at).min();
-        [steps, fleet, restarts].into_iter().flatten().min()
+        let fleet = self.next_change().map(|c| c.0);
+        [steps, fleet].into_iter().flatten().min()
+    }
+
+    /// The next fleet event or restart return: its time and `usize::MAX` for an event, the
+    /// backend for a return.
+    fn next_change(&self) -> Option<(SimTime, usize)> {
+        let ev_at = self.events.get(self.next_event).map(|e| (e.at, usize::MAX));
+        let back_at = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.restart_at.map(|t| (t, i)))
+            .min();
+        [ev_at, back_at].into_iter().flatten().min()
+    }
+
+    /// Applies [`Self::next_change`], due at `t`.
+    fn apply_change(&mut self, t: SimTime, who: usize) {
+        if who == usize::MAX {
+            let e = self.events[self.next_event];
+            self.next_event += 1;
+            self.fleet_event(t, e);
+        } else {
+            self.nodes[who].restart_at = None;
+            self.join(t, who);
+        }
+    }
+
+    /// Runs every engine step, fleet event and pending command due up to `now`, in time
+    /// order (at one instant: steps, then fleet events, then commands), until `deadline`;
+    /// true if it reached `now`.
+    fn advance(&mut self, now: SimTime, deadline: Instant) -> bool {
+        let mut n = 0u32;
+        loop {
+            let step = self.nodes.iter().filter_map(|n| n.engine.next_event()).min();
+            let change = self.next_change();
+            let cmd = self.pending.front().map(|p| p.0);
+            let due = [step, change.map(|c| c.0), cmd].into_iter().flatten().min();
+            let Some(t) = due.filter(|&t| t <= now) else {
+                break;
+            };
+            self.advance_engines(t);
+            match change {
+                Some((at, who)) if at == t && step != Some(t) => self.apply_change(t, who),
+                _ if step != Some(t) => {
+                    if let Some((at, c)) = self.pending.pop_front() {
+                        self.command(at, c);
+                    }
+                }
+                _ => {}
+            }
+            self.reached = self.reached.max(t);
+            n += 1;
+            if n.is_multiple_of(16) && Instant::now() >= deadline {
+                return false;
+            }
+        }
+        self.advance_engines(now);
+        self.reached = self.reached.max(now);
+        true
     }
 
     fn submit(&mut self, now: SimTime, s: Submit) {
@@ -482,37 +597,6 @@ impl Fleet {
         self.collect(b);
         self.dispatch();
         self.maybe_drained(now, b);
-    }
-
-    /// Runs every engine and fleet event up to `now`, in time order.
-    fn advance(&mut self, now: SimTime) {
-        loop {
-            // Fleet events and restart returns due before `now`, each after the steps
-            // that end before it.
-            let ev_at = self.events.get(self.next_event).map(|e| e.at);
-            let back_at = self
-                .nodes
-                .iter()
-                .enumerate()
-                .filter_map(|(i, n)| n.restart_at.map(|t| (t, i)))
-                .min();
-            let due = [ev_at.map(|t| (t, usize::MAX)), back_at].into_iter().flatten().min();
-            match due {
-                Some((t, who)) if t <= now => {
-                    self.advance_engines(t);
-                    if who == usize::MAX {
-                        let e = self.events[self.next_event];
-                        self.next_event += 1;
-                        self.fleet_event(t, e);
-                    } else {
-                        self.nodes[who].restart_at = None;
-                        self.join(t, who);
-                    }
-                }
-                _ => break,
-            }
-        }
-        self.advance_engines(now);
     }
 
     fn advance_engines(&mut self, t: SimTime) {
@@ -734,9 +818,10 @@ impl Fleet {
         }
     }
 
-    fn finish(mut self, now: SimTime) -> Records {
-        self.advance(now);
-        let end = self.tracker_end(now);
+    /// What was recorded, ended at the simulated time the engines reached. Requests that
+    /// arrived and did not reach an engine before the stop count as in flight.
+    fn finish(mut self) -> Records {
+        let end = self.reached;
         self.tracker.finish(end);
         let series = self.tracker.take_series();
         let counters = self.nodes.iter().map(|n| add(n.retired, n.engine.counters())).collect();
@@ -755,7 +840,7 @@ impl Fleet {
             .filter(|&s| stayed[s] && self.first_suboptimal[s] && first[s].is_some())
             .count() as u64;
         Records {
-            in_flight: self.live.len() as u64,
+            in_flight: (self.live.len() + self.pending.iter().filter(|p| matches!(p.1, Cmd::Submit(_))).count()) as u64,
             requests: self.records,
             session_keys: self.session_keys,
             series,
@@ -765,10 +850,6 @@ impl Fleet {
             end,
             latched_sessions: latched,
         }
-    }
-
-    fn tracker_end(&self, now: SimTime) -> SimTime {
-        now
     }
 }
 

@@ -17,11 +17,13 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::fleet::{Cmd, Ev, MetricsState, Reason, Shared, Submit};
-use super::text::natural_length;
+use super::request::{self, ApiError, Ask, BODY_UNREADABLE, bad_request, error};
 use crate::backend::Gauges;
+use crate::content::Content;
 use crate::faults::FaultKind;
 use crate::fleet::Membership;
 use crate::ids::RequestId;
+use crate::live::client::root_cause;
 use crate::live::wire::{self, BACKEND_HEADER};
 use crate::time::SimTime;
 use crate::vllm_metrics as vm;
@@ -29,6 +31,13 @@ use crate::vllm_metrics as vm;
 /// The prefix under which a `zero_stats` backend exports its metrics (another engine's, as
 /// an SGLang backend behind production-stack: the router parses nothing and reads zeros).
 pub const WRONG_PREFIX: &str = "sglang:";
+
+/// A body longer than this is parsed, and a prompt this long tokenised, on a blocking
+/// thread rather than on an async worker.
+const OFF_THREAD_BYTES: usize = 256 << 10;
+/// A request of more tokens than this (prompt and output) is cut into blocks on a blocking
+/// thread.
+const OFF_THREAD_TOKENS: u64 = 32 << 10;
 
 #[derive(Clone)]
 struct App {
@@ -58,6 +67,7 @@ pub fn router(shared: Arc<Shared>, b: usize, shutdown: tokio::sync::watch::Recei
         .route("/server_info", get(get_server_info))
         .route("/get_load", get(get_load))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(axum::middleware::map_response(move |mut r: Response| {
             let name = name.clone();
@@ -67,41 +77,6 @@ pub fn router(shared: Arc<Shared>, b: usize, shutdown: tokio::sync::watch::Recei
             }
         }))
         .with_state(app)
-}
-
-/// An OpenAI-style error, as vLLM's `ErrorResponse` serialises it.
-struct ApiError {
-    status: StatusCode,
-    kind: &'static str,
-    message: String,
-    param: Option<String>,
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.status.as_u16(),
-            }
-        });
-        (self.status, axum::Json(body)).into_response()
-    }
-}
-
-fn error(status: StatusCode, kind: &'static str, message: impl Into<String>, param: Option<&str>) -> ApiError {
-    ApiError {
-        status,
-        kind,
-        message: message.into(),
-        param: param.map(str::to_string),
-    }
-}
-
-fn bad_request(message: impl Into<String>, param: Option<&str>) -> ApiError {
-    error(StatusCode::BAD_REQUEST, "BadRequestError", message, param)
 }
 
 /// 503, the backend out of service (draining, restarting, or the server stopping).
@@ -122,6 +97,15 @@ fn internal(message: &str) -> Response {
 
 async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"}))).into_response()
+}
+
+/// A known path with another method: 405, as FastAPI answers it.
+async fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        axum::Json(json!({"detail": "Method Not Allowed"})),
+    )
+        .into_response()
 }
 
 async fn health(State(a): State<App>) -> Response {
@@ -179,24 +163,69 @@ async fn get_server_info(State(a): State<App>) -> Response {
     .into_response()
 }
 
-/// Reads the body up to the size limit and parses it as a JSON object.
-async fn json_body(a: &App, body: Body) -> Result<serde_json::Map<String, Value>, ApiError> {
-    let limit = a.shared.max_body_bytes;
-    let bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(_) => {
-            return Err(error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "BadRequestError",
-                format!("request body larger than {limit} bytes (sim serve --max-body-bytes)"),
-                None,
-            ));
-        }
+/// The request body, read within `--body-timeout` and up to `--max-body-bytes`: 413 past
+/// the limit (at once when `Content-Length` says so), 408 past the time-out, 400 when the
+/// body is malformed (a bad chunk size), naming the problem; each closing the connection,
+/// whose body was not read to its end.
+async fn read_body(a: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let limit = a.shared.limits.max_body_bytes;
+    let too_large = |n: Option<u64>| {
+        let got = n.map_or(String::new(), |n| format!(" ({n} bytes)"));
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "BadRequestError",
+            format!("request body larger than {limit} bytes{got} (sim serve --max-body-bytes)"),
+            None,
+        )
     };
-    match serde_json::from_slice::<Value>(&bytes) {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large(declared));
+    }
+    let timeout = a.shared.limits.body_timeout;
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) => {
+            let e = e.into_inner();
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                Err(too_large(None))
+            } else {
+                Err(bad_request(format!("{BODY_UNREADABLE}: {}", root_cause(&*e)), None))
+            }
+        }
+        Err(_) => Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            "BadRequestError",
+            format!(
+                "the request body did not arrive within {} s (sim serve --body-timeout)",
+                timeout.as_secs_f64()
+            ),
+            None,
+        )),
+    }
+}
+
+/// A body as a JSON object (serde_json refuses nesting deeper than 128).
+fn json_object(bytes: &[u8]) -> Result<request::Body, ApiError> {
+    match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(bad_request("the request body must be a JSON object", None)),
         Err(e) => Err(bad_request(format!("JSON decode error: {e}"), None)),
+    }
+}
+
+/// Reads the body and parses it as a JSON object.
+async fn json_body(a: &App, headers: &HeaderMap, body: Body) -> Result<request::Body, ApiError> {
+    let bytes = read_body(a, headers, body).await?;
+    if bytes.len() > OFF_THREAD_BYTES {
+        tokio::task::spawn_blocking(move || json_object(&bytes))
+            .await
+            .unwrap_or_else(|_| Err(bad_request("the request could not be parsed", None)))
+    } else {
+        json_object(&bytes)
     }
 }
 
@@ -216,251 +245,49 @@ async fn get_load(State(a): State<App>) -> Response {
 
 /// The prompt text of a render or tokenize request (`prompt`, or `messages` rendered as a
 /// chat), or the error response.
-async fn prompt_text(a: &App, body: Body) -> Result<String, Response> {
-    let req = json_body(a, body).await.map_err(|e| e.into_response())?;
+async fn prompt_text(a: &App, headers: &HeaderMap, body: Body) -> Result<String, Response> {
+    let req = json_body(a, headers, body).await.map_err(|e| e.into_response())?;
     match (req.get("prompt"), req.get("messages")) {
         (Some(Value::String(p)), _) => Ok(p.clone()),
-        (_, Some(Value::Array(ms))) => render_chat(ms).map_err(|e| e.into_response()),
+        (_, Some(Value::Array(ms))) => request::render_chat(ms).map_err(|e| e.into_response()),
         _ => Err(bad_request("`prompt` (a string) or `messages` is required", Some("prompt")).into_response()),
+    }
+}
+
+/// The token ids of a render or tokenize request's prompt (off the async workers when the
+/// prompt is long), or the error response.
+async fn prompt_ids(a: &App, headers: &HeaderMap, body: Body) -> Result<Vec<u32>, Response> {
+    let text = prompt_text(a, headers, body).await?;
+    let tok = a.shared.tokenizer;
+    if text.len() > OFF_THREAD_BYTES {
+        tokio::task::spawn_blocking(move || tok.token_ids(&text))
+            .await
+            .map_err(|_| internal("tokenising failed"))
+    } else {
+        Ok(tok.token_ids(&text))
     }
 }
 
 /// vLLM's render endpoints (vllm-router's `cache_aware` calls them on every worker): the
 /// prompt's token ids, as the request would be tokenised.
-async fn render_prompt(State(a): State<App>, body: Body) -> Response {
-    let text = match prompt_text(&a, body).await {
-        Ok(t) => t,
-        Err(e) => return e,
-    };
-    axum::Json(json!({ "token_ids": a.shared.tokenizer.token_ids(&text) })).into_response()
+async fn render_prompt(State(a): State<App>, headers: HeaderMap, body: Body) -> Response {
+    match prompt_ids(&a, &headers, body).await {
+        Ok(ids) => axum::Json(json!({ "token_ids": ids })).into_response(),
+        Err(e) => e,
+    }
 }
 
-async fn tokenize(State(a): State<App>, body: Body) -> Response {
-    let text = match prompt_text(&a, body).await {
+async fn tokenize(State(a): State<App>, headers: HeaderMap, body: Body) -> Response {
+    let tokens = match prompt_ids(&a, &headers, body).await {
         Ok(t) => t,
         Err(e) => return e,
     };
-    let tokens = a.shared.tokenizer.token_ids(&text);
     axum::Json(json!({
         "count": tokens.len(),
         "max_model_len": a.shared.backends[a.b].max_model_len,
         "tokens": tokens,
     }))
     .into_response()
-}
-
-/// A chat request's prompt text: `role\ncontent\n` per message, then `assistant\n`, so
-/// that one turn's prompt and reply are a prefix of the next turn's prompt.
-fn render_chat(messages: &[Value]) -> Result<String, ApiError> {
-    let mut s = String::new();
-    for (i, m) in messages.iter().enumerate() {
-        let role = m.get("role").and_then(Value::as_str).ok_or_else(|| {
-            bad_request(
-                format!("messages[{i}]: `role` (a string) is required"),
-                Some("messages"),
-            )
-        })?;
-        s.push_str(role);
-        s.push('\n');
-        match m.get("content") {
-            Some(Value::String(c)) => s.push_str(c),
-            Some(Value::Array(parts)) => {
-                for p in parts {
-                    if let Some(t) = p.get("text").and_then(Value::as_str) {
-                        s.push_str(t);
-                    }
-                }
-            }
-            None | Some(Value::Null) => {}
-            Some(_) => {
-                return Err(bad_request(
-                    format!("messages[{i}].content: expected a string or a list of parts"),
-                    Some("messages"),
-                ));
-            }
-        }
-        s.push('\n');
-    }
-    s.push_str("assistant\n");
-    Ok(s)
-}
-
-fn uint(req: &serde_json::Map<String, Value>, key: &str) -> Result<Option<u64>, ApiError> {
-    match req.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| bad_request(format!("`{key}` must be a non-negative integer"), Some(key))),
-    }
-}
-
-fn flag(req: &serde_json::Map<String, Value>, key: &str) -> Result<bool, ApiError> {
-    match req.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(bad_request(format!("`{key}` must be a boolean"), Some(key))),
-    }
-}
-
-/// What a completion request asks for, validated.
-struct Ask {
-    chat: bool,
-    prompt: String,
-    prompt_tokens: u32,
-    output_tokens: u32,
-    reason: Reason,
-    stream: bool,
-    include_usage: bool,
-    session: Option<String>,
-}
-
-fn parse(a: &App, chat: bool, req: &serde_json::Map<String, Value>, headers: &HeaderMap) -> Result<Ask, ApiError> {
-    check_model(&a.shared.model, req)?;
-    let prompt = if chat {
-        chat_prompt(req)?
-    } else {
-        completion_prompt(req)?
-    };
-    if let Some(n) = uint(req, "n")?
-        && n != 1
-    {
-        return Err(bad_request(
-            "sim serve generates one choice per request (n = 1)",
-            Some("n"),
-        ));
-    }
-    let prompt_tokens = a.shared.tokenizer.count(&prompt);
-    if prompt_tokens == 0 {
-        return Err(bad_request("the prompt is empty", Some("prompt")));
-    }
-    let max_len = a.shared.backends[a.b].max_model_len;
-    let max_tokens = max_tokens(req, chat, prompt_tokens, max_len)?;
-    let (output_tokens, reason) = output_length(req, &prompt, max_tokens)?;
-    let stream = flag(req, "stream")?;
-    let include_usage = stream
-        && req
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-    let session = wire::SESSION_HEADERS
-        .iter()
-        .find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
-        .map(str::to_string);
-    Ok(Ask {
-        chat,
-        prompt,
-        prompt_tokens,
-        output_tokens,
-        reason,
-        stream,
-        include_usage,
-        session,
-    })
-}
-
-/// `model`, if given, must be the served one.
-fn check_model(model: &str, req: &serde_json::Map<String, Value>) -> Result<(), ApiError> {
-    match req.get("model") {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::String(m)) if m == model => Ok(()),
-        Some(Value::String(m)) => Err(error(
-            StatusCode::NOT_FOUND,
-            "NotFoundError",
-            format!("The model `{m}` does not exist."),
-            Some("model"),
-        )),
-        Some(_) => Err(bad_request("`model` must be a string", Some("model"))),
-    }
-}
-
-/// A chat request's prompt text ([`render_chat`] of its `messages`).
-fn chat_prompt(req: &serde_json::Map<String, Value>) -> Result<String, ApiError> {
-    match req.get("messages") {
-        Some(Value::Array(ms)) if !ms.is_empty() => render_chat(ms),
-        _ => Err(bad_request(
-            "`messages` (a non-empty list) is required",
-            Some("messages"),
-        )),
-    }
-}
-
-/// A completions request's one prompt.
-fn completion_prompt(req: &serde_json::Map<String, Value>) -> Result<String, ApiError> {
-    match req.get("prompt") {
-        Some(Value::String(p)) => Ok(p.clone()),
-        Some(Value::Array(ps)) if ps.len() == 1 && ps[0].is_string() => {
-            Ok(ps[0].as_str().unwrap_or_default().to_string())
-        }
-        Some(_) => Err(bad_request(
-            "sim serve takes one text prompt per request (a string, or a list of one string)",
-            Some("prompt"),
-        )),
-        None => Err(bad_request("`prompt` is required", Some("prompt"))),
-    }
-}
-
-/// The most tokens the request may generate: `max_completion_tokens`, else `max_tokens`,
-/// else vLLM's default (16 for completions, OpenAI's; what the context leaves for chat),
-/// refused past the context as vLLM refuses it.
-fn max_tokens(
-    req: &serde_json::Map<String, Value>,
-    chat: bool,
-    prompt_tokens: u32,
-    max_len: u32,
-) -> Result<u32, ApiError> {
-    let asked = match (uint(req, "max_completion_tokens")?, uint(req, "max_tokens")?) {
-        (Some(x), _) | (None, Some(x)) => Some(x),
-        (None, None) => None,
-    };
-    let max_tokens = match asked {
-        Some(x) => x,
-        None if chat => u64::from(max_len.saturating_sub(prompt_tokens)),
-        None => 16,
-    };
-    if max_tokens == 0 {
-        return Err(bad_request("max_tokens must be at least 1, got 0.", Some("max_tokens")));
-    }
-    if u64::from(prompt_tokens) + max_tokens > u64::from(max_len) {
-        return Err(bad_request(
-            format!(
-                "This model's maximum context length is {max_len} tokens. However, you requested {} tokens \
-                 ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the \
-                 messages or completion.",
-                u64::from(prompt_tokens) + max_tokens
-            ),
-            Some("max_tokens"),
-        ));
-    }
-    Ok(max_tokens as u32)
-}
-
-/// How many tokens the request generates, and why it stops: `max_tokens` under
-/// `ignore_eos`, else the prompt's natural length within `[max(min_tokens, 1), max_tokens]`.
-fn output_length(
-    req: &serde_json::Map<String, Value>,
-    prompt: &str,
-    max_tokens: u32,
-) -> Result<(u32, Reason), ApiError> {
-    let min_tokens = uint(req, "min_tokens")?.unwrap_or(0);
-    if min_tokens > u64::from(max_tokens) {
-        return Err(bad_request(
-            format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."),
-            Some("min_tokens"),
-        ));
-    }
-    let output_tokens = if flag(req, "ignore_eos")? {
-        max_tokens
-    } else {
-        natural_length(prompt).clamp((min_tokens as u32).max(1), max_tokens)
-    };
-    let reason = if output_tokens == max_tokens {
-        Reason::Length
-    } else {
-        Reason::Stop
-    };
-    Ok((output_tokens, reason))
 }
 
 async fn completions(State(a): State<App>, headers: HeaderMap, body: Body) -> Response {
@@ -506,21 +333,85 @@ impl Guard {
     }
 }
 
+/// A request checked and ready for the engine: what it asks, its id, its tokens and
+/// blocks.
+struct Prepared {
+    ask: Ask,
+    id: RequestId,
+    content: Content,
+}
+
+/// Parses and checks a completion request (work in proportion to the body, at most
+/// `--max-body-bytes`) and gives it an id.
+fn check(
+    shared: &Shared,
+    b: usize,
+    chat: bool,
+    bytes: &[u8],
+    headers: &HeaderMap,
+) -> Result<(Ask, RequestId), ApiError> {
+    let req = json_object(bytes)?;
+    let tok = shared.tokenizer;
+    let max_len = shared.backends[b].max_model_len;
+    let ask = request::parse(&req, chat, &shared.model, max_len, |p| tok.count(p), headers)?;
+    let id = shared.request_id().ok_or_else(|| {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailableError",
+            format!(
+                "request ids exhausted ({} requests served): restart sim serve",
+                u32::MAX
+            ),
+            None,
+        )
+    })?;
+    Ok((ask, id))
+}
+
+/// Runs `f` on a blocking thread when `big`, so that no request holds an async worker (and
+/// with it `/health`) for long.
+async fn maybe_off_thread<T: Send + 'static>(big: bool, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    if big {
+        tokio::task::spawn_blocking(f).await.ok()
+    } else {
+        Some(f())
+    }
+}
+
+/// [`check`], then the request's tokens cut into blocks (work in proportion to the tokens
+/// asked for, at most `max_model_len`), each off the async workers when large.
+async fn prepare(a: &App, chat: bool, bytes: Bytes, headers: HeaderMap) -> Result<Prepared, ApiError> {
+    let (shared, b) = (a.shared.clone(), a.b);
+    let failed = || bad_request("the request could not be prepared", None);
+    let (mut ask, id) = maybe_off_thread(bytes.len() > OFF_THREAD_BYTES, move || {
+        check(&shared, b, chat, &bytes, &headers)
+    })
+    .await
+    .ok_or_else(failed)??;
+    let prompt = std::mem::take(&mut ask.prompt);
+    let (tok, output_tokens) = (a.shared.tokenizer, ask.output_tokens);
+    let tokens = u64::from(ask.prompt_tokens) + u64::from(output_tokens);
+    let content = maybe_off_thread(tokens > OFF_THREAD_TOKENS, move || {
+        tok.content(&prompt, output_tokens, id)
+    })
+    .await
+    .ok_or_else(failed)?;
+    Ok(Prepared { ask, id, content })
+}
+
 async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Response {
     let arrival = a.shared.clock.sim_now();
-    let req = match json_body(&a, body).await {
-        Ok(r) => r,
+    let bytes = match read_body(&a, &headers, body).await {
+        Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let ask = match parse(&a, chat, &req, &headers) {
-        Ok(x) => x,
+    let Prepared { ask, id, content } = match prepare(&a, chat, bytes, headers).await {
+        Ok(p) => p,
         Err(e) => return e.into_response(),
     };
     if *a.shared.backends[a.b].membership.borrow() != Membership::Active {
         return unavailable("the backend is draining or restarting");
     }
-    let id = a.shared.request_id();
-    let content = a.shared.tokenizer.content(&ask.prompt, ask.output_tokens, id);
     let (tx, rx) = unbounded_channel();
     let submit = Submit {
         backend: a.b,
@@ -576,7 +467,7 @@ impl Meta {
     fn usage(&self, completion: u32) -> Value {
         json!({
             "prompt_tokens": self.prompt_tokens,
-            "total_tokens": self.prompt_tokens + completion,
+            "total_tokens": u64::from(self.prompt_tokens) + u64::from(completion),
             "completion_tokens": completion,
             "prompt_tokens_details": null,
         })
@@ -585,7 +476,9 @@ impl Meta {
 
 async fn whole_response(a: App, meta: Meta, mut rx: UnboundedReceiver<Ev>, mut guard: Guard) -> Response {
     let tok = a.shared.tokenizer;
-    let mut text = String::with_capacity(meta.output_tokens as usize * tok.codec.chars_per_token() as usize);
+    // Grown as tokens come (a reply is at most max_model_len tokens), not reserved up front.
+    let want = u64::from(meta.output_tokens) * u64::from(tok.codec.chars_per_token());
+    let mut text = String::with_capacity(want.min(1 << 20) as usize);
     let mut k = 0u32;
     loop {
         match rx.recv().await {

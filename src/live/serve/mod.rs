@@ -12,6 +12,7 @@
 
 pub mod fleet;
 pub mod http;
+pub mod request;
 pub mod text;
 
 use std::net::{IpAddr, SocketAddr};
@@ -31,7 +32,7 @@ use crate::fleet::Membership;
 use crate::metrics::{EngineCounters, Percentiles, Summary, SummaryInputs, percentiles, summarize};
 use crate::sim::{BackendModel, SimConfig};
 use crate::time::SimDuration;
-use fleet::{BackendShared, Cmd, Fleet, MetricsState, Records, Shared};
+use fleet::{BackendShared, BodyLimits, Cmd, Fleet, MetricsState, Records, Shared};
 
 /// How to serve a scenario's fleet (the command line's choices, checked).
 #[derive(Clone, Debug)]
@@ -49,6 +50,25 @@ pub struct Options {
     pub model: Option<String>,
     /// Largest request body accepted, bytes.
     pub max_body_bytes: usize,
+    /// Longest wait for a request's headers (and for the next request on an idle
+    /// keep-alive connection).
+    pub header_timeout: Duration,
+    /// Longest wait for a request's body once its headers are in.
+    pub body_timeout: Duration,
+    /// Most connections one backend holds open; past it a connection is answered 503 and
+    /// closed.
+    pub max_connections: usize,
+}
+
+impl Options {
+    /// Defaults of the bounds on connections: uvicorn's keep-alive in vLLM is 5 s; a
+    /// header 10 s, a body 30 s, and 1024 connections per backend leave any honest client
+    /// room.
+    pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+    /// See [`Options::HEADER_TIMEOUT`].
+    pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+    /// See [`Options::HEADER_TIMEOUT`].
+    pub const MAX_CONNECTIONS: usize = 1024;
 }
 
 /// The model name vLLM would serve: the first backend's profile model, else the default
@@ -128,7 +148,10 @@ impl Plan {
                 codec: wire::Codec::new(cfg.router.chars_per_token),
                 block_tokens: self.block_tokens,
             },
-            max_body_bytes: o.max_body_bytes,
+            limits: BodyLimits {
+                max_body_bytes: o.max_body_bytes,
+                body_timeout: o.body_timeout,
+            },
             lateness_us: Mutex::new(Vec::new()),
         }
     }
@@ -160,6 +183,7 @@ impl Server {
         let (cmd_tx, cmd_rx) = std::sync::mpsc::channel();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(plan.shared(cfg, o, model.clone(), cmd_tx));
+        open_files(plan.cfgs.len(), o.max_connections)?;
         let rt = runtime(None)?;
         let listeners = bind(&rt, o, &shared)?;
         let addrs: Vec<SocketAddr> = listeners
@@ -186,7 +210,8 @@ impl Server {
             let app = http::router(shared.clone(), i, shutdown_rx.clone());
             let membership = shared.backends[i].membership.subscribe();
             let bound = (plan.initial[i] == Membership::Active).then_some(l);
-            let serve = serve_backend(app, addrs[i], bound, membership, shutdown_rx.clone());
+            let conn = Connections::new(o, &shared.backends[i].name);
+            let serve = serve_backend(app, addrs[i], bound, membership, shutdown_rx.clone(), conn);
             servers.spawn_on(serve, rt.handle());
         }
         Ok(Server {
@@ -202,35 +227,52 @@ impl Server {
         })
     }
 
-    /// Waits for SIGINT, SIGTERM or `duration` of simulated time; returns which.
-    pub fn wait(&self, duration: Option<SimDuration>) -> &'static str {
+    /// Waits for SIGINT, SIGTERM or `duration` of simulated time; returns which. The
+    /// signals are watched on a runtime of their own on this thread, so they are seen
+    /// whatever the servers' workers are doing.
+    pub fn wait(&self, duration: Option<SimDuration>) -> Result<&'static str> {
         let speed = self.shared.clock.speed();
         let wall = duration.map_or(Duration::from_secs(u64::MAX / 4), |d| speed.span_to_wall(d));
-        self.rt.block_on(async {
+        let signals = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the signal watcher")?;
+        Ok(signals.block_on(async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => "SIGINT",
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => "SIGTERM",
                 _ = tokio::time::sleep(wall) => "--duration",
             }
-        })
+        }))
     }
 
-    /// Stops: closes every connection and listener, then the engines; hands back what they
-    /// recorded.
+    /// Stops: closes every connection and listener (waiting at most 10 s for
+    /// them), then the engines; hands back what they recorded.
     pub fn stop(mut self) -> Result<Served> {
         let _ = self.shutdown.send(true);
         let servers = &mut self.servers;
-        self.rt.block_on(async { while servers.join_next().await.is_some() {} });
+        let closed = self.rt.block_on(async {
+            tokio::time::timeout(STOP_WAIT, async { while servers.join_next().await.is_some() {} }).await
+        });
+        if closed.is_err() {
+            eprintln!(
+                "note: the servers did not close within {} s; stopping the engines anyway",
+                STOP_WAIT.as_secs()
+            );
+            servers.abort_all();
+        }
         let wall = self.started.elapsed();
         let (tx, rx) = std::sync::mpsc::channel();
         self.shared
             .cmd
             .send(Cmd::Stop(tx))
             .map_err(|_| anyhow::anyhow!("the engine thread stopped early"))?;
-        let records = rx.recv().context("the engine thread stopped without its records")?;
+        let records = rx
+            .recv_timeout(STOP_WAIT)
+            .context("the engine thread did not hand back its records")?;
         let _ = self.engines.join();
-        drop(self.rt);
+        self.rt.shutdown_timeout(Duration::from_secs(1));
         let lateness = std::mem::take(&mut *self.shared.lateness_us.lock().unwrap_or_else(|e| e.into_inner()));
         Ok(Served {
             records,
@@ -241,6 +283,26 @@ impl Server {
             model: self.model,
         })
     }
+}
+
+/// The longest wait at a stop for the servers to close and for the engine thread's records.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// Raises the open-file limit to what `backends` servers of `max_connections` each need
+/// (up to the hard limit), or says which flag to lower.
+fn open_files(backends: usize, max_connections: usize) -> Result<()> {
+    let need = (backends as u64)
+        .saturating_mul(max_connections as u64 + Connections::REFUSING as u64)
+        .saturating_add(256);
+    let have = rlimit::increase_nofile_limit(need).unwrap_or(need);
+    if have < need {
+        let fits = (have.saturating_sub(256) / backends.max(1) as u64).saturating_sub(Connections::REFUSING as u64);
+        bail!(
+            "--max-connections {max_connections}: {backends} backends need {need} open files, the limit is {have} \
+             (ulimit -n); give --max-connections {fits} or raise the limit"
+        );
+    }
+    Ok(())
 }
 
 /// Binds every backend's address (the listeners of backends out of service at time zero
@@ -363,9 +425,14 @@ impl Served {
             events_per_s: 0.0,
             requests_per_s: res.requests.len() as f64 / wall_s.max(1e-9),
         };
-        crate::export::write_all(stage.path(), &res, effective, &perf, &[], true)?;
-        let fig = crate::plot::series::BackendSeries::new(&res.summary, &res.series).with_stranded(&res.episodes);
-        crate::plot::save(&fig, &stage.path().join("timeseries"), crate::plot::DEFAULT_DPI)?;
+        let out = crate::export::Output {
+            res: &res,
+            scenario_toml: effective,
+            perf: &perf,
+            hints: &[],
+            tables: crate::export::Tables::Csv,
+        };
+        crate::run::write_files(stage.path(), &out, true, crate::plot::DEFAULT_DPI)?;
         crate::export::write_json(
             &stage.path().join("serve.json"),
             &serde_json::json!({
@@ -398,6 +465,83 @@ fn per_backend_sessions(r: &Records, n: usize, first: bool) -> Vec<u64> {
     }
     out
 }
+/// One backend's bounds on connections: a permit per open connection (at most
+/// `--max-connections`), a few more for the connections refused past it, and the header
+/// time-out.
+#[derive(Clone)]
+struct Connections {
+    open: Arc<tokio::sync::Semaphore>,
+    refusing: Arc<tokio::sync::Semaphore>,
+    max: usize,
+    header_timeout: Duration,
+    backend: String,
+}
+
+impl Connections {
+    /// Connections being refused at once, at most; past it a connection is closed unread.
+    const REFUSING: usize = 64;
+
+    fn new(o: &Options, backend: &str) -> Connections {
+        Connections {
+            open: Arc::new(tokio::sync::Semaphore::new(o.max_connections)),
+            refusing: Arc::new(tokio::sync::Semaphore::new(Self::REFUSING)),
+            max: o.max_connections,
+            header_timeout: o.header_timeout,
+            backend: backend.to_string(),
+        }
+    }
+
+    /// Serves `stream` if a permit is free, else answers 503 and closes it.
+    fn serve(&self, conns: &mut JoinSet<()>, app: &axum::Router, stream: tokio::net::TcpStream) {
+        use hyper_util::rt::{TokioIo, TokioTimer};
+        use hyper_util::service::TowerToHyperService;
+        let _ = stream.set_nodelay(true);
+        if let Ok(permit) = self.open.clone().try_acquire_owned() {
+            let svc = TowerToHyperService::new(app.clone());
+            let header_timeout = self.header_timeout;
+            conns.spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+                drop(permit);
+            });
+        } else if let Ok(permit) = self.refusing.clone().try_acquire_owned() {
+            let (max, backend) = (self.max, self.backend.clone());
+            conns.spawn(async move {
+                refuse(stream, max, &backend).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Answers a connection past `--max-connections` with vLLM's error shape, 503, and closes it
+/// (what uvicorn's `limit_concurrency` answers): the request's first bytes are read first
+/// (briefly), so that the close does not reset the answer away.
+async fn refuse(mut stream: tokio::net::TcpStream, max: usize, backend: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buf)).await;
+    let body = serde_json::json!({"error": {
+        "message": format!("too many connections: this backend holds {max} (sim serve --max-connections)"),
+        "type": "ServiceUnavailableError", "param": null, "code": 503}})
+    .to_string();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n{}: {backend}\r\n\r\n",
+        body.len(),
+        wire::BACKEND_HEADER
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
 /// Serves one backend: accepts connections while it is in service, stops accepting while
 /// it drains, and closes every connection when it is killed (a restart binds the same
 /// address again when it comes back) or when the server stops.
@@ -407,9 +551,8 @@ async fn serve_backend(
     mut listener: Option<TcpListener>,
     mut membership: watch::Receiver<Membership>,
     mut shutdown: watch::Receiver<bool>,
+    limits: Connections,
 ) {
-    use hyper_util::rt::TokioIo;
-    use hyper_util::service::TowerToHyperService;
     let mut conns: JoinSet<()> = JoinSet::new();
     loop {
         let state = *membership.borrow_and_update();
@@ -453,14 +596,11 @@ async fn serve_backend(
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             acc = async { listener.as_ref().expect("guarded").accept().await }, if listener.is_some() => {
-                if let Ok((stream, _)) = acc {
-                    let _ = stream.set_nodelay(true);
-                    let svc = TowerToHyperService::new(app.clone());
-                    conns.spawn(async move {
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), svc)
-                            .await;
-                    });
+                match acc {
+                    Ok((stream, _)) => limits.serve(&mut conns, &app, stream),
+                    // Out of file descriptors or a connection reset before it was
+                    // accepted: wait a moment rather than spin on the error.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                 }
             }
         }

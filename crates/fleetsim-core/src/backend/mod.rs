@@ -9,6 +9,7 @@
 pub mod kv;
 pub mod live;
 pub mod perf;
+pub mod physics;
 pub mod queueing;
 pub mod replay;
 pub mod vllm;

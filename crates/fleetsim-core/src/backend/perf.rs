@@ -9,8 +9,31 @@
 //! `644fd8b6`, the parent of PR #553; `profiles::BLIS_PRE_553`): 5752.7 µs,
 //! 17.25 µs per uncached prefill token, 6.00 µs per decode token. That row agrees with a
 //! roofline estimate (`profiles::roofline`).
+//!
+//! A profile derived from a model's shape and a GPU's datasheet (`profile = "auto"`)
+//! carries [`PhysicsStep`] constants instead: the step is then priced from its
+//! [`StepShape`] by the physics model ([`super::physics`]), and the linear coefficients
+//! are not used.
 
+pub use super::physics::PhysicsStep;
 use crate::time::SimDuration;
+
+/// What one engine step does, as the scheduler built it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepShape {
+    /// Prefill (uncached prompt or recomputed) tokens scheduled.
+    pub prefill_tokens: u32,
+    /// Decode tokens scheduled.
+    pub decode_tokens: u32,
+    /// Tokens of context the scheduled requests' attention reads: per request, its
+    /// computed tokens plus those scheduled.
+    pub context_tokens: u64,
+    /// Attention query-key pairs: per request scheduling `n` tokens after `c` computed,
+    /// `n·c + n·(n + 1)/2` (causal).
+    pub attention_pairs: u64,
+    /// Requests scheduled.
+    pub requests: u32,
+}
 
 /// Linear per-iteration cost model.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +46,9 @@ pub struct StepTimeModel {
     pub beta2_us: f64,
     /// Cost per token of context the step's requests attend to, µs (0: no context term).
     pub beta3_us: f64,
+    /// The physics model's constants; when set they price every step and the betas are
+    /// not used.
+    pub physics: Option<PhysicsStep>,
 }
 
 impl Default for StepTimeModel {
@@ -32,6 +58,7 @@ impl Default for StepTimeModel {
             beta1_us: 17.25,
             beta2_us: 6.00,
             beta3_us: 0.0,
+            physics: None,
         }
     }
 }
@@ -56,6 +83,22 @@ impl StepTimeModel {
             + self.beta2_us * f64::from(decode_tokens)
             + self.beta3_us * context_tokens as f64;
         SimDuration(SimDuration::from_micros_f64(us).0.max(1))
+    }
+
+    /// Duration of a step of this shape (at least 1 ns): the physics model's when the
+    /// profile has one, else exactly [`StepTimeModel::step_with_context`].
+    #[inline]
+    pub fn duration(&self, s: &StepShape) -> SimDuration {
+        match &self.physics {
+            Some(p) => SimDuration(SimDuration::from_micros_f64(p.step_us(s)).0.max(1)),
+            None => self.step_with_context(s.prefill_tokens, s.decode_tokens, s.context_tokens),
+        }
+    }
+
+    /// True when a step's duration depends on the context its requests read, so a run of
+    /// decode steps is not of constant duration (no decode coalescing).
+    pub fn varies_with_context(&self) -> bool {
+        self.beta3_us != 0.0 || self.physics.is_some()
     }
 }
 

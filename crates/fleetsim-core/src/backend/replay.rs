@@ -11,13 +11,30 @@
 //!
 //! No router, no network: the engine alone, so a step-time model can be judged on the
 //! engine's own series. Deterministic: the same inputs give the same steps.
+//!
+//! Bounded: the series is binned as the steps end (memory follows the samples kept, not
+//! the steps run), and keeps at most [`MAX_SAMPLES`] intervals; a replay that runs past
+//! them says so ([`Replay::past_grid`]). Readers hold measurements to [`MAX_SPAN`] and
+//! intervals to at least [`MIN_INTERVAL`], so a measured series fits the same grid.
 
 use std::collections::VecDeque;
 
+use super::perf::StepShape;
 use super::vllm::{StepEvents, VllmConfig, VllmEngine};
 use crate::content::{Content, source_id};
 use crate::ids::RequestId;
-use crate::time::{SimDuration, SimTime};
+use crate::time::{NS_PER_S, SimDuration, SimTime};
+
+/// The longest measurement replayed (7 days of simulated time): far beyond any benchmark,
+/// and short enough that its series fits [`MAX_SAMPLES`] at a 1 s interval.
+pub const MAX_SPAN: SimDuration = SimDuration(7 * 86_400 * NS_PER_S);
+
+/// The most series intervals a replay keeps (1,000,000, 40 MB of samples): a measured
+/// series' span over its interval may not exceed it either.
+pub const MAX_SAMPLES: u64 = 1_000_000;
+
+/// The shortest series interval (1 ms): vLLM publishes its gauges once per engine step.
+pub const MIN_INTERVAL: SimDuration = SimDuration(1_000_000);
 
 /// One request to replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,13 +47,55 @@ pub struct ReplayRequest {
     pub output_tokens: u32,
 }
 
-/// How the client sends.
+/// How requests are spread over the engines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dispatch {
+    /// vLLM's data-parallel balancer (`DPLBAsyncMPClient.get_core_engine_for_request` in
+    /// `vllm/v1/engine/core_client.py`): the engine with the lowest `4 x waiting +
+    /// running`, the first on a tie. vLLM reads the counts its coordinator publishes every
+    /// 100 ms plus its own dispatches since; the replay reads them live.
+    LeastLoaded,
+    /// Uniformly at random (a Kubernetes Service's proxy picks a replica per connection),
+    /// from the named stream `replay-dispatch` of this seed.
+    Random {
+        /// Master seed.
+        seed: u64,
+    },
+}
+
+/// How the client sends and what serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplayOptions {
     /// At most this many requests in flight (`--max-concurrency`); `None`: open loop.
     pub max_concurrency: Option<u32>,
     /// Width of one series interval (the measured series' tick).
     pub interval: SimDuration,
+    /// Engines of one configuration serving the requests (1: one engine).
+    pub engines: u32,
+    /// How a request is given an engine (read only with more than one).
+    pub dispatch: Dispatch,
+    /// The engines step together, each step as long as the slowest engine's, an engine
+    /// with nothing to do running a one-token dummy step: vLLM's data-parallel ranks of a
+    /// mixture-of-experts model, which meet in every MoE layer's collectives.
+    pub lockstep: bool,
+    /// The same prompts ran on these engines just before (a load sweep repeating its
+    /// prompts on one server): every prompt is first served once, one output token each,
+    /// and the measured requests start when that is done, with the prefix cache it left.
+    pub warm_prefix: bool,
+}
+
+impl ReplayOptions {
+    /// One engine, open loop or capped, at `interval`.
+    pub fn single(max_concurrency: Option<u32>, interval: SimDuration) -> ReplayOptions {
+        ReplayOptions {
+            max_concurrency,
+            interval,
+            engines: 1,
+            dispatch: Dispatch::LeastLoaded,
+            lockstep: false,
+            warm_prefix: false,
+        }
+    }
 }
 
 /// What happened to one request (in the input's order).
@@ -52,9 +111,11 @@ pub struct ReplayedRequest {
     pub last_token: SimTime,
     /// Times preempted.
     pub preemptions: u32,
+    /// The engine that served it.
+    pub engine: u32,
 }
 
-/// One interval `(t - interval, t]` of the engine's series.
+/// One interval `(t - interval, t]` of the engines' series (summed over engines).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sample {
     /// The interval's end.
@@ -79,13 +140,167 @@ pub struct Replay {
     /// The series, one sample per interval from the first interval's end until every
     /// request finished.
     pub samples: Vec<Sample>,
-    /// Engine steps run.
+    /// Engine steps run (summed over engines).
     pub steps: u64,
     /// Preemptions.
     pub preemptions: u64,
+    /// The engine ran past the last of the [`MAX_SAMPLES`] intervals: `samples` end there,
+    /// the later steps are not in them.
+    pub past_grid: bool,
 }
 
-/// Replays `requests` (sorted by arrival) through one engine configured by `cfg`.
+/// Step ends with the prompt tokens counted and tokens sampled in them, and the gauges.
+type Point = (SimTime, u64, u64, u32, u32, u32);
+
+/// The engines and the client, as the replay runs them.
+struct State<'a> {
+    requests: &'a [ReplayRequest],
+    /// Added to every arrival (after a warm-up pass).
+    offset: SimTime,
+    engines: Vec<VllmEngine>,
+    events: Vec<StepEvents>,
+    /// When each engine's step in progress ends (independent engines).
+    ends: Vec<Option<SimTime>>,
+    out: Vec<ReplayedRequest>,
+    held: VecDeque<usize>,
+    in_flight: u32,
+    limit: u32,
+    dispatch: Dispatch,
+    rng: Option<crate::rng::SimRng>,
+    /// The series, binned as the steps end.
+    grid: Grid,
+    sampled_before: u64,
+    /// A one-token step's duration: what an idle lockstep rank runs.
+    dummy: SimDuration,
+}
+
+impl State<'_> {
+    /// The engine the next request goes to.
+    fn pick(&mut self) -> usize {
+        if self.engines.len() == 1 {
+            return 0;
+        }
+        match self.dispatch {
+            Dispatch::LeastLoaded => (0..self.engines.len())
+                .min_by_key(|&k| {
+                    let e = &self.engines[k];
+                    (4 * u64::from(e.waiting() + e.pending()) + u64::from(e.running()), k)
+                })
+                .unwrap_or(0),
+            Dispatch::Random { .. } => {
+                use rand::RngExt;
+                let n = self.engines.len();
+                self.rng.as_mut().map_or(0, |r| r.random_range(0..n))
+            }
+        }
+    }
+
+    /// Sends request `i` at `now`; returns its engine and whether that engine was idle.
+    fn send(&mut self, i: usize, now: SimTime) -> (usize, bool) {
+        let k = self.pick();
+        let r = self.requests[i];
+        self.out[i].queued = now;
+        self.out[i].engine = k as u32;
+        let content = Content::session_turn(
+            None,
+            source_id("replay", "", i as u64),
+            r.prompt_tokens,
+            r.output_tokens,
+        );
+        (k, self.engines[k].enqueue(RequestId(i as u32), content))
+    }
+
+    /// Starts engine `k`'s next step at `now`; records first admissions.
+    fn start(&mut self, k: usize, now: SimTime) -> Option<SimDuration> {
+        let ev = &mut self.events[k];
+        let d = self.engines[k].start_step(ev)?;
+        for &(id, _) in &ev.admitted {
+            self.out[id.0 as usize].scheduled = now;
+        }
+        ev.admitted.clear();
+        ev.preempted.clear();
+        Some(d)
+    }
+
+    /// Finishes engine `k`'s step at `now`: first and last tokens, freed client slots.
+    /// Returns the prompt tokens counted.
+    fn finish(&mut self, k: usize, now: SimTime) -> u64 {
+        let ev = &mut self.events[k];
+        self.engines[k].finish_step(now, ev);
+        let mut prompt = 0u64;
+        for id in &ev.first_tokens {
+            let i = id.0 as usize;
+            self.out[i].first_token = now;
+            prompt += u64::from(self.requests[i].prompt_tokens);
+        }
+        for f in &ev.finished {
+            let i = f.id.0 as usize;
+            self.out[i].last_token = now;
+            self.out[i].preemptions = f.preemptions;
+            self.in_flight -= 1;
+        }
+        ev.clear();
+        prompt
+    }
+
+    /// Records a series point at `now` with `prompt` tokens counted.
+    fn record(&mut self, now: SimTime, prompt: u64) {
+        let sampled: u64 = self.engines.iter().map(VllmEngine::tokens_sampled).sum();
+        let (mut running, mut waiting, mut kv) = (0u32, 0u32, 0u32);
+        for e in &self.engines {
+            let g = e.gauges();
+            running += g.running;
+            waiting += g.waiting;
+            kv += g.kv_used_blocks;
+        }
+        // Step ends of the measured pass come after its offset (the warm-up is done).
+        let t = SimTime(now.0 - self.offset.0);
+        self.grid
+            .add((t, prompt, sampled - self.sampled_before, running, waiting, kv));
+        self.sampled_before = sampled;
+    }
+
+    /// Sends held requests while client slots are free; returns the engines that were idle.
+    fn release(&mut self, now: SimTime) -> Vec<usize> {
+        let mut idle = Vec::new();
+        while self.in_flight < self.limit
+            && let Some(i) = self.held.pop_front()
+        {
+            self.in_flight += 1;
+            let (k, was_idle) = self.send(i, now);
+            if was_idle {
+                idle.push(k);
+            }
+        }
+        idle
+    }
+
+    /// Starts a lockstep step of every engine at `now`: its end, or `None` when no engine
+    /// has work.
+    fn start_all(&mut self, now: SimTime) -> Option<SimTime> {
+        let mut longest: Option<SimDuration> = None;
+        let mut stepped = vec![false; self.engines.len()];
+        for (k, s) in stepped.iter_mut().enumerate() {
+            if let Some(d) = self.start(k, now) {
+                *s = true;
+                longest = Some(longest.map_or(d, |l| SimDuration(l.0.max(d.0))));
+            }
+        }
+        let d = longest?;
+        let d = if stepped.iter().all(|&s| s) {
+            d
+        } else {
+            SimDuration(d.0.max(self.dummy.0))
+        };
+        for (k, s) in stepped.into_iter().enumerate() {
+            self.ends[k] = s.then_some(SimTime(now.0 + d.0));
+        }
+        Some(SimTime(now.0 + d.0))
+    }
+}
+
+/// Replays `requests` (sorted by arrival) through `opts.engines` engines configured by
+/// `cfg`.
 ///
 /// Panics if a request is larger than the KV cache or the input is not sorted: callers
 /// validate measurements first.
@@ -95,160 +310,198 @@ pub fn replay(cfg: &VllmConfig, requests: &[ReplayRequest], opts: &ReplayOptions
         "replayed requests must be sorted by arrival"
     );
     assert!(opts.interval.0 > 0, "a replay interval must be positive");
-    let mut c = Client {
-        requests,
-        engine: VllmEngine::new(cfg.clone()),
-        ev: StepEvents::default(),
+    let n = opts.engines.max(1) as usize;
+    let warm: Vec<ReplayRequest> = if opts.warm_prefix {
+        requests
+            .iter()
+            .map(|r| ReplayRequest {
+                arrival: SimTime(0),
+                prompt_tokens: r.prompt_tokens,
+                output_tokens: 1,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut st = State {
+        requests: if opts.warm_prefix { &warm } else { requests },
+        offset: SimTime(0),
+        engines: (0..n).map(|_| VllmEngine::new(cfg.clone())).collect(),
+        events: (0..n).map(|_| StepEvents::default()).collect(),
+        ends: vec![None; n],
         out: vec![ReplayedRequest::default(); requests.len()],
         held: VecDeque::new(),
         in_flight: 0,
         limit: opts.max_concurrency.unwrap_or(u32::MAX).max(1),
-        points: Vec::new(),
+        dispatch: opts.dispatch,
+        rng: match opts.dispatch {
+            Dispatch::Random { seed } => Some(crate::rng::stream(seed, "replay-dispatch", 0)),
+            Dispatch::LeastLoaded => None,
+        },
+        grid: Grid::new(opts.interval),
         sampled_before: 0,
+        dummy: cfg.step_time.duration(&StepShape {
+            decode_tokens: 1,
+            context_tokens: 1,
+            attention_pairs: 1,
+            requests: 1,
+            ..StepShape::default()
+        }),
     };
-    // Arrived or not yet: the next request the client may send.
+    let run = |st: &mut State| {
+        if opts.lockstep && n > 1 {
+            run_lockstep(st);
+        } else {
+            run_independent(st);
+        }
+    };
+    let (mut steps0, mut preemptions0) = (0, 0);
+    if opts.warm_prefix {
+        // The warm-up pass, then the measured requests from the next interval boundary.
+        st.limit = u32::MAX;
+        run(&mut st);
+        let end = st.grid.last_end.0;
+        st.offset = SimTime(end.div_ceil(opts.interval.0) * opts.interval.0);
+        st.requests = requests;
+        st.out = vec![ReplayedRequest::default(); requests.len()];
+        st.grid = Grid::new(opts.interval);
+        st.limit = opts.max_concurrency.unwrap_or(u32::MAX).max(1);
+        steps0 = st.engines.iter().map(VllmEngine::steps).sum();
+        preemptions0 = st.engines.iter().map(VllmEngine::preemptions).sum();
+    }
+    run(&mut st);
+    let off = st.offset.0;
+    for r in &mut st.out {
+        for t in [&mut r.queued, &mut r.scheduled, &mut r.first_token, &mut r.last_token] {
+            t.0 -= off;
+        }
+    }
+    Replay {
+        past_grid: st.grid.past,
+        samples: st.grid.samples,
+        requests: st.out,
+        steps: st.engines.iter().map(VllmEngine::steps).sum::<u64>() - steps0,
+        preemptions: st.engines.iter().map(VllmEngine::preemptions).sum::<u64>() - preemptions0,
+    }
+}
+
+/// Engines that step on their own: the next event is the next arrival or the earliest
+/// step end (an arrival first on a tie, the lower engine first among step ends).
+fn run_independent(st: &mut State) {
     let mut next = 0usize;
-    let mut step_end: Option<SimTime> = None;
     loop {
-        let arrival = requests.get(next).map(|r| r.arrival);
-        match (arrival, step_end) {
-            (Some(a), end) if end.is_none_or(|e| a <= e) => {
+        let arrival = st.requests.get(next).map(|r| SimTime(r.arrival.0 + st.offset.0));
+        let end = st.ends.iter().enumerate().filter_map(|(k, e)| e.map(|t| (t, k))).min();
+        match (arrival, end) {
+            (Some(a), e) if e.is_none_or(|(t, _)| a <= t) => {
                 next += 1;
-                if let Some(end) = c.arrive(next - 1, a) {
-                    step_end = end;
+                if st.in_flight >= st.limit {
+                    st.held.push_back(next - 1);
+                    continue;
+                }
+                st.in_flight += 1;
+                let (k, idle) = st.send(next - 1, a);
+                if idle {
+                    st.ends[k] = st.start(k, a).map(|d| SimTime(a.0 + d.0));
                 }
             }
-            (_, Some(now)) => step_end = c.step_done(now),
+            (_, Some((now, k))) => {
+                let prompt = st.finish(k, now);
+                st.record(now, prompt);
+                for j in st.release(now) {
+                    if j != k && st.ends[j].is_none() {
+                        st.ends[j] = st.start(j, now).map(|d| SimTime(now.0 + d.0));
+                    }
+                }
+                st.ends[k] = st.start(k, now).map(|d| SimTime(now.0 + d.0));
+            }
             (None, None) => break,
             (Some(_), None) => unreachable!("the first arm takes an arrival when no step runs"),
         }
     }
-    Replay {
-        samples: bin(&c.points, opts.interval),
-        steps: c.engine.steps(),
-        preemptions: c.engine.preemptions(),
-        requests: c.out,
+}
+
+/// Engines that step together (see [`ReplayOptions::lockstep`]).
+fn run_lockstep(st: &mut State) {
+    let mut next = 0usize;
+    let mut group_end: Option<SimTime> = None;
+    loop {
+        let arrival = st.requests.get(next).map(|r| SimTime(r.arrival.0 + st.offset.0));
+        match (arrival, group_end) {
+            (Some(a), e) if e.is_none_or(|t| a <= t) => {
+                next += 1;
+                if st.in_flight >= st.limit {
+                    st.held.push_back(next - 1);
+                    continue;
+                }
+                st.in_flight += 1;
+                st.send(next - 1, a);
+                if group_end.is_none() {
+                    group_end = st.start_all(a);
+                }
+            }
+            (_, Some(now)) => {
+                let mut prompt = 0;
+                for k in 0..st.engines.len() {
+                    if st.ends[k].take().is_some() {
+                        prompt += st.finish(k, now);
+                    }
+                }
+                st.record(now, prompt);
+                st.release(now);
+                group_end = st.start_all(now);
+            }
+            (None, None) => break,
+            (Some(_), None) => unreachable!("the first arm takes an arrival when no step runs"),
+        }
     }
 }
 
-/// A step end: when, the prompt tokens counted and the tokens sampled in it, and the
-/// gauges running, waiting and KV blocks used.
-type Point = (SimTime, u64, u64, u32, u32, u32);
-
-/// The client and its engine during a replay.
-struct Client<'r> {
-    requests: &'r [ReplayRequest],
-    engine: VllmEngine,
-    ev: StepEvents,
-    out: Vec<ReplayedRequest>,
-    /// Requests that arrived while the client's slots were full, in arrival order.
-    held: VecDeque<usize>,
-    in_flight: u32,
-    /// The client's slots (`--max-concurrency`).
-    limit: u32,
-    points: Vec<Point>,
-    sampled_before: u64,
+/// The series as it is binned: one sample per interval `(t - interval, t]` up to the
+/// latest step end, at most [`MAX_SAMPLES`] of them.
+struct Grid {
+    interval: u64,
+    samples: Vec<Sample>,
+    /// A step ended past the last interval kept.
+    past: bool,
+    /// The latest step end added.
+    last_end: SimTime,
 }
 
-impl Client<'_> {
-    /// Request `i` arrives at `a`: sent if a client slot is free, else held. Returns the
-    /// new step end when sending it started a step on an idle engine.
-    fn arrive(&mut self, i: usize, a: SimTime) -> Option<Option<SimTime>> {
-        if self.in_flight >= self.limit {
-            self.held.push_back(i);
-            return None;
+impl Grid {
+    fn new(interval: SimDuration) -> Grid {
+        Grid {
+            interval: interval.0,
+            samples: Vec::new(),
+            past: false,
+            last_end: SimTime(0),
         }
-        self.in_flight += 1;
-        self.send(i, a)
-            .then(|| start(&mut self.engine, &mut self.ev, a, &mut self.out))
     }
 
-    /// Sends request `i` at `now`; true when the engine was idle.
-    fn send(&mut self, i: usize, now: SimTime) -> bool {
-        let r = self.requests[i];
-        self.out[i].queued = now;
-        let content = Content::session_turn(
-            None,
-            source_id("replay", "", i as u64),
-            r.prompt_tokens,
-            r.output_tokens,
-        );
-        self.engine.enqueue(RequestId(i as u32), content)
-    }
-
-    /// The step ending at `now`: its first tokens and finished requests recorded, its point
-    /// of the series kept, held requests sent into the freed slots, and the next step
-    /// started (its end returned, `None` when the engine idles).
-    fn step_done(&mut self, now: SimTime) -> Option<SimTime> {
-        self.engine.finish_step(now, &mut self.ev);
-        let mut prompt = 0u64;
-        for id in &self.ev.first_tokens {
-            let i = id.0 as usize;
-            self.out[i].first_token = now;
-            prompt += u64::from(self.requests[i].prompt_tokens);
+    /// Adds a step end (they come in time order): its tokens to its interval, its gauges
+    /// to that interval and, until a later step says otherwise, the ones after it.
+    fn add(&mut self, p: Point) {
+        self.last_end = p.0;
+        let k = p.0.0.div_ceil(self.interval).max(1);
+        let last = self.samples.last().copied().unwrap_or_default();
+        while (self.samples.len() as u64) < k.min(MAX_SAMPLES) {
+            let t = SimTime((self.samples.len() as u64 + 1) * self.interval);
+            self.samples.push(Sample {
+                t,
+                prompt_tokens: 0,
+                generation_tokens: 0,
+                ..last
+            });
         }
-        for f in &self.ev.finished {
-            let i = f.id.0 as usize;
-            self.out[i].last_token = now;
-            self.out[i].preemptions = f.preemptions;
-            self.in_flight -= 1;
+        if k > MAX_SAMPLES {
+            self.past = true;
+            return;
         }
-        let sampled = self.engine.tokens_sampled();
-        let g = self.engine.gauges();
-        self.points.push((
-            now,
-            prompt,
-            sampled - self.sampled_before,
-            g.running,
-            g.waiting,
-            g.kv_used_blocks,
-        ));
-        self.sampled_before = sampled;
-        self.ev.clear();
-        while self.in_flight < self.limit
-            && let Some(i) = self.held.pop_front()
-        {
-            self.in_flight += 1;
-            self.send(i, now);
-        }
-        start(&mut self.engine, &mut self.ev, now, &mut self.out)
+        let s = self.samples.last_mut().expect("extended above");
+        s.prompt_tokens += p.1;
+        s.generation_tokens += p.2;
+        (s.running, s.waiting, s.kv_used_blocks) = (p.3, p.4, p.5);
     }
-}
-
-/// Starts the engine's next step at `now`; records first admissions.
-fn start(engine: &mut VllmEngine, ev: &mut StepEvents, now: SimTime, out: &mut [ReplayedRequest]) -> Option<SimTime> {
-    let d = engine.start_step(ev)?;
-    for &(id, _) in &ev.admitted {
-        out[id.0 as usize].scheduled = now;
-    }
-    ev.admitted.clear();
-    ev.preempted.clear();
-    Some(SimTime(now.0 + d.0))
-}
-
-/// Step-end points into interval samples.
-fn bin(points: &[Point], interval: SimDuration) -> Vec<Sample> {
-    let Some(last) = points.last() else {
-        return Vec::new();
-    };
-    let n = last.0.0.div_ceil(interval.0).max(1);
-    let mut samples = Vec::with_capacity(n as usize);
-    let mut j = 0;
-    let mut gauges = (0, 0, 0);
-    for k in 1..=n {
-        let t = SimTime(k * interval.0);
-        let mut s = Sample { t, ..Sample::default() };
-        while j < points.len() && points[j].0 <= t {
-            let p = points[j];
-            s.prompt_tokens += p.1;
-            s.generation_tokens += p.2;
-            gauges = (p.3, p.4, p.5);
-            j += 1;
-        }
-        (s.running, s.waiting, s.kv_used_blocks) = gauges;
-        samples.push(s);
-    }
-    samples
 }
 
 #[cfg(test)]
@@ -268,6 +521,7 @@ mod tests {
                 beta1_us: 10.0,
                 beta2_us: 0.0,
                 beta3_us: 0.0,
+                physics: None,
             },
             reserve_full_isl: true,
         }
@@ -282,10 +536,7 @@ mod tests {
             prompt_tokens: 100,
             output_tokens: 3,
         }];
-        let opts = ReplayOptions {
-            max_concurrency: None,
-            interval: SimDuration(2_000_000),
-        };
+        let opts = ReplayOptions::single(None, SimDuration(2_000_000));
         let rep = replay(&cfg(), &r, &opts);
         assert_eq!(rep.requests[0].first_token, SimTime(3_000_000));
         assert_eq!(rep.requests[0].last_token, SimTime(5_000_000));
@@ -295,6 +546,27 @@ mod tests {
         assert_eq!((s[0].prompt_tokens, s[0].generation_tokens, s[0].running), (0, 0, 1));
         assert_eq!((s[1].prompt_tokens, s[1].generation_tokens), (100, 2));
         assert_eq!((s[2].generation_tokens, s[2].running), (1, 0));
+        assert!(!rep.past_grid);
+    }
+
+    #[test]
+    fn the_grid_is_bounded() {
+        // A 1 ns interval over a 5 ms replay would be 5 million samples: the grid keeps
+        // MAX_SAMPLES and says that the engine ran past them.
+        let r = [ReplayRequest {
+            arrival: SimTime(0),
+            prompt_tokens: 100,
+            output_tokens: 3,
+        }];
+        let opts = ReplayOptions::single(None, SimDuration(1));
+        let rep = replay(&cfg(), &r, &opts);
+        assert!(rep.past_grid);
+        assert_eq!(rep.samples.len() as u64, MAX_SAMPLES);
+        assert_eq!(
+            rep.requests[0].last_token,
+            SimTime(5_000_000),
+            "the replay itself is whole"
+        );
     }
 
     #[test]
@@ -306,10 +578,7 @@ mod tests {
                 output_tokens: 2,
             })
             .collect();
-        let open = ReplayOptions {
-            max_concurrency: None,
-            interval: SimDuration(1_000_000),
-        };
+        let open = ReplayOptions::single(None, SimDuration(1_000_000));
         let closed = ReplayOptions {
             max_concurrency: Some(1),
             ..open

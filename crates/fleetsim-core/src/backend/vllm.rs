@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 mod coalesce;
 
 use super::kv::KvCache;
-use super::perf::StepTimeModel;
+use super::perf::{StepShape, StepTimeModel};
 use crate::content::{Content, block_hashes};
 use crate::ids::RequestId;
 use crate::time::{SimDuration, SimTime};
@@ -379,7 +379,7 @@ impl VllmEngine {
         }
         self.batch.clear();
         let mut budget = self.cfg.max_num_batched_tokens;
-        let mut load = StepLoad::default();
+        let mut load = StepShape::default();
         let preempted_any = self.schedule_running(&mut budget, &mut load, ev);
         // WAITING, only if nothing was preempted.
         if !preempted_any {
@@ -388,18 +388,15 @@ impl VllmEngine {
         assert!(!self.batch.is_empty(), "engine with work scheduled nothing");
         self.stepping = true;
         self.steps += 1;
-        Some(
-            self.cfg
-                .step_time
-                .step_with_context(load.prefill, load.decode, load.context),
-        )
+        load.requests = self.batch.len() as u32;
+        Some(self.cfg.step_time.duration(&load))
     }
 
     /// Schedules the running requests in order, each its remaining tokens within the
     /// budget, preempting from the back of the list while the KV cache cannot hold the
     /// next one's new blocks (vLLM's `RUNNING` pass). Returns whether any was preempted.
     #[inline]
-    fn schedule_running(&mut self, budget: &mut u32, load: &mut StepLoad, ev: &mut StepEvents) -> bool {
+    fn schedule_running(&mut self, budget: &mut u32, load: &mut StepShape, ev: &mut StepEvents) -> bool {
         let mut preempted_any = false;
         let mut i = 0;
         while i < self.running.len() && *budget > 0 {
@@ -435,11 +432,12 @@ impl VllmEngine {
             let sl = self.slot_mut(s);
             sl.scheduled = n;
             if n == 1 && sl.generated > 0 && sl.computed + 1 == sl.num_tokens {
-                load.decode += 1;
+                load.decode_tokens += 1;
             } else {
-                load.prefill += n;
+                load.prefill_tokens += n;
             }
-            load.context += u64::from(end);
+            load.context_tokens += u64::from(end);
+            load.attention_pairs += pairs(computed, n);
             self.batch.push(s);
             *budget -= n;
             i += 1;
@@ -451,7 +449,7 @@ impl VllmEngine {
     /// the KV cache allow, each with its cached prefix (vLLM's `WAITING` pass); the head
     /// that does not fit blocks the rest.
     #[inline]
-    fn schedule_waiting(&mut self, budget: &mut u32, load: &mut StepLoad, ev: &mut StepEvents) {
+    fn schedule_waiting(&mut self, budget: &mut u32, load: &mut StepShape, ev: &mut StepEvents) {
         while *budget > 0 && (self.running.len() as u32) < self.cfg.max_num_seqs {
             let Some(&s) = self.waiting.front() else {
                 break;
@@ -492,8 +490,9 @@ impl VllmEngine {
             if first {
                 ev.admitted.push((self.slot(s).id, computed));
             }
-            load.prefill += n;
-            load.context += u64::from(computed + n);
+            load.prefill_tokens += n;
+            load.context_tokens += u64::from(computed + n);
+            load.attention_pairs += pairs(computed, n);
             self.running.push(s);
             self.batch.push(s);
             *budget -= n;
@@ -689,15 +688,11 @@ impl VllmEngine {
     }
 }
 
-/// The tokens one step computes, by kind: what its duration depends on.
-#[derive(Default)]
-struct StepLoad {
-    /// Prompt tokens (and recomputed ones after a preemption).
-    prefill: u32,
-    /// Requests decoding one token.
-    decode: u32,
-    /// Tokens of context the step's requests attend to.
-    context: u64,
+/// Causal attention query-key pairs of `n` tokens scheduled after `computed`.
+#[inline]
+fn pairs(computed: u32, n: u32) -> u64 {
+    let n = u64::from(n);
+    n * u64::from(computed) + n * (n + 1) / 2
 }
 
 /// Engines and requests for the backends' tests.

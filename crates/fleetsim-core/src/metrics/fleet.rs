@@ -23,6 +23,10 @@ pub(super) struct BackendTrack {
     pub(super) busy_ns: u128,
     pub(super) idle_ns: u128,
     pub(super) out_ns: u128,
+    /// A Ready pod (autoscaled fleets): it costs, listed or not.
+    pub(super) pod_up: bool,
+    /// Seconds Ready with nothing running or waiting while the fleet queued, ns.
+    pub(super) idle_queued_ns: u128,
 }
 
 /// One stretch of idle_while_queued time (see module docs).
@@ -68,6 +72,8 @@ pub struct FleetTracker {
     /// Closed episodes, when recorded; the open one.
     pub(super) episodes: Option<Vec<Episode>>,
     pub(super) open: Option<Episode>,
+    /// Pods are tracked ([`FleetTracker::track_pods`]).
+    pub(super) pods: bool,
 }
 
 impl FleetTracker {
@@ -92,13 +98,42 @@ impl FleetTracker {
             series: record.then(Vec::new),
             episodes: record.then(Vec::new),
             open: None,
+            pods: false,
         }
+    }
+
+    /// Tracks pods from time zero, `up[i]` for backend `i` (autoscaled fleets): each Ready
+    /// pod's idle time while the fleet queues, [`FleetTracker::idle_while_queued_ns`].
+    pub fn track_pods(&mut self, up: &[bool]) {
+        self.pods = true;
+        for (t, &u) in self.backends.iter_mut().zip(up) {
+            t.pod_up = u;
+        }
+    }
+
+    /// Backend `b`'s pod is Ready (`up`) or gone at `now`.
+    pub fn set_pod_up(&mut self, now: SimTime, b: BackendId, up: bool) {
+        self.advance_fleet(now);
+        self.backends[b.index()].pod_up = up;
+    }
+
+    /// Seconds backend `b`'s pod was Ready with nothing running or waiting while another
+    /// backend queued, ns (zero unless pods are tracked).
+    pub fn idle_while_queued_ns(&self, b: BackendId) -> u128 {
+        self.backends[b.index()].idle_queued_ns
     }
 
     /// Integrates the state that held over `[last, now)`. Only states that last a positive
     /// time can become the worst moment (not transients inside one instant).
     fn advance_fleet(&mut self, now: SimTime) {
         let dt = u128::from((now - self.last).0);
+        if self.pods && dt > 0 && self.total_waiting > 0 {
+            for t in &mut self.backends {
+                if t.pod_up && t.running == 0 && t.waiting == 0 {
+                    t.idle_queued_ns += dt;
+                }
+            }
+        }
         if dt > 0 && self.total_waiting > 0 && self.free_slots > 0 {
             let stranded = self.total_waiting.min(self.free_slots);
             self.idle_while_queued_ns += dt;

@@ -5,7 +5,15 @@ use super::Summary;
 use crate::decision::Branch;
 
 /// Summary keys that identify rather than measure.
-const NOT_METRICS: [&str; 5] = ["scenario", "seed", "policy", "version", "worst_moment"];
+const NOT_METRICS: [&str; 7] = [
+    "scenario",
+    "seed",
+    "policy",
+    "version",
+    "worst_moment",
+    "scale_events",
+    "replica_timeline",
+];
 
 /// Adds the numbers in `v` to `out` as `prefix.key[i].leaf` -> value (booleans as 0/1;
 /// strings and nulls left out). Shared by sweeps, checks and goldens so a metric has one
@@ -127,6 +135,9 @@ pub fn known_metric(name: &str) -> bool {
     let keys = KEYS.get_or_init(|| {
         let mut s = Summary::default();
         s.backends.push(Default::default());
+        // The autoscaler's keys are metrics of the runs that have one.
+        s.autoscale = Some(Default::default());
+        s.backends[0].cost = Some(Default::default());
         s.decisions_by_branch = Branch::ALL.iter().map(|b| (b.as_str().to_string(), 0)).collect();
         flatten(&s).keys().cloned().collect()
     });

@@ -167,6 +167,9 @@ pub struct BackendSummary {
     pub preemptions: u64,
     /// Prefix cache hit rate (hit tokens / queried tokens).
     pub prefix_cache_hit_rate: f64,
+    /// What its pods cost (autoscaled fleets only).
+    #[serde(flatten)]
+    pub cost: Option<crate::autoscale::BackendCost>,
 }
 
 /// The run summary written to `summary.json`. Deterministic: wall-clock figures are not
@@ -254,6 +257,9 @@ pub struct Summary {
     /// Replays of session traces: pacing and recorded-vs-simulated latency.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<crate::metrics::fidelity::ReplaySummary>,
+    /// The autoscaler: replica-seconds, scale events, cost (`[autoscaler]` only).
+    #[serde(flatten)]
+    pub autoscale: Option<crate::autoscale::AutoscaleSummary>,
 }
 
 /// Engine-side counters needed by the summary, per backend.
@@ -454,6 +460,7 @@ pub fn summarize_stats(
             backends: b.clone(),
         }),
         replay: None,
+        autoscale: None,
     }
 }
 
@@ -499,6 +506,7 @@ fn backend_summaries(inp: &SummaryInputs, fleet: &FleetTracker, requests: &[u64]
                 steps: e.steps,
                 preemptions: e.preemptions,
                 prefix_cache_hit_rate: per_unit(e.hit_tokens as f64, e.query_tokens as f64),
+                cost: None,
             }
         })
         .collect()

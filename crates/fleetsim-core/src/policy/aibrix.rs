@@ -22,7 +22,7 @@ use rand::seq::SliceRandom;
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
-use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::kind::{Doc, Fleet, PolicyKind, Upstream, param};
 use super::leastrequest::{Tie, argmin, local_loads};
 use super::params::{ParamError, count, finite_non_negative, index_size, secs};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
@@ -234,6 +234,16 @@ impl PolicyKind for Kind {
     }
     fn build(p: &AibrixParams) -> Box<dyn RoutingPolicy> {
         Box::new(AibrixPrefixCache::new(*p))
+    }
+    fn upstream(c: &AibrixParams, set: &[&str]) -> Option<Upstream> {
+        let mut how = "routing-strategy prefix-cache".to_string();
+        if set.contains(&"imbalance_abs_count") {
+            how.push_str(&format!(
+                ", AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT={}",
+                c.imbalance_abs_count
+            ));
+        }
+        Upstream::new("AIBrix gateway", how)
     }
 }
 

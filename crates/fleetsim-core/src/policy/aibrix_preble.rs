@@ -80,7 +80,7 @@ use std::collections::{BTreeMap, VecDeque};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
-use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::kind::{Doc, Fleet, PolicyKind, Upstream, param};
 use super::leastrequest::local_loads;
 use super::params::{ParamError, count, non_negative, secs, tie_first, tie_suffix_first, unit};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
@@ -827,6 +827,9 @@ impl PolicyKind for Kind {
     }
     fn build(p: &AibrixPrebleParams) -> Box<dyn RoutingPolicy> {
         Box::new(AibrixPreble::new(*p))
+    }
+    fn upstream(_: &AibrixPrebleParams, _: &[&str]) -> Option<Upstream> {
+        Upstream::new("AIBrix gateway", "routing-strategy prefix-cache-preble")
     }
 }
 

@@ -27,6 +27,23 @@
 //!    on time. The limit is per tenant, in characters of the tree (classic router; the 2026
 //!    SMG gateway made it one total per model).
 //!
+//! Two later routers forked it, and two parameters follow them (defaults: the classic
+//! router above):
+//! * `low_match = "least_load"`: below the threshold, the least in-flight worker instead of
+//!   the smallest tree: sglang #14650 (merged 2025-12, in sglang-router from 0.2.4;
+//!   `sgl-model-gateway/src/policies/cache_aware.rs` of sglang-router 0.3.2's sdist,
+//!   `select_worker`), and vllm-project/router 0.1.17's own variant (sdist
+//!   `src/policies/cache_aware.rs`, `select_prepared`: `least_loaded` over the healthy
+//!   workers). Ties follow `tie` (both upstreams: the first in their worker order, a
+//!   random-UUID map, i.e. random per router process).
+//! * `spill_gate = true`: smg 1.13.0's HTTP path (sdist `model_gateway/src/policies/cache_aware.rs`,
+//!   the spill gate): no max - min imbalance gate; a holder spills when its in-flight count
+//!   is above `balance_rel_threshold` x the mean and above the mean plus
+//!   `min(balance_abs_threshold, max(ceil(2 sqrt(mean)), 4))`; the request goes to the
+//!   least-loaded holder that does not spill, else to the least-loaded worker that does not
+//!   (smg scores these by expected wait from a 10 s `/metrics` poll plus its own dispatches;
+//!   the model uses its own in-flight count, which that score never falls below).
+//!
 //! Approximations, stated: the tree matches in chunks of `tree_chunk_chars` characters
 //! (default 16) instead of single characters, so a match is short by less than one chunk
 //! and a branch's diverging chunk is stored once per branch; among several tenants of the
@@ -36,7 +53,7 @@
 //! list order; equal access times in the eviction heap pop by tenant, then node (upstream:
 //! unspecified).
 
-use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::kind::{Doc, Fleet, PolicyKind, Upstream, param};
 use super::leastrequest::{Tie, argmin, local_loads};
 use super::params::{ParamError, count, finite_non_negative, non_negative, tie_first, tie_suffix_first, unit};
 use super::sgltree::SglTree;
@@ -62,6 +79,34 @@ pub struct CacheAwareParams {
     pub max_tree_size: u64,
     /// Ties of the imbalanced shortest-queue pick (upstream `min_by_key`: first).
     pub tie: Tie,
+    /// Below the threshold: the smallest tree (classic) or the least load (#14650).
+    pub low_match: LowMatch,
+    /// smg's spill gate instead of the imbalance gate.
+    pub spill_gate: bool,
+    /// Which holder of the deepest match a hit goes to.
+    pub hit: Hit,
+}
+
+/// Which holder of the deepest matched node a hit goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hit {
+    /// A uniformly random one (the classic router's first key of a concurrent map).
+    Random,
+    /// The node's creator (sglang-router 0.3.2: the node's cached `last_tenant`, set by the
+    /// inserting tenant and inherited on a split, `src/policies/tree.rs`).
+    First,
+    /// The least in-flight one, ties by `tie` (vllm-router 0.1.17: the least loaded of the
+    /// workers at the best match rate, `select_prepared`).
+    LeastLoad,
+}
+
+/// Where a request below the match threshold goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LowMatch {
+    /// The worker with the fewest stored characters (classic sgl-router).
+    SmallestTree,
+    /// The least in-flight worker (sglang #14650, vllm-router).
+    LeastLoad,
 }
 
 impl Default for CacheAwareParams {
@@ -74,6 +119,9 @@ impl Default for CacheAwareParams {
             eviction_interval_secs: 120,
             max_tree_size: 1 << 26,
             tie: Tie::First,
+            low_match: LowMatch::SmallestTree,
+            spill_gate: false,
+            hit: Hit::Random,
         }
     }
 }
@@ -148,7 +196,8 @@ impl RoutingPolicy for CacheAware {
         let loads = local_loads(view);
         let (min, max) = (*loads.iter().min().expect("n > 0"), *loads.iter().max().expect("n > 0"));
         let p = self.params;
-        let imbalanced = max - min > p.balance_abs_threshold && max as f64 > min as f64 * p.balance_rel_threshold;
+        let imbalanced =
+            !p.spill_gate && max - min > p.balance_abs_threshold && max as f64 > min as f64 * p.balance_rel_threshold;
         let chunk = u64::from(req.chunk_chars);
         let units = req.prompt_chunks;
         let ms = millis(view.now);
@@ -164,16 +213,25 @@ impl RoutingPolicy for CacheAware {
             };
             // The deepest node's tenants, in endpoint order; upstream takes the first key.
             let holders: Vec<usize> = (0..n).filter(|&i| self.tree.node_has(node, tenant(i))).collect();
-            let first = (matched > 0 && !holders.is_empty()).then(|| holders[uniform_index(rng, holders.len())]);
+            let first = (matched > 0 && !holders.is_empty()).then(|| match p.hit {
+                Hit::Random => holders[uniform_index(rng, holders.len())],
+                Hit::First => self
+                    .tree
+                    .tenants(node)
+                    .find_map(|t| holders.iter().copied().find(|&i| tenant(i) == t))
+                    .unwrap_or(holders[0]),
+                Hit::LeastLoad => {
+                    let sub: Vec<u64> = holders.iter().map(|&i| loads[i]).collect();
+                    holders[argmin(&sub, p.tie, rng)]
+                }
+            });
             if let Some(f) = first {
                 self.tree.refresh(node, tenant(f), ms);
             }
             match first {
+                Some(_) if rate > p.cache_threshold && p.spill_gate => spill_pick(&holders, &loads, p, rng),
                 Some(f) if rate > p.cache_threshold => (f, Branch::CacheAwareHit),
-                _ => {
-                    let pos = (0..n).min_by_key(|&i| self.tree.char_count(tenant(i))).expect("n > 0");
-                    (pos, Branch::CacheAwareSmallestTree)
-                }
+                _ => self.low_match_pick(&loads, n, &tenant, rng),
             }
         };
         self.tree.insert(units, chunk, req.prompt_chars, tenant(pos), ms);
@@ -183,6 +241,48 @@ impl RoutingPolicy for CacheAware {
             match_chars: matched as u64 * chunk,
         }
     }
+}
+
+impl CacheAware {
+    /// Below the threshold: the smallest tree (first in list order) or the least load.
+    fn low_match_pick(
+        &self,
+        loads: &[u64],
+        n: usize,
+        tenant: &dyn Fn(usize) -> u16,
+        rng: &mut SimRng,
+    ) -> (usize, Branch) {
+        match self.params.low_match {
+            LowMatch::LeastLoad => (argmin(loads, self.params.tie, rng), Branch::CacheAwareLeastLoad),
+            LowMatch::SmallestTree => {
+                let pos = (0..n).min_by_key(|&i| self.tree.char_count(tenant(i))).expect("n > 0");
+                (pos, Branch::CacheAwareSmallestTree)
+            }
+        }
+    }
+}
+
+/// smg's spill gate on a hit: the least-loaded holder that does not spill, else the
+/// least-loaded worker that does not (else the least loaded of all).
+fn spill_pick(holders: &[usize], loads: &[u64], p: CacheAwareParams, rng: &mut SimRng) -> (usize, Branch) {
+    let mean = loads.iter().sum::<u64>() as f64 / loads.len() as f64;
+    let margin = (p.balance_abs_threshold as f64).min((2.0 * mean.sqrt()).ceil().max(4.0));
+    let spills = |i: usize| {
+        let l = loads[i] as f64;
+        l > p.balance_rel_threshold * mean && l > mean + margin
+    };
+    let least = |cands: &[usize], rng: &mut SimRng| {
+        let sub: Vec<u64> = cands.iter().map(|&i| loads[i]).collect();
+        cands[argmin(&sub, p.tie, rng)]
+    };
+    let safe: Vec<usize> = holders.iter().copied().filter(|&i| !spills(i)).collect();
+    if !safe.is_empty() {
+        return (least(&safe, rng), Branch::CacheAwareHit);
+    }
+    let others: Vec<usize> = (0..loads.len()).filter(|&i| !spills(i)).collect();
+    let all: Vec<usize> = (0..loads.len()).collect();
+    let pick = least(if others.is_empty() { &all } else { &others }, rng);
+    (pick, Branch::CacheAwareSpill)
 }
 
 /// This policy's registry entry ([`super::registry`]).
@@ -199,6 +299,9 @@ pub struct Params {
     eviction_interval_secs: Option<i64>,
     max_tree_size: Option<i64>,
     tie: Option<String>,
+    low_match: Option<String>,
+    spill_gate: Option<bool>,
+    hit: Option<String>,
 }
 
 impl PolicyKind for Kind {
@@ -231,6 +334,21 @@ impl PolicyKind for Kind {
                 "max_tree_size",
                 "67108864",
                 "characters per worker a pass keeps (least recently used leaves go first)",
+            ),
+            param(
+                "low_match",
+                "\"smallest_tree\"",
+                "below the threshold: \"smallest_tree\" (classic) or \"least_load\" (sglang #14650, sglang-router >= 0.2.4; vllm-router)",
+            ),
+            param(
+                "spill_gate",
+                "false",
+                "true: smg's spill gate replaces the imbalance gate (a holder above 1.5 x mean and mean + margin in-flight is skipped)",
+            ),
+            param(
+                "hit",
+                "\"random\"",
+                "a hit's holder: \"random\" (classic), \"first\" (the node's creator: sglang-router 0.3.2) or \"least_load\" (vllm-router 0.1.17)",
             ),
         ],
     };
@@ -266,6 +384,28 @@ impl PolicyKind for Kind {
                 "characters",
             )?,
             tie: tie_first(f.tie.as_deref(), "tie", "upstream `min_by_key`")?,
+            low_match: match f.low_match.as_deref() {
+                None | Some("smallest_tree") => LowMatch::SmallestTree,
+                Some("least_load") => LowMatch::LeastLoad,
+                Some(o) => {
+                    return Err(ParamError::new(
+                        "low_match",
+                        format!("{o:?}: expected \"smallest_tree\" or \"least_load\""),
+                    ));
+                }
+            },
+            spill_gate: f.spill_gate.unwrap_or(d.spill_gate),
+            hit: match f.hit.as_deref() {
+                None | Some("random") => Hit::Random,
+                Some("first") => Hit::First,
+                Some("least_load") => Hit::LeastLoad,
+                Some(o) => {
+                    return Err(ParamError::new(
+                        "hit",
+                        format!("{o:?}: expected \"random\", \"first\" or \"least_load\""),
+                    ));
+                }
+            },
         })
     }
     fn describe(p: &CacheAwareParams) -> String {
@@ -277,10 +417,44 @@ impl PolicyKind for Kind {
             p.eviction_interval_secs,
             p.max_tree_size,
             tie_suffix_first(p.tie)
-        )
+        ) + if p.low_match == LowMatch::LeastLoad {
+            ", low_match = least_load"
+        } else {
+            ""
+        } + if p.spill_gate { ", spill_gate = true" } else { "" }
     }
     fn build(p: &CacheAwareParams) -> Box<dyn RoutingPolicy> {
         Box::new(CacheAware::new(*p))
+    }
+    fn upstream(c: &CacheAwareParams, set: &[&str]) -> Option<Upstream> {
+        let flags = [
+            (
+                "cache_threshold",
+                "--cache-threshold",
+                format!("{:?}", c.cache_threshold),
+            ),
+            (
+                "balance_abs_threshold",
+                "--balance-abs-threshold",
+                c.balance_abs_threshold.to_string(),
+            ),
+            (
+                "balance_rel_threshold",
+                "--balance-rel-threshold",
+                format!("{:?}", c.balance_rel_threshold),
+            ),
+            (
+                "eviction_interval_secs",
+                "--eviction-interval",
+                c.eviction_interval_secs.to_string(),
+            ),
+            ("max_tree_size", "--max-tree-size", c.max_tree_size.to_string()),
+        ];
+        let mut how = "--policy cache_aware".to_string();
+        for (_, flag, v) in flags.iter().filter(|(k, _, _)| set.contains(k)) {
+            how.push_str(&format!(" {flag} {v}"));
+        }
+        Upstream::new("SGLang router", how)
     }
 }
 
@@ -425,5 +599,99 @@ mod tests {
             .map(|s| p.route(&req(None, &[s]), &f.view(), &mut rng).pos)
             .collect();
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), [1, 2]);
+    }
+
+    #[test]
+    fn least_load_below_the_threshold_follows_in_flight_not_the_tree() {
+        let mut p = CacheAware::new(CacheAwareParams {
+            low_match: LowMatch::LeastLoad,
+            ..CacheAwareParams::default()
+        });
+        let mut rng = stream(1, "t", 0);
+        // Worker 0 has the bigger tree but nothing in flight: the classic rule would pick 1.
+        p.route(&req_chars(&[1, 2, 3, 4], 16, 64), &ViewFixture::new(2).view(), &mut rng);
+        let f = ViewFixture::new(2).in_flight(&[Some(0), Some(3)]);
+        let d = p.route(&req_chars(&[9, 8, 7, 6], 16, 64), &f.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (0, Branch::CacheAwareLeastLoad));
+        // Ties go to the first in list order.
+        let d = p.route(&req_chars(&[5, 5, 5, 5], 16, 64), &ViewFixture::new(2).view(), &mut rng);
+        assert_eq!(d.pos, 0);
+    }
+
+    #[test]
+    fn spill_gate_moves_a_hot_prefix_off_a_holder_far_above_the_mean() {
+        let params = CacheAwareParams {
+            low_match: LowMatch::LeastLoad,
+            spill_gate: true,
+            ..CacheAwareParams::default()
+        };
+        let mut p = CacheAware::new(params);
+        let mut rng = stream(2, "t", 0);
+        let a = [1u64, 2, 3, 4];
+        assert_eq!(
+            p.route(&req_chars(&a, 16, 64), &ViewFixture::new(4).view(), &mut rng)
+                .pos,
+            0
+        );
+        // Mean 2.25, margin 4 (2 sqrt(2.25) = 3, at least 4): 8 > 3.375 and 8 > 6.25, so the
+        // holder spills; the least loaded of the others (first of the zeros) takes it.
+        let f = ViewFixture::new(4).in_flight(&[Some(8), Some(1), Some(0), Some(0)]);
+        let d = p.route(&req_chars(&a, 16, 64), &f.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (2, Branch::CacheAwareSpill));
+        // Now workers 0 and 2 hold it; with 0 at 6 (mean 2, margin 4: 6 > 3 but not > 6) it
+        // does not spill, and the least loaded holder wins: 2.
+        let f = ViewFixture::new(4).in_flight(&[Some(6), Some(1), Some(1), Some(0)]);
+        let d = p.route(&req_chars(&a, 16, 64), &f.view(), &mut rng);
+        assert_eq!((d.pos, d.branch), (2, Branch::CacheAwareHit));
+        // No imbalance gate: 100 against 0 on two workers is a spill, not "imbalanced".
+        let mut p = CacheAware::new(params);
+        p.route(&req_chars(&a, 16, 64), &ViewFixture::new(2).view(), &mut rng);
+        let f = ViewFixture::new(2).in_flight(&[Some(100), Some(0)]);
+        assert_eq!(
+            p.route(&req_chars(&a, 16, 64), &f.view(), &mut rng).branch,
+            Branch::CacheAwareSpill
+        );
+    }
+
+    #[test]
+    fn low_match_and_spill_gate_parse_and_describe() {
+        let fleet = Fleet {
+            block_size_tokens: 16,
+            kv_blocks: 100,
+            chars_per_token: 4,
+            max_num_seqs: vec![8],
+        };
+        let parse = |t: &str| -> Result<CacheAwareParams, ParamError> {
+            Kind::validate(serde_json::from_str::<Params>(t).unwrap(), &fleet)
+        };
+        let c = parse(r#"{"low_match": "least_load", "spill_gate": true}"#).unwrap();
+        assert_eq!((c.low_match, c.spill_gate), (LowMatch::LeastLoad, true));
+        assert!(Kind::describe(&c).ends_with(", low_match = least_load, spill_gate = true"));
+        assert_eq!(parse("{}").unwrap(), CacheAwareParams::default());
+        assert_eq!(parse(r#"{"low_match": "tree"}"#).unwrap_err().key, "low_match");
+        assert_eq!(parse(r#"{"hit": "first"}"#).unwrap().hit, Hit::First);
+        assert_eq!(parse(r#"{"hit": "any"}"#).unwrap_err().key, "hit");
+    }
+
+    #[test]
+    fn a_hit_goes_to_the_creator_or_the_least_loaded_holder() {
+        let a = [1u64, 2, 3, 4];
+        let mut rng = stream(6, "t", 0);
+        for (hit, want) in [(Hit::First, 1), (Hit::LeastLoad, 0)] {
+            let mut p = CacheAware::new(CacheAwareParams {
+                hit,
+                low_match: LowMatch::LeastLoad,
+                ..CacheAwareParams::default()
+            });
+            // Worker 1 creates the node (worker 0 busy), then worker 0 holds it too (imbalanced).
+            let f = ViewFixture::new(2).in_flight(&[Some(1), Some(0)]);
+            assert_eq!(p.route(&req_chars(&a, 16, 64), &f.view(), &mut rng).pos, 1);
+            let f = ViewFixture::new(2).in_flight(&[Some(0), Some(100)]);
+            assert_eq!(p.route(&req_chars(&a, 16, 64), &f.view(), &mut rng).pos, 0);
+            // Balanced now, worker 0 less loaded: the creator (1) or the least loaded (0).
+            let f = ViewFixture::new(2).in_flight(&[Some(2), Some(3)]);
+            let d = p.route(&req_chars(&a, 16, 64), &f.view(), &mut rng);
+            assert_eq!((d.pos, d.branch), (want, Branch::CacheAwareHit), "{hit:?}");
+        }
     }
 }

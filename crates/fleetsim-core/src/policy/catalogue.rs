@@ -3,6 +3,7 @@
 //! declared with its policy ([`super::kind::PolicyKind::DOC`]); this module renders
 //! the registry.
 
+use super::counterparts::{Counterpart, of_kind};
 use super::kind::{Doc, ParamDoc};
 use super::registry::REGISTRY;
 
@@ -19,6 +20,9 @@ pub struct PolicyDoc {
     pub signals: &'static str,
     /// Parameters.
     pub params: &'static [ParamDoc],
+    /// The real router policies it claims to be (router, version, flag), from
+    /// [`super::counterparts::COUNTERPARTS`].
+    pub counterparts: Vec<Counterpart>,
 }
 
 /// Every policy, in registry order.
@@ -38,6 +42,7 @@ pub fn catalogue() -> Vec<PolicyDoc> {
                 decision,
                 signals,
                 params,
+                counterparts: of_kind(e.kind()),
             }
         })
         .collect()
@@ -57,6 +62,14 @@ pub fn render() -> String {
         for prm in d.params {
             out.push_str(&format!("  {} = {}  ({})\n", prm.key, prm.default, prm.meaning));
         }
+        for c in &d.counterparts {
+            let with = if c.params.is_empty() {
+                String::new()
+            } else {
+                format!(" with {}", c.params)
+            };
+            out.push_str(&format!("  claims:  {} {} {}{with}\n", c.router, c.version, c.flag));
+        }
         out.push('\n');
     }
     out.push_str("Set with [router.policy] kind = \"...\" plus the parameters above; defaults are upstream's.\n");
@@ -64,7 +77,8 @@ pub fn render() -> String {
 }
 
 /// The catalogue as JSON (`sim policies --json`): a list of `{kind, source, decision, signals,
-/// params: [{key, default, meaning}]}`, defaults as written in TOML.
+/// params: [{key, default, meaning}], counterparts: [{router, version, policy, flag, kind,
+/// params, poll_interval_s, hashes_urls, why}]}`, defaults as written in TOML.
 pub fn to_json() -> String {
     serde_json::to_string_pretty(&catalogue()).expect("the catalogue serializes") + "\n"
 }

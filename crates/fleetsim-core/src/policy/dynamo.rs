@@ -17,7 +17,7 @@
 
 use rand::RngExt;
 
-use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::kind::{Doc, Fleet, PolicyKind, Upstream, param};
 use super::params::{ParamError, weight};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
@@ -220,6 +220,15 @@ impl PolicyKind for Kind {
     }
     fn build(p: &DynamoParams) -> Box<dyn RoutingPolicy> {
         Box::new(Dynamo::new(*p))
+    }
+    fn upstream(c: &DynamoParams, _: &[&str]) -> Option<Upstream> {
+        Upstream::new(
+            "Dynamo",
+            format!(
+                "--router-mode kv --kv-overlap-score-weight {:?}",
+                c.overlap_score_weight
+            ),
+        )
     }
 }
 

@@ -1,6 +1,7 @@
 //! What a policy declares about itself: [`PolicyKind`], implemented once in each policy's
 //! module (kind name, parameter struct and validation, upstream defaults, scrape interval,
-//! builder, description, catalogue entry), and the validated, type-erased
+//! builder, description, catalogue entry, production-stack's flags and routing logic,
+//! another released router's flags), and the validated, type-erased
 //! [`PolicyConfig`] a scenario's policy table becomes. The list of every policy is
 //! [`crate::policy::registry::REGISTRY`].
 
@@ -77,6 +78,64 @@ pub struct StackFlags {
     pub reads_request_stats: bool,
 }
 
+/// How production-stack's `vllm-router` selects a policy (`--routing-logic KIND`, the kind
+/// name) and sets its parameters from its command line: what `sim import` reads a
+/// deployment's router through.
+#[derive(Clone, Copy, Debug)]
+pub struct RoutingLogic {
+    /// The pull request that adds it (`PR #884`); `None`: on main.
+    pub pr: Option<&'static str>,
+    /// The policy keys the router's command line sets, in the order a table lists them.
+    pub keys: &'static [LogicKey],
+    /// A flag without which the router runs another routing logic: `(flag, kind, why)`.
+    pub needs: Option<(&'static str, &'static str, &'static str)>,
+}
+
+/// One policy key of a [`RoutingLogic`].
+#[derive(Clone, Copy, Debug)]
+pub struct LogicKey {
+    /// The key under `[router.policy]`.
+    pub key: &'static str,
+    /// The router flag that sets it; `None`: no flag does (it is always `default`).
+    pub flag: Option<&'static str>,
+    /// Its value when no flag gives it, and where that value comes from; `None`: the key is
+    /// written only when its flag is given.
+    pub default: Option<(LogicValue, &'static str)>,
+    /// What a value given by the flag counts (`characters`), said beside it.
+    pub unit: Option<&'static str>,
+}
+
+/// A [`LogicKey`]'s default.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LogicValue {
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string.
+    Str(&'static str),
+}
+
+/// A released router other than production-stack that runs a configuration as it is, with
+/// no patch or open pull request (`sim tune --upstream-only`, the `upstream` tie-break).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Upstream {
+    /// The router (`SGLang router`, `AIBrix gateway`, ...).
+    pub router: &'static str,
+    /// Its flags or settings for this configuration.
+    pub how: String,
+}
+
+impl Upstream {
+    /// `router`, switched on by `how`.
+    pub fn new(router: &'static str, how: impl Into<String>) -> Option<Upstream> {
+        Some(Upstream {
+            router,
+            how: how.into(),
+        })
+    }
+}
+
 /// One policy's declaration: implement it (or [`ParamlessKind`], for a policy without
 /// parameters) for a marker type in the policy's module and add one line to
 /// [`REGISTRY`](crate::policy::registry::REGISTRY).
@@ -91,6 +150,9 @@ pub trait PolicyKind: Send + Sync + 'static {
     /// True if the real router polls every endpoint concurrently on a ticker (llm-d's
     /// datalayer) rather than in sequential passes (production-stack's scraper).
     const POLLS_ENDPOINTS_CONCURRENTLY: bool = false;
+    /// How production-stack's `--routing-logic` selects it; `None`: not one of
+    /// production-stack's routing logics.
+    const ROUTING_LOGIC: Option<RoutingLogic> = None;
     /// The `[router.policy]` table without `kind`: a serde struct with
     /// `deny_unknown_fields` whose defaults are upstream's.
     type Params: DeserializeOwned;
@@ -107,6 +169,11 @@ pub trait PolicyKind: Send + Sync + 'static {
     fn production_stack(_c: &Self::Config) -> Option<StackFlags> {
         None
     }
+    /// How a released router other than production-stack runs it (`set`: the keys its
+    /// table sets, the rest at their upstream defaults); `None`: none does as it is.
+    fn upstream(_c: &Self::Config, _set: &[&str]) -> Option<Upstream> {
+        None
+    }
 }
 
 /// A policy without parameters (`[router.policy]` holds `kind` alone): its kind, catalogue
@@ -116,6 +183,9 @@ pub trait ParamlessKind: Send + Sync + 'static {
     const KIND: &'static str;
     /// What `sim policies` prints.
     const DOC: Doc;
+    /// How production-stack's `--routing-logic` selects it; `None`: not one of
+    /// production-stack's routing logics.
+    const ROUTING_LOGIC: Option<RoutingLogic> = None;
     /// Instantiates the policy.
     fn build() -> Box<dyn RoutingPolicy>;
     /// production-stack's command line for it; `None`: not one of production-stack's
@@ -123,11 +193,16 @@ pub trait ParamlessKind: Send + Sync + 'static {
     fn production_stack() -> Option<StackFlags> {
         None
     }
+    /// How a released router other than production-stack runs it; `None`: none does.
+    fn upstream() -> Option<Upstream> {
+        None
+    }
 }
 
 impl<K: ParamlessKind> PolicyKind for K {
     const KIND: &'static str = K::KIND;
     const DOC: Doc = K::DOC;
+    const ROUTING_LOGIC: Option<RoutingLogic> = K::ROUTING_LOGIC;
     type Params = super::params::NoParams;
     type Config = ();
     fn validate(_: super::params::NoParams, _: &Fleet) -> Result<(), ParamError> {
@@ -142,6 +217,9 @@ impl<K: ParamlessKind> PolicyKind for K {
     fn production_stack(_: &()) -> Option<StackFlags> {
         K::production_stack()
     }
+    fn upstream(_: &(), _: &[&str]) -> Option<Upstream> {
+        K::upstream()
+    }
 }
 
 /// A registry entry, with the policy's types erased.
@@ -150,6 +228,8 @@ pub trait Entry: Sync {
     fn kind(&self) -> &'static str;
     /// Its catalogue entry.
     fn doc(&self) -> Doc;
+    /// How production-stack's `--routing-logic` selects it, if it does.
+    fn routing_logic(&self) -> Option<RoutingLogic>;
     /// Parses and validates the `[router.policy]` table without `kind`.
     fn parse(&self, table: ParamValue, fleet: &Fleet) -> Result<PolicyConfig, ParamError>;
 }
@@ -169,6 +249,9 @@ impl<K: PolicyKind> Entry for Registered<K> {
     fn doc(&self) -> Doc {
         K::DOC
     }
+    fn routing_logic(&self) -> Option<RoutingLogic> {
+        K::ROUTING_LOGIC
+    }
     fn parse(&self, table: ParamValue, fleet: &Fleet) -> Result<PolicyConfig, ParamError> {
         let p: K::Params = super::params::deserialize(table)?;
         K::validate(p, fleet).map(PolicyConfig::new::<K>)
@@ -186,6 +269,7 @@ trait ErasedConfig: Send + Sync {
     fn describe(&self) -> String;
     fn build(&self) -> Box<dyn RoutingPolicy>;
     fn production_stack(&self) -> Option<StackFlags>;
+    fn upstream(&self, set: &[&str]) -> Option<Upstream>;
     fn engine_stats_interval_s(&self) -> f64;
     fn polls_endpoints_concurrently(&self) -> bool;
     fn eq_dyn(&self, other: &dyn ErasedConfig) -> bool;
@@ -217,6 +301,9 @@ impl<K: PolicyKind> ErasedConfig for Configured<K> {
     }
     fn production_stack(&self) -> Option<StackFlags> {
         K::production_stack(&self.0)
+    }
+    fn upstream(&self, set: &[&str]) -> Option<Upstream> {
+        K::upstream(&self.0, set)
     }
     fn engine_stats_interval_s(&self) -> f64 {
         K::ENGINE_STATS_INTERVAL_S
@@ -265,6 +352,12 @@ impl PolicyConfig {
     /// production-stack's command line for it, if it is one of production-stack's routers.
     pub fn production_stack(&self) -> Option<StackFlags> {
         self.0.production_stack()
+    }
+
+    /// How a released router other than production-stack runs it (`set`: the keys its
+    /// table sets), if one does as it is.
+    pub fn upstream(&self, set: &[&str]) -> Option<Upstream> {
+        self.0.upstream(set)
     }
 
     /// The engine-stats refresh interval the real router uses by default.

@@ -25,7 +25,7 @@
 //!   "TODO (Yuhan): Handle chat completions"), so a chat request looks up zero tokens,
 //!   LMCache reports no holder and the request takes the upstream fallback (L386-399).
 
-use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
+use super::kind::{Doc, Fleet, LogicKey, LogicValue, PolicyKind, RoutingLogic, StackFlags, param};
 use super::leastrequest::{Tie, argmin};
 use super::params::{ParamError, count, tie_first, tie_suffix_first};
 use super::session::Session;
@@ -180,6 +180,14 @@ pub struct Params {
     kv_aware_threshold: Option<i64>,
 }
 
+/// `--kv-aware-threshold`, as both KV-aware routing logics read it.
+const THRESHOLD_KEY: LogicKey = LogicKey {
+    key: "kv_aware_threshold",
+    flag: Some("--kv-aware-threshold"),
+    default: Some((LogicValue::Int(2000), "default --kv-aware-threshold 2000")),
+    unit: None,
+};
+
 impl PolicyKind for Kind {
     const KIND: &'static str = "kvaware";
     const DOC: Doc = Doc {
@@ -194,6 +202,11 @@ impl PolicyKind for Kind {
             "route to the holder unless more than this many prompt tokens are uncached",
         )],
     };
+    const ROUTING_LOGIC: Option<RoutingLogic> = Some(RoutingLogic {
+        pr: None,
+        keys: &[THRESHOLD_KEY],
+        needs: None,
+    });
     type Params = Params;
     type Config = Config;
     fn validate(f: Params, _: &Fleet) -> Result<Config, ParamError> {
@@ -241,6 +254,23 @@ impl PolicyKind for LoadBalancedKind {
             ),
         ],
     };
+    const ROUTING_LOGIC: Option<RoutingLogic> = Some(RoutingLogic {
+        pr: Some("PR #884"),
+        keys: &[
+            THRESHOLD_KEY,
+            LogicKey {
+                key: "imbalanced_threshold",
+                flag: Some("--imbalanced-threshold"),
+                default: None,
+                unit: None,
+            },
+        ],
+        needs: Some((
+            "--imbalanced-threshold",
+            Kind::KIND,
+            "default --imbalanced-threshold inf (PR #884) never rebalances",
+        )),
+    });
     type Params = LoadBalancedParams;
     type Config = Config;
     fn validate(f: LoadBalancedParams, _: &Fleet) -> Result<Config, ParamError> {

@@ -6,7 +6,7 @@
 //! minima) and, with `tie = "first"`, of SGLang's shortest-queue branch (`min_by_key` over
 //! `worker.load()`, first in worker-list order).
 
-use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::kind::{Doc, Fleet, PolicyKind, Upstream, param};
 use super::params::{ParamError, tie};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
@@ -83,6 +83,13 @@ impl PolicyKind for Kind {
     }
     fn build(t: &Tie) -> Box<dyn RoutingPolicy> {
         Box::new(LeastRequest { tie: *t })
+    }
+    fn upstream(t: &Tie, _: &[&str]) -> Option<Upstream> {
+        // AIBrix's least-request breaks ties at random.
+        if *t != Tie::Random {
+            return None;
+        }
+        Upstream::new("AIBrix gateway", "routing-strategy least-request")
     }
 }
 

@@ -35,7 +35,7 @@ use lru::LruCache;
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
-use super::kind::{Doc, Fleet, PolicyKind, param};
+use super::kind::{Doc, Fleet, PolicyKind, Upstream, param};
 use super::params::{ParamError, count, index_size, weight};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
@@ -336,6 +336,19 @@ impl PolicyKind for Kind {
     }
     fn build(p: &LlmdParams) -> Box<dyn RoutingPolicy> {
         Box::new(Llmd::new(*p))
+    }
+    fn upstream(c: &LlmdParams, _: &[&str]) -> Option<Upstream> {
+        // Weights as the EPP's YAML writes them: whole numbers without a point.
+        let w = c.prefix_weight;
+        let w = if w.fract() == 0.0 {
+            format!("{w:.0}")
+        } else {
+            w.to_string()
+        };
+        Upstream::new(
+            "llm-d inference scheduler",
+            format!("EPP default profile, prefix-cache-scorer weight {w}"),
+        )
     }
 }
 

@@ -36,6 +36,15 @@ impl SentSinceScrape {
         Some(out)
     }
 
+    /// Dispatches to backend `index` at or after `read_at`, forgetting the older ones.
+    pub fn since(&mut self, index: usize, read_at: SimTime) -> u64 {
+        let sent = self.log(index);
+        while sent.front().is_some_and(|&t| t < read_at) {
+            sent.pop_front();
+        }
+        sent.len() as u64
+    }
+
     /// This router dispatched a request to backend `index` at `now`.
     pub fn record(&mut self, index: usize, now: SimTime) {
         self.log(index).push_back(now);

@@ -12,7 +12,7 @@
 //! since the lookup tokenizes only `prompt` (see `kvaware`). With two engines a full hit
 //! is cancelled once its engine is `1 / (2 beta)` above the mean.
 
-use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
+use super::kind::{Doc, Fleet, LogicKey, LogicValue, PolicyKind, RoutingLogic, StackFlags, param};
 use super::kvaware::{matched_tokens, upstream_fallback};
 use super::leastrequest::{Tie, local_loads};
 use super::params::{ParamError, tie_first, tie_suffix_first, weight};
@@ -113,6 +113,16 @@ impl PolicyKind for Kind {
             "score = hit fraction - beta x (load - mean) / max(1, mean)",
         )],
     };
+    const ROUTING_LOGIC: Option<RoutingLogic> = Some(RoutingLogic {
+        pr: Some("PR #1035"),
+        keys: &[LogicKey {
+            key: "beta",
+            flag: None,
+            default: Some((LogicValue::Float(1.0), "PR #1035 default (env LOADAWARE_BETA unset)")),
+            unit: None,
+        }],
+        needs: None,
+    });
     type Params = Params;
     type Config = Config;
     fn validate(f: Params, _: &Fleet) -> Result<Config, ParamError> {

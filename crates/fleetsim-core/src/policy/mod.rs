@@ -8,9 +8,11 @@
 //! the policy (a [`RoutingPolicy`]) and its registry entry: a marker type implementing
 //! [`kind::PolicyKind`], which declares the kind name, the parameter struct (serde,
 //! `deny_unknown_fields`, upstream defaults) and its validation, the default scrape
-//! interval, the builder, the one-line description and the catalogue entry that
-//! `sim policies` prints. Scenario parsing, `sim policies`, `sim tune` and the reference
-//! pages read the registry; nothing else names the kind.
+//! interval, the builder, the one-line description, the catalogue entry that
+//! `sim policies` prints, and how released routers run it: production-stack's command line
+//! and `--routing-logic` (what `sim import` reads), or another router's flags (what
+//! `sim tune --upstream-only` keeps). Scenario parsing, `sim policies`, `sim tune`,
+//! `sim import` and the reference pages read the registry; nothing else names the kind.
 //!
 //! Owns: routing logic and each policy's own state (rings, tries, counters). May not see:
 //! backends, the simulation or metrics; only a `RouterView`. Invariant: a decision is a
@@ -21,6 +23,7 @@ pub mod aibrix_preble;
 pub mod cacheaware;
 pub mod capacity;
 pub mod catalogue;
+pub mod counterparts;
 pub mod dynamo;
 pub mod hashring;
 pub mod hashtrie;

@@ -35,7 +35,7 @@
 
 use super::capacity;
 use super::hashtrie::HashTrie;
-use super::kind::{Doc, Fleet, PolicyKind, StackFlags, param};
+use super::kind::{Doc, Fleet, LogicKey, LogicValue, PolicyKind, RoutingLogic, StackFlags, param};
 use super::leastinflight::{pick_in_band, scraped_loads};
 use super::leastrequest::{Tie, local_loads};
 use super::load_since_scrape::SentSinceScrape;
@@ -458,6 +458,24 @@ impl PolicyKind for Kind {
             ),
         ],
     };
+    const ROUTING_LOGIC: Option<RoutingLogic> = Some(RoutingLogic {
+        pr: None,
+        keys: &[
+            LogicKey {
+                key: "prefix_min_match_length",
+                flag: Some("--prefix-min-match-length"),
+                default: Some((LogicValue::Int(0), "default --prefix-min-match-length 0 (off)")),
+                unit: Some("characters"),
+            },
+            LogicKey {
+                key: "fallback",
+                flag: None,
+                default: Some((LogicValue::Str("qps"), "upstream main (_qps_routing)")),
+                unit: None,
+            },
+        ],
+        needs: None,
+    });
     type Params = Params;
     type Config = Config;
     fn validate(p: Params, fleet: &Fleet) -> Result<Config, ParamError> {

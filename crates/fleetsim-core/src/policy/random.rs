@@ -2,7 +2,7 @@
 //! baseline every load-aware policy should beat; it needs no signal, so it cannot be misled
 //! by a stale one.
 
-use super::kind::{Doc, ParamlessKind};
+use super::kind::{Doc, ParamlessKind, Upstream};
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
 use crate::rng::SimRng;
@@ -34,6 +34,9 @@ impl ParamlessKind for Kind {
     };
     fn build() -> Box<dyn RoutingPolicy> {
         Box::new(Random)
+    }
+    fn upstream() -> Option<Upstream> {
+        Upstream::new("SGLang router", "--policy random (AIBrix: routing-strategy random)")
     }
 }
 

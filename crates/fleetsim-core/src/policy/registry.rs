@@ -30,6 +30,17 @@ pub fn find(kind: &str) -> Option<&'static dyn Entry> {
     REGISTRY.iter().copied().find(|e| e.kind() == kind)
 }
 
+/// production-stack's routing logics (`vllm-router --routing-logic`), in registry order,
+/// those on main first, then those of open pull requests.
+pub fn routing_logics() -> Vec<(&'static dyn Entry, super::kind::RoutingLogic)> {
+    let mut all: Vec<_> = REGISTRY
+        .iter()
+        .filter_map(|e| e.routing_logic().map(|l| (*e, l)))
+        .collect();
+    all.sort_by_key(|(_, l)| l.pr.is_some());
+    all
+}
+
 /// Valid `router.policy.kind` values, comma-separated, in registry order.
 pub fn policy_kinds() -> String {
     REGISTRY.iter().map(|e| e.kind()).collect::<Vec<_>>().join(", ")

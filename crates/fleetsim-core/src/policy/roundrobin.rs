@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::kind::{Doc, ParamlessKind, StackFlags};
+use super::kind::{Doc, ParamlessKind, RoutingLogic, StackFlags};
 use super::{Branch, Decision, EndpointInfo, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
 
@@ -63,6 +63,11 @@ impl ParamlessKind for Kind {
         signals: "none (a counter over the URL-sorted endpoint list)",
         params: &[],
     };
+    const ROUTING_LOGIC: Option<RoutingLogic> = Some(RoutingLogic {
+        pr: None,
+        keys: &[],
+        needs: None,
+    });
     fn build() -> Box<dyn RoutingPolicy> {
         Box::new(RoundRobin::default())
     }

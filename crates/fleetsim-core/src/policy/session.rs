@@ -3,7 +3,7 @@
 //! request); requests without a key go to `_qps_routing`. Load is never consulted.
 
 use super::hashring::HashRing;
-use super::kind::{Doc, ParamlessKind, StackFlags};
+use super::kind::{Doc, ParamlessKind, RoutingLogic, StackFlags};
 use super::qps::qps_routing;
 use super::{Branch, Decision, EndpointInfo, RequestInfo, RouterView, RoutingPolicy};
 use crate::rng::SimRng;
@@ -52,6 +52,11 @@ impl ParamlessKind for Kind {
         signals: "session key; without one, _qps_routing on router-local request stats",
         params: &[],
     };
+    const ROUTING_LOGIC: Option<RoutingLogic> = Some(RoutingLogic {
+        pr: None,
+        keys: &[],
+        needs: None,
+    });
     fn build() -> Box<dyn RoutingPolicy> {
         Box::new(Session::default())
     }

@@ -45,6 +45,7 @@ use crate::router::{Router, RouterConfig};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::Workload;
 
+mod autoscaling;
 mod collapse;
 mod membership;
 mod recording;
@@ -101,6 +102,9 @@ pub struct SimConfig {
     pub fleet_events: Vec<FleetEvent>,
     /// What clients do when a request fails.
     pub client: ClientConfig,
+    /// An autoscaler over the fleet (`[autoscaler]`): backends past its initial replicas
+    /// start absent, a pool it creates pods in.
+    pub autoscaler: Option<crate::autoscale::AutoscalerConfig>,
 }
 
 impl SimConfig {
@@ -205,11 +209,21 @@ pub enum EventKind {
     Resend,
     /// A paced replay session sends a turn.
     Issue,
+    /// Prometheus scrapes the pods (`[autoscaler]`).
+    PromScrape,
+    /// The HPA reconciles.
+    HpaSync,
+    /// KEDA polls its trigger.
+    KedaPoll,
+    /// A new pod is Ready.
+    PodReady,
+    /// A deleted pod is killed (its drain is over).
+    PodKill,
 }
 
 impl EventKind {
     /// Every kind, in code order.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 20] = [
         EventKind::TurnArrival,
         EventKind::BackendArrival,
         EventKind::StepDone,
@@ -225,6 +239,11 @@ impl EventKind {
         EventKind::Fail,
         EventKind::Resend,
         EventKind::Issue,
+        EventKind::PromScrape,
+        EventKind::HpaSync,
+        EventKind::KedaPoll,
+        EventKind::PodReady,
+        EventKind::PodKill,
     ];
 
     /// The kind's name (stable: logs and tests compare it).
@@ -245,6 +264,11 @@ impl EventKind {
             EventKind::Fail => "Fail",
             EventKind::Resend => "Resend",
             EventKind::Issue => "Issue",
+            EventKind::PromScrape => "PromScrape",
+            EventKind::HpaSync => "HpaSync",
+            EventKind::KedaPoll => "KedaPoll",
+            EventKind::PodReady => "PodReady",
+            EventKind::PodKill => "PodKill",
         }
     }
 
@@ -293,6 +317,11 @@ impl EventRecord {
             Event::Fail { request } => (K::Fail, request.0, 0),
             Event::Resend { session, turn } => (K::Resend, session.0, turn),
             Event::Issue { session, turn } => (K::Issue, session.0, turn),
+            Event::PromScrape => (K::PromScrape, 0, 0),
+            Event::HpaSync => (K::HpaSync, 0, 0),
+            Event::KedaPoll => (K::KedaPoll, 0, 0),
+            Event::PodReady { backend, generation } => (K::PodReady, backend.0, generation),
+            Event::PodKill { backend, generation } => (K::PodKill, backend.0, generation),
         };
         EventRecord { t, kind, a, b }
     }
@@ -400,6 +429,22 @@ enum Event {
         session: SessionId,
         turn: u32,
     },
+    /// Prometheus scrapes every Ready pod.
+    PromScrape,
+    /// The HPA's reconcile.
+    HpaSync,
+    /// KEDA's poll.
+    KedaPoll,
+    /// Pod `generation` of `backend` is Ready.
+    PodReady {
+        backend: BackendId,
+        generation: u32,
+    },
+    /// Pod `generation` of `backend` is killed.
+    PodKill {
+        backend: BackendId,
+        generation: u32,
+    },
 }
 
 /// One backend's state in the run, beside its engine (which lives in [`Engines`], typed by
@@ -419,6 +464,8 @@ struct Node {
     history: SimDuration,
     /// Requests routed to it and not yet finished or failed.
     outstanding: u32,
+    /// Requests routed to it over the run.
+    routed: u64,
     /// Its collapsed stretch (see `collapse`; vLLM engines only).
     collapsed: Option<collapse::Collapse>,
 }
@@ -582,6 +629,8 @@ pub struct Simulation<'w> {
     virtual_next: SimTime,
     /// Virtual steps run so far.
     collapsed_steps: u64,
+    /// The autoscaler and its pods (`[autoscaler]`).
+    scaler: Option<autoscaling::Scaler>,
 }
 
 /// The router replicas, each with its own policy state, knowing the `listed` endpoints.
@@ -657,8 +706,18 @@ impl<'w> Simulation<'w> {
     pub fn with_mode(cfg: SimConfig, workload: &'w Workload, opts: RunOptions, mode: EngineMode) -> Self {
         let n = cfg.backends.len();
         assert!(n > 0, "no backends (validation missed it)");
-        let membership =
+        let mut membership =
             crate::fleet::initial_membership(&cfg.fleet_events, n).expect("fleet events validated with the scenario");
+        let scaler = cfg
+            .autoscaler
+            .clone()
+            .map(|a| autoscaling::Scaler::new(a, &cfg.backends));
+        if let Some(a) = &cfg.autoscaler {
+            // The pool past the initial replicas has no pods yet.
+            for m in membership.iter_mut().skip(a.initial_replicas as usize) {
+                *m = Membership::Absent;
+            }
+        }
         let listed: Vec<bool> = membership.iter().map(|m| *m == Membership::Active).collect();
         let coalesce = mode == EngineMode::Fast;
         let mut engines = Engines::default();
@@ -673,12 +732,18 @@ impl<'w> Simulation<'w> {
         }
         let slots: Vec<u32> = (0..n).map(|i| engines.get(BackendId::from_index(i)).slots()).collect();
         let faults = crate::faults::Faults::new(cfg.faults.clone());
-        let queue = initial_events(&cfg, routers.len() as u64, mode);
+        let mut queue = initial_events(&cfg, routers.len() as u64, mode);
         let mut fleet = FleetTracker::new(&slots, opts.record_series);
         for (i, l) in listed.iter().enumerate() {
             if !l {
                 fleet.set_in_service(SimTime::ZERO, BackendId::from_index(i), false);
             }
+        }
+        if let Some(s) = &scaler {
+            for ev in s.first_events() {
+                queue.push(SimTime::ZERO, ev);
+            }
+            fleet.track_pods(&listed);
         }
         let nodes = membership
             .into_iter()
@@ -691,6 +756,7 @@ impl<'w> Simulation<'w> {
                 gauges: GaugeHistory::default(),
                 history: std::cmp::max(cfg.gauge_lag, faults.max_lag(BackendId::from_index(i))),
                 outstanding: 0,
+                routed: 0,
                 collapsed: None,
             })
             .collect();
@@ -728,6 +794,7 @@ impl<'w> Simulation<'w> {
             collapsing: Vec::new(),
             virtual_next: SimTime(u64::MAX),
             collapsed_steps: 0,
+            scaler,
         }
     }
 
@@ -751,6 +818,7 @@ impl<'w> Simulation<'w> {
             && !self.cfg.router.fresh_signals
             && self.cfg.faults.is_empty()
             && self.cfg.fleet_events.is_empty()
+            && self.cfg.autoscaler.is_none()
             && !self.routers[0].wants_kv_events();
         // The next session to open, read once per open rather than once per event (a
         // session plan is two cache lines, and the pool's data evicts it between events).
@@ -865,6 +933,11 @@ impl<'w> Simulation<'w> {
             Event::Rejoin { backend } => self.on_fleet_event(now, backend, FleetEventKind::Join),
             Event::Fail { request } => self.on_fail(now, request),
             Event::Resend { session, turn } | Event::Issue { session, turn } => self.send_turn(now, session, turn),
+            Event::PromScrape => self.on_prom_scrape(now),
+            Event::HpaSync => self.on_hpa_sync(now),
+            Event::KedaPoll => self.on_keda_poll(now),
+            Event::PodReady { backend, generation } => self.on_pod_ready(now, backend, generation),
+            Event::PodKill { backend, generation } => self.on_pod_kill(now, backend, generation),
         }
     }
 }
@@ -911,7 +984,8 @@ mod tests {
         assert_eq!(
             names.join(" "),
             "TurnArrival BackendArrival StepDone ServiceDone FirstChunk Complete RecordDispatch \
-             ScrapeRead ScrapePassEnd RouterRestart Fleet Rejoin Fail Resend Issue"
+             ScrapeRead ScrapePassEnd RouterRestart Fleet Rejoin Fail Resend Issue PromScrape \
+             HpaSync KedaPoll PodReady PodKill"
         );
     }
 }

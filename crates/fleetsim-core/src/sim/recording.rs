@@ -203,6 +203,12 @@ impl Simulation<'_> {
         };
         let mut summary = summarize_stats(inputs, &self.fleet, stats, &self.log.branches);
         summary.replay = replay.finish(self.workload);
+        if let Some((a, costs)) = self.autoscale_summary(end, summary.requests.finished) {
+            for (b, c) in summary.backends.iter_mut().zip(costs) {
+                b.cost = Some(c);
+            }
+            summary.autoscale = Some(a);
+        }
         RunResult {
             summary,
             series,

@@ -85,6 +85,7 @@ impl Simulation<'_> {
         self.log.branches.push(d.branch);
         self.note_pick(s, turn, b, min);
         self.nodes[b.index()].outstanding += 1;
+        self.nodes[b.index()].routed += 1;
         self.log.requests.push(RequestRec::routed(
             s,
             turn,

@@ -15,7 +15,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::{
-    Client, EngineMeta, MeasuredRequest, Measurement, TraceError, check_clock, err, finite, read_bounded,
+    Client, EngineMeta, MeasuredRequest, Measurement, TraceError, check_clock, check_span, err, finite, read_bounded,
     series_from_tokens, tokens,
 };
 
@@ -57,7 +57,7 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
     let a = Arrays::of(&file, &o)?;
     let errors = o.get("errors").and_then(Value::as_array);
     let mut failed = 0u64;
-    let mut rows: Vec<(MeasuredRequest, Vec<f64>)> = Vec::new();
+    let mut rows: Vec<(MeasuredRequest, Vec<(f64, u32)>)> = Vec::new();
     for i in 0..a.input.len() {
         if errors
             .and_then(|e| e.get(i))
@@ -78,10 +78,9 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
         r.queued_s -= t0;
         r.first_token_s -= t0;
         r.last_token_s -= t0;
-        times.iter_mut().for_each(|t| *t -= t0);
+        times.iter_mut().for_each(|t| t.0 -= t0);
     }
-    let (requests, token_times): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
-    let series = series_from_tokens(&requests, &token_times, DERIVED_INTERVAL_S);
+    let (requests, chunks): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
     let client = client(&file, &o)?;
     let mut notes = vec![
         "times are the client's (send, first and last chunk); the series are derived from them (no running or waiting: add --series)".to_string(),
@@ -90,7 +89,7 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
         notes.push(format!("{failed} failed requests left out"));
     }
     let s = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_string);
-    Ok(Measurement {
+    let mut m = Measurement {
         source: file,
         format: "vllm-bench",
         engine: EngineMeta {
@@ -100,9 +99,13 @@ pub fn read(path: &Path) -> Result<Measurement, TraceError> {
         },
         client,
         requests,
-        series: Some(series),
+        series: None,
         notes,
-    })
+    };
+    // The span is bounded before the series is sized by it.
+    check_span(&m.source, &m, ["start_times", "ttfts", "itls"])?;
+    m.series = Some(series_from_tokens(&m.requests, &chunks, DERIVED_INTERVAL_S));
+    Ok(m)
 }
 
 /// The file as a `vllm bench serve` result: a JSON object (a Prometheus answer is named as
@@ -162,12 +165,13 @@ impl<'a> Arrays<'a> {
         Ok(a)
     }
 
-    /// Request `i`: its times from its send, TTFT and gaps, and one time per output token
-    /// (chunks of several tokens share the chunk's time).
-    fn request(&self, file: &str, i: usize) -> Result<(MeasuredRequest, Vec<f64>), TraceError> {
+    /// Request `i`: its times from its send, TTFT and gaps, and its streamed chunks as
+    /// `(time, tokens)` (the output tokens spread over the chunks in order, as evenly as
+    /// they go; no allocation per token).
+    fn request(&self, file: &str, i: usize) -> Result<(MeasuredRequest, Vec<(f64, u32)>), TraceError> {
         let line = i as u64 + 1;
         let start = f(file, i, "start_times", &self.starts[i])?;
-        let ttft = f(file, i, "ttft", &self.ttfts[i])?;
+        let ttft = f(file, i, "ttfts", &self.ttfts[i])?;
         if ttft <= 0.0 {
             return Err(err(file, Some(line), Some("ttfts"), format!("{ttft} s: not positive")));
         }
@@ -188,22 +192,29 @@ impl<'a> Arrays<'a> {
             times.push(times[times.len() - 1] + g);
         }
         let out = tokens(file, line, "output_lens", f(file, i, "output_lens", &self.output[i])?)?;
+        let input = tokens(file, line, "input_lens", f(file, i, "input_lens", &self.input[i])?)?;
+        fleetsim_core::content::checked_total(input, out)
+            .map_err(|e| err(file, Some(line), Some("output_lens"), format!("with the prompt, {e}")))?;
         let r = MeasuredRequest {
             id: format!("{i}"),
             line,
             queued_s: start,
-            input_tokens: tokens(file, line, "input_lens", f(file, i, "input_lens", &self.input[i])?)?,
+            input_tokens: input,
             output_tokens: out,
             scheduled_s: None,
             first_token_s: times[0],
             last_token_s: times[times.len() - 1],
         };
         check_clock(file, &r)?;
-        let per = times.len();
-        let token_times = (0..out as usize)
-            .map(|k| times[(k * per / out as usize).min(per - 1)])
+        // Token k falls in chunk floor(k * chunks / out): chunk j holds
+        // ceil((j + 1) * out / chunks) - ceil(j * out / chunks) of them.
+        let (per, out) = (times.len() as u64, u64::from(out));
+        let upto = |j: u64| (j * out).div_ceil(per);
+        let chunks = (0..per)
+            .map(|j| (times[j as usize], (upto(j + 1) - upto(j)) as u32))
+            .filter(|c| c.1 > 0)
             .collect();
-        Ok((r, token_times))
+        Ok((r, chunks))
     }
 }
 

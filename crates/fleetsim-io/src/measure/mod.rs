@@ -8,6 +8,8 @@
 //! * [`bench`](mod@bench): `vllm bench serve --save-result --save-detailed` JSON
 //!   (`vllm/benchmarks/serve.py`): per-request start, prompt and output lengths, TTFT and
 //!   inter-token gaps; the token series follow from the token times;
+//! * [`lmbench`]: LMBench's per-request CSV (as llm-d-benchmark publishes them), with the
+//!   Kubernetes Deployment beside it for the engine;
 //! * [`prom`]: an engine's series as a Prometheus `query_range` answer or an OpenMetrics
 //!   text dump with timestamps (prompt and generation token counters, running, waiting,
 //!   KV usage), added to either of the above;
@@ -15,18 +17,29 @@
 //!   sessions), for validation only (no engine series, no engine configuration).
 //!
 //! Every reader checks what it reads: a missing field, an unsorted or inconsistent clock,
-//! a zero-length request or a non-finite number is one [`TraceError`] naming the file, the
-//! line and the field.
+//! a zero-length request, a non-finite number, a negative gauge, a token count past the
+//! core's bound or a time past the replay's span ([`check_span`]) is one [`TraceError`]
+//! naming the file, the line and the field. Nothing is sized by a time span or a token
+//! count before that check.
 //!
 //! Owns: reading and checking measurements. May not see: a run.
 
 pub mod bench;
 pub mod harness;
+pub mod lmbench;
 pub mod prom;
 
 use std::path::Path;
 
+use fleetsim_core::backend::replay::{MAX_SAMPLES, MAX_SPAN, MIN_INTERVAL};
+use fleetsim_core::content::checked_tokens;
+use fleetsim_core::time::{checked_secs_to_ns, short};
+
 pub use crate::trace::TraceError;
+
+/// The block sizes vLLM accepts (`BlockSize` in `vllm/config/cache.py`, the choices of
+/// `vllm serve --block-size`).
+pub const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
 
 /// Largest measurement file read (bytes): a detailed `vllm bench serve` result of 100,000
 /// requests with their texts is a few hundred MB.
@@ -119,6 +132,14 @@ pub struct EngineMeta {
     pub gpu_memory_bytes: Option<u64>,
     /// `--tensor-parallel-size`.
     pub tensor_parallel_size: Option<u32>,
+    /// `--data-parallel-size`: engines in one `vllm serve`, balanced by vLLM.
+    pub data_parallel_size: Option<u32>,
+    /// `--enable-expert-parallel`.
+    pub expert_parallel: Option<bool>,
+    /// Separate servers behind one load balancer (a Deployment's `replicas`).
+    pub replicas: Option<u32>,
+    /// The `vllm serve ...` command line, when recorded (flags the engine ran with).
+    pub vllm_command: Option<String>,
     /// `--max-num-seqs`.
     pub max_num_seqs: Option<u32>,
     /// `--max-num-batched-tokens`.
@@ -169,6 +190,14 @@ pub struct Measurement {
     pub notes: Vec<String>,
 }
 
+impl Measurement {
+    /// True when the times are the client's (sent, first and last chunk received), so
+    /// they include the trip to the engine; false when the engine stamped them.
+    pub fn client_timed(&self) -> bool {
+        self.format != "harness"
+    }
+}
+
 /// A one-line error.
 pub(crate) fn err(file: &str, line: Option<u64>, field: Option<&str>, message: impl Into<String>) -> TraceError {
     TraceError {
@@ -208,18 +237,66 @@ pub(crate) fn finite(file: &str, line: u64, field: &str, x: f64) -> Result<f64, 
     }
 }
 
-/// A token count: a whole number in 1..=u32::MAX (zero-length requests refused).
+/// A token count: a whole number from 1 to [`MAX_REQUEST_TOKENS`] (zero-length requests
+/// refused), through the core's one checked conversion.
 pub(crate) fn tokens(file: &str, line: u64, field: &str, x: f64) -> Result<u32, TraceError> {
-    let x = finite(file, line, field, x)?;
-    if x.fract() != 0.0 || !(1.0..=f64::from(u32::MAX)).contains(&x) {
+    checked_tokens(x, 1).map_err(|e| err(file, Some(line), Some(field), e.to_string()))
+}
+
+/// A series interval in seconds (a tick, or the mean gap between samples): from
+/// [`MIN_INTERVAL`] to [`MAX_SPAN`], through the core's checked conversion.
+pub(crate) fn interval(file: &str, line: Option<u64>, field: &str, secs: f64) -> Result<f64, TraceError> {
+    let at = |m: String| err(file, line, Some(field), m);
+    let ns = checked_secs_to_ns(secs, MAX_SPAN).map_err(|e| at(format!("a series interval: {e}")))?;
+    if ns < MIN_INTERVAL.0 {
+        return Err(at(format!(
+            "a series interval of {} s is shorter than the {} s minimum",
+            short(secs),
+            MIN_INTERVAL.as_secs_f64()
+        )));
+    }
+    Ok(secs)
+}
+
+/// Checks that a measurement fits a replay: every request's times, from the replay's
+/// origin (the series' origin, or the first request if earlier), within [`MAX_SPAN`],
+/// and its series no more than [`MAX_SAMPLES`] intervals long. `file` is the requests'
+/// file, `fields` names their times as it does (sent or queued, first token, last token).
+pub fn check_span(file: &str, m: &Measurement, fields: [&str; 3]) -> Result<(), TraceError> {
+    let origin = m.requests.iter().map(|r| r.queued_s).fold(0.0f64, f64::min);
+    for r in &m.requests {
+        for (field, t) in fields.iter().zip([r.queued_s, r.first_token_s, r.last_token_s]) {
+            checked_secs_to_ns(t - origin, MAX_SPAN).map_err(|e| {
+                err(
+                    file,
+                    Some(r.line),
+                    Some(field),
+                    format!(
+                        "{e}: a measurement spans at most {} s (7 days) from its first request",
+                        MAX_SPAN.as_secs_f64()
+                    ),
+                )
+            })?;
+        }
+    }
+    let Some(s) = &m.series else { return Ok(()) };
+    let end = s.rows.iter().map(|r| r.t_s).fold(0.0f64, f64::max);
+    let end = end.max(m.requests.iter().map(|r| r.last_token_s).fold(0.0f64, f64::max));
+    let samples = ((end - origin) / s.interval_s).ceil();
+    if samples.is_nan() || samples > MAX_SAMPLES as f64 {
         return Err(err(
-            file,
-            Some(line),
-            Some(field),
-            format!("must be a whole number of tokens, at least 1, got {x}"),
+            &s.source,
+            None,
+            None,
+            format!(
+                "{} s at an interval of {} s is {} samples, more than the {MAX_SAMPLES} a series may have",
+                short(end - origin),
+                short(s.interval_s),
+                short(samples)
+            ),
         ));
     }
-    Ok(x as u32)
+    Ok(())
 }
 
 /// Checks one request's clock: queued <= scheduled <= first token <= last token.
@@ -258,12 +335,15 @@ pub fn load(path: &Path, series: Option<&Path>) -> Result<Measurement, TraceErro
         return Err(err(&file, None, None, "no such file or folder"));
     } else if file.ends_with(".json") {
         bench::read(path)?
+    } else if file.ends_with(".csv") && lmbench::sniff(path) {
+        lmbench::read(path)?
     } else {
         from_trace(path)?
     };
     if let Some(s) = series {
         let read = prom::read(s)?;
         m.series = Some(prom::align(read, &m, s)?);
+        check_span(&file, &m, ["queued", "first_token", "last_token"])?;
     }
     Ok(m)
 }
@@ -315,7 +395,7 @@ pub fn from_trace(path: &Path) -> Result<Measurement, TraceError> {
         notes.push(format!("{skipped} calls without a recorded TTFT or end left out"));
     }
     notes.push("a session trace records no engine series or configuration: validation only".into());
-    Ok(Measurement {
+    let m = Measurement {
         source: file,
         format: "trace",
         engine: EngineMeta::default(),
@@ -323,23 +403,26 @@ pub fn from_trace(path: &Path) -> Result<Measurement, TraceError> {
         requests,
         series: None,
         notes,
-    })
+    };
+    check_span(&m.source, &m, ["start", "ttft", "end"])?;
+    Ok(m)
 }
 
 /// The engine series implied by per-request token times: prompt tokens counted when a
 /// request's first token is sampled (as vLLM's `IterationStats` counts them) and
-/// generation tokens when sampled, per `interval_s`. `token_times` gives each request's
-/// output token times (first included).
-pub fn series_from_tokens(requests: &[MeasuredRequest], token_times: &[Vec<f64>], interval_s: f64) -> Series {
+/// generation tokens when sampled, per `interval_s`. `chunks` gives each request's
+/// streamed chunks as `(time, tokens)` (the first chunk holds the first token). Callers
+/// bound the span first ([`check_span`]): the series has one row per interval.
+pub fn series_from_tokens(requests: &[MeasuredRequest], chunks: &[Vec<(f64, u32)>], interval_s: f64) -> Series {
     let end = requests.iter().map(|r| r.last_token_s).fold(0.0f64, f64::max);
     let n = ((end / interval_s).ceil() as usize).max(1);
     let mut prompt = vec![0.0; n];
     let mut gen_ = vec![0.0; n];
     let bin = |t: f64| (((t / interval_s).ceil() as usize).max(1) - 1).min(n - 1);
-    for (r, times) in requests.iter().zip(token_times) {
+    for (r, times) in requests.iter().zip(chunks) {
         prompt[bin(r.first_token_s)] += f64::from(r.input_tokens);
-        for &t in times {
-            gen_[bin(t)] += 1.0;
+        for &(t, k) in times {
+            gen_[bin(t)] += f64::from(k);
         }
     }
     Series {
@@ -372,7 +455,7 @@ mod tests {
             first_token_s: 0.5,
             last_token_s: 1.5,
         };
-        let s = series_from_tokens(&[r], &[vec![0.5, 1.0, 1.5]], 1.0);
+        let s = series_from_tokens(&[r], &[vec![(0.5, 1), (1.0, 1), (1.5, 1)]], 1.0);
         assert_eq!(s.rows.len(), 2);
         assert_eq!((s.rows[0].prompt_tps, s.rows[0].gen_tps), (Some(10.0), Some(2.0)));
         assert_eq!(s.rows[1].gen_tps, Some(1.0));

@@ -6,10 +6,17 @@
 //! `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` (a fraction, shown as
 //! percent), names from [`crate::vllm_metrics`]. Series of several engines (different
 //! label sets of one metric) are refused: select one engine's series.
+//!
+//! Timestamps are Unix time in the unit their size says (seconds, as OpenMetrics and
+//! query_range give them; milliseconds, as Prometheus text does; micro- or nanoseconds,
+//! as some exporters write), the first sample's unit for the whole file. Values are
+//! counts and gauges: a negative one is refused, naming the sample.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use fleetsim_core::backend::replay::MAX_SPAN;
+use fleetsim_core::time::{checked_secs_to_ns, short};
 use serde_json::Value;
 
 use super::{Measurement, Series, SeriesRow, TraceError, err, read_bounded};
@@ -17,6 +24,51 @@ use crate::vllm_metrics as vm;
 
 /// Samples by metric, `(unix s, value)` in time order.
 pub type Raw = BTreeMap<String, Vec<(f64, f64)>>;
+
+/// The unit of a Unix timestamp by its size (now is about 1.7e9 s): seconds below 1e11,
+/// then milliseconds, microseconds and nanoseconds, as divisors to seconds.
+fn unit_of(t: f64) -> f64 {
+    match t.abs() {
+        x if x < 1e11 => 1.0,
+        x if x < 1e14 => 1e3,
+        x if x < 1e17 => 1e6,
+        _ => 1e9,
+    }
+}
+
+/// Timestamps to seconds, in the unit of the file's first one.
+#[derive(Default)]
+struct Clock {
+    unit: Option<f64>,
+}
+
+impl Clock {
+    /// `t` in seconds, or why not (a unit other than the first sample's).
+    fn secs(&mut self, t: f64) -> Result<f64, String> {
+        if !t.is_finite() {
+            return Err(format!("timestamp {t} is not a finite number"));
+        }
+        let u = unit_of(t);
+        let first = *self.unit.get_or_insert(u);
+        if u != first {
+            return Err(format!(
+                "timestamp {} is in another unit than the first sample's ({})",
+                short(t),
+                unit_name(first)
+            ));
+        }
+        Ok(t / u)
+    }
+}
+
+fn unit_name(u: f64) -> &'static str {
+    match u {
+        1.0 => "seconds",
+        1e3 => "milliseconds",
+        1e6 => "microseconds",
+        _ => "nanoseconds",
+    }
+}
 
 /// The metric samples fleetsim reads, in [`SeriesRow`]'s column order.
 fn wanted() -> [String; 5] {
@@ -71,6 +123,7 @@ fn query_range(file: &str, text: &str) -> Result<Raw, TraceError> {
         .ok_or_else(|| err(file, None, Some("data.result"), "missing"))?;
     let mut raw = Raw::new();
     let mut labels: BTreeMap<String, String> = BTreeMap::new();
+    let mut clock = Clock::default();
     for (i, s) in result.iter().enumerate() {
         let at = |f: &str| format!("data.result[{i}].{f}");
         let metric = s
@@ -115,7 +168,9 @@ fn query_range(file: &str, text: &str) -> Result<Raw, TraceError> {
                 .ok_or_else(bad)?
                 .parse()
                 .map_err(|_| bad())?;
-            push(file, None, &format!("data.result[{i}].values[{k}]"), &mut pts, t, x)?;
+            let at = format!("data.result[{i}].values[{k}]");
+            let t = clock.secs(t).map_err(|m| err(file, None, Some(&at), m))?;
+            push(file, None, &at, &mut pts, t, x)?;
         }
         raw.insert(name.to_string(), pts);
     }
@@ -132,6 +187,14 @@ fn push(
 ) -> Result<(), TraceError> {
     if !t.is_finite() || !x.is_finite() {
         return Err(err(file, line, Some(field), format!("not a finite number ({t}, {x})")));
+    }
+    if x < 0.0 {
+        return Err(err(
+            file,
+            line,
+            Some(field),
+            format!("negative value {}: counters and gauges are never negative", short(x)),
+        ));
     }
     if let Some(&(p, _)) = pts.last()
         && t <= p
@@ -151,6 +214,7 @@ fn openmetrics(file: &str, text: &str) -> Result<Raw, TraceError> {
     let mut raw = Raw::new();
     let mut labels: BTreeMap<String, String> = BTreeMap::new();
     let want = wanted();
+    let mut clock = Clock::default();
     for (i, l) in text.lines().enumerate() {
         let line = i as u64 + 1;
         let l = l.trim();
@@ -189,8 +253,7 @@ fn openmetrics(file: &str, text: &str) -> Result<Raw, TraceError> {
             })?
             .parse()
             .map_err(|_| err(file, Some(line), Some(name), "timestamp not a number"))?;
-        // Prometheus text gives milliseconds, OpenMetrics seconds.
-        let t = if ts > 1e11 { ts / 1e3 } else { ts };
+        let t = clock.secs(ts).map_err(|m| err(file, Some(line), Some(name), m))?;
         if let Some(prev) = labels.insert(name.to_string(), set.to_string())
             && prev != set
         {
@@ -248,7 +311,16 @@ pub fn align((file, raw): (String, Raw), m: &Measurement, _path: &Path) -> Resul
             kv_pct: at(&want[4], w[1]).map(|f| f * 100.0),
         })
         .collect();
-    let interval = (grid[grid.len() - 1] - grid[0]) / (grid.len() - 1) as f64;
+    let spread = grid[grid.len() - 1] - grid[0];
+    checked_secs_to_ns(spread, MAX_SPAN).map_err(|e| {
+        err(
+            &file,
+            None,
+            None,
+            format!("the samples' span: {e}; a series spans at most 7 days"),
+        )
+    })?;
+    let interval = super::interval(&file, None, "timestamps", spread / (grid.len() - 1) as f64)?;
     let first_prompt = rows
         .iter()
         .find(|r| r.prompt_tps.is_some_and(|x| x > 0.0) || r.gen_tps.is_some_and(|x| x > 0.0))

@@ -18,6 +18,17 @@
 //! beta2_us = 90.0
 //! beta3_us = 0.1
 //!
+//! # or, fitted as corrections to the physics model (replaces [step_time]):
+//! # [physics]
+//! # model = "llama-3.1-8b"
+//! # dtype = "bf16"
+//! # gpu = "rtx-4090"
+//! # tp = 1
+//! # dp = 1
+//! # kv_dtype_bytes = 2
+//! # [physics.coefficients]   # the shipped ones where absent (`sim profiles --physics`)
+//! # mem_efficiency = 0.8
+//!
 //! [engine]             # what the measured engine ran with
 //! max_num_seqs = 256
 //! max_num_batched_tokens = 2048
@@ -120,14 +131,90 @@ pub struct Fit {
     pub iterations: u64,
 }
 
+/// `[physics]`: the physics step-time model for a model on a GPU, with the coefficients
+/// the fit corrected (replaces `[step_time]` when present).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Physics {
+    /// Model shape (`sim profiles --models`).
+    pub model: String,
+    /// Layer weights' dtype: `bf16`, `fp8` or `int4`.
+    pub dtype: String,
+    /// GPU datasheet (`sim profiles --gpus`).
+    pub gpu: String,
+    /// Tensor-parallel size.
+    pub tp: u32,
+    /// Data-parallel engines sharing a MoE model's experts.
+    pub dp: u32,
+    /// KV cache bytes per element.
+    pub kv_dtype_bytes: u32,
+    /// vLLM's async scheduling (the per-step CPU overhead hidden).
+    #[serde(default)]
+    pub async_scheduling: bool,
+    /// The coefficients, by name (`mem_efficiency`, ..., as `sim profiles --physics`
+    /// lists them).
+    pub coefficients: std::collections::BTreeMap<String, f64>,
+}
+
+impl Physics {
+    /// The deployment and coefficients, or what is wrong (naming the key).
+    pub fn resolve(&self) -> Result<(super::auto::Deployment, super::auto::Coefficients), String> {
+        let (model, _) = super::models::resolve(&self.model)
+            .ok_or_else(|| format!("physics.model: unknown model `{}`", self.model))?;
+        let dtype = match self.dtype.as_str() {
+            "bf16" => super::models::WeightDtype::Bf16,
+            "fp8" => super::models::WeightDtype::Fp8,
+            "int4" => super::models::WeightDtype::Int4,
+            d => return Err(format!("physics.dtype: `{d}` is not bf16, fp8 or int4")),
+        };
+        let gpu = super::gpus::resolve(&self.gpu).ok_or_else(|| format!("physics.gpu: unknown GPU `{}`", self.gpu))?;
+        if self.tp == 0 || self.dp == 0 || !matches!(self.kv_dtype_bytes, 1 | 2) {
+            return Err("physics.tp and physics.dp must be at least 1, physics.kv_dtype_bytes 1 or 2".into());
+        }
+        let mut v = [0.0; super::auto::COEFFICIENTS];
+        for (i, (name, default)) in super::auto::SHIPPED.named().iter().enumerate() {
+            let x = self.coefficients.get(*name).copied().unwrap_or(*default);
+            if !x.is_finite() || x < 0.0 || (name.ends_with("efficiency") && !(x > 0.0 && x <= 1.0)) {
+                return Err(format!("physics.coefficients.{name}: {x} is out of range"));
+            }
+            v[i] = x;
+        }
+        if let Some(k) = self
+            .coefficients
+            .keys()
+            .find(|k| !super::auto::SHIPPED.named().iter().any(|(n, _)| n == k))
+        {
+            return Err(format!("physics.coefficients.{k}: unknown coefficient"));
+        }
+        Ok((
+            super::auto::Deployment {
+                model,
+                dtype,
+                gpu,
+                parallel: super::auto::Parallel {
+                    tp: self.tp,
+                    dp: self.dp,
+                },
+                kv_dtype_bytes: self.kv_dtype_bytes,
+                async_scheduling: self.async_scheduling,
+            },
+            super::auto::Coefficients::from_values(&v),
+        ))
+    }
+}
+
 /// A profile file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileFile {
     /// `[profile]`.
     pub profile: About,
-    /// `[step_time]`.
+    /// `[step_time]` (unused when `[physics]` is present).
+    #[serde(default)]
     pub step_time: StepTime,
+    /// `[physics]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physics: Option<Physics>,
     /// `[engine]`.
     pub engine: Engine,
     /// `[fit]`.
@@ -135,13 +222,17 @@ pub struct ProfileFile {
 }
 
 impl ProfileFile {
-    /// The step-time model.
+    /// The step-time model: the physics model's when the file has `[physics]`.
     pub fn step_time_model(&self) -> StepTimeModel {
+        if let Some((d, c)) = self.physics.as_ref().and_then(|p| p.resolve().ok()) {
+            return d.step_time(&c);
+        }
         StepTimeModel {
             beta0_us: self.step_time.beta0_us,
             beta1_us: self.step_time.beta1_us,
             beta2_us: self.step_time.beta2_us,
             beta3_us: self.step_time.beta3_us,
+            physics: None,
         }
     }
 
@@ -175,6 +266,10 @@ impl ProfileFile {
                     crate::quote::escape(file)
                 ));
             }
+        }
+        if let Some(ph) = &p.physics {
+            ph.resolve()
+                .map_err(|m| format!("{}: {m}", crate::quote::escape(file)))?;
         }
         let e = &p.engine;
         for (k, x) in [
@@ -220,6 +315,7 @@ mod tests {
                 beta2_us: 3.0,
                 beta3_us: 0.0,
             },
+            physics: None,
             engine: Engine {
                 max_num_seqs: 1,
                 max_num_batched_tokens: 2,

@@ -55,10 +55,16 @@ impl KvInputs {
         kv_dtype_bytes: u32,
         activation_gib: f64,
     ) -> Self {
+        // An auto profile's weights per GPU follow its dtype and expert spread; the
+        // whole-model figure is what the derivation divides by TP.
+        let weight_bytes = match p.source {
+            super::Source::Physics(d) => d.weight_bytes_per_gpu() * u64::from(p.tp.max(1)),
+            _ => p.model.weight_bytes(),
+        };
         KvInputs {
             gpu_memory_gib: p.gpu.memory_gib,
             gpu_memory_utilization: utilization,
-            weight_bytes: p.model.weight_bytes(),
+            weight_bytes,
             tp: p.tp,
             layers: p.model.layers,
             kv_heads: p.model.kv_heads,

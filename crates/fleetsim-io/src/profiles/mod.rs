@@ -16,10 +16,15 @@
 //! Owns: the profile table and the KV-capacity derivation. May not see: anything of a run.
 //! Invariant: each profile names its source and commit; numbers are never tuned to a result.
 
+pub mod auto;
 pub mod file;
+pub mod gpus;
 pub mod kv;
+pub mod models;
 
+pub use gpus::{GPUS, Gpu};
 pub use kv::{KvInputs, kv_blocks};
+pub use models::{MODELS, ModelShape};
 
 use fleetsim_core::backend::perf::StepTimeModel;
 
@@ -29,173 +34,6 @@ pub const BLIS_PRE_553: &str = "644fd8b6cf805f05183dcc0f44073b07e3c95c2a";
 pub const BLIS_LAST_BLACKBOX: &str = "b563c4405b7847eaf682c6d603065c1faca3ca03";
 /// BLIS HEAD read for `hardware_config.json` and `sim/latency/roofline.go`.
 pub const BLIS_HEAD: &str = "f90a1e3a6787da17c2cd463dab6fb2660b1b1760";
-
-/// The shape of a dense decoder-only model: what sizes its weights and its KV cache.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ModelShape {
-    /// Short name used in profile ids (`llama-3.1-8b`).
-    pub name: &'static str,
-    /// Hugging Face repository (what `vllm serve` is given).
-    pub hf_repo: &'static str,
-    /// `num_hidden_layers`.
-    pub layers: u32,
-    /// `hidden_size`.
-    pub hidden: u64,
-    /// `num_attention_heads`.
-    pub heads: u32,
-    /// `num_key_value_heads`.
-    pub kv_heads: u32,
-    /// `head_dim`.
-    pub head_dim: u32,
-    /// `intermediate_size`.
-    pub intermediate: u64,
-    /// `vocab_size`.
-    pub vocab: u64,
-    /// Parameter count (checked against the shape in tests).
-    pub params: u64,
-    /// Bytes per weight (2: bf16 as published).
-    pub weight_bytes_per_param: u32,
-}
-
-impl ModelShape {
-    /// Weight bytes of the whole model.
-    pub fn weight_bytes(&self) -> u64 {
-        self.params * u64::from(self.weight_bytes_per_param)
-    }
-
-    /// Parameters of the transformer layers' matrices (attention and MLP), the ones every
-    /// token multiplies through: BLIS's `GemmOps` basis (embeddings and `lm_head` excluded).
-    pub fn layer_matrix_params(&self) -> u64 {
-        let q = self.hidden * u64::from(self.heads * self.head_dim);
-        let kv = 2 * self.hidden * u64::from(self.kv_heads * self.head_dim);
-        let mlp = 3 * self.hidden * self.intermediate;
-        u64::from(self.layers) * (2 * q + kv + mlp)
-    }
-}
-
-/// Model shapes from the models' published `config.json` (copies in BLIS
-/// `model_configs/*/config.json` @ [`BLIS_HEAD`]; Qwen3-32B from its Hugging Face
-/// `config.json`: untied embeddings, q/k norms).
-pub const MODELS: &[ModelShape] = &[
-    ModelShape {
-        name: "llama-3.1-8b",
-        hf_repo: "meta-llama/Llama-3.1-8B-Instruct",
-        layers: 32,
-        hidden: 4096,
-        heads: 32,
-        kv_heads: 8,
-        head_dim: 128,
-        intermediate: 14336,
-        vocab: 128_256,
-        params: 8_030_261_248,
-        weight_bytes_per_param: 2,
-    },
-    ModelShape {
-        name: "qwen2.5-7b",
-        hf_repo: "Qwen/Qwen2.5-7B-Instruct",
-        layers: 28,
-        hidden: 3584,
-        heads: 28,
-        kv_heads: 4,
-        head_dim: 128,
-        intermediate: 18944,
-        vocab: 152_064,
-        params: 7_615_616_512,
-        weight_bytes_per_param: 2,
-    },
-    ModelShape {
-        name: "qwen3-14b",
-        hf_repo: "Qwen/Qwen3-14B",
-        layers: 40,
-        hidden: 5120,
-        heads: 40,
-        kv_heads: 8,
-        head_dim: 128,
-        intermediate: 17408,
-        vocab: 151_936,
-        params: 14_768_307_200,
-        weight_bytes_per_param: 2,
-    },
-    ModelShape {
-        name: "qwen3-32b",
-        hf_repo: "Qwen/Qwen3-32B",
-        layers: 64,
-        hidden: 5120,
-        heads: 64,
-        kv_heads: 8,
-        head_dim: 128,
-        intermediate: 25600,
-        vocab: 151_936,
-        params: 32_762_123_264,
-        weight_bytes_per_param: 2,
-    },
-    ModelShape {
-        name: "llama-3.3-70b",
-        hf_repo: "meta-llama/Llama-3.3-70B-Instruct",
-        layers: 80,
-        hidden: 8192,
-        heads: 64,
-        kv_heads: 8,
-        head_dim: 128,
-        intermediate: 28672,
-        vocab: 128_256,
-        params: 70_553_706_496,
-        weight_bytes_per_param: 2,
-    },
-];
-
-/// A GPU as BLIS's `hardware_config.json` @ [`BLIS_HEAD`] describes it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Gpu {
-    /// Short name used in profile ids (`h100`).
-    pub name: &'static str,
-    /// Memory, GiB (`MemoryGiB`).
-    pub memory_gib: f64,
-    /// Dense BF16 peak, TFLOPS (`TFlopsPeak`).
-    pub tflops: f64,
-    /// Memory bandwidth, TB/s (`BwPeakTBs`).
-    pub bw_tbs: f64,
-    /// Achievable fraction of peak in prefill (`mfuPrefill`, BLIS discussion #589).
-    pub mfu_prefill: f64,
-}
-
-impl Gpu {
-    /// `vllm serve`'s `(max_num_batched_tokens, max_num_seqs)` defaults on this GPU
-    /// (`vllm/engine/arg_utils.py`, `get_batch_defaults`: at least 70 GiB and not an A100:
-    /// 8192 / 1024; otherwise 2048 / 256).
-    pub fn vllm_batch_defaults(&self) -> (u32, u32) {
-        if self.memory_gib >= 70.0 && self.name != "a100" {
-            (8192, 1024)
-        } else {
-            (2048, 256)
-        }
-    }
-}
-
-/// GPUs with profiles.
-pub const GPUS: &[Gpu] = &[
-    Gpu {
-        name: "h100",
-        memory_gib: 80.0,
-        tflops: 989.5,
-        bw_tbs: 3.35,
-        mfu_prefill: 0.45,
-    },
-    Gpu {
-        name: "a100",
-        memory_gib: 80.0,
-        tflops: 312.0,
-        bw_tbs: 2.039,
-        mfu_prefill: 0.38,
-    },
-    Gpu {
-        name: "l40s",
-        memory_gib: 48.0,
-        tflops: 362.05,
-        bw_tbs: 0.864,
-        mfu_prefill: 0.32,
-    },
-];
 
 /// Where a profile's coefficients come from.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -211,6 +49,9 @@ pub enum Source {
     },
     /// Derived from BLIS's roofline inputs ([`roofline`]); not a fit.
     Roofline,
+    /// The physics model for a deployment with the shipped coefficients
+    /// (`profile = "auto"`).
+    Physics(auto::Deployment),
 }
 
 /// One model/GPU/TP combination.
@@ -242,6 +83,21 @@ impl Profile {
                 "roofline from BLIS hardware_config.json + sim/latency/roofline.go @ {} (uncalibrated)",
                 &BLIS_HEAD[..7]
             ),
+            Source::Physics(_) => {
+                "physics model from the model's shape and the GPU's datasheet, shipped coefficients (sim profiles --physics)".into()
+            }
+        }
+    }
+
+    /// The auto profile of a deployment: the physics model with the shipped coefficients.
+    pub fn auto(d: auto::Deployment) -> Profile {
+        Profile {
+            id: d.id(),
+            model: *d.model,
+            gpu: *d.gpu,
+            tp: d.parallel.tp,
+            step_time: d.step_time(&auto::SHIPPED),
+            source: Source::Physics(d),
         }
     }
 
@@ -371,6 +227,9 @@ pub const ROOFLINE_DECODE_CONTEXT_TOKENS: u64 = 1024;
 /// BLIS takes the max of compute and memory time per step; a sum of linear terms is what
 /// the step-time model can hold, so large compute-bound batches are underestimated.
 pub fn roofline(m: &ModelShape, g: &Gpu, tp: u32) -> StepTimeModel {
+    let mfu = g
+        .mfu_prefill
+        .expect("roofline profiles name GPUs with BLIS's mfuPrefill");
     let tp = f64::from(tp);
     let bw = g.bw_tbs * 1e12;
     let kv_per_token = 2.0 * f64::from(m.layers) * f64::from(m.kv_heads * m.head_dim) * 2.0;
@@ -378,9 +237,10 @@ pub fn roofline(m: &ModelShape, g: &Gpu, tp: u32) -> StepTimeModel {
     let round2 = |x: f64| (x * 100.0).round() / 100.0;
     StepTimeModel {
         beta0_us: round2(m.weight_bytes() as f64 / tp / bw * 1e6),
-        beta1_us: round2(2.0 * m.layer_matrix_params() as f64 / tp / (g.tflops * 1e12 * g.mfu_prefill) * 1e6),
+        beta1_us: round2(2.0 * m.layer_matrix_params() as f64 / tp / (g.tflops * 1e12 * mfu) * 1e6),
         beta2_us: round2(kv_per_token * (ctx + 1.0) / tp / bw * 1e6),
         beta3_us: 0.0,
+        physics: None,
     }
 }
 
@@ -411,6 +271,7 @@ pub fn all() -> Vec<Profile> {
                 beta1_us: b[1],
                 beta2_us: b[2],
                 beta3_us: 0.0,
+                physics: None,
             },
             source: Source::Fitted {
                 commit,
@@ -444,15 +305,10 @@ pub fn find(id: &str) -> Result<Profile, String> {
 }
 
 /// The model shape whose name or Hugging Face repository is `name` (case-insensitive,
-/// `-Instruct` optional): how `sim import` maps `vllm serve MODEL` to a profile.
+/// `-Instruct` and a quantisation suffix optional): how `sim import` maps `vllm serve
+/// MODEL` to a profile.
 pub fn model_for(name: &str) -> Option<&'static ModelShape> {
-    let n = name.trim().trim_end_matches('/').to_ascii_lowercase();
-    let n = n.strip_suffix("-instruct").unwrap_or(&n);
-    MODELS.iter().find(|m| {
-        let repo = m.hf_repo.to_ascii_lowercase();
-        let repo = repo.strip_suffix("-instruct").unwrap_or(&repo);
-        n == m.name || n == repo || n.rsplit('/').next() == repo.rsplit('/').next()
-    })
+    models::resolve(name).map(|(m, _)| m)
 }
 
 /// Profiles as an aligned table (`sim profiles`).
@@ -467,7 +323,7 @@ pub fn table() -> String {
         let loss = match p.source {
             Source::Fitted { best_loss: Some(l), .. } => format!("{l:.1}"),
             Source::Fitted { best_loss: None, .. } => "n/p".into(),
-            Source::Roofline => "-".into(),
+            Source::Roofline | Source::Physics(_) => "-".into(),
         };
         vec![
             p.id.clone(),
@@ -512,7 +368,7 @@ pub fn json() -> serde_json::Value {
                     vllm,
                     best_loss,
                 } => ("fitted", commit, Some(vllm), best_loss),
-                Source::Roofline => ("roofline", BLIS_HEAD, None, None),
+                Source::Roofline | Source::Physics(_) => ("roofline", BLIS_HEAD, None, None),
             };
             serde_json::json!({
                 "id": p.id,
@@ -544,22 +400,6 @@ pub fn json() -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn params_match_the_published_shapes() {
-        // Embeddings and lm_head (untied), norms, Qwen2 qkv biases, Qwen3 q/k norms.
-        for m in MODELS {
-            let l = u64::from(m.layers);
-            let hd = u64::from(m.head_dim);
-            let extra = match m.name {
-                "qwen2.5-7b" => l * (u64::from(m.heads) * hd + 2 * u64::from(m.kv_heads) * hd),
-                "qwen3-14b" | "qwen3-32b" => l * 2 * hd,
-                _ => 0,
-            };
-            let total = 2 * m.vocab * m.hidden + m.layer_matrix_params() + l * 2 * m.hidden + m.hidden + extra;
-            assert_eq!(total, m.params, "{}", m.name);
-        }
-    }
 
     #[test]
     fn at_least_eight_profiles_covering_gpus_and_sizes() {

@@ -73,8 +73,20 @@ pub struct GroupFile {
     pub urls: Option<Vec<String>>,
     /// `<model>/<gpu>/tp<N>` (see `sim profiles`): step time and model shape; or
     /// `file:PATH`, a profile `sim calibrate` wrote (relative to the scenario's folder):
-    /// step time and the measured engine's flags and KV blocks.
+    /// step time and the measured engine's flags and KV blocks; or `auto`: the physics
+    /// model for the group's `model` on its `gpu` at `tp` (and `dp`).
     pub profile: Option<String>,
+    /// With `profile = "auto"`: the model served (`sim profiles --models`, or a Hugging
+    /// Face name; on a single `[backends]` table, `model` says it when it is not `vllm`
+    /// or `queueing`).
+    pub model: Option<String>,
+    /// With `profile = "auto"`: the GPU (`sim profiles --gpus`).
+    pub gpu: Option<String>,
+    /// With `profile = "auto"`: tensor-parallel GPUs per backend (default 1).
+    pub tp: Option<i64>,
+    /// With `profile = "auto"`: data-parallel engines sharing a MoE model's experts
+    /// (default 1; each engine is one backend of `count`).
+    pub dp: Option<i64>,
     /// vLLM `--max-num-seqs` (default: `vllm serve`'s for the profile's GPU, else 1024).
     pub max_num_seqs: Option<i64>,
     /// vLLM `--max-num-batched-tokens` (default: `vllm serve`'s for the GPU, else 8192).
@@ -136,9 +148,13 @@ pub(super) struct Fleet {
 }
 
 impl GroupFile {
-    fn vllm_only(&self) -> [(&'static str, bool); 12] {
+    fn vllm_only(&self) -> [(&'static str, bool); 16] {
         [
             ("profile", self.profile.is_some()),
+            ("model", self.model.is_some()),
+            ("gpu", self.gpu.is_some()),
+            ("tp", self.tp.is_some()),
+            ("dp", self.dp.is_some()),
             ("max_num_seqs", self.max_num_seqs.is_some()),
             ("max_num_batched_tokens", self.max_num_batched_tokens.is_some()),
             ("kv_blocks", self.kv_blocks.is_some()),
@@ -277,8 +293,19 @@ fn split(raw: &toml::Value) -> Res<Backends> {
         .clone()
         .into_iter()
         .partition(|(k, _)| SHARED_KEYS.contains(&k.as_str()));
-    let top: SharedFile = from_value(&toml::Value::Table(shared), "backends")?;
-    let single: GroupFile = from_value(&toml::Value::Table(single), "backends")?;
+    let mut top: SharedFile = from_value(&toml::Value::Table(shared), "backends")?;
+    let mut single: GroupFile = from_value(&toml::Value::Table(single), "backends")?;
+    // A single table's `model` names the engine kind, or with `profile = "auto"` the
+    // model served by vLLM engines.
+    if top.groups.is_none()
+        && !matches!(top.model.as_str(), "vllm" | "queueing")
+        && single
+            .profile
+            .as_deref()
+            .is_some_and(|p| p.eq_ignore_ascii_case("auto"))
+    {
+        single.model = Some(std::mem::replace(&mut top.model, "vllm".into()));
+    }
     Ok(Backends { top, single })
 }
 
@@ -373,24 +400,85 @@ fn group_urls(
     }
 }
 
-/// A group's `profile`: a shipped one, or a `file:PATH` profile read from its file.
+/// A group's `profile`: a shipped one, `auto` (derived from its `model`, `gpu`, `tp` and
+/// `dp`, which apply to nothing else), or a `file:PATH` profile read from its file.
 fn group_profile(
     g: &GroupFile,
     at: &dyn Fn(&str) -> String,
 ) -> Res<(Option<Profile>, Option<profiles::file::ProfileFile>)> {
-    match &g.profile {
+    let (profile, file) = match &g.profile {
         Some(id) if id.starts_with(profiles::file::FILE_PREFIX) => {
             let path = &id[profiles::file::FILE_PREFIX.len()..];
             let f = profiles::file::ProfileFile::read(std::path::Path::new(path))
                 .map_err(|m| FieldError::new(at("profile"), m))?;
-            Ok((None, Some(f)))
+            (None, Some(f))
         }
-        Some(id) => Ok((
+        Some(id) if id.eq_ignore_ascii_case("auto") => (Some(auto_profile(g, at)?), None),
+        Some(id) => (
             Some(profiles::find(id).map_err(|m| FieldError::new(at("profile"), m))?),
             None,
-        )),
-        None => Ok((None, None)),
+        ),
+        None => (None, None),
+    };
+    if !is_auto(profile.as_ref())
+        && let Some((k, _)) = g.vllm_only()[1..5].iter().find(|(_, set)| *set)
+    {
+        return Err(FieldError::new(at(k), "only applies with profile = \"auto\""));
     }
+    Ok((profile, file))
+}
+
+/// True for a profile derived by the physics model (`profile = "auto"`).
+fn is_auto(profile: Option<&Profile>) -> bool {
+    profile.is_some_and(|p| matches!(p.source, profiles::Source::Physics(_)))
+}
+
+/// The auto profile of a group: its `model` on its `gpu` at `tp` (and `dp`), priced by the
+/// physics model with the shipped coefficients.
+fn auto_profile(g: &GroupFile, at: &dyn Fn(&str) -> String) -> Res<Profile> {
+    let name = g.model.as_deref().ok_or_else(|| {
+        FieldError::new(
+            at("model"),
+            "profile = \"auto\" needs the model served (`sim profiles --models`)",
+        )
+    })?;
+    let (model, dtype) = profiles::models::resolve(name).ok_or_else(|| {
+        FieldError::new(
+            at("model"),
+            format!(
+                "unknown model {} (`sim profiles --models` lists the known shapes)",
+                crate::quote::quote(name)
+            ),
+        )
+    })?;
+    let gname = g
+        .gpu
+        .as_deref()
+        .ok_or_else(|| FieldError::new(at("gpu"), "profile = \"auto\" needs the GPU (`sim profiles --gpus`)"))?;
+    let gpu = profiles::gpus::resolve(gname).ok_or_else(|| {
+        FieldError::new(
+            at("gpu"),
+            format!(
+                "unknown GPU {} (`sim profiles --gpus` lists the known datasheets)",
+                crate::quote::quote(gname)
+            ),
+        )
+    })?;
+    let tp = count(g.tp.unwrap_or(1), &at("tp"), 1)?;
+    let dp = count(g.dp.unwrap_or(1), &at("dp"), 1)?;
+    let kv_dtype_bytes = match g.kv_cache_dtype.as_deref() {
+        Some(d) if d.starts_with("fp8") => 1,
+        _ => 2,
+    };
+    Ok(Profile::auto(profiles::auto::Deployment {
+        model,
+        dtype,
+        gpu,
+        parallel: profiles::auto::Parallel { tp, dp },
+        kv_dtype_bytes,
+        // Current vLLM schedules asynchronously (the default from 0.19).
+        async_scheduling: true,
+    }))
 }
 
 /// A queueing group: its `slots`, and none of the vLLM keys.
@@ -408,6 +496,26 @@ fn queueing_model(g: &GroupFile, path: &str, at: &dyn Fn(&str) -> String) -> Res
 }
 
 impl Fleet {
+    /// Extends the fleet to `n` backends like its last one (an autoscaler's pool): numbered
+    /// on across the single table (`backend-<i>`), or within the last group (`<name>-<i>`).
+    pub(super) fn extend_to(&mut self, n: u32) {
+        let (Some(model), Some(label)) = (self.models.last().cloned(), self.labels.last().cloned()) else {
+            return;
+        };
+        while self.names.len() < n as usize {
+            let name = if label.group.is_empty() {
+                format!("backend-{}", self.names.len())
+            } else {
+                let k = self.labels.iter().filter(|l| l.group == label.group).count();
+                format!("{}-{k}", label.group)
+            };
+            let url = format!("http://{name}:8000");
+            self.names.push((name, url));
+            self.models.push(model.clone());
+            self.labels.push(label.clone());
+        }
+    }
+
     /// Takes group `gi`'s block size: the first group's, which every other must match.
     fn set_block_size(&mut self, gi: usize, block: u32, at: &dyn Fn(&str) -> String) -> Res<()> {
         if gi == 0 {
@@ -541,6 +649,12 @@ fn step_time(
         }
         Ok(x)
     };
+    if is_auto(profile) && st.is_some() {
+        return Err(FieldError::new(
+            at("step_time"),
+            "profile = \"auto\" prices steps with the physics model; step_time does not apply",
+        ));
+    }
     let def = match (profile, file) {
         (Some(p), _) => p.step_time.clone(),
         (None, Some(f)) => f.step_time_model(),
@@ -551,6 +665,7 @@ fn step_time(
         beta1_us: coef(st.and_then(|s| s.beta1_us), def.beta1_us, "beta1_us")?,
         beta2_us: coef(st.and_then(|s| s.beta2_us), def.beta2_us, "beta2_us")?,
         beta3_us: coef(st.and_then(|s| s.beta3_us), def.beta3_us, "beta3_us")?,
+        physics: def.physics,
     })
 }
 
@@ -615,7 +730,13 @@ fn kv_blocks_from_memory(g: &GroupFile, p: &Profile, block_size_tokens: u32, at:
         g.gpu_memory_utilization.unwrap_or(0.9),
         block_size_tokens,
         dtype_bytes,
-        g.activation_memory_gib.unwrap_or(0.0),
+        // An auto profile sets aside the physics model's reserve, as vLLM measures it at
+        // start-up; the fitted profiles keep BLIS's upper bound (0).
+        g.activation_memory_gib.unwrap_or(if is_auto(Some(p)) {
+            profiles::auto::SHIPPED.reserve_gib
+        } else {
+            0.0
+        }),
     );
     if let Some(m) = g.gpu_memory_gib {
         k.gpu_memory_gib = m;

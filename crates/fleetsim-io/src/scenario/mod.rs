@@ -19,6 +19,7 @@
 //! validates can be run (its memory is preflighted), and the same text and overrides give
 //! the same [`Scenario`].
 
+mod autoscaler;
 mod backends;
 mod counts;
 mod defaults;
@@ -37,6 +38,7 @@ mod workload;
 use fleetsim_core::sim::SimConfig;
 use fleetsim_core::workload::{GroupConfig, Workload, generate};
 
+pub use autoscaler::{AutoscalerFile, BehaviorFile, FallbackFile, GPU_PRICES, PolicyFile, RulesFile, probed_ready_s};
 pub use overrides::{normalize, parse_set};
 pub use schema::{
     ClientFile, FaultFile, FleetEventFile, GroupFile, InferFile, LimitsFile, NetworkFile, RouterEventFile, RouterFile,

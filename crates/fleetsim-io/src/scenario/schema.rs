@@ -49,6 +49,8 @@ pub struct ScenarioFile {
     /// Client retry behaviour (`[client]`).
     #[serde(default)]
     pub client: ClientFile,
+    /// An HPA or a KEDA ScaledObject over the fleet (`[autoscaler]`).
+    pub autoscaler: Option<super::autoscaler::AutoscalerFile>,
 }
 
 /// `[[fleet_events]]`: a membership change of one backend.

@@ -48,7 +48,19 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
     let mut errs = Vec::new();
     let e = &mut errs;
     let name = keep(results_name(f.name.as_deref(), stem), e);
-    let fleet = keep(backends::validate(&f.backends), e);
+    let mut fleet = keep(backends::validate(&f.backends), e);
+    // The autoscaler extends the fleet to its pool before anything is sized from it.
+    let autoscaler = match (&f.autoscaler, fleet.as_mut()) {
+        (None, _) => Some(None),
+        (Some(a), Some(fl)) => keep(super::autoscaler::validate(a, fl), e).map(Some),
+        (Some(_), None) => None,
+    };
+    if f.autoscaler.is_some() && !f.fleet_events.is_empty() {
+        e.push(FieldError::new(
+            "fleet_events",
+            "cannot be combined with [autoscaler]: the autoscaler owns the fleet's membership",
+        ));
+    }
     let n = fleet.as_ref().map(|b| b.names.len() as u32);
     let router = router(&f.router, fleet.as_ref(), e);
     let (limits, net) = (&f.limits, &f.network);
@@ -76,6 +88,7 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
         models: fleet.as_ref().map(|b| b.models.clone()),
         labels: fleet.as_ref().map(|b| b.labels.clone()),
         gauge_lag: fleet.as_ref().map(|b| b.gauge_lag),
+        autoscaler,
     });
     if f.workload.groups.is_empty() && f.workload.traces.is_empty() {
         e.push(FieldError::new(

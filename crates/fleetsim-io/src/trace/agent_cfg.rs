@@ -134,6 +134,15 @@ pub fn apply(
 
 /// Reader options from the command line: `--columns KEY=COL,...` and the session attributes.
 pub fn cli_read_options(columns: Option<&str>, attrs: &[String]) -> Result<AgentReadOptions, String> {
+    if let Some(a) = attrs
+        .iter()
+        .find(|a| a.trim().is_empty() || a.trim() != a.as_str() || a.chars().any(char::is_control))
+    {
+        return Err(format!(
+            "--session-attribute {}: an attribute name, non-empty, without surrounding spaces or control characters",
+            crate::quote::quote(a)
+        ));
+    }
     let mut o = AgentReadOptions {
         session_attributes: attrs.to_vec(),
         ..AgentReadOptions::default()
@@ -143,10 +152,11 @@ pub fn cli_read_options(columns: Option<&str>, attrs: &[String]) -> Result<Agent
         for kv in c.split(',').filter(|s| !s.trim().is_empty()) {
             let (k, v) = kv
                 .split_once('=')
-                .ok_or_else(|| format!("expected KEY=COLUMN, got `{kv}`"))?;
+                .filter(|(k, v)| !k.trim().is_empty() && !v.trim().is_empty())
+                .ok_or_else(|| format!("--columns: expected KEY=COLUMN, got {}", crate::quote::quote(kv)))?;
             t.insert(k.trim().to_string(), toml::Value::String(v.trim().to_string()));
         }
-        let m = ColumnMap::from_toml(&toml::Value::Table(t)).map_err(|(k, m)| format!("{k}: {m}"))?;
+        let m = ColumnMap::from_toml(&toml::Value::Table(t)).map_err(|(k, m)| format!("--columns: {k}: {m}"))?;
         o.columns = Some(m);
     }
     Ok(o)

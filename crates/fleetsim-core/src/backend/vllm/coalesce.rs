@@ -106,7 +106,7 @@ impl VllmEngine {
         let r = self.running.len() as u32;
         // A context term makes every decode step longer than the last: no constant stretch.
         if !self.coalesce
-            || self.cfg.step_time.beta3_us != 0.0
+            || self.cfg.step_time.varies_with_context()
             || !self.decode_ready
             || r == 0
             || r > self.cfg.max_num_batched_tokens

@@ -1,0 +1,147 @@
+//! `sim conform` against the real routers from PyPI (found through `FLEETSIM_VLLM_ROUTER`,
+//! `FLEETSIM_SGLANG_ROUTER` and `FLEETSIM_SMG`; `.ci/run` installs them, pinned, in venvs):
+//! a few pairs on one small agent shape at a high speed, bounded in time. A pair whose model
+//! stops agreeing with its router fails the test. Also the command's refusals, which need
+//! no router.
+
+use std::path::{Path, PathBuf};
+
+use super::common::{sim, write};
+
+/// Two backends of four slots, twelve agents sharing a system prompt, next to one chat user.
+const SCENARIO: &str = r#"
+name = "conform-small"
+seed = 1
+[backends]
+count = 2
+max_num_seqs = 4
+[router]
+chars_per_token = 4
+policy.kind = "roundrobin"
+[[workload.groups]]
+name = "agents"
+sessions = 12
+arrival = { kind = "burst", at_s = 2, spread_s = 1 }
+turns = 4
+system_prompt_tokens = 400
+system_prompt = "agent"
+first_input_tokens = 200
+input_tokens = 100
+output_tokens = 60
+think_time_s = 0.5
+[[workload.groups]]
+name = "chat"
+sessions = 1
+arrival = { kind = "burst", at_s = 0, spread_s = 0.1 }
+turns = 6
+first_input_tokens = 300
+input_tokens = 40
+output_tokens = 40
+think_time_s = 1
+"#;
+
+/// The routers whose variables name a file; says which are missing.
+fn routers() -> Vec<(&'static str, PathBuf)> {
+    let mut found = Vec::new();
+    for (name, var) in [
+        ("vllm-router", "FLEETSIM_VLLM_ROUTER"),
+        ("sglang-router", "FLEETSIM_SGLANG_ROUTER"),
+        ("smg", "FLEETSIM_SMG"),
+    ] {
+        match std::env::var_os(var) {
+            Some(p) if Path::new(&p).is_file() => found.push((name, PathBuf::from(p))),
+            _ => eprintln!("skipped {name}: set {var} to its executable from PyPI (.ci/run installs it)"),
+        }
+    }
+    found
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+}
+
+#[test]
+fn real_routers_agree_with_their_models() {
+    let found = routers();
+    if found.is_empty() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let scen = write(dir.path(), "conform-small.toml", SCENARIO);
+    let out = dir.path().join("conform");
+    let mut cmd = sim();
+    cmd.args([
+        "conform",
+        scen.to_str().unwrap(),
+        "--seeds",
+        "5",
+        "--speed",
+        "4",
+        "--timeout",
+        "120",
+        "--quiet",
+    ])
+    .args([
+        "--policy",
+        "round_robin",
+        "--policy",
+        "random",
+        "--policy",
+        "cache_aware",
+    ])
+    .arg("--out")
+    .arg(&out);
+    for (name, p) in &found {
+        cmd.arg("--router").arg(format!("{name}={}", p.display()));
+    }
+    let o = cmd.output().unwrap();
+    assert!(
+        out.join("conform.json").is_file(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&out.join("conform.json"));
+    let pairs = v["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 3 * found.len(), "{v:#}");
+    for p in pairs {
+        let what = format!("{} {} {}", p["router"], p["policy"], p["model_sets"]);
+        assert_eq!(p["client_unfinished"], 0, "{what}: {p:#}");
+        assert_eq!(p["served"]["finished"], p["served"]["planned"], "{what}");
+        assert_eq!(p["status"], "agrees", "{what}: {:#}", p["verdict"]);
+    }
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(out.join("conform.md")).unwrap();
+    assert!(md.contains("| vllm-router 0.1.17 | `round_robin` |") || found.iter().all(|(n, _)| *n != "vllm-router"));
+}
+
+#[test]
+fn refusals_name_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let scen = write(dir.path(), "conform-small.toml", SCENARIO);
+    let o = sim()
+        .args(["conform", scen.to_str().unwrap(), "--router", "nginx=/bin/sh"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--router") && err.contains("nginx"), "{err}");
+    let o = sim()
+        .args(["conform", scen.to_str().unwrap(), "--router", "smg=/no/such/smg"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/no/such/smg"));
+    let o = sim()
+        .args([
+            "conform",
+            scen.to_str().unwrap(),
+            "--router",
+            "smg=/bin/sh",
+            "--policy",
+            "nope",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--policy nope"));
+}
