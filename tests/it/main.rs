@@ -21,6 +21,7 @@ mod autoscale;
 mod batch;
 mod burst8;
 mod calibrate;
+mod causes;
 mod check;
 mod cli;
 mod cli_pipe;
