@@ -894,7 +894,7 @@ mod tests {
         let mut tie = String::new();
         why(
             &mut tie,
-            &comparison(paired_of(10.0, 30.0, 0.3), paired_of(-1.0, 0.5, 0.999)),
+            &comparison(paired_of(10.0, 30.0, 0.3), paired_of(-1.0, 0.5, 0.9995)),
             "x",
         );
         assert!(tie.contains("no lead at 95% confidence: a tie on these seeds"), "{tie}");

@@ -149,10 +149,7 @@ fn check_claims(h: &Hint, s: &Figures, what: &str) {
         assert!(n <= s.backend(on).4, "{}", ctx());
     }
     if let Some(i) = m.find(" first placed on ") {
-        let on = m[i + " first placed on ".len()..]
-            .split(|c: char| c == ')' || c == ' ')
-            .next()
-            .unwrap();
+        let on = m[i + " first placed on ".len()..].split([')', ' ']).next().unwrap();
         if let Some(n) = number_after(m, "spread evenly (") {
             assert_eq!(n as u64, s.backend(on).4, "{}", ctx());
         }
