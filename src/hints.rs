@@ -20,12 +20,20 @@
 //!   [`SKEW_RATIO`] times the requests of the least busy, with [`SKEW_MIN_REQUESTS`] per
 //!   backend on average or the busiest above [`SKEW_RATIO`] times its fair share.
 //!
+//! Where the audit is at hand, never-served and share-skew also name the mechanism that put
+//! the requests there and the key that changes it ([`placement`]: trie monopoly, the QPS
+//! latch, a long session's affinity). Every figure a hint states is the summary's own.
+//!
 //! Hints see only results (the audit log and the summary), never the simulation.
 //!
 //! Owns: the hint rules. May not see: the simulation; only the decision audit. Invariant: a
 //! hint is printed only when the audit shows its condition.
 
+pub mod placement;
+
 use serde::Serialize;
+
+pub use placement::{Mechanism, Placements};
 
 use crate::decision::Branch;
 use crate::metrics::DecisionLog;
@@ -64,6 +72,27 @@ pub fn hints(log: &DecisionLog, names: &[String], interval_s: f64) -> Vec<Hint> 
     scan.finish(names)
 }
 
+/// Every hint of a run: those of its decision audit, then those of its request shares,
+/// each concentration hint naming the mechanism the audit shows.
+pub fn all_hints(log: &DecisionLog, names: &[String], interval_s: f64, summary: &crate::metrics::Summary) -> Vec<Hint> {
+    let mut scan = HintScan::new(log.n_backends, interval_s);
+    scan.add(log);
+    scan.finish_with(names, summary)
+}
+
+/// The mechanism behind a run's request concentration, when a concentration hint
+/// (never-served or share-skew) fires and the audit shows one.
+pub fn concentration_cause(log: &DecisionLog, summary: &crate::metrics::Summary) -> Option<Mechanism> {
+    if share_hints(summary).is_empty() {
+        return None;
+    }
+    let mut p = Placements::default();
+    for r in &log.rows {
+        p.add(r);
+    }
+    p.mechanism(summary)
+}
+
 /// The hint rules over a decision audit read once, in decision order, batch by batch
 /// ([`HintScan::add`]; a run that streams its audit to files never holds it whole). The
 /// hints are the same however the audit is cut into batches.
@@ -81,6 +110,8 @@ pub struct HintScan {
     worst: f64,
     sfirst: Option<SimTime>,
     slast: Option<SimTime>,
+    /// Each session's first placement and what followed (for the concentration hints).
+    placements: Placements,
 }
 
 /// Per backend: zero-stats and missing-stats counts with their first and last times.
@@ -140,6 +171,7 @@ impl HintScan {
             worst: 0.0,
             sfirst: None,
             slast: None,
+            placements: Placements::default(),
         }
     }
 
@@ -151,6 +183,7 @@ impl HintScan {
         let limit = STALE_FACTOR * self.interval_s;
         for (i, r) in log.rows.iter().enumerate() {
             self.decisions += 1;
+            self.placements.add(r);
             let (view, truth) = log.detail(i);
             if !self.warm {
                 self.warm = view.iter().all(|v| !v.listed || v.engine.is_some());
@@ -260,6 +293,21 @@ impl HintScan {
         }
     }
 
+    /// The hints of every decision read, then the share hints of `summary` (the run's),
+    /// each naming the mechanism the decisions show; `names` are the backends' names.
+    pub fn finish_with(mut self, names: &[String], summary: &crate::metrics::Summary) -> Vec<Hint> {
+        let placements = std::mem::take(&mut self.placements);
+        let mut out = self.finish(names);
+        let shares = share_hints(summary);
+        let cause = if shares.is_empty() {
+            None
+        } else {
+            placements.mechanism(summary)
+        };
+        out.extend(share_hints_with(summary, cause.as_ref()));
+        out
+    }
+
     /// The hints of every decision read; `names` are the backends' names.
     pub fn finish(mut self, names: &[String]) -> Vec<Hint> {
         let mut out = Vec::new();
@@ -339,9 +387,48 @@ pub const SKEW_MIN_REQUESTS: u64 = 50;
 /// Hints from the request shares of a run's summary: backends that never served while
 /// others did, and skew across backends of equal capacity (same slots and profile).
 pub fn share_hints(s: &crate::metrics::Summary) -> Vec<Hint> {
-    let mut out: Vec<Hint> = never_served(s).into_iter().collect();
-    out.extend(share_skew(s));
+    share_hints_with(s, None)
+}
+
+/// [`share_hints`], each naming `cause` (the mechanism the audit shows) where it concerns
+/// the hint's backend.
+pub fn share_hints_with(s: &crate::metrics::Summary, cause: Option<&Mechanism>) -> Vec<Hint> {
+    let mut out: Vec<Hint> = never_served(s, cause).into_iter().collect();
+    out.extend(share_skew(s, cause));
     out
+}
+
+/// What a concentration hint says caused it: the mechanism and its key, or, without one,
+/// what to check.
+fn cause_text(cause: Option<&Mechanism>, backend: &str, fallback: &str) -> String {
+    match cause {
+        Some(m) if m.backend == backend => {
+            format!("cause ({}): {}; the key that changes it: {}", m.kind, m.cause, m.key)
+        }
+        _ => fallback.to_string(),
+    }
+}
+
+/// What the run's own figures say of its queues: none formed, or where and how long.
+fn queue_text(s: &crate::metrics::Summary) -> String {
+    let queued = s
+        .backends
+        .iter()
+        .filter(|b| b.peak_waiting > 0)
+        .max_by(|a, b| a.peak_waiting.cmp(&b.peak_waiting).then(b.name.cmp(&a.name)));
+    match queued {
+        None if s.idle_while_queued_s == 0.0 => {
+            "no queue formed yet, but the next burst will queue on the few backends that serve".to_string()
+        }
+        None => format!(
+            "capacity idled for {:.1} s while requests queued",
+            s.idle_while_queued_s
+        ),
+        Some(b) => format!(
+            "{} queued up to {} requests, and capacity idled for {:.1} s while requests queued",
+            b.name, b.peak_waiting, s.idle_while_queued_s
+        ),
+    }
 }
 
 /// Whether backend `b` was in service at some point of the run of `s`.
@@ -350,7 +437,7 @@ fn in_service(s: &crate::metrics::Summary, b: &crate::metrics::BackendSummary) -
 }
 
 /// never-served: backends in service that served no request while others served some.
-fn never_served(s: &crate::metrics::Summary) -> Option<Hint> {
+fn never_served(s: &crate::metrics::Summary, cause: Option<&Mechanism>) -> Option<Hint> {
     let end = s.sim_time_s;
     let served: u64 = s.backends.iter().filter(|b| in_service(s, b)).map(|b| b.requests).sum();
     let idle: Vec<&str> = s
@@ -374,21 +461,27 @@ fn never_served(s: &crate::metrics::Summary) -> Option<Hint> {
         from_s: 0.0,
         until_s: end,
         message: format!(
-            "{} of {} backends in service never served a request ({}) while {} served {} of {} (Jain index {:.3}): no queue formed, but the router sends everything to few backends and the next burst will queue there; check the policy's tie-break, thresholds and session affinity",
+            "{} of {} backends in service never served a request ({}) while {} served {} of {} (Jain index {:.3}); {}; {}",
             idle.len(),
             s.backends.iter().filter(|b| in_service(s, b)).count(),
             idle.join(", "),
             busiest.name,
             busiest.requests,
             served,
-            s.request_jain_index
+            s.request_jain_index,
+            queue_text(s),
+            cause_text(
+                cause,
+                &busiest.name,
+                "the router sends everything to few backends: check the policy's tie-break, thresholds and session affinity"
+            ),
         ),
     })
 }
 
 /// share-skew: in each class of equal capacity (same slots and same profile, or group when
 /// no profile is named), a busiest backend far above the least busy one.
-fn share_skew(s: &crate::metrics::Summary) -> Vec<Hint> {
+fn share_skew(s: &crate::metrics::Summary, cause: Option<&Mechanism>) -> Vec<Hint> {
     let mut out = Vec::new();
     let end = s.sim_time_s;
     let mut classes: std::collections::BTreeMap<(u32, &str), Vec<&crate::metrics::BackendSummary>> = Default::default();
@@ -425,7 +518,7 @@ fn share_skew(s: &crate::metrics::Summary) -> Vec<Hint> {
                 from_s: 0.0,
                 until_s: end,
                 message: format!(
-                    "{} served {} requests and {} {} ({ratio:.1}x) although both have {} slots{}: requests spread unevenly across equal backends, queue or not (the fair share is {:.1}% each of these {})",
+                    "{} served {} requests and {} {} ({ratio:.1}x) although both have {} slots{} (the fair share is {:.1}% each of these {}); {}",
                     hi.name,
                     hi.requests,
                     lo.name,
@@ -433,7 +526,8 @@ fn share_skew(s: &crate::metrics::Summary) -> Vec<Hint> {
                     hi.slots,
                     if hi.profile.is_empty() { String::new() } else { format!(" and profile {}", hi.profile) },
                     100.0 / members.len() as f64,
-                    members.len()
+                    members.len(),
+                    cause_text(cause, &hi.name, "requests spread unevenly across equal backends, queue or not"),
                 ),
             });
         }

@@ -25,7 +25,8 @@
 //!    every command reaches the core's event loop), [`sweep`], [`tune`], [`family`]
 //!    (candidate rules over a random family of fleets), [`check`], [`import`],
 //!    [`calibrate`] (a profile fitted to a real engine's series, and its validation),
-//!    [`explain`], [`export`], [`report`], [`plot`], [`hints`],
+//!    [`explain`], [`export`], [`report`], [`html`] (`sim report`'s self-contained page),
+//!    [`plot`], [`hints`],
 //!    [`reference`](mod@reference) (the generated reference pages and blocks of the guide),
 //!    [`alerts`] (Prometheus rules and their proof on runs), [`observe`] (the same figures
 //!    on a real fleet's series) and [`live`], the live wing: `sim serve` (the fleet as vLLM
@@ -62,6 +63,7 @@ pub mod explain;
 pub mod export;
 pub mod family;
 pub mod hints;
+pub mod html;
 pub mod import;
 pub mod live;
 pub mod observe;

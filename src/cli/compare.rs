@@ -15,12 +15,12 @@ pub(super) struct CompareArgs {
     pub(super) a: PathBuf,
     /// New results, same kinds.
     pub(super) b: PathBuf,
-    /// Relative tolerance (of the baseline value).
-    #[arg(long, default_value_t = 0.0)]
-    pub(super) rel_tol: f64,
-    /// Absolute tolerance.
-    #[arg(long, default_value_t = 1e-9)]
-    pub(super) abs_tol: f64,
+    /// Relative tolerance (of the baseline value) [default: 0; 0.1 side by side].
+    #[arg(long)]
+    pub(super) rel_tol: Option<f64>,
+    /// Absolute tolerance [default: 1e-9].
+    #[arg(long)]
+    pub(super) abs_tol: Option<f64>,
     /// Compare only these metrics (repeatable).
     #[arg(long = "metric", value_name = "METRIC")]
     pub(super) metrics: Vec<String>,
@@ -28,25 +28,36 @@ pub(super) struct CompareArgs {
     #[arg(long)]
     pub(super) all: bool,
     /// Show two run folders side by side (share per backend, prefix hit rate,
-    /// idle-while-queued, latency percentiles) instead of metric by metric; the default
-    /// when either is a served or loaded run.
+    /// idle-while-queued, latency percentiles), then the tolerance verdict on those figures,
+    /// instead of metric by metric; the default when either is a served or loaded run.
     #[arg(long)]
     pub(super) side_by_side: bool,
 }
 
 pub(super) fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
     use crate::live::load::side_by_side;
-    if a.side_by_side || (a.a.is_dir() && a.b.is_dir() && (side_by_side::is_live(&a.a) || side_by_side::is_live(&a.b)))
-    {
+    // A missing path is named before anything is read, whichever side it is.
+    for p in [&a.a, &a.b] {
+        anyhow::ensure!(p.exists(), "{}: no such file or folder", p.display());
+    }
+    let side = a.side_by_side
+        || (a.a.is_dir() && a.b.is_dir() && (side_by_side::is_live(&a.a) || side_by_side::is_live(&a.b)));
+    let default_rel = if side { side_by_side::DEFAULT_REL_TOL } else { 0.0 };
+    let tol = Tolerance {
+        abs: a.abs_tol.unwrap_or(1e-9),
+        rel: a.rel_tol.unwrap_or(default_rel),
+    };
+    for (flag, x) in [("--rel-tol", tol.rel), ("--abs-tol", tol.abs)] {
+        anyhow::ensure!(x.is_finite() && x >= 0.0, "{flag} {x}: expected a finite number >= 0");
+    }
+    if side {
         let (sa, sb) = (side_by_side::read(&a.a)?, side_by_side::read(&a.b)?);
+        let (verdict, ok) = side_by_side::verdict(&sa, &sb, tol);
         out!(
-            "{}",
+            "{}\n{verdict}",
             side_by_side::render(&sa, &a.a.display().to_string(), &sb, &a.b.display().to_string())
         )?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    for (flag, x) in [("--rel-tol", a.rel_tol), ("--abs-tol", a.abs_tol)] {
-        anyhow::ensure!(x.is_finite() && x >= 0.0, "{flag} {x}: expected a finite number >= 0");
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
     let (la, ma) = load_metrics(&a.a)?;
     let (lb, mb) = load_metrics(&a.b)?;
@@ -67,15 +78,7 @@ pub(super) fn cmd_compare(a: CompareArgs) -> Result<ExitCode> {
     if let Some(bad) = metrics.iter().find(|m| !ma.contains_key(*m) && !mb.contains_key(*m)) {
         anyhow::bail!("--metric {bad}: neither side reports it");
     }
-    let deltas = compare(
-        &ma,
-        &mb,
-        Tolerance {
-            abs: a.abs_tol,
-            rel: a.rel_tol,
-        },
-        &metrics,
-    );
+    let deltas = compare(&ma, &mb, tol, &metrics);
     out!(
         "{}",
         crate::check::golden::render(

@@ -97,30 +97,35 @@ impl ExplainFlags {
     }
 }
 
-pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
-    let summary_path = a.dir.join("summary.json");
+/// A `sim run` folder's run reproduced from its `scenario.toml` (byte-identical by
+/// construction; a warning when it does not match `summary.json`), with what the
+/// counterfactuals need. `command` names the caller in messages.
+pub(super) struct Reproduced {
+    /// The re-run.
+    pub(super) res: crate::sim::RunResult,
+    /// The folder's scenario, built.
+    pub(super) scenario: Scenario,
+    /// Its workload.
+    pub(super) workload: Workload,
+    /// Its source, for counterfactual overrides.
+    pub(super) src: Source,
+}
+
+/// Reads, checks and re-runs the `sim run` folder `dir` (see [`Reproduced`]).
+pub(super) fn reproduce(dir: &Path, command: &str) -> Result<Reproduced> {
+    let summary_path = dir.join("summary.json");
     let stored = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("{}: not a results folder written by `sim run`", summary_path.display()))?;
-    crate::atomic::verify(&a.dir)?;
-    if !a.dir.join("decisions.csv").exists() && !a.dir.join("decisions.parquet").exists() {
-        eprintln!(
-            "note: {} has no decision files (written with `sim run --no-decisions`); explain re-simulates the scenario from its scenario.toml, so every finding below is complete",
-            a.dir.display()
-        );
-    }
+    crate::atomic::verify(dir)?;
     let name = serde_json::from_str::<serde_json::Value>(&stored)
         .ok()
         .and_then(|v| v.get("scenario").and_then(|n| n.as_str()).map(str::to_string))
         .with_context(|| format!("{}: no `scenario` name in it", summary_path.display()))?;
-    let scen_path = a.dir.join("scenario.toml");
+    let scen_path = dir.join("scenario.toml");
     let text = std::fs::read_to_string(&scen_path).with_context(|| format!("reading {}", scen_path.display()))?;
     let src = Source::parse(&text, &scen_path.display().to_string(), &name)?;
     let (scenario, workload, _) = src.build()?;
-    let session = match &a.session {
-        Some(key) => Some(session_index(&workload, key, &a.dir)?),
-        None => None,
-    };
-    super::shared::check_held_audit(&scenario, &workload, &scen_path.display().to_string(), "sim explain")?;
+    super::shared::check_held_audit(&scenario, &workload, &scen_path.display().to_string(), command)?;
     let (res, _) = crate::run::simulate(scenario.sim.clone(), &workload, RunOptions::default(), EngineMode::Fast)
         .with_context(|| format!("re-running {}", scen_path.display()))?;
     let mut again = Vec::new();
@@ -128,11 +133,39 @@ pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
     again.push(b'\n');
     if again != stored.as_bytes() {
         eprintln!(
-            "warning: {} does not match the re-run of {} (another fleetsim version, or an edited file); explaining the re-run",
+            "warning: {} does not match the re-run of {} (another fleetsim version, or an edited file); using the re-run",
             summary_path.display(),
             scen_path.display()
         );
     }
+    Ok(Reproduced {
+        res,
+        scenario,
+        workload,
+        src,
+    })
+}
+
+pub(super) fn cmd_explain(a: ExplainArgs) -> Result<ExitCode> {
+    if a.dir.join("summary.json").exists()
+        && !a.dir.join("decisions.csv").exists()
+        && !a.dir.join("decisions.parquet").exists()
+    {
+        eprintln!(
+            "note: {} has no decision files (written with `sim run --no-decisions`); explain re-simulates the scenario from its scenario.toml, so every finding below is complete",
+            a.dir.display()
+        );
+    }
+    let Reproduced {
+        res,
+        scenario,
+        workload,
+        src,
+    } = reproduce(&a.dir, "sim explain")?;
+    let session = match &a.session {
+        Some(key) => Some(session_index(&workload, key, &a.dir)?),
+        None => None,
+    };
     if let Some(s) = session {
         return journey_cmd(&a, &res, &scenario, &workload, &src, s);
     }

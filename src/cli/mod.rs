@@ -8,6 +8,8 @@
 //! * `sim load`: a scenario's workload sent in real time to an OpenAI-compatible endpoint
 //!   (`load.rs`, logic in `crate::live::load`);
 //! * `sim explain`: a run's stranded capacity and its counterfactuals (`explain.rs`);
+//! * `sim report`: a results folder as one self-contained HTML page (`report.rs`, markup in
+//!   `crate::html`);
 //! * `sim family`: candidate rules judged over a random family of fleets (`family.rs`, logic
 //!   in `crate::family`);
 //! * `sim policies`: the policy catalogue (`policies.rs`);
@@ -51,6 +53,7 @@ mod observe;
 mod policies;
 mod profiles;
 mod reference;
+mod report;
 mod run;
 mod serve;
 mod shared;
@@ -131,6 +134,12 @@ enum Command {
     ///
     /// Example: sim explain out/burst8 --policy '{ kind = "leastinflight", band = 0 }'
     Explain(explain::ExplainArgs),
+    /// Write one self-contained HTML page of a results folder: the summary and hints, the
+    /// time series with zoom, every figure, the explanation with its worst episode and the
+    /// scenario; readable offline (data, figures and script inline).
+    ///
+    /// Example: sim report out/burst8 -o out/burst8.html
+    Report(Box<report::ReportArgs>),
     /// List every routing policy: parameters with upstream defaults, the signals it reads
     /// and their freshness, and the upstream code it reproduces.
     Policies(policies::PoliciesArgs),
@@ -289,6 +298,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Family(a) => family::cmd_family(*a),
         Command::Compare(a) => compare::cmd_compare(a),
         Command::Explain(a) => explain::cmd_explain(a),
+        Command::Report(a) => report::cmd_report(*a),
         Command::Load(a) => load::cmd_load(*a),
         Command::Conform(a) => conform::cmd_conform(*a),
         Command::Bench(a) => bench::cmd_bench(a),

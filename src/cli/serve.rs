@@ -153,16 +153,76 @@ fn print_banner(cfg: &SimConfig, s: &Server, speed: Speed) -> Result<()> {
         esi.as_secs_f64(),
         rsw.as_secs_f64(),
     )?;
-    outln!(
-        "production-stack: vllm-router --service-discovery static --static-backends {} --static-models {} \
-         --engine-stats-interval {} --request-stats-window {}",
-        urls.join(","),
-        vec![s.model.as_str(); urls.len()].join(","),
-        fmt_secs(esi_wall),
-        fmt_secs(rsw_wall)
-    )?;
+    match router_command(cfg, s, speed) {
+        Some((line, notes)) => {
+            let policy = cfg.router.policy.describe();
+            outln!("production-stack's router for {policy} at speed {speed}:\n  {line}")?;
+            for n in notes {
+                outln!("  note: {n}")?;
+            }
+        }
+        None => outln!(
+            "router: policy {} is not one of production-stack's routers; docs/real-routers.md names the router that runs it and its flags",
+            cfg.router.policy.kind()
+        )?,
+    }
     outln!("backend header: {}; stop with Ctrl-C", wire::BACKEND_HEADER)?;
     Ok(())
+}
+
+/// production-stack's complete command for the scenario's policy against these URLs: static
+/// discovery of the URLs and the served model, the routing logic and its flags
+/// ([`crate::tune::flags::production_stack`]), and both intervals scaled to the speed in
+/// whole seconds (the router's flags are integers); with the notes on what no flag sets.
+/// `None` when the policy is not one of production-stack's routers.
+fn router_command(cfg: &SimConfig, s: &Server, speed: Speed) -> Option<(String, Vec<String>)> {
+    let wall = |d: SimDuration| speed.span_to_wall(d).as_secs_f64();
+    let (esi, rsw) = (
+        wall(cfg.router.engine_stats_interval),
+        wall(cfg.router.request_stats_window),
+    );
+    let flags = crate::tune::flags::production_stack(&cfg.router)?;
+    let mut args: Vec<String> = [
+        "vllm-router",
+        "--service-discovery",
+        "static",
+        "--static-backends",
+        &s.urls.join(","),
+        "--static-models",
+        &vec![s.model.as_str(); s.urls.len()].join(","),
+    ]
+    .map(String::from)
+    .to_vec();
+    // The policy's own flags, without the intervals it wrote at simulated scale.
+    let mut own = flags.args.iter();
+    while let Some(a) = own.next() {
+        if a == "--engine-stats-interval" || a == "--request-stats-window" {
+            own.next();
+        } else {
+            args.push(a.clone());
+        }
+    }
+    let mut notes: Vec<String> = flags
+        .notes
+        .into_iter()
+        .filter(|n| !n.contains("whole seconds"))
+        .collect();
+    for (flag, v) in [("--engine-stats-interval", esi), ("--request-stats-window", rsw)] {
+        let whole = v.round().max(1.0);
+        if (whole - v).abs() > 1e-9 {
+            notes.push(format!(
+                "{flag} takes whole seconds: {} s wall at speed {speed} is written as {whole}; a speed that divides it keeps the router's timing",
+                fmt_secs(v)
+            ));
+        }
+        args.extend([flag.to_string(), format!("{whole}")]);
+    }
+    let line = args
+        .iter()
+        .map(|a| shlex::try_quote(a).map_or_else(|_| a.clone(), |q| q.into_owned()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    Some((line, notes))
 }
 
 /// Seconds to the millisecond, a whole number without a fraction.

@@ -228,6 +228,7 @@ pub fn explain(res: &RunResult, cfg: &SimConfig, names: &[String], opts: &Explai
         },
         counterfactuals: vec![Counterfactual::of("this run", s)],
         autoscale: super::ScaleStory::of(s),
+        concentration: super::Concentration::of(s, log),
     }
 }
 

@@ -275,6 +275,48 @@ pub struct Explanation {
     /// What the autoscaler bought, when the run had one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<ScaleStory>,
+    /// The requests' concentration, when a concentration hint fires: the busiest backend's
+    /// share and the mechanism that put the requests there, with the key that changes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concentration: Option<Concentration>,
+}
+
+/// Where the requests went, when most of them went to few backends.
+#[derive(Clone, Debug, Serialize)]
+pub struct Concentration {
+    /// The busiest backend.
+    pub backend: String,
+    /// Its requests.
+    pub requests: u64,
+    /// Requests routed.
+    pub of: u64,
+    /// Backends in service that served nothing.
+    pub never_served: u64,
+    /// Jain's index of requests per slot (1 = even, 1/n = all on one).
+    pub jain_index: f64,
+    /// The mechanism the audit shows (None: no rule applies).
+    pub mechanism: Option<crate::hints::Mechanism>,
+}
+
+impl Concentration {
+    /// The concentration of the run of `s` with audit `log`, if a concentration hint fires.
+    pub fn of(s: &crate::metrics::Summary, log: &crate::metrics::DecisionLog) -> Option<Concentration> {
+        if crate::hints::share_hints(s).is_empty() {
+            return None;
+        }
+        let busiest = s
+            .backends
+            .iter()
+            .max_by(|a, b| a.requests.cmp(&b.requests).then(b.name.cmp(&a.name)))?;
+        Some(Concentration {
+            backend: busiest.name.clone(),
+            requests: busiest.requests,
+            of: s.backends.iter().map(|b| b.requests).sum(),
+            never_served: s.backends_never_served,
+            jain_index: s.request_jain_index,
+            mechanism: crate::hints::concentration_cause(log, s),
+        })
+    }
 }
 
 /// An autoscaled run's scale-ups and whether they bought anything.

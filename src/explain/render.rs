@@ -45,6 +45,47 @@ fn summary(o: &mut String, x: &Explanation) {
             "No stranding episode worth explaining: capacity was never idle while requests queued elsewhere for more than a moment."
         );
     }
+    if let Some(c) = &x.concentration {
+        concentration(o, c);
+    }
+}
+
+/// Where the requests went and the mechanism that put them there.
+fn concentration(o: &mut String, c: &super::Concentration) {
+    let _ = writeln!(o);
+    let _ = writeln!(o, "## Where the requests went");
+    let _ = writeln!(o);
+    let never = if c.never_served > 0 {
+        format!(", {} served none", count(c.never_served as usize, "backend"))
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        o,
+        "{} served {} of {} requests{never} (Jain index {:.3}).",
+        c.backend, c.requests, c.of, c.jain_index
+    );
+    match &c.mechanism {
+        Some(m) => {
+            let _ = writeln!(o);
+            let _ = writeln!(o, "**Why ({}).** {}.", m.kind, capitalized(&m.cause));
+            let _ = writeln!(o);
+            let _ = writeln!(o, "**The key that changes it:** {}.", m.key);
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "The audit shows no single mechanism (trie monopoly, QPS latch, long-session affinity) behind it."
+            );
+        }
+    }
+}
+
+/// `s` with its first letter upper-cased.
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map_or_else(String::new, |f| f.to_uppercase().chain(c).collect())
 }
 
 /// Episode `k`: what idled and queued, who waited, why they were placed there, the latch.

@@ -4,9 +4,10 @@
 //! written once (`<defs>`, in font units) and placed with `<use>`; the `<text>` stays,
 //! transparent, so the labels can still be searched and selected.
 //!
-//! The placement repeats plotters' own (`plotters-backend`'s default `draw_text` over
-//! plotters' `ab_glyph` font): text box from the advances and kerning, anchor offsets in
-//! whole pixels, each glyph shifted by its whole-pixel bounds, rotations by quarter turns.
+//! The placement is the PNG's ([`layout`]): plotters' text box (advances and kerning) and
+//! anchor offsets in whole pixels, then each glyph's origin at its pen position, so a
+//! glyph keeps its side bearings (plotters' own rasterizer drops them, drawing "TTFT" as
+//! "TTF T"); rotations by quarter turns.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -165,21 +166,39 @@ fn outline(font: &FontRef<'_>, id: GlyphId) -> Option<String> {
     Some(d)
 }
 
-/// Writes one `<use>` per visible glyph of `t`, where plotters' rasterizer draws it.
+/// A line of text in the embedded font at `size` (plotters' font size): the width of its
+/// box as plotters measures it (advances and kerning, truncated to whole pixels) and each
+/// glyph with its pen position (its origin, from which its outline keeps its side bearing).
+/// The PNG ([`super::scaled`]) and the SVG place glyphs by this one layout.
+pub fn layout(font: &FontRef<'_>, size: f64, text: &str) -> (i32, Vec<(GlyphId, f32)>) {
+    let scaled = font.as_scaled(size as f32);
+    let (mut pen, mut prev) = (0f32, None);
+    let mut glyphs = Vec::with_capacity(text.len());
+    for c in text.chars() {
+        let g = scaled.glyph_id(c);
+        if let Some(p) = prev {
+            pen += scaled.kern(p, g);
+        }
+        glyphs.push((g, pen));
+        pen += scaled.h_advance(g);
+        prev = Some(g);
+    }
+    (pen as i32, glyphs)
+}
+
+/// The baseline's distance below the top of a text box of plotters' font `size` (where
+/// plotters' own rasterizer puts it, so boxes and anchors keep their places).
+pub fn baseline(size: f64) -> f32 {
+    size as f32 / 2.0
+}
+
+/// Writes one `<use>` per visible glyph of `t`, where the PNG's rasterizer draws it: the
+/// glyph's origin at its pen position on the baseline.
 fn place(t: &Text<'_>, font: &FontRef<'_>, out: &mut String, used: &mut BTreeMap<u16, ()>) {
     let size = t.size;
     let scaled = font.as_scaled(size as f32);
-    // The text box, as plotters' ab_glyph `estimate_layout` measures it.
-    let (mut width, mut prev) = (0f32, None);
-    for c in t.text.chars() {
-        let g = scaled.glyph_id(c);
-        width += scaled.h_advance(g);
-        if let Some(p) = prev {
-            width += scaled.kern(p, g);
-        }
-        prev = Some(g);
-    }
-    let (w, h) = (width as i32, (size / 1.24) as i32);
+    let (w, glyphs) = layout(font, size, &t.text);
+    let h = (size / 1.24) as i32;
     let dx = match t.anchor {
         "end" => -w,
         "middle" => -w / 2,
@@ -191,34 +210,23 @@ fn place(t: &Text<'_>, font: &FontRef<'_>, out: &mut String, used: &mut BTreeMap
         _ => 0,
     };
     let (hs, vs) = (scaled.h_scale_factor(), scaled.v_scale_factor());
-    let mut shift = 0f32;
-    let mut prev: Option<char> = None;
-    for c in t.text.chars() {
-        if let Some(p) = prev {
-            shift += scaled.kern(scaled.glyph_id(p), scaled.glyph_id(c));
+    let ty = dy as f32 + baseline(size);
+    for (id, pen) in glyphs {
+        if font.outline(id).is_none() {
+            continue;
         }
-        prev = Some(c);
-        let glyph = scaled.scaled_glyph(c);
-        let id = glyph.id;
-        if let Some(q) = scaled.outline_glyph(glyph) {
-            let r = q.px_bounds();
-            // plotters draws pixel (px, py) of the glyph's bounds at
-            // (px + trunc(shift), py + trunc(size / 2 + min.y)).
-            let tx = -r.min.x + (shift as i32) as f32 + dx as f32;
-            let ty = -r.min.y + (((size as f32) / 2.0 + r.min.y) as i32) as f32 + dy as f32;
-            used.insert(id.0, ());
-            let rot = if t.rotate == 0 {
-                String::new()
-            } else {
-                format!(" rotate({})", t.rotate)
-            };
-            let _ = writeln!(
-                out,
-                "<use xlink:href=\"#g{}\" transform=\"translate({} {}){rot} translate({tx:.3} {ty:.3}) scale({hs:.6} {:.6})\" fill=\"{}\" opacity=\"{}\"/>",
-                id.0, t.x, t.y, -vs, t.fill, t.opacity
-            );
-        }
-        shift += scaled.h_advance(scaled.glyph_id(c));
+        used.insert(id.0, ());
+        let tx = dx as f32 + pen;
+        let rot = if t.rotate == 0 {
+            String::new()
+        } else {
+            format!(" rotate({})", t.rotate)
+        };
+        let _ = writeln!(
+            out,
+            "<use xlink:href=\"#g{}\" transform=\"translate({} {}){rot} translate({tx:.3} {ty:.3}) scale({hs:.6} {:.6})\" fill=\"{}\" opacity=\"{}\"/>",
+            id.0, t.x, t.y, -vs, t.fill, t.opacity
+        );
     }
 }
 

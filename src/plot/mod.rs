@@ -31,6 +31,15 @@ pub const FONT: &str = "sans-serif";
 
 static FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 
+/// The embedded font, parsed once.
+pub(crate) fn embedded_font() -> &'static ab_glyph::FontRef<'static> {
+    static PARSED: std::sync::OnceLock<ab_glyph::FontRef<'static>> = std::sync::OnceLock::new();
+    PARSED.get_or_init(|| {
+        ab_glyph::FontRef::try_from_slice(FONT_BYTES)
+            .unwrap_or_else(|_| panic!("the embedded DejaVu Sans font is valid"))
+    })
+}
+
 fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -180,8 +189,7 @@ pub fn save(fig: &impl Figure, stem: &Path, dpi: u32) -> Result<Vec<PathBuf>> {
     let svg_path = stem.with_extension("svg");
     let mut svg = String::new();
     paint(fig, SVGBackend::with_string(&mut svg, size))?;
-    let font = ab_glyph::FontRef::try_from_slice(FONT_BYTES).map_err(pe)?;
-    let svg = glyphs::outline_text(&svg, &font);
+    let svg = glyphs::outline_text(&svg, embedded_font());
     crate::atomic::write_atomic(&svg_path, |b| {
         b.extend_from_slice(svg.as_bytes());
         Ok(())
@@ -191,11 +199,9 @@ pub fn save(fig: &impl Figure, stem: &Path, dpi: u32) -> Result<Vec<PathBuf>> {
     let px = scaled::scaled_size(size, k);
     let mut rgb = vec![0u8; px.0 as usize * px.1 as usize * 3];
     let bitmap = BitMapBackend::with_buffer(&mut rgb, px);
-    if dpi == scaled::BASE_DPI {
-        paint(fig, bitmap)?;
-    } else {
-        paint(fig, scaled::Scaled::new(bitmap, size, k))?;
-    }
+    // Always through `Scaled` (k = 1 at 96 dpi): it also sets the text (glyphs at their
+    // side bearings, which plotters' own text drawing leaves out).
+    paint(fig, scaled::Scaled::new(bitmap, size, k))?;
     crate::atomic::write_atomic(&png_path, |b| encode_png(b, &rgb, px, dpi))?;
     Ok(vec![svg_path, png_path])
 }
@@ -377,6 +383,8 @@ pub fn readable_label(label: &str) -> String {
 pub enum Swatch {
     /// A line.
     Line(RGBColor, u32),
+    /// A dashed line (as a `DashedLineSeries` of 6 on, 4 off draws it).
+    Dashed(RGBColor, u32),
     /// A filled dot.
     Dot(RGBColor),
     /// A filled box (an area).
@@ -388,6 +396,9 @@ pub enum Swatch {
 fn swatch<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: Swatch, (x, y): (i32, i32)) -> Result<()> {
     match s {
         Swatch::Line(c, w) => area.draw(&PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(w))),
+        Swatch::Dashed(c, w) => area
+            .draw(&PathElement::new(vec![(x, y), (x + 6, y)], c.stroke_width(w)))
+            .and_then(|_| area.draw(&PathElement::new(vec![(x + 10, y), (x + 16, y)], c.stroke_width(w)))),
         Swatch::Dot(c) => area.draw(&Circle::new((x + 9, y), 4, c.filled())),
         Swatch::Area(c) => area.draw(&Rectangle::new([(x, y - 5), (x + 18, y + 5)], c.filled())),
         Swatch::Series(c, m) => {

@@ -2,10 +2,14 @@
 //! coordinate, stroke width, radius and font size by one factor before handing it to the
 //! real backend. Figures keep laying themselves out in their own pixels (96 per inch), so a
 //! 192-dpi PNG is the same picture with twice the pixels, not a blurred upscale, and no
-//! second renderer is involved.
+//! second renderer is involved. Text in the embedded font is set here (`set_text`), at
+//! every resolution, with each glyph's side bearings.
 
 use plotters::style::{FontDesc, TextStyle};
-use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingBackend, DrawingErrorKind};
+use plotters_backend::text_anchor::{HPos, Pos, VPos};
+use plotters_backend::{
+    BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingBackend, DrawingErrorKind, FontTransform,
+};
 
 /// The resolution figures are laid out at: one figure pixel per PNG pixel.
 pub const BASE_DPI: u32 = 96;
@@ -49,6 +53,43 @@ impl<DB: DrawingBackend> Scaled<DB> {
             color: s.color(),
             pos: s.anchor(),
         }
+    }
+}
+
+/// Rasterizes `text` in the embedded font at plotters' font `size` (backend pixels):
+/// plotters' text box and anchor (so layouts do not move), then each glyph with its origin
+/// at its pen position on the baseline, at sub-pixel precision. plotters' own drawing puts
+/// each glyph's ink box at the pen, dropping the left side bearing: a glyph with a wide
+/// bearing (`F`, `i`) shifts left and the gap after it opens ("TTF T", "pref ix").
+/// `put` gets each pixel relative to the anchor point, rotated, with its coverage.
+fn set_text(text: &str, size: f64, anchor: Pos, rotation: FontTransform, mut put: impl FnMut((i32, i32), f32)) {
+    use ab_glyph::Font;
+    let font = super::embedded_font();
+    let (w, glyphs) = super::glyphs::layout(font, size, text);
+    let h = (size / 1.24) as i32;
+    let dx = match anchor.h_pos {
+        HPos::Left => 0,
+        HPos::Right => -w,
+        HPos::Center => -w / 2,
+    };
+    let dy = match anchor.v_pos {
+        VPos::Top => 0,
+        VPos::Center => -h / 2,
+        VPos::Bottom => -h,
+    };
+    let base = super::glyphs::baseline(size);
+    for (id, pen) in glyphs {
+        let g = id.with_scale_and_position(size as f32, ab_glyph::point(pen, base));
+        let Some(outline) = font.outline_glyph(g) else {
+            continue;
+        };
+        let b = outline.px_bounds();
+        let (x0, y0) = (b.min.x as i32 + dx, b.min.y as i32 + dy);
+        outline.draw(|x, y, coverage| {
+            if coverage > 0.0 {
+                put(rotation.transform(x0 + x as i32, y0 + y as i32), coverage);
+            }
+        });
     }
 }
 
@@ -121,8 +162,32 @@ impl<DB: DrawingBackend> DrawingBackend for Scaled<DB> {
     }
 
     fn draw_text<T: BackendTextStyle>(&mut self, text: &str, style: &T, pos: BackendCoord) -> Res<DB> {
-        let t = self.text(style);
-        self.inner.draw_text(text, &t, self.at(pos))
+        if style.family().as_str() != super::FONT {
+            let t = self.text(style);
+            return self.inner.draw_text(text, &t, self.at(pos));
+        }
+        let color = style.color();
+        if color.alpha == 0.0 {
+            return Ok(());
+        }
+        let size = style.size() * self.k;
+        let at = self.at(pos);
+        let limit = self.inner.get_size();
+        let mut pixels = Vec::new();
+        set_text(text, size, style.anchor(), style.transform(), |(x, y), coverage| {
+            let (x, y) = (at.0 + x, at.1 + y);
+            if x >= 0 && y >= 0 && (x as u32) < limit.0 && (y as u32) < limit.1 {
+                pixels.push(((x, y), coverage));
+            }
+        });
+        for (p, coverage) in pixels {
+            let c = BackendColor {
+                alpha: color.alpha * f64::from(coverage.min(1.0)),
+                rgb: color.rgb,
+            };
+            self.inner.draw_pixel(p, c)?;
+        }
+        Ok(())
     }
 
     fn estimate_text_size<T: BackendTextStyle>(

@@ -1,7 +1,11 @@
 //! `sim run`'s per-backend plot: running and waiting requests over time, one panel per
 //! backend, waiting stacked on running against the slot line, so the picture of burst8
 //! (one backend idle while the other runs 4 and queues 4) reads at a glance: the running
-//! area fills up to the slot line and the queue stands above it.
+//! area fills up to the slot line and the queue stands above it. The stretches of idle
+//! while queued (some backend had a free slot while another queued) are shaded in every
+//! panel. A run longer than [`ZOOM_FROM_S`] also gets its busiest hour drawn beside the
+//! whole run at its own scale: on one scale a multi-day replay's busy hour is a spike a few
+//! pixels wide.
 
 use anyhow::Result;
 use plotters::coord::Shift;
@@ -34,9 +38,140 @@ pub struct BackendSeries {
     /// Per panel, the backend's profile or group (empty for a plain `[backends]` table).
     captions: Vec<String>,
     panels: Vec<(String, u32, Steps)>,
+    /// Stretches of idle while queued, seconds from the start, in time order (shaded).
+    stranded: Vec<(f64, f64)>,
+    /// A long run's busiest hour, drawn beside the whole run.
+    zoom: Option<Zoom>,
     /// An autoscaled run's `(t_s, replicas, ready)` at each change (empty otherwise): drawn
     /// as a panel above the backends'.
     replicas: Steps,
+}
+
+/// Runs longer than this get a zoom column on their busiest hour.
+pub const ZOOM_FROM_S: f64 = 6.0 * 3600.0;
+/// The zoom column's window: an hour.
+const ZOOM_S: f64 = 3600.0;
+
+/// A window of a long run drawn at its own scale.
+struct Zoom {
+    from_s: f64,
+    until_s: f64,
+    /// Per panel, the changes inside the window (times from `from_s`), reduced.
+    panels: Vec<Steps>,
+}
+
+impl Zoom {
+    /// The busiest [`ZOOM_S`] of a run of `end_s` whose panels changed as `full` (exact
+    /// changes or an envelope's bins), or None for a run short enough to read at one scale.
+    fn of(full: &[Steps], end_s: f64) -> Option<Zoom> {
+        if end_s <= ZOOM_FROM_S {
+            return None;
+        }
+        let from_s = busiest(full, end_s, ZOOM_S);
+        let until_s = from_s + ZOOM_S;
+        Some(Zoom {
+            from_s,
+            until_s,
+            panels: full.iter().map(|s| window(s, from_s, until_s)).collect(),
+        })
+    }
+}
+
+/// The start of the window of `width` seconds in `[0, end_s]` with the most requests in the
+/// fleet (running + waiting, integrated over time); the earliest of equals. An optimal
+/// window has an edge at a change, so only those are tried.
+fn busiest(full: &[Steps], end_s: f64, width: f64) -> f64 {
+    let mut deltas: Vec<(f64, i64)> = Vec::new();
+    for steps in full {
+        let mut prev = 0i64;
+        for &(t, r, w) in steps {
+            let v = i64::from(r) + i64::from(w);
+            if v != prev {
+                deltas.push((t, v - prev));
+                prev = v;
+            }
+        }
+    }
+    deltas.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // The fleet's level from each change on, and its integral up to each change.
+    let mut level: Vec<(f64, f64)> = vec![(0.0, 0.0)];
+    let mut sum = 0i64;
+    for (t, d) in deltas {
+        sum += d;
+        match level.last_mut() {
+            Some(last) if last.0 == t => last.1 = sum as f64,
+            _ => level.push((t, sum as f64)),
+        }
+    }
+    let mut area = vec![0.0; level.len()];
+    for i in 1..level.len() {
+        area[i] = area[i - 1] + level[i - 1].1 * (level[i].0 - level[i - 1].0);
+    }
+    let upto = |x: f64| {
+        let i = level.partition_point(|p| p.0 <= x).saturating_sub(1);
+        area[i] + level[i].1 * (x - level[i].0)
+    };
+    let last_start = (end_s - width).max(0.0);
+    let mut best = (f64::NEG_INFINITY, 0.0);
+    let mut starts: Vec<f64> = level
+        .iter()
+        .flat_map(|p| [p.0, p.0 - width])
+        .map(|a| a.clamp(0.0, last_start))
+        .collect();
+    starts.sort_by(f64::total_cmp);
+    for a in starts {
+        let v = upto(a + width) - upto(a);
+        if v > best.0 {
+            best = (v, a);
+        }
+    }
+    best.1
+}
+
+/// The changes of `steps` within `[from_s, until_s]`, times from `from_s`, starting with the
+/// value carried in, reduced for drawing.
+fn window(steps: &Steps, from_s: f64, until_s: f64) -> Steps {
+    let mut carried = (0u32, 0u32);
+    let mut out: Steps = Vec::new();
+    for &(t, r, w) in steps {
+        if t <= from_s {
+            carried = (r, w);
+        } else if t <= until_s {
+            if out.is_empty() {
+                out.push((0.0, carried.0, carried.1));
+            }
+            out.push((t - from_s, r, w));
+        } else {
+            break;
+        }
+    }
+    if out.is_empty() {
+        out.push((0.0, carried.0, carried.1));
+    }
+    reduce(out, until_s - from_s)
+}
+
+/// The stretches of idle while queued in samples taken at `t_s` (`sim observe`): as
+/// `sim observe` counts them, from one sample to the next while some backend with no queue
+/// had a free slot and the fleet had a queue.
+fn stranded_in_samples(panels: &[Panel]) -> Vec<(f64, f64)> {
+    let Some(first) = panels.first() else {
+        return Vec::new();
+    };
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for k in 0..first.2.len().saturating_sub(1) {
+        let at = |p: &Panel| p.2.get(k).map_or((0, 0), |s| (s.1, s.2));
+        let queued = panels.iter().any(|p| at(p).1 > 0);
+        let free = panels.iter().any(|p| at(p).1 == 0 && at(p).0 < p.1);
+        if queued && free {
+            let (a, b) = (first.2[k].0, first.2[k + 1].0);
+            match out.last_mut() {
+                Some(last) if last.1 == a => last.1 = b,
+                _ => out.push((a, b)),
+            }
+        }
+    }
+    out
 }
 
 /// Reduces a step series to at most [`BINS`] bins keeping each bin's maxima, so peaks
@@ -135,6 +270,20 @@ impl Envelope {
             max: (running, waiting),
             last: Some((running, waiting)),
         });
+    }
+
+    /// The envelope as steps: each bin with a change at its start, at its maxima, then the
+    /// last value (what the zoom column reads of a run past [`EXACT_POINTS`]).
+    fn steps(&self) -> Steps {
+        let mut out: Steps = vec![(0.0, 0, 0)];
+        for (j, b) in self.bins.iter().enumerate() {
+            if let Some(last) = b.last {
+                let t = ns_to_secs(j as u64 * self.width_ns);
+                out.push((t, b.max.0, b.max.1));
+                out.push((ns_to_secs((j as u64 + 1) * self.width_ns), last.0, last.1));
+            }
+        }
+        out
     }
 
     /// The drawn reduction, as [`reduce`] draws exact changes: [`BINS`] bins of the run, each
@@ -259,21 +408,9 @@ impl BackendSeries {
                     (true, true) => String::new(),
                 })
                 .collect(),
-            panels: points
-                .per
-                .into_iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    let b = &summary.backends[i];
-                    let steps = match c {
-                        Changes::Exact(v) => {
-                            reduce(v.into_iter().map(|(t, r, w)| (ns_to_secs(t), r, w)).collect(), end_s)
-                        }
-                        Changes::Envelope(e) => e.reduce(end_s),
-                    };
-                    (b.name.clone(), b.slots, steps)
-                })
-                .collect(),
+            panels: Vec::new(),
+            stranded: Vec::new(),
+            zoom: None,
             replicas: summary.autoscale.as_ref().map_or_else(Vec::new, |a| {
                 a.replica_timeline
                     .iter()
@@ -281,6 +418,42 @@ impl BackendSeries {
                     .collect()
             }),
         }
+        .with_panels(
+            points
+                .per
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let b = &summary.backends[i];
+                    let (drawn, full) = match c {
+                        Changes::Exact(v) => {
+                            let full: Steps = v.into_iter().map(|(t, r, w)| (ns_to_secs(t), r, w)).collect();
+                            (reduce(full.clone(), end_s), full)
+                        }
+                        Changes::Envelope(e) => (e.reduce(end_s), e.steps()),
+                    };
+                    (b.name.clone(), b.slots, drawn, full)
+                })
+                .collect(),
+        )
+    }
+
+    /// The panels, each as drawn over the whole run and as its whole changes (from which a
+    /// long run's zoom column takes its window).
+    fn with_panels(mut self, panels: Vec<(String, u32, Steps, Steps)>) -> BackendSeries {
+        let full: Vec<Steps> = panels.iter().map(|p| p.3.clone()).collect();
+        self.zoom = Zoom::of(&full, self.end_s);
+        self.panels = panels.into_iter().map(|(n, s, drawn, _)| (n, s, drawn)).collect();
+        self
+    }
+
+    /// Shades these stretches of idle while queued (a run's stranding episodes).
+    pub fn with_stranded(mut self, episodes: &[crate::metrics::Episode]) -> BackendSeries {
+        self.stranded = episodes
+            .iter()
+            .map(|e| (ns_to_secs(e.start.0), ns_to_secs(e.end.0)))
+            .collect();
+        self
     }
 }
 
@@ -295,24 +468,32 @@ impl BackendSeries {
         } else {
             String::new()
         };
+        let stranded = stranded_in_samples(&backends);
         BackendSeries {
             title: format!("{title}{more}"),
             end_s,
             x_desc,
             captions: vec![],
-            panels: backends
-                .into_iter()
-                .take(MAX_BACKENDS)
-                .map(|(name, slots, s)| (name, slots, reduce(s, end_s)))
-                .collect(),
+            panels: Vec::new(),
+            stranded,
+            zoom: None,
             replicas: Vec::new(),
         }
+        .with_panels(
+            backends
+                .into_iter()
+                .take(MAX_BACKENDS)
+                .map(|(name, slots, s)| (name, slots, reduce(s.clone(), end_s), s))
+                .collect(),
+        )
     }
 }
 
 const PANEL_H: u32 = 150;
 const TOP: u32 = 48;
 const WIDTH: u32 = 1000;
+/// The zoom column's width, when there is one.
+const ZOOM_W: u32 = 440;
 
 impl BackendSeries {
     /// The y range every panel shares: the highest running + waiting of any backend, or the
@@ -338,83 +519,86 @@ impl BackendSeries {
     }
 }
 
-impl Figure for BackendSeries {
-    fn size(&self) -> (u32, u32) {
-        let extra = if self.replicas.is_empty() { 0 } else { PANEL_H };
-        (WIDTH, PANEL_H * self.panels.len().max(1) as u32 + TOP + 30 + extra)
-    }
-
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
-        let (title, body) = root.split_vertically(TOP);
-        self.draw_title(&title)?;
-        let (unit, per) = time_unit(self.end_s);
-        let body = if self.replicas.is_empty() {
-            body
-        } else {
-            let (head, rest) = body.split_vertically(PANEL_H);
-            self.draw_replicas(&head, per)?;
-            rest
-        };
-        let areas = body.split_evenly((self.panels.len().max(1), 1));
-        let scale = Scale {
-            top: self.y_top(),
-            last: self.panels.len().saturating_sub(1),
-            unit,
-            per,
-            end_u: (self.end_s / per).max(1e-9),
-        };
-        for (k, area) in areas.iter().enumerate().take(self.panels.len()) {
-            self.draw_panel(area, k, &scale)?;
-        }
-        Ok(())
-    }
+/// The colour idle-while-queued stretches are shaded in (Okabe-Ito yellow, light).
+fn shade_colour() -> RGBAColor {
+    PALETTE[6].mix(0.35)
 }
 
-/// The colours of running, waiting and the slot line.
-const RUN_C: RGBColor = PALETTE[0];
-const WAIT_C: RGBColor = PALETTE[3];
-const SLOT_C: RGBColor = RGBColor(0, 0, 0);
+/// `c` at opacity `a` over white, as an opaque colour: the areas hide the shading behind
+/// them instead of turning green over it.
+fn on_white(c: RGBColor, a: f64) -> RGBColor {
+    let m = |v: u8| (f64::from(v) * a + 255.0 * (1.0 - a)).round() as u8;
+    RGBColor(m(c.0), m(c.1), m(c.2))
+}
 
-/// The scales every panel shares: the y top, the last panel (the one with time labels),
-/// and the time unit (`per` seconds each) with the run's end in it.
-struct Scale {
-    top: f64,
-    last: usize,
-    unit: &'static str,
-    per: f64,
-    end_u: f64,
+/// The running area's colour.
+fn running_colour() -> RGBColor {
+    on_white(PALETTE[0], 0.55)
+}
+
+/// The waiting area's colour.
+fn waiting_colour() -> RGBColor {
+    on_white(PALETTE[3], 0.75)
+}
+
+/// One chart of the figure: a backend's steps over a stretch of time.
+struct View<'a> {
+    steps: &'a Steps,
+    /// Seconds of the run at the chart's left edge.
+    from_s: f64,
+    /// Seconds the chart spans.
+    span_s: f64,
+    /// The x axis's title (with its unit).
+    x_desc: String,
+    /// A window of the run outlined on the chart (the zoom column's).
+    mark: Option<(f64, f64)>,
+    /// The y axis's title (the whole-run column only).
+    y_desc: Option<String>,
+    /// Text in the chart's top left corner.
+    caption: String,
+    /// The bottom chart of its column (it prints the time labels).
+    last: bool,
 }
 
 impl BackendSeries {
-    /// The title strip: the title, the figure's one legend (outside every panel's data) and
-    /// what the panels show.
+    /// The title strip: the title, what the panels show and the one legend.
     fn draw_title<DB: DrawingBackend>(&self, title: &DrawingArea<DB, Shift>) -> Result<()> {
         title
             .draw(&Text::new(super::clip(&self.title, 124), (10, 6), font(15.0)))
             .map_err(pe)?;
-        let legend = [
-            ("running".to_string(), Swatch::Area(RUN_C.mix(0.55))),
-            ("waiting (stacked)".to_string(), Swatch::Area(WAIT_C.mix(0.75))),
-            ("slots".to_string(), Swatch::Line(SLOT_C, 1)),
+        let mut legend = vec![
+            ("running".to_string(), Swatch::Area(running_colour().to_rgba())),
+            (
+                "waiting (stacked)".to_string(),
+                Swatch::Area(waiting_colour().to_rgba()),
+            ),
+            ("slots".to_string(), Swatch::Dashed(BLACK, 1)),
+            ("idle while queued".to_string(), Swatch::Area(shade_colour())),
         ];
+        if self.zoom.is_some() {
+            legend.push((
+                "busiest hour (right)".to_string(),
+                Swatch::Line(RGBColor(90, 90, 90), 2),
+            ));
+        }
         let (w, _) = title.dim_in_pixel();
         draw_legend_outside(title, &legend, (w as i32 - 12, 36), true)?;
+        let left = plotters::style::text_anchor::Pos::new(
+            plotters::style::text_anchor::HPos::Left,
+            plotters::style::text_anchor::VPos::Center,
+        );
         title
             .draw(&Text::new(
                 "requests per backend over time".to_string(),
                 (10, 36),
-                font(11.0).pos(plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Left,
-                    plotters::style::text_anchor::VPos::Center,
-                )),
+                font(11.0).pos(left),
             ))
             .map_err(pe)?;
         Ok(())
     }
 
-    /// Panel `k`: one backend's grid, caption and occupancy.
-    fn draw_panel<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, k: usize, sc: &Scale) -> Result<()> {
-        let (name, slots, steps) = &self.panels[k];
+    /// Panel `k`'s caption: its profile or group, and a slot limit above the scale.
+    fn caption(&self, k: usize) -> String {
         let mut caption: Vec<String> = self
             .captions
             .get(k)
@@ -422,80 +606,190 @@ impl BackendSeries {
             .cloned()
             .into_iter()
             .collect();
-        if f64::from(*slots) > sc.top {
+        let slots = self.panels[k].1;
+        if f64::from(slots) > self.y_top() {
             caption.push(format!("slot limit {slots}, above the scale"));
         }
+        caption.join("; ")
+    }
+
+    /// One backend's chart: the idle-while-queued shading, the running area, the waiting
+    /// area stacked on it and the dashed slot line.
+    fn draw_view<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, slots: u32, v: &View) -> Result<()> {
+        let top = self.y_top();
+        let (_, per) = time_unit(v.span_s);
+        let end_u = (v.span_s / per).max(1e-9);
         let mut chart = ChartBuilder::on(area)
             .margin(4)
             .margin_right(12)
-            .x_label_area_size(if k == sc.last { 34 } else { 4 })
+            .x_label_area_size(if v.last { 34 } else { 4 })
             .y_label_area_size(56)
-            .build_cartesian_2d(0f64..sc.end_u, 0f64..sc.top * 1.12)
+            .build_cartesian_2d(0f64..end_u, 0f64..top * 1.12)
             .map_err(pe)?;
         let mut mesh = super::mesh(&mut chart);
-        // The same vertical and horizontal grid in every panel; only the last one
-        // prints the time labels.
-        mesh.y_labels(5)
-            .x_labels(10)
-            .y_label_formatter(&whole_counts)
-            .y_desc(format!("{} (requests)", super::clip(name, 16)));
-        if k == sc.last {
-            mesh.x_desc(format!("{} ({})", self.x_desc, sc.unit))
-                .x_label_formatter(&|v| fmt_stat(*v));
+        // The same grid in every panel; only the last one prints the time labels.
+        mesh.y_labels(5).x_labels(10).y_label_formatter(&whole_counts);
+        if let Some(d) = &v.y_desc {
+            mesh.y_desc(d.clone());
+        }
+        if v.last {
+            mesh.x_desc(v.x_desc.clone()).x_label_formatter(&|x| fmt_stat(*x));
         } else {
             mesh.x_label_formatter(&|_| String::new());
         }
         mesh.draw().map_err(pe)?;
-        if !caption.is_empty() {
+        let u = |t: f64| ((t - v.from_s) / per).clamp(0.0, end_u);
+        // Stretches closer than a pixel are shaded as one.
+        let px_s = v.span_s / f64::from(area.dim_in_pixel().0.max(1));
+        let mut shaded: Vec<(f64, f64)> = Vec::new();
+        for &(a, b) in self
+            .stranded
+            .iter()
+            .filter(|s| s.1 > v.from_s && s.0 < v.from_s + v.span_s)
+        {
+            match shaded.last_mut() {
+                Some(last) if a - last.1 <= px_s => last.1 = last.1.max(b),
+                _ => shaded.push((a, b)),
+            }
+        }
+        chart
+            .draw_series(
+                shaded
+                    .into_iter()
+                    .map(|(a, b)| Rectangle::new([(u(a), 0.0), (u(b), top * 1.12)], shade_colour().filled())),
+            )
+            .map_err(pe)?;
+        if !v.caption.is_empty() {
             chart
                 .plotting_area()
                 .strip_coord_spec()
-                .draw(&Text::new(caption.join("; "), (6, 3), font(11.0)))
+                .draw(&Text::new(v.caption.clone(), (6, 3), font(11.0)))
                 .map_err(pe)?;
         }
-        self.draw_occupancy(&mut chart, *slots, steps, sc)
-    }
-
-    /// Running as an area from 0, waiting as an area stacked on it (4 running + 4 waiting
-    /// fills to the slot line and doubles it, with no line drawn on another), and the slot
-    /// line when it is on the scale.
-    fn draw_occupancy<DB: DrawingBackend>(
-        &self,
-        chart: &mut super::Chart<'_, DB>,
-        slots: u32,
-        steps: &Steps,
-        sc: &Scale,
-    ) -> Result<()> {
-        let to_u =
-            |pts: Vec<(f64, f64)>| -> Vec<(f64, f64)> { pts.into_iter().map(|(t, v)| (t / sc.per, v)).collect() };
-        let running = to_u(step_path(steps, |p| p.1, self.end_s));
-        let total = to_u(step_path(steps, |p| p.1 + p.2, self.end_s));
-        let band: Vec<(f64, f64)> = total.iter().copied().chain(running.iter().rev().copied()).collect();
-        if steps.iter().any(|p| p.2 > 0) {
-            chart
-                .draw_series(std::iter::once(Polygon::new(band, WAIT_C.mix(0.75).filled())))
-                .map_err(pe)?;
-        }
-        chart
-            .draw_series(AreaSeries::new(running.clone(), 0.0, RUN_C.mix(0.55)))
-            .map_err(pe)?;
-        let x_px = |t: f64| chart.backend_coord(&(t, 0.0)).0;
-        let edge = split_close_verticals(&running, x_px, 3);
-        chart
-            .draw_series(
-                edge.into_iter()
-                    .map(|piece| PathElement::new(piece, RUN_C.stroke_width(1))),
-            )
-            .map_err(pe)?;
-        if f64::from(slots) <= sc.top {
+        draw_steps(&mut chart, v.steps, v.span_s, per)?;
+        if f64::from(slots) <= top {
             chart
                 .draw_series(DashedLineSeries::new(
-                    [(0.0, f64::from(slots)), (sc.end_u, f64::from(slots))],
+                    [(0.0, f64::from(slots)), (end_u, f64::from(slots))],
                     6,
                     4,
-                    SLOT_C.stroke_width(1),
+                    BLACK.stroke_width(1),
                 ))
                 .map_err(pe)?;
+        }
+        if let Some((a, b)) = v.mark {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(u(a), 0.0), (u(b), top * 1.12)],
+                    RGBColor(90, 90, 90).stroke_width(2),
+                )))
+                .map_err(pe)?;
+        }
+        Ok(())
+    }
+}
+
+/// Running as an area from 0, waiting as an area stacked on it: 4 running + 4 waiting fills
+/// to the slot line and doubles it, with no line drawn on another. `per` seconds per x unit.
+fn draw_steps<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    steps: &Steps,
+    span_s: f64,
+    per: f64,
+) -> Result<()> {
+    let (run_c, wait_c) = (PALETTE[0], waiting_colour());
+    let to_u = |pts: Vec<(f64, f64)>| -> Vec<(f64, f64)> { pts.into_iter().map(|(t, v)| (t / per, v)).collect() };
+    let running = to_u(step_path(steps, |p| p.1, span_s));
+    let total = to_u(step_path(steps, |p| p.1 + p.2, span_s));
+    let band: Vec<(f64, f64)> = total.iter().copied().chain(running.iter().rev().copied()).collect();
+    if steps.iter().any(|p| p.2 > 0) {
+        chart
+            .draw_series(std::iter::once(Polygon::new(band, wait_c.filled())))
+            .map_err(pe)?;
+    }
+    chart
+        .draw_series(AreaSeries::new(running.clone(), 0.0, running_colour()))
+        .map_err(pe)?;
+    let x_px = |t: f64| chart.backend_coord(&(t, 0.0)).0;
+    let edge = split_close_verticals(&running, x_px, 3);
+    chart
+        .draw_series(
+            edge.into_iter()
+                .map(|piece| PathElement::new(piece, run_c.stroke_width(1))),
+        )
+        .map_err(pe)?;
+    Ok(())
+}
+
+impl Figure for BackendSeries {
+    fn size(&self) -> (u32, u32) {
+        let zoom = if self.zoom.is_some() { ZOOM_W } else { 0 };
+        let replicas = if self.replicas.is_empty() { 0 } else { PANEL_H };
+        (
+            WIDTH + zoom,
+            PANEL_H * self.panels.len().max(1) as u32 + TOP + 30 + replicas,
+        )
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let (title, body) = root.split_vertically(TOP);
+        self.draw_title(&title)?;
+        let (whole, zoomed) = match self.zoom {
+            Some(_) => {
+                let (a, b) = body.split_horizontally(WIDTH);
+                (a, Some(b))
+            }
+            None => (body, None),
+        };
+        // An autoscaled run's replicas above the backends, on the whole run's time axis.
+        let (whole, zoomed) = if self.replicas.is_empty() {
+            (whole, zoomed)
+        } else {
+            let (head, rest) = whole.split_vertically(PANEL_H);
+            self.draw_replicas(&head)?;
+            (rest, zoomed.map(|z| z.split_vertically(PANEL_H).1))
+        };
+        let rows = self.panels.len().max(1);
+        let last = self.panels.len().saturating_sub(1);
+        let (unit, _) = time_unit(self.end_s);
+        for (k, area) in whole.split_evenly((rows, 1)).iter().enumerate().take(self.panels.len()) {
+            let (name, slots, steps) = &self.panels[k];
+            let v = View {
+                steps,
+                from_s: 0.0,
+                span_s: self.end_s,
+                x_desc: format!("{} ({unit})", self.x_desc),
+                mark: self.zoom.as_ref().map(|z| (z.from_s, z.until_s)),
+                y_desc: Some(format!("{} (requests)", super::clip(name, 16))),
+                caption: self.caption(k),
+                last: k == last,
+            };
+            self.draw_view(area, *slots, &v)?;
+        }
+        if let (Some(z), Some(zoomed)) = (&self.zoom, zoomed) {
+            let (zunit, _) = time_unit(ZOOM_S);
+            for (k, area) in zoomed
+                .split_evenly((rows, 1))
+                .iter()
+                .enumerate()
+                .take(self.panels.len())
+            {
+                let v = View {
+                    steps: &z.panels[k],
+                    from_s: z.from_s,
+                    span_s: z.until_s - z.from_s,
+                    x_desc: format!("busiest hour, from {} ({zunit})", fmt_at(z.from_s)),
+                    mark: None,
+                    y_desc: None,
+                    caption: String::new(),
+                    last: k == last,
+                };
+                self.draw_view(area, self.panels[k].1, &v)?;
+            }
         }
         Ok(())
     }
@@ -503,8 +797,9 @@ impl BackendSeries {
 
 impl BackendSeries {
     /// The autoscaler's panel: replicas (pods created, loading or Ready) and Ready replicas
-    /// over time, on the backends' time axis (`per` seconds a unit).
-    fn draw_replicas<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, per: f64) -> Result<()> {
+    /// over time, on the whole run's time axis.
+    fn draw_replicas<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()> {
+        let (_, per) = time_unit(self.end_s);
         let end_u = (self.end_s / per).max(1e-9);
         let top = self.replicas.iter().map(|p| p.1.max(p.2)).max().unwrap_or(1).max(1);
         let mut chart = ChartBuilder::on(area)
@@ -529,12 +824,13 @@ impl BackendSeries {
         chart
             .draw_series(std::iter::once(PathElement::new(spec, spec_c.stroke_width(2))))
             .map_err(pe)?;
+        // Dashed as its legend swatch draws it (6 on, 4 off).
         chart
-            .draw_series(DashedLineSeries::new(ready, 6, 3, ready_c.stroke_width(2)))
+            .draw_series(DashedLineSeries::new(ready, 6, 4, ready_c.stroke_width(2)))
             .map_err(pe)?;
         let legend = [
             ("replicas (created)".to_string(), Swatch::Line(spec_c, 2)),
-            ("Ready".to_string(), Swatch::Line(ready_c, 2)),
+            ("Ready".to_string(), Swatch::Dashed(ready_c, 2)),
         ];
         let (w, _) = area.dim_in_pixel();
         draw_legend_outside(area, &legend, (w as i32 - 16, 14), true)?;
@@ -549,6 +845,15 @@ fn whole_counts(v: &f64) -> String {
     } else {
         String::new()
     }
+}
+
+/// A time of a long run for an axis title: `t = 76.5 h`, or `t = 3 d 04:30` past a day.
+fn fmt_at(t_s: f64) -> String {
+    if t_s < 86_400.0 {
+        return format!("t = {} h", fmt_stat((t_s / 360.0).round() / 10.0));
+    }
+    let m = (t_s / 60.0).round() as u64;
+    format!("t = {} d {:02}:{:02}", m / 1440, m / 60 % 24, m % 60)
 }
 
 /// The corners of a step line through `steps` (value by `pick`) up to `end_s`. Several

@@ -64,7 +64,8 @@ pub(super) fn tables_and_plot(
             let series = match points {
                 Some(p) => BackendSeries::of_points(&out.res.summary, p),
                 None => BackendSeries::new(&out.res.summary, &out.res.series),
-            };
+            }
+            .with_stranded(&out.res.episodes);
             crate::plot::save(&series, &dir.join("timeseries"), dpi)
         },
     );

@@ -212,24 +212,24 @@ impl<'a> Run<'a> {
     /// points when the writer thread kept them).
     fn hints_and_kept(&self, res: &RunResult, streamed: Option<Streamed>) -> (Vec<Hint>, Kept, Option<SeriesPoints>) {
         let names: Vec<String> = self.scenario.sim.backends.iter().map(|(n, _)| n.clone()).collect();
-        let (mut hints, kept, points) = match streamed {
+        let (hints, kept, points) = match streamed {
             Some(s) => {
                 let (record_files, points) = s.records.unzip();
                 let kept = Kept::Streamed {
                     decision_files: s.decision_files,
                     record_files,
                 };
-                (s.scan.finish(&names), kept, points)
+                (s.scan.finish_with(&names, &res.summary), kept, points)
             }
             None => {
                 let interval_s = self.scenario.sim.router.engine_stats_interval.as_secs_f64();
                 let kept = Kept::Whole {
                     decisions: self.opts.decisions,
                 };
-                (crate::hints::hints(&res.decisions, &names, interval_s), kept, None)
+                let hints = crate::hints::all_hints(&res.decisions, &names, interval_s, &res.summary);
+                (hints, kept, None)
             }
         };
-        hints.extend(crate::hints::share_hints(&res.summary));
         (hints, kept, points)
     }
 }

@@ -87,14 +87,15 @@ fn labels(plan: &Plan, axis: usize) -> Vec<String> {
         .collect()
 }
 
-fn title_of(meta: &Meta, metric: &str, what: &str, shown: usize, total: usize) -> String {
+/// `scenario: metric, what over N seeds` then `note` (the scale, clipping).
+fn title_of(meta: &Meta, metric: &str, what: &str, note: &str, shown: usize, total: usize) -> String {
     let more = if shown < total {
         format!(" (first {shown} of {total} panels)")
     } else {
         String::new()
     };
     format!(
-        "{}: {}, {what} over {} seeds{more}",
+        "{}: {}, {what} over {} seeds{note}{more}",
         meta.scenario,
         human_metric(metric),
         meta.plan.seeds.len()
@@ -147,7 +148,7 @@ impl Heatmap {
         }
         let shown = panels.len();
         Some(Heatmap {
-            title: title_of(meta, metric, "mean", shown, total),
+            title: title_of(meta, metric, "mean", "", shown, total),
             metric: metric.to_string(),
             x_name: axis_label(&plan.axes[x].name),
             y_name: axis_label(&plan.axes[y].name),
@@ -467,16 +468,20 @@ impl Lines {
         }
         // On the means: an interval reaching 0 is cut at the axis's lowest decade.
         let log = ext.mean_lo > 0.0 && ext.hi / ext.mean_lo >= LOG_SPAN;
-        let mut what = if ext.clipped {
-            format!("mean ± 95% CI (clipped {})", bounds_text(bounds))
+        let axis_lo = 10f64.powf(ext.mean_lo.log10().floor());
+        // What the title adds after the seeds. On a log axis nothing reaches 0: an interval
+        // running below the axis ends in an arrow at its edge.
+        let note = if log && ext.lo < axis_lo {
+            format!(", log scale (◀ = below {})", fmt_stat(axis_lo))
+        } else if log {
+            ", log scale".to_string()
+        } else if ext.clipped {
+            format!(" (clipped {})", bounds_text(bounds))
         } else {
-            "mean ± 95% CI".to_string()
+            String::new()
         };
-        if log {
-            what.push_str(", log scale");
-        }
         Some(Lines {
-            title: title_of(meta, metric, &what, shown, total),
+            title: title_of(meta, metric, "mean ± 95% CI", &note, shown, total),
             bounds,
             metric: metric.to_string(),
             x_name: axis_label(&plan.axes[x].name),
@@ -507,6 +512,19 @@ impl Lines {
         } else {
             v
         }
+    }
+
+    /// Whether `st`'s interval runs below a log axis (an arrow marks it, not a bar).
+    fn below_axis(&self, st: &Stat) -> bool {
+        self.log && st.mean - ci_of(st) < 10f64.powf(self.range.0)
+    }
+
+    /// The clipped ends to mark with a bar: those within the axis (a log axis marks an end
+    /// below it with an arrow instead).
+    fn bars(&self, st: &Stat) -> Vec<f64> {
+        clipped_ends(st, self.bounds)
+            .filter(|b| !(self.log && *b <= 10f64.powf(self.range.0)))
+            .collect()
     }
 
     /// An axis tick's label: the value, or on a log axis the power of ten at whole decades
@@ -618,11 +636,12 @@ impl Lines {
         for (x, st) in &pts {
             draw_marker(chart, marker, (*x, self.at(st.mean)), 4, colour)?;
         }
-        // A clipped interval end is marked with a short bar at the bound.
+        // A clipped interval end is marked with a short bar at the bound, one below a log
+        // axis with an arrow at its edge.
         chart
             .draw_series(
                 pts.iter()
-                    .flat_map(|(x, st)| clipped_ends(st, self.bounds).map(move |b| (*x, b)))
+                    .flat_map(|(x, st)| self.bars(st).into_iter().map(move |b| (*x, b)))
                     .map(|(x, b)| {
                         PathElement::new(
                             vec![(x - 0.06, self.at(b)), (x + 0.06, self.at(b))],
@@ -630,6 +649,11 @@ impl Lines {
                         )
                     }),
             )
+            .map_err(pe)?;
+        chart
+            .draw_series(pts.iter().filter(|(_, st)| self.below_axis(st)).map(|(x, _)| {
+                EmptyElement::at((*x, self.range.0)) + Polygon::new(vec![(-5, -8), (5, -8), (0, 0)], colour.filled())
+            }))
             .map_err(pe)?;
         Ok(())
     }
@@ -719,9 +743,15 @@ impl Lines {
         for l in &labels {
             name_width = name_width.max(area.estimate_text_size(&clip(l, 40), &font(11.0)).map_err(pe)?.0 + 16);
         }
+        // The value axis's last tick label is centred on the plot's right edge: leave it room.
+        let last_tick = area
+            .estimate_text_size(&self.tick(self.range.1), &font(11.0))
+            .map_err(pe)?
+            .0;
         let mut chart = ChartBuilder::on(area)
             .caption(clip(caption, 60), font(13.0))
             .margin(8)
+            .margin_right((last_tick / 2 + 6).max(8))
             .x_label_area_size(40)
             .y_label_area_size(name_width)
             .build_cartesian_2d(self.range.0..self.range.1, (n as f64 - 0.5)..-0.5f64)
@@ -763,7 +793,7 @@ impl Lines {
             chart
                 .draw_series(
                     pts.iter()
-                        .flat_map(|(y, st)| clipped_ends(st, self.bounds).map(move |b| (*y, b)))
+                        .flat_map(|(y, st)| self.bars(st).into_iter().map(move |b| (*y, b)))
                         .map(|(y, b)| {
                             PathElement::new(
                                 vec![(self.at(b), y - 0.12), (self.at(b), y + 0.12)],
@@ -771,6 +801,11 @@ impl Lines {
                             )
                         }),
                 )
+                .map_err(pe)?;
+            chart
+                .draw_series(pts.iter().filter(|(_, st)| self.below_axis(st)).map(|(y, _)| {
+                    EmptyElement::at((self.range.0, *y)) + Polygon::new(vec![(0, 0), (8, -5), (8, 5)], colour.filled())
+                }))
                 .map_err(pe)?;
             for (y, st) in &pts {
                 draw_marker(&mut chart, marker, (self.at(st.mean), *y), 4, colour)?;
@@ -821,11 +856,18 @@ impl Figure for Lines {
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
         let (title, body) = root.split_vertically(LN_TOP);
+        // The title at 15 px, smaller (down to 11 px) where it would run off the figure.
+        let text = clip(&self.title, 140);
+        let room = title.dim_in_pixel().0.saturating_sub(20);
+        let mut size = 15.0;
+        while size > 11.0 && title.estimate_text_size(&text, &font(size)).map_err(pe)?.0 > room {
+            size -= 1.0;
+        }
         title
             .draw(&Text::new(
-                clip(&self.title, 140),
+                text,
                 (10, LN_TOP as i32 / 2),
-                font(15.0).pos(Pos::new(HPos::Left, VPos::Center)),
+                font(size).pos(Pos::new(HPos::Left, VPos::Center)),
             ))
             .map_err(pe)?;
         let entries = self.legend();

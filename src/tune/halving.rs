@@ -46,6 +46,27 @@ pub struct Paired {
     pub p: f64,
 }
 
+impl Paired {
+    /// The one-sided p-value in the direction the mean difference points (small: the
+    /// difference is real); 1 below 2 seeds.
+    pub fn p_observed(&self) -> f64 {
+        if self.n < 2 {
+            1.0
+        } else if self.mean >= 0.0 {
+            self.p
+        } else {
+            1.0 - self.p
+        }
+    }
+
+    /// The search's own test at `confidence`: the paired one-sided test in the observed
+    /// direction. The tie, the stop, the report's lead and its per-metric differences all
+    /// read this one verdict, so no two statements of the report can disagree.
+    pub fn shows(&self, confidence: f64) -> bool {
+        self.p_observed() < 1.0 - confidence
+    }
+}
+
 /// Compares `b` with `a` seed by seed (lower is better).
 pub fn paired(a: &[f64], b: &[f64]) -> Paired {
     let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| y - x).collect();
@@ -64,6 +85,29 @@ pub fn paired(a: &[f64], b: &[f64]) -> Paired {
         mean: s.mean,
         ci95: s.ci95,
         p,
+    }
+}
+
+/// A metric's typical value on the screening round: the larger of the scenario's own
+/// mean (candidate 0) and the median of the screened candidates' means. A scenario whose
+/// first seeds happen to score near zero (0.4 s idle while queued where other seeds give
+/// 400 s) is then no divisor that makes one term outweigh every other.
+fn typical(runs: &[Vec<Map<String, Value>>], candidates: &[usize], metric: &str) -> f64 {
+    let mean = |c: usize| {
+        let xs: Vec<f64> = runs[c]
+            .iter()
+            .filter_map(|row| row.get(metric).and_then(Value::as_f64))
+            .collect();
+        Stat::of(&xs).mean
+    };
+    let mut means: Vec<f64> = candidates.iter().map(|&c| mean(c)).filter(|x| x.is_finite()).collect();
+    means.sort_by(f64::total_cmp);
+    let median = means.get(means.len() / 2).copied().unwrap_or(f64::NAN);
+    let own = mean(0);
+    match (own.is_finite(), median.is_finite()) {
+        (true, true) => own.abs().max(median.abs()),
+        (true, false) => own,
+        _ => median,
     }
 }
 
@@ -236,14 +280,8 @@ impl Search {
         }
         let r = self.rounds.len();
         if r == 0 {
-            let own = &self.runs[0];
-            self.objective.scale(|m| {
-                let xs: Vec<f64> = own
-                    .iter()
-                    .filter_map(|row| row.get(m).and_then(Value::as_f64))
-                    .collect();
-                Stat::of(&xs).mean
-            });
+            let runs = &self.runs;
+            self.objective.scale(|m| typical(runs, candidates, m));
         }
         let ranking = self.rank(candidates);
         let test = (ranking.len() >= 2).then(|| paired(&self.scores(ranking[0]), &self.scores(ranking[1])));

@@ -9,8 +9,11 @@ use crate::check::expr::{self, Check};
 use crate::metrics::known_metric;
 
 /// The default objective: stranded capacity (two measures, half weight each), the TTFT
-/// tail and the prefix-cache hit rate, equally weighted.
-pub const DEFAULT_OBJECTIVE: &str = "stranded_slot_s=0.5,idle_while_queued_s=0.5,ttft_p99_s=1,prefix_cache_hit_rate=1";
+/// tail, the prefix-cache hit rate and the spread of requests over the fleet (Jain's
+/// index of requests per slot: a policy that keeps a hot spot scores worse even where the
+/// seeds screened happen not to queue), equally weighted.
+pub const DEFAULT_OBJECTIVE: &str =
+    "stranded_slot_s=0.5,idle_while_queued_s=0.5,ttft_p99_s=1,prefix_cache_hit_rate=1,request_jain_index=1";
 
 /// The default Pareto metrics.
 pub const DEFAULT_PARETO: &str = "ttft_p99_s,stranded_slot_s";
@@ -31,7 +34,7 @@ pub struct Term {
     pub metric: String,
     /// Weight (> 0); the direction comes from [`maximize`].
     pub weight: f64,
-    /// The scenario's own mean on the screening seeds, floored (see [`Objective::scale`]).
+    /// The metric's typical value on the screening seeds, floored (see [`Objective::scale`]).
     pub scale: f64,
 }
 
@@ -88,10 +91,11 @@ impl Objective {
         Ok(Objective { terms })
     }
 
-    /// Sets each term's scale to the scenario's own mean `own(metric)`, floored at 0.01
-    /// for metrics in [0, 1] that are maximized (hit rates) and at 1 otherwise, so a term
-    /// reads "times the scenario's value" and a metric the scenario has at zero counts in
-    /// its own unit.
+    /// Sets each term's scale to `typical(metric)` (the search passes the larger of the
+    /// scenario's own mean and the median of every candidate's mean on the screening
+    /// seeds, so a scenario that happens to score near zero there is no divisor that
+    /// blows one term up), floored at 0.01 for metrics in [0, 1] that are maximized (hit
+    /// rates, Jain's index) and at 1 otherwise, so a metric at zero counts in its own unit.
     pub fn scale(&mut self, own: impl Fn(&str) -> f64) {
         for t in &mut self.terms {
             let floor = if maximize(&t.metric) { 0.01 } else { 1.0 };
@@ -191,7 +195,8 @@ mod tests {
     #[test]
     fn parses_weights_and_rejects_bad_terms() {
         let o = Objective::parse(DEFAULT_OBJECTIVE).unwrap();
-        assert_eq!(o.terms.len(), 4);
+        assert_eq!(o.terms.len(), 5);
+        assert_eq!(o.terms[4].metric, "request_jain_index");
         assert_eq!(o.terms[0].weight, 0.5);
         assert_eq!(Objective::parse("ttft_s.p99").unwrap().terms[0].weight, 1.0);
         assert!(

@@ -1,8 +1,10 @@
 //! The `sim tune` Pareto plot: every candidate's means over the seeds it ran (the ranked
-//! table's numbers) on the first two Pareto metrics, the non-dominated ones joined and
-//! labelled where a label fits without overlapping another, the winner and the scenario's
-//! own configuration marked by shape as well as colour (Okabe-Ito). An axis whose values
-//! span two decades or more is drawn on a log scale, so a crowd near zero spreads out.
+//! table's numbers) on the first two Pareto metrics, with 95 % CI bars, hollow where the
+//! search stopped a candidate before its last round (fewer seeds, wider bars); the
+//! non-dominated ones joined as a staircase (two metrics) and labelled where a label fits
+//! without overlapping another, the winner and the scenario's own configuration marked by
+//! shape as well as colour (Okabe-Ito). An axis whose values span two decades or more is
+//! drawn on a log scale, so a crowd near zero spreads out.
 
 use anyhow::Result;
 use plotters::coord::Shift;
@@ -21,6 +23,10 @@ pub struct ParetoPlot {
     y_name: String,
     /// `(label, x, y, on front)`.
     points: Vec<(String, f64, f64, bool)>,
+    /// Per point: seeds run, and the x and y CI half-widths.
+    spread: Vec<(usize, f64, f64)>,
+    /// Metrics the front is over (a third one makes the 2-D picture partial).
+    front_metrics: usize,
     winner: String,
 }
 
@@ -28,28 +34,69 @@ impl ParetoPlot {
     /// From a finished report.
     pub fn new(r: &Report) -> ParetoPlot {
         let p = &r.pareto;
-        let points = p
-            .points
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, v))| v[0].is_finite() && v[1].is_finite())
-            .map(|(i, (l, v))| (l.clone(), v[0], v[1], p.front.contains(&i)))
+        let keep: Vec<usize> = (0..p.points.len())
+            .filter(|&i| p.points[i].1[0].is_finite() && p.points[i].1[1].is_finite())
             .collect();
+        let points = keep
+            .iter()
+            .map(|&i| {
+                let (l, v) = &p.points[i];
+                (l.clone(), v[0], v[1], p.front.contains(&i))
+            })
+            .collect();
+        let spread = keep
+            .iter()
+            .map(|&i| {
+                p.spread
+                    .get(i)
+                    .map_or((0, f64::NAN, f64::NAN), |(n, ci)| (*n, ci[0], ci[1]))
+            })
+            .collect::<Vec<_>>();
+        let (lo, hi) = spread.iter().fold((usize::MAX, 0), |(a, b), s: &(usize, f64, f64)| {
+            (a.min(s.0), b.max(s.0))
+        });
+        let seeds = if lo == hi {
+            format!("{hi} seeds")
+        } else {
+            format!("{lo} to {hi} seeds")
+        };
         let third = p
             .metrics
             .get(2)
-            .map_or(String::new(), |m| format!(" (front also over {m})"));
+            .map_or(String::new(), |m| format!("; front also over {m}"));
         ParetoPlot {
             title: format!(
-                "{}: {} candidates, means over each one's seeds (as ranked){third}",
+                "{}: {} candidates, mean and 95% CI over each one's seeds ({seeds}){third}",
                 r.scenario,
                 p.points.len(),
             ),
             x_name: p.metrics[0].clone(),
             y_name: p.metrics[1].clone(),
             points,
+            spread,
+            front_metrics: p.metrics.len(),
             winner: r.winner.clone(),
         }
+    }
+
+    /// Error bars: each point's CI on both axes (on a log axis, cut at the axis' lower end).
+    fn bars(&self, sc: Scales, floor: (f64, f64)) -> Vec<PathElement<(f64, f64)>> {
+        let grey = RGBColor(170, 170, 170);
+        let (lx, ly) = (sc.log_x, sc.log_y);
+        let mut out = Vec::new();
+        for (p, &(_, cx, cy)) in self.points.iter().zip(&self.spread) {
+            let (x, y) = sc.at(p);
+            let lo = |v: f64, c: f64, log: bool, f: f64| if log && v - c <= 0.0 { f } else { axis(v - c, log) };
+            if cx.is_finite() && cx > 0.0 {
+                let seg = vec![(lo(p.1, cx, lx, floor.0), y), (axis(p.1 + cx, lx), y)];
+                out.push(PathElement::new(seg, grey.stroke_width(1)));
+            }
+            if cy.is_finite() && cy > 0.0 {
+                let seg = vec![(x, lo(p.2, cy, ly, floor.1)), (x, axis(p.2 + cy, ly))];
+                out.push(PathElement::new(seg, grey.stroke_width(1)));
+            }
+        }
+        out
     }
 }
 
@@ -142,6 +189,7 @@ impl Figure for ParetoPlot {
             .y_label_formatter(&|v| tick(*v, sc.log_y))
             .draw()
             .map_err(pe)?;
+        chart.draw_series(self.bars(sc, (x0, y0))).map_err(pe)?;
         let mut front: Vec<&Point> = self.points.iter().filter(|p| p.3).collect();
         front.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)));
         self.draw_points(&mut chart, &front, sc)?;
@@ -156,25 +204,32 @@ impl ParetoPlot {
     /// The dominated candidates in grey, the front joined in blue, the winner a triangle and
     /// the scenario's own configuration a square.
     fn draw_points<DB: DrawingBackend>(&self, chart: &mut Chart<DB>, front: &[&Point], sc: Scales) -> Result<()> {
-        let grey = RGBColor(150, 150, 150);
-        chart
-            .draw_series(
-                self.points
-                    .iter()
-                    .filter(|p| !p.3)
-                    .map(|p| Circle::new(sc.at(p), 3, grey.filled())),
-            )
-            .map_err(pe)?
-            .label("dominated")
-            .legend(move |(x, y)| Circle::new((x, y), 3, grey.filled()));
+        self.draw_dominated(chart, sc)?;
         let blue = PALETTE[0];
-        chart
-            .draw_series(LineSeries::new(front.iter().map(|p| sc.at(p)), blue.stroke_width(1)))
-            .map_err(pe)?;
+        // Two metrics: the front is the staircase through its points (what it dominates
+        // lies above and right of it). Over a third metric its points need not form one.
+        if self.front_metrics == 2 && front.len() > 1 {
+            // The corner keeps the y of the point whose x is worse.
+            let x_max = crate::tune::objective::maximize(&self.x_name);
+            let mut stairs = Vec::new();
+            for w in front.windows(2) {
+                let (a, b) = (sc.at(w[0]), sc.at(w[1]));
+                stairs.extend([a, if x_max { (a.0, b.1) } else { (b.0, a.1) }]);
+            }
+            stairs.push(sc.at(front[front.len() - 1]));
+            chart
+                .draw_series(std::iter::once(PathElement::new(stairs, blue.stroke_width(1))))
+                .map_err(pe)?;
+        }
+        let front_label = match (self.front_metrics, front.len()) {
+            (2, 1) => "Pareto front: one candidate, better on both".to_string(),
+            (2, _) => "Pareto front".to_string(),
+            (n, _) => format!("non-dominated over the {n} metrics"),
+        };
         chart
             .draw_series(front.iter().map(|p| Circle::new(sc.at(p), 5, blue.filled())))
             .map_err(pe)?
-            .label("Pareto front")
+            .label(front_label)
             .legend(move |(x, y)| Circle::new((x, y), 5, blue.filled()));
         let (winner_c, own_c) = (PALETTE[3], RGBColor(0, 0, 0));
         if let Some(p) = self.points.iter().find(|p| p.0 == self.winner) {
@@ -192,6 +247,38 @@ impl ParetoPlot {
                 .map_err(pe)?
                 .label("scenario's own")
                 .legend(move |(x, y)| Rectangle::new([(x - 5, y - 5), (x + 5, y + 5)], own_c.filled()));
+        }
+        Ok(())
+    }
+
+    /// The dominated candidates in grey: filled where they ran every seed of the last
+    /// round, hollow where the search stopped them early (fewer seeds, wider bars).
+    fn draw_dominated<DB: DrawingBackend>(&self, chart: &mut Chart<DB>, sc: Scales) -> Result<()> {
+        let grey = RGBColor(150, 150, 150);
+        let most = self.spread.iter().map(|s| s.0).max().unwrap_or(0);
+        let full = |i: usize| self.spread.get(i).is_none_or(|s| s.0 == most);
+        let dominated: Vec<(usize, &Point)> = self.points.iter().enumerate().filter(|(_, p)| !p.3).collect();
+        chart
+            .draw_series(
+                dominated
+                    .iter()
+                    .filter(|(i, _)| full(*i))
+                    .map(|(_, p)| Circle::new(sc.at(p), 3, grey.filled())),
+            )
+            .map_err(pe)?
+            .label(format!("dominated ({most} seeds)"))
+            .legend(move |(x, y)| Circle::new((x, y), 3, grey.filled()));
+        if dominated.iter().any(|(i, _)| !full(*i)) {
+            chart
+                .draw_series(
+                    dominated
+                        .iter()
+                        .filter(|(i, _)| !full(*i))
+                        .map(|(_, p)| Circle::new(sc.at(p), 3, grey.stroke_width(1))),
+                )
+                .map_err(pe)?
+                .label("dominated, stopped early (fewer seeds)")
+                .legend(move |(x, y)| Circle::new((x, y), 3, grey.stroke_width(1)));
         }
         Ok(())
     }

@@ -143,6 +143,8 @@ pub struct Comparison {
     pub config: Vec<String>,
     /// Objective score, paired: other - winner (the winner's lead; p small = a real lead).
     pub score: Paired,
+    /// The confidence every verdict of this comparison is taken at (`--confidence`).
+    pub confidence: f64,
     /// Every shown metric.
     pub metrics: Vec<Diff>,
 }
@@ -158,6 +160,9 @@ pub struct Pareto {
     pub points: Vec<(String, Vec<f64>)>,
     /// Indices into `points` of the non-dominated candidates.
     pub front: Vec<usize>,
+    /// Per point: the seeds it ran and each metric's 95 % CI half-width (NaN below 2
+    /// seeds), so a plot can show how sure each mean is.
+    pub spread: Vec<(usize, Vec<f64>)>,
 }
 
 /// One round, summarized.
@@ -276,13 +281,14 @@ fn config_diff(src: &Source, winner: &Candidate, other: &Candidate) -> Vec<Strin
 fn compare(search: &Search, cands: &[Candidate], src: &Source, metrics: &[String], w: usize, o: usize) -> Comparison {
     let n = search.runs[w].len().min(search.runs[o].len());
     let cut = |v: Vec<f64>| v[..n].to_vec();
+    let confidence = search.settings.confidence;
     let diffs = metrics
         .iter()
         .map(|m| {
             let (a, b) = (cut(search.values(w, m)), cut(search.values(o, m)));
             // d = a - b: winner - other.
             let d = paired(&b, &a);
-            let significant = d.ci95.is_finite() && d.mean.abs() > d.ci95;
+            let significant = d.shows(confidence);
             Diff {
                 metric: m.clone(),
                 winner: Stat::of(&a).mean,
@@ -300,6 +306,7 @@ fn compare(search: &Search, cands: &[Candidate], src: &Source, metrics: &[String
         seeds: n as u64,
         config: config_diff(src, &cands[w], &cands[o]),
         score: s,
+        confidence,
         metrics: diffs,
     }
 }
@@ -515,6 +522,12 @@ fn pareto(search: &Search, cands: &[Candidate], metrics: &[String]) -> Pareto {
             (cand.label.clone(), v)
         })
         .collect();
+    let spread: Vec<(usize, Vec<f64>)> = (0..cands.len())
+        .map(|c| {
+            let ci = metrics.iter().map(|m| Stat::of(&search.values(c, m)).ci95).collect();
+            (search.runs[c].len(), ci)
+        })
+        .collect();
     let dirs: Vec<bool> = metrics.iter().map(|m| maximize(m)).collect();
     let vals: Vec<Vec<f64>> = points.iter().map(|p| p.1.clone()).collect();
     Pareto {
@@ -522,6 +535,7 @@ fn pareto(search: &Search, cands: &[Candidate], metrics: &[String]) -> Pareto {
         seeds: search.rounds.first().map(|r| r.seeds.clone()).unwrap_or_default(),
         front: pareto_front(&vals, &dirs),
         points,
+        spread,
     }
 }
 
@@ -535,13 +549,24 @@ fn flags_of(src: &Source, c: &Candidate) -> Option<Flags> {
 }
 
 fn why(out: &mut String, c: &Comparison, against: &str) {
+    // One test for every statement below: the paired one-sided test at --confidence.
+    let pct = fmt_stat(c.confidence * 100.0);
+    let lead = if c.score.shows(c.confidence) {
+        if c.score.mean > 0.0 {
+            format!("a lead at {pct}% confidence")
+        } else {
+            format!("behind at {pct}% confidence")
+        }
+    } else {
+        format!("no lead at {pct}% confidence: a tie on these seeds")
+    };
     let _ = writeln!(
         out,
-        "\nAgainst {against} `{}` ({} common seeds; the winner's objective lead {}, paired, {}):",
+        "\nAgainst {against} `{}` ({} common seeds; the winner's objective lead {} (95% CI), paired one-sided {}: {lead}):",
         c.other,
         c.seeds,
         fmt_mean_ci(c.score.mean, c.score.ci95),
-        fmt_p(c.score.p)
+        fmt_p(c.score.p_observed())
     );
     if c.config.is_empty() {
         let _ = writeln!(out, "- configuration: identical router settings");
@@ -551,17 +576,26 @@ fn why(out: &mut String, c: &Comparison, against: &str) {
     }
     let sig: Vec<&Diff> = c.metrics.iter().filter(|d| d.significant).collect();
     if sig.is_empty() {
-        let _ = writeln!(out, "- no shown metric differs beyond its 95% interval on these seeds");
+        let tail = if c.score.shows(c.confidence) {
+            " (the lead is in the objective's weighted sum, not in any one metric)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "- no shown metric differs at {pct}% confidence on these seeds (the same test){tail}"
+        );
     }
     for d in sig {
         let _ = writeln!(
             out,
-            "- {}: {} vs {} ({} {}, paired 95% CI)",
+            "- {}: {} vs {} ({} {}, paired 95% CI; one-sided {})",
             d.metric,
             fmt_sig(d.winner),
             fmt_sig(d.other),
             if d.favours_winner { "better by" } else { "worse by" },
             fmt_mean_ci(d.diff.mean.abs(), d.diff.ci95),
+            fmt_p(d.diff.p_observed()),
         );
     }
 }
@@ -811,4 +845,76 @@ pub fn csv(r: &Report) -> Result<Vec<u8>> {
         w.write_record(&rec)?;
     }
     Ok(w.into_inner()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paired_of(mean: f64, ci95: f64, p: f64) -> Paired {
+        Paired { n: 8, mean, ci95, p }
+    }
+
+    fn comparison(score: Paired, metric: Paired) -> Comparison {
+        Comparison {
+            other: "roundrobin".into(),
+            seeds: 8,
+            config: vec![],
+            score,
+            confidence: 0.95,
+            metrics: vec![Diff {
+                metric: "idle_while_queued_s".into(),
+                winner: 1.0,
+                other: 2.0,
+                diff: metric,
+                significant: metric.shows(0.95),
+                favours_winner: metric.mean < 0.0,
+            }],
+        }
+    }
+
+    /// The report's lead and its per-metric lines come from one test: a lead of 176 +- 204
+    /// at one-sided p = 0.040 is "a lead at 95% confidence", and the metric line says no
+    /// metric shows one by the same test, instead of "no shown metric differs beyond its 95%
+    /// interval" beside "p = 0.040".
+    #[test]
+    fn the_lead_and_the_metric_lines_read_one_test() {
+        let mut out = String::new();
+        why(
+            &mut out,
+            &comparison(paired_of(176.0, 204.0, 0.04), paired_of(-0.5, 2.0, 0.7)),
+            "x",
+        );
+        assert!(out.contains("one-sided p = 0.040: a lead at 95% confidence"), "{out}");
+        assert!(
+            out.contains("no shown metric differs at 95% confidence on these seeds (the same test)"),
+            "{out}"
+        );
+        assert!(!out.contains("beyond its 95% interval"), "{out}");
+        let mut tie = String::new();
+        why(
+            &mut tie,
+            &comparison(paired_of(10.0, 30.0, 0.3), paired_of(-1.0, 0.5, 0.9995)),
+            "x",
+        );
+        assert!(tie.contains("no lead at 95% confidence: a tie on these seeds"), "{tie}");
+        assert!(tie.contains("- idle_while_queued_s: 1 vs 2 (better by"), "{tie}");
+        assert!(tie.contains("one-sided p < 0.001"), "{tie}");
+    }
+
+    #[test]
+    fn shows_is_the_one_sided_test_in_the_observed_direction() {
+        assert!(paired_of(1.0, 3.0, 0.04).shows(0.95));
+        assert!(!paired_of(1.0, 3.0, 0.06).shows(0.95));
+        assert!(paired_of(-1.0, 3.0, 0.97).shows(0.95));
+        assert!(
+            !Paired {
+                n: 1,
+                mean: 5.0,
+                ci95: f64::NAN,
+                p: 0.0
+            }
+            .shows(0.95)
+        );
+    }
 }

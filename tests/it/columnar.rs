@@ -151,7 +151,10 @@ fn pandas_reads_the_parquet_tables() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has {
-        eprintln!("skipped: {py} has no pandas and pyarrow (set FLEETSIM_PYTHON; .ci/run installs them)");
+        crate::common::skip(
+            "columnar::pandas_reads_the_parquet_tables",
+            &format!("{py} has no pandas and pyarrow (set FLEETSIM_PYTHON; .ci/run installs them)"),
+        );
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -144,9 +144,10 @@ fn time_series_reads_at_a_glance() {
         "title with scenario, policy and seed"
     );
     assert!(svg.contains("waiting (stacked)"));
-    // The waiting band is a filled polygon in its own colour (Okabe-Ito vermillion).
+    // The waiting band is a filled polygon in its own colour (Okabe-Ito vermillion at 75 %
+    // over white, opaque, so the idle-while-queued shading behind it does not show through).
     assert!(
-        svg.contains("<polygon") && svg.contains("#D55E00"),
+        svg.contains("<polygon") && svg.contains("#E08640"),
         "waiting drawn as a stacked area"
     );
     // The y axis reaches 8 (4 running + 4 waiting), which a slot-scaled axis (4) would not.

@@ -30,7 +30,10 @@ fn have(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: `{tool}` not found (Debian: apt-get install -y prometheus; .ci/run installs it)");
+        crate::common::skip(
+            &format!("prometheus::* ({tool})"),
+            &format!("`{tool}` not found (Debian: apt-get install -y prometheus; .ci/run installs it)"),
+        );
     }
     ok
 }

@@ -47,16 +47,17 @@ fn router() -> Option<PathBuf> {
     match std::env::var_os("FLEETSIM_VLLM_ROUTER") {
         Some(p) if Path::new(&p).is_file() => Some(PathBuf::from(p)),
         Some(p) => {
-            eprintln!(
-                "skipped: FLEETSIM_VLLM_ROUTER={} is not a file",
-                Path::new(&p).display()
+            crate::common::skip(
+                "real_router::*",
+                &format!("FLEETSIM_VLLM_ROUTER={} is not a file", Path::new(&p).display()),
             );
             None
         }
         None => {
-            eprintln!(
-                "skipped: set FLEETSIM_VLLM_ROUTER to vllm-router from PyPI (python3 -m venv v && \
-                 v/bin/pip install vllm-router==0.1.17; .ci/run does)"
+            crate::common::skip(
+                "real_router::*",
+                "set FLEETSIM_VLLM_ROUTER to vllm-router from PyPI (python3 -m venv v && \
+                 v/bin/pip install vllm-router==0.1.17; .ci/run does)",
             );
             None
         }
@@ -209,9 +210,12 @@ fn vllm_router_round_robin_between_sim_serve_and_sim_load() {
         .arg(&simulated)
         .assert()
         .success();
+    // Side by side, then the verdict: exit 0 when every shown figure is within 10 %, 1 when
+    // one is not (latencies through a real router on a busy machine may differ more).
     let cmp = sim().arg("compare").arg(&loaded).arg(&simulated).output().unwrap();
-    assert!(cmp.status.success());
     let table = String::from_utf8(cmp.stdout).unwrap();
+    let within = table.contains("verdict: ") && !table.contains("beyond it:");
+    assert_eq!(cmp.status.code(), Some(if within { 0 } else { 1 }), "{table}");
     assert!(table.contains("| requests finished | 24 | 24 |"), "{table}");
     assert!(
         table.contains("| share backend-0 | 12 (50.0%) | 12 (50.0%) |"),

@@ -32,13 +32,22 @@ pub struct Side {
     pub e2e_s: Percentiles,
 }
 
-/// Whether `dir` is a served or loaded run (its `summary.json` says `"kind": "load"` or
-/// `"serve"`).
+/// The kind of a folder: `serve` (`sim serve --out` writes `serve.json`), `load` or `run`.
+pub fn kind_of(dir: &Path, summary: &serde_json::Value) -> String {
+    if dir.join("serve.json").is_file() {
+        return "serve".into();
+    }
+    summary["kind"].as_str().unwrap_or("run").to_string()
+}
+
+/// Whether `dir` is a served or loaded run (it holds `serve.json`, or its `summary.json`
+/// says `"kind": "load"` or `"serve"`).
 pub fn is_live(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("summary.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .is_some_and(|v| matches!(v["kind"].as_str(), Some("load" | "serve")))
+    dir.join("serve.json").is_file()
+        || std::fs::read_to_string(dir.join("summary.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| matches!(v["kind"].as_str(), Some("load" | "serve")))
 }
 
 /// Reads one folder.
@@ -65,7 +74,7 @@ pub fn read(dir: &Path) -> Result<Side> {
     };
     let (cb, ct, ce) = (col("backend")?, col("ttft_s")?, col("e2e_s")?);
     let mut side = Side {
-        kind: summary["kind"].as_str().unwrap_or("run").to_string(),
+        kind: kind_of(dir, &summary),
         prefix_cache_hit_rate: summary["prefix_cache_hit_rate"].as_f64(),
         idle_while_queued_s: summary["idle_while_queued_s"].as_f64(),
         ..Side::default()
@@ -92,6 +101,88 @@ pub fn read(dir: &Path) -> Result<Side> {
     Ok(side)
 }
 
+/// The relative tolerance of the side-by-side verdict when none is given: a served run is
+/// another process on a wall clock, never equal to the simulation to the digit.
+pub const DEFAULT_REL_TOL: f64 = 0.10;
+
+/// The figures the table shows, by name (`share backend-0` as a fraction of the finished
+/// requests), for the verdict; a figure a side lacks is absent.
+pub fn figures(s: &Side, backends: &[&String]) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    let mut put = |k: String, v: Option<f64>| {
+        if let Some(v) = v.filter(|v| v.is_finite()) {
+            m.insert(k, serde_json::json!(v));
+        }
+    };
+    put("requests finished".into(), Some(s.finished as f64));
+    for k in backends {
+        let n = s.per_backend.get(*k).copied().unwrap_or(0);
+        let share = (s.finished > 0).then(|| n as f64 / s.finished as f64);
+        put(format!("share {}", label(k)), share);
+    }
+    put("prefix_cache_hit_rate".into(), s.prefix_cache_hit_rate);
+    put("idle_while_queued_s".into(), s.idle_while_queued_s);
+    for (metric, ps) in [("ttft_s", &s.ttft_s), ("e2e_s", &s.e2e_s)] {
+        for (name, v) in [("p50", ps.p50), ("p90", ps.p90), ("p99", ps.p99)] {
+            put(format!("{metric} {name}"), (ps.count > 0).then_some(v));
+        }
+    }
+    m
+}
+
+/// Every backend of either side, sorted.
+fn backends<'a>(a: &'a Side, b: &'a Side) -> Vec<&'a String> {
+    let mut v: Vec<&String> = a.per_backend.keys().chain(b.per_backend.keys()).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn label(k: &str) -> &str {
+    if k.is_empty() { "(unnamed)" } else { k }
+}
+
+/// The tolerance verdict under the table: the shown figures both sides have, each within
+/// `abs + rel x |A|` of A or not; the text and whether all were within.
+pub fn verdict(a: &Side, b: &Side, tol: crate::check::golden::Tolerance) -> (String, bool) {
+    let names = backends(a, b);
+    let (ma, mb) = (figures(a, &names), figures(b, &names));
+    let both: Vec<String> = ma.keys().filter(|k| mb.contains_key(*k)).cloned().collect();
+    let deltas = crate::check::golden::compare(&ma, &mb, tol, &both);
+    let f = crate::sweep::table::fmt_stat;
+    let beyond: Vec<String> = deltas
+        .iter()
+        .filter(|d| !d.ok)
+        .map(|d| {
+            let (x, y) = (d.a.unwrap_or(0.0), d.b.unwrap_or(0.0));
+            let rel = if x != 0.0 {
+                format!(" ({:+.1}%)", (y - x) / x.abs() * 100.0)
+            } else {
+                String::new()
+            };
+            format!("- {}: {} vs {}{rel}\n", d.metric, f(x), f(y))
+        })
+        .collect();
+    let skipped = ma.len().max(mb.len()).saturating_sub(both.len());
+    let mut out = format!(
+        "verdict: {} of {} shown figures within tolerance (rel {}%, abs {:e})",
+        deltas.len() - beyond.len(),
+        deltas.len(),
+        f(tol.rel * 100.0),
+        tol.abs
+    );
+    if skipped > 0 {
+        out.push_str(&format!("; {skipped} shown on one side only, not compared"));
+    }
+    if beyond.is_empty() {
+        out.push('\n');
+    } else {
+        out.push_str("; beyond it:\n");
+        out.push_str(&beyond.concat());
+    }
+    (out, beyond.is_empty())
+}
+
 /// The side-by-side table, Markdown.
 pub fn render(a: &Side, la: &str, b: &Side, lb: &str) -> String {
     let mut rows: Vec<(String, String, String)> = Vec::new();
@@ -101,9 +192,6 @@ pub fn render(a: &Side, la: &str, b: &Side, lb: &str) -> String {
         a.finished.to_string(),
         b.finished.to_string(),
     ));
-    let mut backends: Vec<&String> = a.per_backend.keys().chain(b.per_backend.keys()).collect();
-    backends.sort();
-    backends.dedup();
     let share = |s: &Side, k: &str| {
         let n = s.per_backend.get(k).copied().unwrap_or(0);
         if s.finished == 0 {
@@ -112,9 +200,8 @@ pub fn render(a: &Side, la: &str, b: &Side, lb: &str) -> String {
             format!("{n} ({:.1}%)", 100.0 * n as f64 / s.finished as f64)
         }
     };
-    for k in backends {
-        let label = if k.is_empty() { "(unnamed)" } else { k.as_str() };
-        rows.push((format!("share {label}"), share(a, k), share(b, k)));
+    for k in backends(a, b) {
+        rows.push((format!("share {}", label(k)), share(a, k), share(b, k)));
     }
     rows.push((
         "prefix_cache_hit_rate".into(),
@@ -179,5 +266,24 @@ mod tests {
         assert!(t.contains("| idle_while_queued_s | - | - |"), "{t}");
         assert!(t.contains("| ttft_s p50 | 2.000 | 2.000 |"), "{t}");
         assert!(t.contains("| e2e_s p99 | - | - |"), "{t}");
+    }
+
+    #[test]
+    fn verdict_names_each_figure_beyond_tolerance() {
+        use crate::check::golden::Tolerance;
+        let a = side("load", &[("backend-0", 3), ("backend-1", 1)]);
+        let tol = Tolerance { abs: 1e-9, rel: 0.1 };
+        let (same, ok) = verdict(&a, &a, tol);
+        assert!(ok, "{same}");
+        assert!(
+            same.starts_with("verdict: 7 of 7 shown figures within tolerance (rel 10%, abs 1e-9)"),
+            "{same}"
+        );
+        let b = side("run", &[("backend-0", 2), ("backend-1", 2)]);
+        let (text, ok) = verdict(&a, &b, tol);
+        assert!(!ok);
+        assert!(text.contains("- share backend-0: 0.75 vs 0.5 (-33.3%)"), "{text}");
+        assert!(text.contains("- share backend-1: 0.25 vs 0.5 (+100.0%)"), "{text}");
+        assert!(!text.contains("requests finished:"), "{text}");
     }
 }

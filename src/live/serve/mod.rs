@@ -432,7 +432,7 @@ impl Served {
             hints: &[],
             tables: crate::export::Tables::Csv,
         };
-        crate::run::write_files(stage.path(), &out, true, 96)?;
+        crate::run::write_files(stage.path(), &out, true, crate::plot::DEFAULT_DPI)?;
         crate::export::write_json(
             &stage.path().join("serve.json"),
             &serde_json::json!({

@@ -9,6 +9,21 @@ use fleetsim::scenario::{Scenario, load, load_str};
 use fleetsim::sim::{RunOptions, RunResult, run};
 use fleetsim::workload::Workload;
 
+/// Says why tests skip: on stderr (shown with `--nocapture`) and as a record under the
+/// target's temporary folder, which the last test binary of the run
+/// (`crates/fleetsim-io/tests/skipped.rs`) lists after every other test, so a run that
+/// passed while skipping says so. `tests` names the tests (`real_router::*`).
+pub fn skip(tests: &str, why: &str) {
+    eprintln!("skipped: {why}");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped");
+    let file: String = tests
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' })
+        .collect();
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(file), format!("{tests}: {why}\n"));
+}
+
 /// Path of a shipped scenario.
 pub fn scenario_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(name)
