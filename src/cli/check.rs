@@ -45,9 +45,7 @@ pub(super) fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     let opts = CheckOptions {
         determinism: a.determinism,
         invariants: a.invariants,
-        jobs: a
-            .jobs
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        jobs: crate::run::jobs_flag(a.jobs)?,
     };
     let mut reports = Vec::new();
     for f in &files {

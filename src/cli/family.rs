@@ -9,10 +9,6 @@ use clap::Args;
 
 use super::out::{out, outln};
 
-/// The most worker threads `--jobs` may ask for (more than any machine's cores; each
-/// thread holds a simulation).
-pub(super) const MAX_JOBS: usize = 1024;
-
 #[derive(Args, Debug)]
 pub(super) struct FamilyArgs {
     /// Members to draw (fleets and traffic, each a scenario written to <out>/members/).
@@ -74,13 +70,7 @@ pub(super) fn cmd_family(a: FamilyArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    anyhow::ensure!(
-        (1..=MAX_JOBS).contains(&jobs),
-        "--jobs {jobs}: expected 1 to {MAX_JOBS} worker threads"
-    );
+    let jobs = crate::run::jobs_flag(a.jobs)?;
     // More threads than runs would only idle.
     let runs = setups.len() * cands.len() * a.seeds as usize;
     let jobs = jobs.min(runs.max(1));

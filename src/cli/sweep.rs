@@ -132,10 +132,7 @@ pub(super) fn cmd_sweep(a: SweepArgs) -> Result<ExitCode> {
     } else {
         Vec::new()
     };
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
+    let jobs = crate::run::jobs_flag(a.jobs)?;
     let skipped = done.len();
     let resumed_runs: Vec<u64> = done.iter().map(|r: &table::RunRow| r.run).collect();
     if !a.quiet && skipped > 0 {

@@ -72,6 +72,21 @@ pub fn at_seed(scenario: &Scenario, seed: u64, traces: &TraceCache, opts: RunOpt
     Ok(res)
 }
 
+/// The most worker threads `--jobs` may ask for: more than any machine's cores, and each
+/// thread holds a simulation, so a larger count only exhausts memory and thread limits.
+pub const MAX_JOBS: usize = 1024;
+
+/// The worker threads a `--jobs` flag asks for (the machine's cores when absent), checked
+/// against 1..=[`MAX_JOBS`] with the flag named.
+pub fn jobs_flag(jobs: Option<usize>) -> Result<usize> {
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    anyhow::ensure!(
+        (1..=MAX_JOBS).contains(&jobs),
+        "--jobs {jobs}: expected 1 to {MAX_JOBS} worker threads"
+    );
+    Ok(jobs)
+}
+
 /// A pool of `jobs` worker threads (at least one) for a command's runs.
 pub fn workers(jobs: usize) -> Result<rayon::ThreadPool, String> {
     rayon::ThreadPoolBuilder::new()

@@ -131,10 +131,7 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (mut search, pareto) = new_search(&a, &objective, cands.len(), src.first_seed())?;
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    anyhow::ensure!(jobs >= 1, "--jobs must be at least 1");
+    let jobs = crate::run::jobs_flag(a.jobs)?;
     let dir = a
         .out
         .clone()

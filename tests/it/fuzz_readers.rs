@@ -489,6 +489,16 @@ fn reproducers(dir: &Path) -> Vec<Repro> {
         r.push((v, 2, want));
     }
     r.push((own(&["family", "-j", "100000", "--no-plots"]), 2, "--jobs 100000"));
+    // Every command that starts worker threads checks --jobs the same way.
+    let swept = path(&root().join("scenarios/compare-agent-burst.toml"));
+    for (cmd, file) in [("sweep", &swept), ("tune", &burst8), ("check", &burst8)] {
+        for (j, want) in [
+            ("100000", "--jobs 100000: expected 1 to 1024"),
+            ("0", "--jobs 0: expected 1 to 1024"),
+        ] {
+            r.push((own(&[cmd, file, "-j", j]), 2, want));
+        }
+    }
     let nest = dir.join("nest.yaml");
     std::fs::write(
         &nest,

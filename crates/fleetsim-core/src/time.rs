@@ -127,18 +127,30 @@ pub fn short(x: f64) -> String {
 /// rounded to nearest, if finite, not negative and at most `max` (a caller's stated limit,
 /// itself at most [`HORIZON`]).
 pub fn checked_secs_to_ns(secs: f64, max: SimDuration) -> Result<u64, SecsError> {
-    let max = max.0.min(HORIZON.0);
-    if !secs.is_finite() {
-        return Err(SecsError::NotFinite(secs));
+    checked_to_ns(secs, NS_PER_S as f64, max.0.min(HORIZON.0))
+}
+
+/// The most nanoseconds an absolute input timestamp may hold (a trace's Unix time, in any
+/// unit, up to about the year 2540): within `u64`, unlike simulated time, because readers
+/// shift timestamps to their first row before they become [`SimTime`].
+pub const MAX_TIMESTAMP_NS: u64 = 18_000_000_000_000_000_000;
+
+/// The one checked float-to-nanoseconds conversion every reader goes through: `value` in a
+/// unit of `ns_per_unit` nanoseconds (1e9 for seconds, 1e6 for milliseconds), rounded to
+/// nearest, if finite, not negative and at most `max_ns`. The error's figures are in the
+/// input's unit only for seconds; readers of other units name their own unit.
+pub fn checked_to_ns(value: f64, ns_per_unit: f64, max_ns: u64) -> Result<u64, SecsError> {
+    if !value.is_finite() {
+        return Err(SecsError::NotFinite(value));
     }
-    if secs < 0.0 {
-        return Err(SecsError::Negative(secs));
+    if value < 0.0 {
+        return Err(SecsError::Negative(value));
     }
-    let ns = (secs * NS_PER_S as f64).round();
-    if ns > max as f64 {
+    let ns = (value * ns_per_unit).round();
+    if ns > max_ns as f64 {
         return Err(SecsError::TooLong {
-            secs,
-            max_s: ns_to_secs(max),
+            secs: value,
+            max_s: max_ns as f64 / ns_per_unit,
         });
     }
     Ok(ns as u64)

@@ -370,10 +370,12 @@ pub fn replay(cfg: &VllmConfig, requests: &[ReplayRequest], opts: &ReplayOptions
         preemptions0 = st.engines.iter().map(VllmEngine::preemptions).sum();
     }
     run(&mut st);
+    // Every time of the measured pass comes after its offset; a time before it is one never
+    // set (a request that never reached that stage) and stays zero rather than wrap.
     let off = st.offset.0;
     for r in &mut st.out {
         for t in [&mut r.queued, &mut r.scheduled, &mut r.first_token, &mut r.last_token] {
-            t.0 -= off;
+            t.0 = t.0.saturating_sub(off);
         }
     }
     Replay {

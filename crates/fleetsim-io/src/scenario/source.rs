@@ -283,9 +283,10 @@ fn every_error(
             if !again && !taken.iter().any(|t| related(t, &e.path)) {
                 found.push(e.clone());
             }
-            if take_out(&mut table, &e.path) {
+            let unit = unit_of(&table, &e.path);
+            if take_out(&mut table, &unit) {
                 took = true;
-                taken.push(e.path);
+                taken.push(unit);
             }
         }
         if !took {
@@ -305,6 +306,35 @@ fn related(a: &str, b: &str) -> bool {
     let under =
         |x: &str, y: &str| x == y || (x.starts_with(y) && matches!(x.as_bytes().get(y.len()), Some(b'.' | b'[')));
     a.is_empty() || b.is_empty() || under(a, b) || under(b, a)
+}
+
+/// The key to take out for an error at `path`: the whole distribution table when `path`
+/// is one of its parameters (taking out only the parameter would leave the table
+/// incomplete, and the next round would report that echo as a second error).
+fn unit_of(table: &toml::Table, path: &str) -> String {
+    use super::overrides::{Seg, segments};
+    let Some((parent, _)) = path.rsplit_once('.') else {
+        return path.to_string();
+    };
+    let Ok(segs) = segments(parent) else {
+        return path.to_string();
+    };
+    let mut at: Option<&toml::Value> = None;
+    for seg in &segs {
+        at = match (at, seg) {
+            (None, Seg::Key(k)) => table.get(k),
+            (Some(toml::Value::Table(x)), Seg::Key(k)) => x.get(k),
+            (Some(toml::Value::Array(a)), Seg::Index(i)) => a.get(*i),
+            _ => None,
+        };
+        if at.is_none() {
+            return path.to_string();
+        }
+    }
+    match at {
+        Some(toml::Value::Table(t)) if t.contains_key("dist") => parent.to_string(),
+        _ => path.to_string(),
+    }
 }
 
 /// Takes the key at `path` out of `table` (for a path that ends at an array element, the

@@ -462,3 +462,20 @@ fn shared_traces_place_sessions_per_seed_on_the_runs_own_copy() {
     assert_ne!(seen[0], seen[1], "seeds place sessions differently");
     assert_eq!(seen[0], seen[2]);
 }
+
+#[test]
+fn a_bad_distribution_parameter_is_one_error_not_two() {
+    let text = format!("{MINIMAL}think_time_s = {{ dist = \"exponential\", mean = 2.0 }}\n");
+    let e = load_err(&text, &[("workload.groups[0].think_time_s.mean", "-1")]);
+    assert_eq!(e.path, "workload.groups[0].think_time_s.mean", "{e}");
+    assert!(e.message.contains("mean must be > 0"), "{e}");
+    // Taking out only `mean` to look for more errors would leave `{ dist = "exponential" }`,
+    // whose "takes mean; got no parameters" is an echo, not a second mistake.
+    assert!(e.also.is_empty(), "an echo of the same mistake: {:?}", e.also);
+    // A genuine second mistake elsewhere is still reported.
+    let e = load_err(
+        &text,
+        &[("workload.groups[0].think_time_s.mean", "-1"), ("backends.count", "0")],
+    );
+    assert_eq!(e.also.len(), 1, "{e} / {:?}", e.also);
+}

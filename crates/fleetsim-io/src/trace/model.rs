@@ -4,6 +4,7 @@
 //! ids, interned sessions, the memory budget, `skip_bad_rows` accounting). It names no
 //! reader: the readers import it, and [`super::read`] dispatches to them.
 
+use fleetsim_core::time::{MAX_TIMESTAMP_NS, checked_to_ns};
 use rustc_hash::FxHashMap;
 
 /// A trace file format.
@@ -646,9 +647,10 @@ pub fn stream_err(file: &str, line: u64, gzip: bool, e: &std::io::Error) -> Trac
         message: format!("{what}: {e}"),
     }
 }
-/// Milliseconds (finite, >= 0) to ns.
+/// Milliseconds of a timestamp (finite, >= 0, within [`MAX_TIMESTAMP_NS`]) to ns, through
+/// the one checked conversion.
 pub fn ms_ns(ms: f64) -> Option<u64> {
-    (ms.is_finite() && (0.0..=1.8e13).contains(&ms)).then(|| (ms * 1e6).round() as u64)
+    checked_to_ns(ms, 1e6, MAX_TIMESTAMP_NS).ok()
 }
 
 /// Seconds (finite, >= 0) to ns.

@@ -26,8 +26,9 @@ fn ms_to_ns(ms: f64) -> Option<u64> {
     super::model::ms_ns(ms)
 }
 
+/// Seconds of a timestamp to ns, through the one checked conversion.
 fn secs_to_ns(s: f64) -> Option<u64> {
-    (0.0..=1e10).contains(&s).then(|| (s * 1e9).round() as u64)
+    fleetsim_core::time::checked_to_ns(s, 1e9, fleetsim_core::time::MAX_TIMESTAMP_NS).ok()
 }
 
 pub(super) fn read_mooncake(r: impl Read, b: &mut Builder) -> Result<(), TraceError> {
