@@ -114,6 +114,45 @@ fn real_routers_agree_with_their_models() {
     assert!(md.contains("| vllm-router 0.1.17 | `round_robin` |") || found.iter().all(|(n, _)| *n != "vllm-router"));
 }
 
+/// vllm-router's URL-hashing policies: `consistent_hash` puts every request where the
+/// model, given the live URLs, puts it (request for request per backend), and
+/// `sticky_least_loaded` agrees.
+#[test]
+fn url_hashing_models_place_sessions_as_vllm_router_does() {
+    let Some((_, exe)) = routers().into_iter().find(|(n, _)| *n == "vllm-router") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let scen = write(dir.path(), "conform-small.toml", SCENARIO);
+    let out = dir.path().join("conform");
+    let o = sim()
+        .args(["conform", scen.to_str().unwrap(), "--seeds", "3", "--speed", "4"])
+        .args(["--timeout", "120", "--quiet"])
+        .args(["--policy", "consistent_hash", "--policy", "sticky_least_loaded"])
+        .arg("--router")
+        .arg(format!("vllm-router={}", exe.display()))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        out.join("conform.json").is_file(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&out.join("conform.json"));
+    let pairs = v["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2, "{v:#}");
+    for p in pairs {
+        let what = format!("{} {}", p["policy"], p["model_sets"]);
+        assert_eq!(p["client_unfinished"], 0, "{what}: {p:#}");
+        assert_eq!(p["status"], "agrees", "{what}: {:#}", p["verdict"]);
+    }
+    let ch = &pairs[0];
+    assert_eq!(ch["policy"], "consistent_hash");
+    assert_eq!(ch["served"]["requests"], ch["model"]["runs"][0]["requests"], "{ch:#}");
+}
+
 #[test]
 fn refusals_name_the_flag() {
     let dir = tempfile::tempdir().unwrap();

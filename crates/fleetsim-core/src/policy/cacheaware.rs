@@ -41,8 +41,14 @@
 //!   is above `balance_rel_threshold` x the mean and above the mean plus
 //!   `min(balance_abs_threshold, max(ceil(2 sqrt(mean)), 4))`; the request goes to the
 //!   least-loaded holder that does not spill, else to the least-loaded worker that does not
-//!   (smg scores these by expected wait from a 10 s `/metrics` poll plus its own dispatches;
-//!   the model uses its own in-flight count, which that score never falls below).
+//!   (by default the model's in-flight count).
+//! * `score = "smg"`: smg's own choice among those candidates and on a miss: the expected
+//!   wait of [`super::powerofd`]'s `load = "smg"` (the last 10 s `/metrics` poll plus its own
+//!   dispatches since, never below its in-flight count, plus smg's 0.15 s KV-pressure term;
+//!   scores within a microsecond drawn at random), over the workers its overload guard
+//!   leaves (8 waiting or KV usage 0.8 at the last poll vetoes one); the spill gate's mean is
+//!   over those workers (`model_gateway/src/policies/cache_aware.rs` selection,
+//!   `policies/least_load.rs`, `worker/overload.rs`).
 //!
 //! Approximations, stated: the tree matches in chunks of `tree_chunk_chars` characters
 //! (default 16) instead of single characters, so a match is short by less than one chunk
@@ -55,7 +61,9 @@
 
 use super::kind::{Doc, Fleet, PolicyKind, Upstream, param};
 use super::leastrequest::{Tie, argmin, local_loads};
+use super::load_since_scrape::SentSinceScrape;
 use super::params::{ParamError, count, finite_non_negative, non_negative, tie_first, tie_suffix_first, unit};
+use super::powerofd::{smg_argmin, smg_scores};
 use super::sgltree::SglTree;
 use super::{Branch, Decision, RequestInfo, RouterView, RoutingPolicy};
 use crate::dist::uniform_index;
@@ -85,7 +93,21 @@ pub struct CacheAwareParams {
     pub spill_gate: bool,
     /// Which holder of the deepest match a hit goes to.
     pub hit: Hit,
+    /// How the least-loaded candidate is chosen.
+    pub score: Score,
 }
+
+/// How `least_load` picks, on a miss and behind the spill gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Score {
+    /// The router's in-flight count, ties by `tie`.
+    InFlight,
+    /// smg 1.13.0's expected wait over the workers its overload guard leaves.
+    Smg,
+}
+
+/// smg's `--least-load-kv-pressure-weight` default, seconds.
+const SMG_KV_PRESSURE_WEIGHT_S: f64 = 0.15;
 
 /// Which holder of the deepest matched node a hit goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +144,7 @@ impl Default for CacheAwareParams {
             low_match: LowMatch::SmallestTree,
             spill_gate: false,
             hit: Hit::Random,
+            score: Score::InFlight,
         }
     }
 }
@@ -136,6 +159,8 @@ pub struct CacheAware {
     passes: u64,
     /// Workers registered at the root (upstream `init_workers` inserts "" for each).
     registered: usize,
+    /// This router's dispatches since each poll (`score = "smg"`).
+    sent: SentSinceScrape,
 }
 
 impl CacheAware {
@@ -147,6 +172,7 @@ impl CacheAware {
             start: SimTime::ZERO,
             passes: 0,
             registered: 0,
+            sent: SentSinceScrape::default(),
         }
     }
 
@@ -198,6 +224,7 @@ impl RoutingPolicy for CacheAware {
         let p = self.params;
         let imbalanced =
             !p.spill_gate && max - min > p.balance_abs_threshold && max as f64 > min as f64 * p.balance_rel_threshold;
+        let pick = Pick::new(p, &loads, view, &mut self.sent);
         let chunk = u64::from(req.chunk_chars);
         let units = req.prompt_chunks;
         let ms = millis(view.now);
@@ -212,7 +239,12 @@ impl RoutingPolicy for CacheAware {
                 matched_chars as f64 / req.prompt_chars as f64
             };
             // The deepest node's tenants, in endpoint order; upstream takes the first key.
-            let holders: Vec<usize> = (0..n).filter(|&i| self.tree.node_has(node, tenant(i))).collect();
+            let holders: Vec<usize> = pick
+                .eligible
+                .iter()
+                .copied()
+                .filter(|&i| self.tree.node_has(node, tenant(i)))
+                .collect();
             let first = (matched > 0 && !holders.is_empty()).then(|| match p.hit {
                 Hit::Random => holders[uniform_index(rng, holders.len())],
                 Hit::First => self
@@ -220,20 +252,20 @@ impl RoutingPolicy for CacheAware {
                     .tenants(node)
                     .find_map(|t| holders.iter().copied().find(|&i| tenant(i) == t))
                     .unwrap_or(holders[0]),
-                Hit::LeastLoad => {
-                    let sub: Vec<u64> = holders.iter().map(|&i| loads[i]).collect();
-                    holders[argmin(&sub, p.tie, rng)]
-                }
+                Hit::LeastLoad => pick.least(&holders, rng),
             });
             if let Some(f) = first {
                 self.tree.refresh(node, tenant(f), ms);
             }
             match first {
-                Some(_) if rate > p.cache_threshold && p.spill_gate => spill_pick(&holders, &loads, p, rng),
+                Some(_) if rate > p.cache_threshold && p.spill_gate => pick.spill(&holders, rng),
                 Some(f) if rate > p.cache_threshold => (f, Branch::CacheAwareHit),
-                _ => self.low_match_pick(&loads, n, &tenant, rng),
+                _ => self.low_match_pick(&pick, &tenant, rng),
             }
         };
+        if p.score == Score::Smg {
+            self.sent.record(view.endpoints[pos].backend.index(), view.now);
+        }
         self.tree.insert(units, chunk, req.prompt_chars, tenant(pos), ms);
         Decision {
             pos,
@@ -245,44 +277,76 @@ impl RoutingPolicy for CacheAware {
 
 impl CacheAware {
     /// Below the threshold: the smallest tree (first in list order) or the least load.
-    fn low_match_pick(
-        &self,
-        loads: &[u64],
-        n: usize,
-        tenant: &dyn Fn(usize) -> u16,
-        rng: &mut SimRng,
-    ) -> (usize, Branch) {
+    fn low_match_pick(&self, pick: &Pick, tenant: &dyn Fn(usize) -> u16, rng: &mut SimRng) -> (usize, Branch) {
         match self.params.low_match {
-            LowMatch::LeastLoad => (argmin(loads, self.params.tie, rng), Branch::CacheAwareLeastLoad),
+            LowMatch::LeastLoad => (pick.least(&pick.eligible, rng), Branch::CacheAwareLeastLoad),
             LowMatch::SmallestTree => {
-                let pos = (0..n).min_by_key(|&i| self.tree.char_count(tenant(i))).expect("n > 0");
+                let pos = (0..pick.loads.len())
+                    .min_by_key(|&i| self.tree.char_count(tenant(i)))
+                    .expect("n > 0");
                 (pos, Branch::CacheAwareSmallestTree)
             }
         }
     }
 }
 
-/// smg's spill gate on a hit: the least-loaded holder that does not spill, else the
-/// least-loaded worker that does not (else the least loaded of all).
-fn spill_pick(holders: &[usize], loads: &[u64], p: CacheAwareParams, rng: &mut SimRng) -> (usize, Branch) {
-    let mean = loads.iter().sum::<u64>() as f64 / loads.len() as f64;
-    let margin = (p.balance_abs_threshold as f64).min((2.0 * mean.sqrt()).ceil().max(4.0));
-    let spills = |i: usize| {
-        let l = loads[i] as f64;
-        l > p.balance_rel_threshold * mean && l > mean + margin
-    };
-    let least = |cands: &[usize], rng: &mut SimRng| {
-        let sub: Vec<u64> = cands.iter().map(|&i| loads[i]).collect();
-        cands[argmin(&sub, p.tie, rng)]
-    };
-    let safe: Vec<usize> = holders.iter().copied().filter(|&i| !spills(i)).collect();
-    if !safe.is_empty() {
-        return (least(&safe, rng), Branch::CacheAwareHit);
+/// The candidates of one decision and how the least loaded of a set is chosen.
+struct Pick<'a> {
+    params: CacheAwareParams,
+    /// Router in-flight per endpoint.
+    loads: &'a [u64],
+    /// smg's expected wait per endpoint (`score = "smg"`).
+    scores: Option<Vec<f64>>,
+    /// The endpoints a request may go to (smg: those its overload guard leaves).
+    eligible: Vec<usize>,
+}
+
+impl<'a> Pick<'a> {
+    fn new(params: CacheAwareParams, loads: &'a [u64], view: &RouterView, sent: &mut SentSinceScrape) -> Self {
+        let (scores, eligible) = match params.score {
+            Score::InFlight => (None, (0..loads.len()).collect()),
+            Score::Smg => {
+                let (s, ok) = smg_scores(view, sent, SMG_KV_PRESSURE_WEIGHT_S);
+                (Some(s), ok)
+            }
+        };
+        Pick {
+            params,
+            loads,
+            scores,
+            eligible,
+        }
     }
-    let others: Vec<usize> = (0..loads.len()).filter(|&i| !spills(i)).collect();
-    let all: Vec<usize> = (0..loads.len()).collect();
-    let pick = least(if others.is_empty() { &all } else { &others }, rng);
-    (pick, Branch::CacheAwareSpill)
+
+    /// The least loaded of `cands` (non-empty).
+    fn least(&self, cands: &[usize], rng: &mut SimRng) -> usize {
+        match &self.scores {
+            Some(s) => smg_argmin(cands, s, rng),
+            None => {
+                let sub: Vec<u64> = cands.iter().map(|&i| self.loads[i]).collect();
+                cands[argmin(&sub, self.params.tie, rng)]
+            }
+        }
+    }
+
+    /// smg's spill gate on a hit: the least-loaded holder that does not spill, else the
+    /// least-loaded eligible worker that does not (else the least loaded of them all).
+    fn spill(&self, holders: &[usize], rng: &mut SimRng) -> (usize, Branch) {
+        let p = self.params;
+        let mean = self.eligible.iter().map(|&i| self.loads[i]).sum::<u64>() as f64 / self.eligible.len() as f64;
+        let margin = (p.balance_abs_threshold as f64).min((2.0 * mean.sqrt()).ceil().max(4.0));
+        let spills = |i: usize| {
+            let l = self.loads[i] as f64;
+            l > p.balance_rel_threshold * mean && l > mean + margin
+        };
+        let safe: Vec<usize> = holders.iter().copied().filter(|&i| !spills(i)).collect();
+        if !safe.is_empty() {
+            return (self.least(&safe, rng), Branch::CacheAwareHit);
+        }
+        let others: Vec<usize> = self.eligible.iter().copied().filter(|&i| !spills(i)).collect();
+        let pick = self.least(if others.is_empty() { &self.eligible } else { &others }, rng);
+        (pick, Branch::CacheAwareSpill)
+    }
 }
 
 /// This policy's registry entry ([`super::registry`]).
@@ -302,6 +366,7 @@ pub struct Params {
     low_match: Option<String>,
     spill_gate: Option<bool>,
     hit: Option<String>,
+    score: Option<String>,
 }
 
 impl PolicyKind for Kind {
@@ -349,6 +414,11 @@ impl PolicyKind for Kind {
                 "hit",
                 "\"random\"",
                 "a hit's holder: \"random\" (classic), \"first\" (the node's creator: sglang-router 0.3.2) or \"least_load\" (vllm-router 0.1.17)",
+            ),
+            param(
+                "score",
+                "\"in_flight\"",
+                "how the least loaded is chosen: \"in_flight\" or \"smg\" (smg 1.13.0's expected wait from its 10 s /metrics poll, overload veto)",
             ),
         ],
     };
@@ -406,6 +476,16 @@ impl PolicyKind for Kind {
                     ));
                 }
             },
+            score: match f.score.as_deref() {
+                None | Some("in_flight") => Score::InFlight,
+                Some("smg") => Score::Smg,
+                Some(o) => {
+                    return Err(ParamError::new(
+                        "score",
+                        format!("{o:?}: expected \"in_flight\" or \"smg\""),
+                    ));
+                }
+            },
         })
     }
     fn describe(p: &CacheAwareParams) -> String {
@@ -422,6 +502,7 @@ impl PolicyKind for Kind {
         } else {
             ""
         } + if p.spill_gate { ", spill_gate = true" } else { "" }
+            + if p.score == Score::Smg { ", score = smg" } else { "" }
     }
     fn build(p: &CacheAwareParams) -> Box<dyn RoutingPolicy> {
         Box::new(CacheAware::new(*p))

@@ -121,22 +121,28 @@ pub static COUNTERPARTS: &[Counterpart] = &[
             "the match rate above 0.3 follows the tree, else the least in-flight worker, ties to the first in the router's random worker order (src/policies/cache_aware.rs); it matches per worker on tokens from /render where the model matches text",
         )
     },
-    row(
-        VLLM_ROUTER,
-        VLLM_ROUTER_VERSION,
-        "consistent_hash",
-        "--policy consistent_hash",
-        None,
-        "160 virtual nodes per worker URL on an FBI/furc hash ring, keyed by x-session-id (src/policies/consistent_hash.rs); the catalogue's session ring is uhashring's MD5",
-    ),
-    row(
-        VLLM_ROUTER,
-        VLLM_ROUTER_VERSION,
-        "sticky_least_loaded",
-        "--policy sticky_least_loaded",
-        None,
-        "a session sticks to the worker with the fewest active sessions at its first turn (src/policies/sticky_least_loaded.rs)",
-    ),
+    Counterpart {
+        hashes_urls: true,
+        ..row(
+            VLLM_ROUTER,
+            VLLM_ROUTER_VERSION,
+            "consistent_hash",
+            "--policy consistent_hash",
+            Some("consistent_hash"),
+            "160 virtual nodes per worker URL on an FBI/furc hash ring, keyed by header:x-session-id:<key>, key-less chat by the one key \"request:\" (src/policies/consistent_hash.rs, hash_key.rs): the model hashes the live URLs",
+        )
+    },
+    Counterpart {
+        hashes_urls: true,
+        ..row(
+            VLLM_ROUTER,
+            VLLM_ROUTER_VERSION,
+            "sticky_least_loaded",
+            "--policy sticky_least_loaded",
+            Some("sticky_least_loaded"),
+            "a session sticks to the worker with the fewest active sessions at its first turn, ties by the FBI/furc hash of session and URL (src/policies/sticky_least_loaded.rs): the model hashes the live URLs",
+        )
+    },
     row(
         SGLANG_ROUTER,
         SGLANG_ROUTER_VERSION,
@@ -197,7 +203,7 @@ pub static COUNTERPARTS: &[Counterpart] = &[
         "uniform over the available workers (policies/random.rs)",
     ),
     Counterpart {
-        params: "load = \"smg\"",
+        params: "load = \"smg\", kv_pressure_weight_s = 0.15",
         poll_interval_s: Some(10.0),
         ..row(
             SMG,
@@ -205,22 +211,23 @@ pub static COUNTERPARTS: &[Counterpart] = &[
             "power_of_two",
             "--policy power_of_two",
             Some("power_of_d"),
-            "two random workers, the lower expected wait wins: max(scraped running + waiting + own dispatches since the poll, own in-flight) from /metrics every 10 s, workers with 8 waiting vetoed, ties random (policies/power_of_two.rs, policies/least_load.rs, worker/monitor.rs); the model leaves out the KV-pressure term",
+            "two random workers, the lower expected wait wins: max(scraped running + waiting + own dispatches since the poll, own in-flight) plus 0.15 s x k / (1 - k) of KV usage k, from /metrics every 10 s, workers with 8 waiting or KV usage 0.8 vetoed, ties random (policies/power_of_two.rs, policies/least_load.rs, worker/expected_wait.rs, worker/monitor.rs)",
         )
     },
     Counterpart {
-        params: "low_match = \"least_load\", spill_gate = true, tie = \"random\", eviction_interval_secs = 60",
+        params: "low_match = \"least_load\", spill_gate = true, tie = \"random\", eviction_interval_secs = 60, score = \"smg\"",
+        poll_interval_s: Some(10.0),
         ..row(
             SMG,
             SMG_VERSION,
             "cache_aware",
             "--policy cache_aware",
             Some("sglang_cache_aware"),
-            "the string tree's holders unless one spills (load > 1.5 mean and > mean + a margin), then expected wait (policies/cache_aware.rs); the model has no spill gate",
+            "the string tree's holders unless one spills (in-flight > 1.5 mean and > mean + a margin), the least expected wait among the rest and on a miss, from /metrics every 10 s, overload-vetoed workers skipped (policies/cache_aware.rs, policies/least_load.rs)",
         )
     },
     Counterpart {
-        params: "load = \"smg\", d = 1000",
+        params: "load = \"smg\", d = 1000, kv_pressure_weight_s = 0.15",
         poll_interval_s: Some(10.0),
         ..row(
             SMG,
@@ -247,14 +254,18 @@ pub static COUNTERPARTS: &[Counterpart] = &[
         Some("random"),
         "the ring is keyed by x-smg-routing-key, x-forwarded-for or a cookie, none of which fleetsim's traffic sends: random (policies/consistent_hashing.rs)",
     ),
-    row(
-        SMG,
-        SMG_VERSION,
-        "prefix_hash",
-        "--policy prefix_hash",
-        None,
-        "xxh3 of the first 1024 characters on a blake3 ring of worker URLs, bounded by max(1.25 mean, mean + 10) in-flight (policies/prefix_hash.rs)",
-    ),
+    Counterpart {
+        poll_interval_s: Some(10.0),
+        hashes_urls: true,
+        ..row(
+            SMG,
+            SMG_VERSION,
+            "prefix_hash",
+            "--policy prefix_hash",
+            Some("prefix_hash"),
+            "the first 1024 characters on a blake3 ring of worker URLs (150 virtual nodes), bounded by max(1.25 mean, mean + 10) in-flight, overload-vetoed workers skipped (policies/prefix_hash.rs, worker/hash_ring.rs): the model's ring is the live URLs', its key the content's hash of those characters",
+        )
+    },
     row(
         PRODUCTION_STACK,
         PRODUCTION_STACK_VERSION,

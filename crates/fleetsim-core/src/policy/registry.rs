@@ -23,6 +23,9 @@ pub static REGISTRY: &[&dyn Entry] = &[
     &Registered::<super::loadaware::Kind>::ENTRY,
     &Registered::<super::dynamo::Kind>::ENTRY,
     &Registered::<super::capacity::Kind>::ENTRY,
+    &Registered::<super::consistent_hash::Kind>::ENTRY,
+    &Registered::<super::sticky::Kind>::ENTRY,
+    &Registered::<super::prefix_hash::Kind>::ENTRY,
 ];
 
 /// The entry of `kind`, if there is one.
