@@ -339,9 +339,33 @@ pub const SKEW_MIN_REQUESTS: u64 = 50;
 /// Hints from the request shares of a run's summary: backends that never served while
 /// others did, and skew across backends of equal capacity (same slots and profile).
 pub fn share_hints(s: &crate::metrics::Summary) -> Vec<Hint> {
-    let mut out: Vec<Hint> = never_served(s).into_iter().collect();
+    let mut out: Vec<Hint> = unserved_model(s).into_iter().collect();
+    out.extend(never_served(s));
     out.extend(share_skew(s));
     out
+}
+
+/// unserved-model: requests named a model no backend serves (the router refused them as
+/// not found).
+fn unserved_model(s: &crate::metrics::Summary) -> Option<Hint> {
+    let (first, _) = s.unserved_models.iter().next()?;
+    let named: Vec<String> = s
+        .unserved_models
+        .iter()
+        .map(|(m, n)| format!("{} ({n} requests)", crate::quote::quote(m)))
+        .collect();
+    Some(Hint {
+        kind: "unserved-model",
+        backend: String::new(),
+        from_s: 0.0,
+        until_s: s.sim_time_s,
+        message: format!(
+            "{} requests were refused because no backend serves their model: {}; add the model to a backend group's `serves` (with its profile, or profile = \"auto\" and `model`), or map the trace's model name ({} is the first)",
+            s.requests.unserved_model,
+            named.join(", "),
+            crate::quote::quote(first)
+        ),
+    })
 }
 
 /// Whether backend `b` was in service at some point of the run of `s`.
