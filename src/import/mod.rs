@@ -1031,29 +1031,14 @@ fn workload(
                     s.note(c);
                 }
                 let t = "template";
-                match &pool.model {
-                    Some((model, group)) => {
-                        s.put(o, "name", format!("{}-{group}", g.name), t);
-                        s.put(
-                            o,
-                            "model",
-                            model.as_str(),
-                            &format!("template: traffic for the `{group}` engines' model"),
-                        );
-                    }
-                    None => s.put(o, "name", g.name, t),
-                }
+                pool_keys(&mut s, o, pool, g.name);
                 s.put(o, "sessions", g.sessions, g.why_sessions);
                 s.put(o, "arrival", g.arrival, g.why_arrival);
                 s.put(o, "turns", g.turns, t);
-                let prompt = match &pool.model {
-                    Some((_, group)) => format!("{}-{group}", g.prompt_name),
-                    None => g.prompt_name.to_string(),
-                };
                 s.put(
                     o,
                     "system_prompt",
-                    prompt,
+                    pool.suffixed(g.prompt_name),
                     "the shared prompt's name (groups with the same name share it)",
                 );
                 s.put(o, "system_prompt_tokens", g.system_prompt_tokens, g.why_prompt);
@@ -1084,6 +1069,29 @@ fn workload(
 struct TemplatePool {
     model: Option<(String, String)>,
     backends: i64,
+}
+
+impl TemplatePool {
+    /// `name`, suffixed with the pool's group when the fleet serves several models.
+    fn suffixed(&self, name: &str) -> String {
+        match &self.model {
+            Some((_, group)) => format!("{name}-{group}"),
+            None => name.to_string(),
+        }
+    }
+}
+
+/// A template group's `name` in `pool`, and its `model` when the fleet serves several.
+fn pool_keys(s: &mut Section, o: &mut Origins, pool: &TemplatePool, name: &str) {
+    s.put(o, "name", pool.suffixed(name), "template");
+    if let Some((model, group)) = &pool.model {
+        s.put(
+            o,
+            "model",
+            model.as_str(),
+            &format!("template: traffic for the `{group}` engines' model"),
+        );
+    }
 }
 
 /// One template pool per model the fleet serves when it serves several (each sized by

@@ -636,8 +636,10 @@ pub struct Simulation<'w> {
     scaler: Option<autoscaling::Scaler>,
 }
 
-/// The router replicas, each with its own policy state, knowing the `listed` endpoints.
-fn replicas(cfg: &SimConfig, listed: &[bool]) -> Vec<Router> {
+/// The router replicas, each with its own policy state, knowing the `listed` endpoints
+/// and which of them serve each of the request `models`.
+fn replicas(cfg: &SimConfig, listed: &[bool], models: &[String]) -> Vec<Router> {
+    let serves = served_models(&cfg.labels, models);
     let endpoints: Vec<EndpointInfo> = cfg
         .backends
         .iter()
@@ -649,13 +651,15 @@ fn replicas(cfg: &SimConfig, listed: &[bool]) -> Vec<Router> {
         .collect();
     (0..cfg.router.replicas.max(1))
         .map(|r| {
-            Router::new(
+            let mut router = Router::new(
                 cfg.router.clone(),
                 endpoints.clone(),
                 listed,
                 cfg.seed,
                 ReplicaId::from_index(r as usize),
-            )
+            );
+            router.set_models(serves.clone(), models.len());
+            router
         })
         .collect()
 }
@@ -745,11 +749,7 @@ impl<'w> Simulation<'w> {
         for m in &cfg.models {
             engines.push(fresh_backend(m, coalesce));
         }
-        let mut routers = replicas(&cfg, &listed);
-        let serves = served_models(&cfg.labels, &workload.models);
-        for r in &mut routers {
-            r.set_models(serves.clone(), workload.models.len());
-        }
+        let routers = replicas(&cfg, &listed, &workload.models);
         if routers[0].wants_kv_events() {
             for e in engines.vllm_engines_mut() {
                 e.enable_kv_events();
