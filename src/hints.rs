@@ -393,7 +393,8 @@ pub fn share_hints(s: &crate::metrics::Summary) -> Vec<Hint> {
 /// [`share_hints`], each naming `cause` (the mechanism the audit shows) where it concerns
 /// the hint's backend.
 pub fn share_hints_with(s: &crate::metrics::Summary, cause: Option<&Mechanism>) -> Vec<Hint> {
-    let mut out: Vec<Hint> = never_served(s, cause).into_iter().collect();
+    let mut out: Vec<Hint> = unserved_model(s).into_iter().collect();
+    out.extend(never_served(s, cause));
     out.extend(share_skew(s, cause));
     out
 }
@@ -429,6 +430,29 @@ fn queue_text(s: &crate::metrics::Summary) -> String {
             b.name, b.peak_waiting, s.idle_while_queued_s
         ),
     }
+}
+
+/// unserved-model: requests named a model no backend serves (the router refused them as
+/// not found).
+fn unserved_model(s: &crate::metrics::Summary) -> Option<Hint> {
+    let (first, _) = s.unserved_models.iter().next()?;
+    let named: Vec<String> = s
+        .unserved_models
+        .iter()
+        .map(|(m, n)| format!("{} ({n} requests)", crate::quote::quote(m)))
+        .collect();
+    Some(Hint {
+        kind: "unserved-model",
+        backend: String::new(),
+        from_s: 0.0,
+        until_s: s.sim_time_s,
+        message: format!(
+            "{} requests were refused because no backend serves their model: {}; add the model to a backend group's `serves` (with its profile, or profile = \"auto\" and `model`), or map the trace's model name ({} is the first)",
+            s.requests.unserved_model,
+            named.join(", "),
+            crate::quote::quote(first)
+        ),
+    })
 }
 
 /// Whether backend `b` was in service at some point of the run of `s`.

@@ -47,6 +47,19 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
     let _ = writeln!(o, "stranded_slot_s     {:.1}", s.stranded_slot_s);
     let _ = writeln!(o, "latched_sessions    {} of {}", s.latched_sessions, s.sessions);
     let _ = writeln!(o, "request share       {}", share_line(s));
+    if !s.unserved_models.is_empty() {
+        let named: Vec<String> = s
+            .unserved_models
+            .iter()
+            .map(|(m, n)| format!("{} ({n})", crate::quote::quote(m)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "unserved models     {} requests refused: no backend serves {}",
+            s.requests.unserved_model,
+            named.join(", ")
+        );
+    }
     decisions(&mut o, s);
     latencies(&mut o, s);
     if let Some(a) = &s.autoscale {

@@ -85,9 +85,9 @@ pub fn read(path: &Path, imp: &mut Import, default_gpu: &str, allow_unknown: boo
         "not read by sim import",
         imp,
     );
-    if specs.len() > 1 && imp.groups.len() > 1 {
+    if super::served_models(imp).len() > 1 {
         imp.notes.push(
-            "the chart's engines serve different models and the router first keeps the endpoints of the request's model; the simulator routes every request among all groups, so to study one model's pool delete the other groups".into(),
+            "the chart's engines serve different models: each group `serves` its modelURL, each template group names its `model`, and the router keeps the endpoints serving the request's model before its routing logic, as production-stack does".into(),
         );
     }
     router_spec(&h, root.get("routerSpec"), imp, default_gpu, allow_unknown)

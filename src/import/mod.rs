@@ -223,40 +223,7 @@ fn import_with_origins(a: &ImportArgs) -> Result<(String, Origins), String> {
             .push(format!("{} (the Helm engines' modelURL name the models)", m.from));
     }
     if imp.groups.is_empty() {
-        // No Helm engines: the fleet is the router's static backends, else one engine.
-        let (count, urls) = match &imp.router.static_backends {
-            Some(b) => (
-                src(b.v.len() as i64, format!("{} URLs in {}", b.v.len(), b.from)),
-                Some(b.clone()),
-            ),
-            None => (src(1, "one engine (no --static-backends or Helm replicas given)"), None),
-        };
-        imp.groups.push(Group {
-            name: "backend".into(),
-            count,
-            urls,
-            gpu: src(gpu.clone(), "--gpu"),
-            engine: Engine::default(),
-        });
-        if let Some(m) = &imp.router.static_models {
-            let mut distinct: Vec<&String> = m.v.iter().collect();
-            distinct.dedup();
-            if let Some(first) = m.v.first() {
-                imp.groups[0].engine.model = Some(src(first.clone(), m.from.clone()));
-            }
-            if distinct.len() > 1 {
-                imp.ignored.push(format!(
-                    "{} models after the first ({}): one profile describes the fleet",
-                    m.from,
-                    distinct[1..].iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                ));
-                imp.notes.push(format!(
-                    "{} lists {} models; the simulator routes every request among all backends (the router first keeps the request's model's endpoints), so the fleet is described with the first model's profile",
-                    m.from,
-                    distinct.len()
-                ));
-            }
-        }
+        static_groups(&mut imp, &gpu);
     }
     if let Some(p) = &vllm {
         for g in &mut imp.groups {
@@ -668,12 +635,13 @@ fn backends(
     carry: &mut String,
     min_context: &mut Option<i64>,
 ) -> Result<toml_edit::Table, String> {
+    let multi_model = served_models(imp).len() > 1;
     if let [g] = imp.groups.as_slice() {
         let mut sec = Section::new("backends");
         if g.name != "backend" {
             sec.note(&format!("engines of {}", crate::quote::quote(&g.name)));
         }
-        group_keys(&mut sec, o, g, min_context)?;
+        group_keys(&mut sec, o, g, multi_model, min_context)?;
         return Ok(sec.finish(carry));
     }
     let mut bt = toml_edit::Table::new();
@@ -687,21 +655,119 @@ fn backends(
             g.name.as_str(),
             "servingEngineSpec.modelSpec[].name (--helm)",
         );
-        group_keys(&mut sec, o, g, min_context)?;
+        group_keys(&mut sec, o, g, multi_model, min_context)?;
         groups.push(sec.finish(carry));
     }
     bt.insert("groups", toml_edit::Item::ArrayOfTables(groups));
     Ok(bt)
 }
 
-/// A group's keys: its count, URLs and engine.
-fn group_keys(s: &mut Section, o: &mut Origins, g: &Group, min_context: &mut Option<i64>) -> Result<(), String> {
+/// A group's keys: its count, URLs, the model it serves (when the fleet serves several)
+/// and engine.
+fn group_keys(
+    s: &mut Section,
+    o: &mut Origins,
+    g: &Group,
+    multi_model: bool,
+    min_context: &mut Option<i64>,
+) -> Result<(), String> {
     s.put(o, "count", g.count.v, &g.count.from);
     if let Some(u) = &g.urls {
         let list: toml_edit::Array = u.v.iter().map(String::as_str).collect();
         s.put(o, "urls", list, &u.from);
     }
+    if let Some(m) = g.engine.model.as_ref().filter(|_| multi_model) {
+        let list: toml_edit::Array = std::iter::once(m.v.as_str()).collect();
+        s.put(
+            o,
+            "serves",
+            list,
+            &format!("{}: the router keeps its endpoints for requests naming it", m.from),
+        );
+    }
     group_engine(s, o, g, min_context)
+}
+
+/// Without Helm engines, the fleet is the router's static backends (else one engine): one
+/// group per model `--static-models` names, in order of first appearance, each with the
+/// URLs listed for that model.
+fn static_groups(imp: &mut Import, gpu: &str) {
+    let (b, m) = (&imp.router.static_backends, &imp.router.static_models);
+    let mut models: Vec<&String> = Vec::new();
+    for x in m.iter().flat_map(|m| &m.v) {
+        if !models.contains(&x) {
+            models.push(x);
+        }
+    }
+    if let (Some(b), Some(m), true) = (b, m, models.len() > 1) {
+        let groups: Vec<Group> = models
+            .iter()
+            .enumerate()
+            .map(|(k, model)| {
+                let urls: Vec<String> =
+                    b.v.iter()
+                        .zip(&m.v)
+                        .filter(|(_, x)| x == model)
+                        .map(|(u, _)| u.clone())
+                        .collect();
+                let from = format!("{} URLs of {} in {} and {}", urls.len(), model, b.from, m.from);
+                Group {
+                    name: format!("model-{k}"),
+                    count: src(urls.len() as i64, from.clone()),
+                    urls: Some(src(urls, from)),
+                    gpu: src(gpu.to_string(), "--gpu"),
+                    engine: Engine {
+                        model: Some(src((*model).clone(), m.from.clone())),
+                        ..Engine::default()
+                    },
+                }
+            })
+            .collect();
+        let interleaved = b.v.len() > 1
+            && groups
+                .iter()
+                .flat_map(|g| &g.urls.as_ref().expect("set").v)
+                .ne(b.v.iter());
+        if interleaved {
+            imp.notes.push(format!(
+                "{} interleaves models: discovery lists each model's backends in their order, grouped by model",
+                m.from
+            ));
+        }
+        imp.groups = groups;
+        return;
+    }
+    let (count, urls) = match b {
+        Some(b) => (
+            src(b.v.len() as i64, format!("{} URLs in {}", b.v.len(), b.from)),
+            Some(b.clone()),
+        ),
+        None => (src(1, "one engine (no --static-backends or Helm replicas given)"), None),
+    };
+    let model = m
+        .as_ref()
+        .and_then(|m| m.v.first().map(|f| src(f.clone(), m.from.clone())));
+    imp.groups.push(Group {
+        name: "backend".into(),
+        count,
+        urls,
+        gpu: src(gpu.to_string(), "--gpu"),
+        engine: Engine {
+            model,
+            ..Engine::default()
+        },
+    });
+}
+
+/// The distinct models the imported groups serve, in group order.
+fn served_models(imp: &Import) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for m in imp.groups.iter().filter_map(|g| g.engine.model.as_ref()) {
+        if !out.contains(&m.v.as_str()) {
+            out.push(&m.v);
+        }
+    }
+    out
 }
 
 /// What a group's KV capacity came from (for a message naming the flags).
@@ -986,20 +1052,26 @@ fn workload(
             for line in template_intro(&imp.router) {
                 carry.push_str(&comment(&line));
             }
-            for (i, g) in template_groups(&imp.router, n).into_iter().enumerate() {
+            let pools = template_pools(imp, n);
+            let groups = pools.iter().flat_map(|p| {
+                template_groups(&imp.router, p.backends)
+                    .into_iter()
+                    .map(move |g| (p, g))
+            });
+            for (i, (pool, g)) in groups.enumerate() {
                 let mut s = Section::new(&format!("workload.groups[{i}]"));
                 for c in g.comments {
                     s.note(c);
                 }
                 let t = "template";
-                s.put(o, "name", g.name, t);
+                pool_keys(&mut s, o, pool, g.name);
                 s.put(o, "sessions", g.sessions, g.why_sessions);
                 s.put(o, "arrival", g.arrival, g.why_arrival);
                 s.put(o, "turns", g.turns, t);
                 s.put(
                     o,
                     "system_prompt",
-                    g.prompt_name,
+                    pool.suffixed(g.prompt_name),
                     "the shared prompt's name (groups with the same name share it)",
                 );
                 s.put(o, "system_prompt_tokens", g.system_prompt_tokens, g.why_prompt);
@@ -1023,6 +1095,63 @@ fn workload(
         }
     }
     wl
+}
+
+/// The backends one model's template traffic is sized for; `model`: the model and the
+/// first group serving it, when the fleet serves several.
+struct TemplatePool {
+    model: Option<(String, String)>,
+    backends: i64,
+}
+
+impl TemplatePool {
+    /// `name`, suffixed with the pool's group when the fleet serves several models.
+    fn suffixed(&self, name: &str) -> String {
+        match &self.model {
+            Some((_, group)) => format!("{name}-{group}"),
+            None => name.to_string(),
+        }
+    }
+}
+
+/// A template group's `name` in `pool`, and its `model` when the fleet serves several.
+fn pool_keys(s: &mut Section, o: &mut Origins, pool: &TemplatePool, name: &str) {
+    s.put(o, "name", pool.suffixed(name), "template");
+    if let Some((model, group)) = &pool.model {
+        s.put(
+            o,
+            "model",
+            model.as_str(),
+            &format!("template: traffic for the `{group}` engines' model"),
+        );
+    }
+}
+
+/// One template pool per model the fleet serves when it serves several (each sized by
+/// its own backends), else one for all `n` backends.
+fn template_pools(imp: &Import, n: i64) -> Vec<TemplatePool> {
+    let models = served_models(imp);
+    if models.len() < 2 {
+        return vec![TemplatePool {
+            model: None,
+            backends: n,
+        }];
+    }
+    models
+        .into_iter()
+        .map(|m| {
+            let serving = || {
+                imp.groups
+                    .iter()
+                    .filter(|g| g.engine.model.as_ref().is_some_and(|x| x.v == m))
+            };
+            let first = serving().next().map_or_else(String::new, |g| g.name.clone());
+            TemplatePool {
+                model: Some((m.to_string(), first)),
+                backends: serving().map(|g| g.count.v).fold(0i64, i64::saturating_add),
+            }
+        })
+        .collect()
 }
 
 /// One group of the template workload.

@@ -274,3 +274,62 @@ fn inspect_and_bench_the_shipped_agent_samples() {
         .success()
         .stdout(predicate::str::contains("43 rows"));
 }
+
+/// The SWE-like agent sample behind production-stack's prefix-aware router (threshold 0),
+/// with `extra` keys on its trace table.
+fn swe_behind_prefixaware(extra: &str, seed: u64) -> fleetsim::metrics::Summary {
+    let text = format!(
+        r#"
+name = "swe-shared"
+[backends]
+count = 2
+[router.policy]
+kind = "prefixaware"
+[[workload.traces]]
+name = "swe"
+file = "{}/traces/swe_agent_sample.csv"
+mode = "closed"
+columns = {{ session = "session_id", turn = "step", start_unix_s = "start_unix_s", latency_s = "latency_s", input_tokens = "prompt_tokens", output_tokens = "completion_tokens" }}
+where = {{ is_error = false }}
+max_idle_gap_s = 60
+{extra}
+"#,
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let seed = seed.to_string();
+    let (s, w) = crate::common::inline(&text, &[("seed", seed.as_str())]);
+    crate::common::run_full(&s, &w).summary
+}
+
+#[test]
+fn a_shared_prefix_every_call_repeats_piles_every_session_onto_one_backend() {
+    for seed in 1..=3 {
+        // Lengths only: every session's prompt is its own, spread over both backends.
+        let own = swe_behind_prefixaware("", seed);
+        assert!(own.request_share_max < 0.75, "seed {seed}: {}", own.request_share_max);
+        assert_eq!(own.backends_never_served, 0);
+        // The part every call repeats (system prompt and tool definitions) as a shared
+        // prefix: the trie's first owner takes all 559 calls.
+        let shared = swe_behind_prefixaware("shared_prefix_tokens = 3000", seed);
+        assert_eq!(shared.requests.finished, 559);
+        assert_eq!(shared.request_share_max, 1.0, "seed {seed}");
+        assert_eq!(shared.backends_never_served, 1);
+    }
+}
+
+#[test]
+fn trace_inspect_names_models_and_what_lengths_cannot_say() {
+    let swe = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/swe_agent_sample.csv");
+    sim()
+        .args(["trace", "inspect", swe, "--skip-bad-rows", "--columns"])
+        .arg("session=session_id,turn=step,start_unix_s=start_unix_s,latency_s=latency_s,input_tokens=prompt_tokens,output_tokens=completion_tokens")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("lengths only").and(predicate::str::contains("shared_prefix_tokens")));
+    let dynamo = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/dynamo_pi_agent_request_trace.jsonl.gz");
+    sim()
+        .args(["trace", "inspect", dynamo])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("model `Qwen/Qwen3-14B-FP8`").and(predicate::str::contains("17 calls")));
+}

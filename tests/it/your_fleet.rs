@@ -317,3 +317,95 @@ fn import_rejects_bad_flags_and_yaml_with_exit_2() {
         .success()
         .stdout(predicate::str::contains("--allow-unknown"));
 }
+
+/// Per seed, of the imported multi-model Helm fleet (docs/examples/helm-values.yaml: Llama
+/// on 3 H100s, Qwen on 2 A100s): Llama requests routed to the Qwen/A100 group and Qwen
+/// requests routed to the Llama group.
+fn misrouted(text: &str, seed: u64) -> (usize, usize, usize) {
+    let seed_s = seed.to_string();
+    let (s, w) = inline(text, &[("seed", seed_s.as_str())]);
+    let r = run_full(&s, &w);
+    let group = |b: usize| r.summary.backends[b].group.clone();
+    let (mut llama, mut llama_on_qwen, mut qwen_on_llama) = (0, 0, 0);
+    for q in &r.requests {
+        let key = &w.sessions[q.session.index()].key;
+        let g = group(q.backend.index());
+        if key.contains("llama8b") {
+            llama += 1;
+            llama_on_qwen += usize::from(g == "qwen14b");
+        } else {
+            qwen_on_llama += usize::from(g == "llama8b");
+        }
+    }
+    (llama, llama_on_qwen, qwen_on_llama)
+}
+
+#[test]
+fn a_multi_model_helm_import_routes_each_request_to_its_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fleet.toml");
+    let values = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/helm-values.yaml");
+    sim()
+        .args(["import", "--helm", values, "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let after = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        after.contains("serves = [\"meta-llama/Llama-3.1-8B-Instruct\"]"),
+        "{after}"
+    );
+    assert!(after.contains("serves = [\"Qwen/Qwen3-14B\"]"), "{after}");
+    assert!(after.contains("model = \"Qwen/Qwen3-14B\""), "{after}");
+    // Before: the same fleet and traffic with requests naming no model.
+    let before: String = after
+        .lines()
+        .filter(|l| !l.starts_with("serves = ") && !l.starts_with("model = "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for seed in 1..=3 {
+        let (llama, on_qwen, _) = misrouted(&before, seed);
+        assert!(
+            on_qwen >= 10 && llama >= 40,
+            "seed {seed}: before, {on_qwen} of {llama} Llama requests on the A100s"
+        );
+        assert_eq!(
+            misrouted(&after, seed),
+            (llama, 0, 0),
+            "seed {seed}: after, each model on its own group"
+        );
+    }
+    // A model nobody serves is refused, counted and named.
+    let unserved = after.replace("model = \"Qwen/Qwen3-14B\"", "model = \"deepseek-ai/DeepSeek-V3\"");
+    let path = write(tmp.path(), "unserved.toml", &unserved);
+    sim()
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(tmp.path().join("u"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("unserved models").and(predicate::str::contains("deepseek-ai/DeepSeek-V3")));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("u/summary.json")).unwrap()).unwrap();
+    let n = s["unserved_models"]["deepseek-ai/DeepSeek-V3"].as_u64().unwrap();
+    assert!(n > 0 && s["requests"]["unserved_model"].as_u64() == Some(n), "{s}");
+    let hints = std::fs::read_to_string(tmp.path().join("u/hints.json")).unwrap();
+    assert!(hints.contains("unserved-model"), "{hints}");
+}
+
+#[test]
+fn a_single_model_fleet_keeps_its_outputs_whatever_serves_says() {
+    let serves = TWO_GROUPS
+        .replace("count = 2\n", "count = 2\nserves = [\"m\"]\n")
+        .replace("count = 1\n", "count = 1\nserves = [\"m\"]\n")
+        .replace("output_tokens = 50\n", "output_tokens = 50\nmodel = \"m\"\n");
+    let (s0, w0) = inline(TWO_GROUPS, &[]);
+    let (s1, w1) = inline(&serves, &[]);
+    let (a, b) = (run_full(&s0, &w0).summary, run_full(&s1, &w1).summary);
+    assert_eq!(a.requests, b.requests);
+    assert_eq!(a.e2e_s, b.e2e_s);
+    let shares = |s: &fleetsim::metrics::Summary| s.backends.iter().map(|b| b.requests).collect::<Vec<_>>();
+    assert_eq!(shares(&a), shares(&b));
+    assert_eq!(b.backends[0].serves, vec!["m".to_string()]);
+}

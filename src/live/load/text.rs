@@ -213,6 +213,7 @@ mod tests {
             hit_context_limit: false,
             open_loop: false,
             trace_first: NO_TRACE,
+            model: crate::workload::NO_MODEL,
             replay: None,
             api: RequestApi::Chat,
         }

@@ -388,6 +388,7 @@ impl Served {
                 itl_ns: &r.itl_ns,
                 rejected: 0,
                 abandoned: 0,
+                unserved_models: Default::default(),
             },
             &r.tracker,
             &r.requests,

@@ -26,6 +26,10 @@ pub struct Label {
     pub group: String,
     /// `<model>/<gpu>/tp<N>`.
     pub profile: String,
+    /// Model names the backend serves (vLLM's `--served-model-name`, a router's
+    /// `--static-models` entry): a request naming a model reaches only backends serving it.
+    /// Empty: the backend names no model and serves every request.
+    pub serves: Vec<String>,
 }
 
 use crate::ids::BackendId;

@@ -118,6 +118,14 @@ pub struct RequestCounts {
     pub rejected: u64,
     /// Turns given up after the client's last retry (their sessions end there).
     pub abandoned: u64,
+    /// Attempts refused because no backend serves the model they name (404, not retried;
+    /// their turns count as abandoned). Absent when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unserved_model: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Per-backend results.
@@ -133,6 +141,9 @@ pub struct BackendSummary {
     /// Profile (`<model>/<gpu>/tp<N>`), when the group names one.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub profile: String,
+    /// Model names it serves, when its group names them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub serves: Vec<String>,
     /// Concurrent-request slots (`max_num_seqs`).
     pub slots: u32,
     /// Requests routed here.
@@ -254,6 +265,9 @@ pub struct Summary {
     pub backends: Vec<BackendSummary>,
     /// The moment of greatest stranding, if any.
     pub worst_moment: Option<WorstMoment>,
+    /// Requests refused per model name no backend serves (absent when none was).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unserved_models: BTreeMap<String, u64>,
     /// Replays of session traces: pacing and recorded-vs-simulated latency.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<crate::metrics::fidelity::ReplaySummary>,
@@ -315,6 +329,8 @@ pub struct SummaryInputs<'a> {
     pub rejected: u64,
     /// Turns abandoned after the last retry.
     pub abandoned: u64,
+    /// Attempts refused per model name no backend serves.
+    pub unserved_models: BTreeMap<String, u64>,
 }
 
 fn secs(ns: u128) -> f64 {
@@ -430,6 +446,7 @@ pub fn summarize_stats(
             failed,
             rejected: inp.rejected,
             abandoned: inp.abandoned,
+            unserved_model: inp.unserved_models.values().sum(),
         },
         idle_while_queued_s: secs(fleet.idle_while_queued_ns),
         stranded_slot_s: secs(fleet.stranded_ns),
@@ -459,6 +476,7 @@ pub fn summarize_stats(
             stranded: *s,
             backends: b.clone(),
         }),
+        unserved_models: inp.unserved_models.clone(),
         replay: None,
         autoscale: None,
     }
@@ -490,6 +508,7 @@ fn backend_summaries(inp: &SummaryInputs, fleet: &FleetTracker, requests: &[u64]
                 url: inp.names[i].1.clone(),
                 group: inp.labels.get(i).map(|l| l.group.clone()).unwrap_or_default(),
                 profile: inp.labels.get(i).map(|l| l.profile.clone()).unwrap_or_default(),
+                serves: inp.labels.get(i).map(|l| l.serves.clone()).unwrap_or_default(),
                 slots: t.slots,
                 requests: requests[i],
                 request_share: 0.0,

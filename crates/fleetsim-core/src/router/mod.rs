@@ -75,6 +75,15 @@ impl RouterConfig {
 
 pub use crate::view::ViewEntry;
 
+/// Whether backend `b` serves request model `model` (a backend naming no model serves
+/// all; a request naming none goes anywhere).
+fn backend_serves(serves: &[Option<Vec<u32>>], b: BackendId, model: u32) -> bool {
+    model == crate::workload::NO_MODEL
+        || serves
+            .get(b.index())
+            .is_none_or(|s| s.as_ref().is_none_or(|s| s.contains(&model)))
+}
+
 /// The router.
 pub struct Router {
     cfg: RouterConfig,
@@ -98,6 +107,25 @@ pub struct Router {
     last_view_span: Option<(SimTime, SimTime)>,
     /// Draws scrape-interval jitter.
     jitter_rng: SimRng,
+    /// Per backend, the request models it serves (indices in the workload's model list);
+    /// `None`: it names no model and serves every request. Empty: nothing names a model.
+    serves: Vec<Option<Vec<u32>>>,
+    /// Per request model, the listed endpoints serving it, in discovery order; `None`:
+    /// every listed endpoint serves it (no filter, the single-model case).
+    by_model: Vec<Option<Vec<EndpointInfo>>>,
+}
+
+/// The endpoints a request for `model` may go to: `by_model`'s list for that model, or
+/// every listed endpoint when it needs no filter.
+fn candidates<'a>(
+    endpoints: &'a [EndpointInfo],
+    by_model: &'a [Option<Vec<EndpointInfo>>],
+    model: u32,
+) -> &'a [EndpointInfo] {
+    match by_model.get(model as usize) {
+        Some(Some(list)) => list,
+        _ => endpoints,
+    }
 }
 
 impl Router {
@@ -133,7 +161,54 @@ impl Router {
             endpoints,
             fleet,
             cfg,
+            serves: Vec::new(),
+            by_model: Vec::new(),
         }
+    }
+
+    /// The models each backend serves (`serves[b]`, indices into the workload's `models`
+    /// request model names; `None`: all). Every policy then chooses among the listed
+    /// endpoints serving the request's model, as each router filters its workers by the
+    /// request's `model` before its routing logic runs (production-stack's request service,
+    /// vllm-router's and smg's per-model worker sets; see docs/scenarios-and-fleet-model.md).
+    pub fn set_models(&mut self, serves: Vec<Option<Vec<u32>>>, models: usize) {
+        assert!(serves.is_empty() || serves.len() == self.fleet.len());
+        self.serves = serves;
+        self.by_model = vec![None; models];
+        self.refilter();
+    }
+
+    /// Rebuilds the per-model endpoint lists after the listed endpoints changed.
+    fn refilter(&mut self) {
+        if self.serves.iter().all(Option::is_none) {
+            return;
+        }
+        for (m, slot) in self.by_model.iter_mut().enumerate() {
+            let serving: Vec<EndpointInfo> = self
+                .endpoints
+                .iter()
+                .filter(|e| backend_serves(&self.serves, e.backend, m as u32))
+                .cloned()
+                .collect();
+            *slot = (serving.len() < self.endpoints.len()).then_some(serving);
+        }
+    }
+
+    /// The listed endpoints a request for `model` may go to ([`crate::workload::NO_MODEL`]:
+    /// every listed endpoint).
+    pub fn candidates(&self, model: u32) -> &[EndpointInfo] {
+        candidates(&self.endpoints, &self.by_model, model)
+    }
+
+    /// Whether any backend of the fleet, listed or not, serves `model`: a request for a
+    /// model none serves is refused as not found, not as unavailable (production-stack
+    /// answers 404 for a model it never saw, 503 for one scaled to zero).
+    pub fn fleet_serves(&self, model: u32) -> bool {
+        self.serves.is_empty()
+            || self
+                .fleet
+                .iter()
+                .any(|e| backend_serves(&self.serves, e.backend, model))
     }
 
     /// The configuration.
@@ -151,6 +226,7 @@ impl Router {
     pub fn add_endpoint(&mut self, b: BackendId) {
         if !self.endpoints.iter().any(|e| e.backend == b) {
             self.endpoints.push(self.fleet[b.index()].clone());
+            self.refilter();
         }
     }
 
@@ -159,6 +235,7 @@ impl Router {
     /// endpoints.
     pub fn remove_endpoint(&mut self, b: BackendId) {
         self.endpoints.retain(|e| e.backend != b);
+        self.refilter();
     }
 
     /// Backend `b`'s engine is gone (its KV-event stream ended): a KV-event-fed router drops
@@ -229,18 +306,21 @@ impl Router {
         self.policy.on_finished(request);
     }
 
-    /// Routes one request. The view the policy saw is appended to `audit` if given.
+    /// Routes one request for `model` among [`Router::candidates`] (non-empty). The view
+    /// the policy saw is appended to `audit` if given.
     pub fn route(
         &mut self,
         now: SimTime,
         request: RequestId,
-        session_key: Option<&str>,
+        req: (Option<&str>, u32),
         content: &Content,
         audit: Option<&mut Vec<ViewEntry>>,
     ) -> (BackendId, Decision) {
+        let (session_key, model) = req;
+        let endpoints = candidates(&self.endpoints, &self.by_model, model);
         self.engine_view.clear();
         self.request_view.clear();
-        for ep in &self.endpoints {
+        for ep in endpoints {
             self.engine_view.push(self.scraper.entry(ep.backend));
             self.request_view.push(self.req_stats.entry(ep.backend, now));
         }
@@ -270,7 +350,7 @@ impl Router {
         }
         let view = RouterView {
             now,
-            endpoints: &self.endpoints,
+            endpoints,
             engine_stats: &self.engine_view,
             request_stats: &self.request_view,
             kv: self.kv.as_ref(),
@@ -287,11 +367,11 @@ impl Router {
             api: content.api(),
         };
         let d = self.policy.route(&req, &view, &mut self.rng);
-        assert!(d.pos < self.endpoints.len(), "policy returned an endpoint out of range");
+        assert!(d.pos < endpoints.len(), "policy returned an endpoint out of range");
         if let Some(a) = audit {
             let start = a.len();
             a.resize(start + self.fleet.len(), ViewEntry::UNLISTED);
-            for ((ep, e), r) in self.endpoints.iter().zip(&self.engine_view).zip(&self.request_view) {
+            for ((ep, e), r) in endpoints.iter().zip(&self.engine_view).zip(&self.request_view) {
                 a[start + ep.backend.index()] = ViewEntry {
                     engine: *e,
                     requests: *r,
@@ -299,7 +379,7 @@ impl Router {
                 };
             }
         }
-        (self.endpoints[d.pos].backend, d)
+        (endpoints[d.pos].backend, d)
     }
 
     /// Records a dispatch in the request stats (`RequestStatsMonitor.on_new_request`).
@@ -361,8 +441,57 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::NO_MODEL;
 
     fn router() -> Router {
+        router_of(2)
+    }
+
+    #[test]
+    fn every_policy_sees_only_the_endpoints_serving_the_request_model() {
+        let mut r = router_of(3);
+        // backend-0 and backend-2 serve model 0, backend-1 serves model 1; model 2: nobody.
+        r.set_models(vec![Some(vec![0]), Some(vec![1]), Some(vec![0])], 3);
+        let content = Content::session_turn(None, 1, 8, 1);
+        let mut picks = |r: &mut Router, model: u32, n: usize| -> Vec<usize> {
+            (0..n)
+                .map(|i| {
+                    let id = RequestId::from_index(i);
+                    r.route(SimTime(i as u64), id, (None, model), &content, None).0.index()
+                })
+                .collect()
+        };
+        assert_eq!(picks(&mut r, 0, 4), vec![0, 2, 0, 2]);
+        assert_eq!(picks(&mut r, 1, 2), vec![1, 1]);
+        assert_eq!(
+            r.candidates(NO_MODEL).len(),
+            3,
+            "a request naming no model goes anywhere"
+        );
+        assert!(r.candidates(2).is_empty() && !r.fleet_serves(2));
+        // Discovery drops backend-1: its model has no endpoint now, but the fleet serves it.
+        r.remove_endpoint(BackendId::from_index(1));
+        assert!(r.candidates(1).is_empty() && r.fleet_serves(1));
+        r.add_endpoint(BackendId::from_index(1));
+        assert_eq!(picks(&mut r, 1, 1), vec![1]);
+    }
+
+    #[test]
+    fn one_model_served_everywhere_needs_no_filter() {
+        let mut r = router_of(2);
+        r.set_models(vec![Some(vec![0]), Some(vec![0])], 1);
+        assert!(
+            r.by_model.iter().all(Option::is_none),
+            "the single-model case is the unfiltered list"
+        );
+        r.set_models(vec![Some(vec![0]), None], 1);
+        assert!(
+            r.by_model.iter().all(Option::is_none),
+            "a backend naming no model serves all"
+        );
+    }
+
+    fn router_of(n: usize) -> Router {
         let policy = PolicyConfig::new::<crate::policy::roundrobin::Kind>(());
         let cfg = RouterConfig {
             engine_stats_interval: SimDuration::from_secs_f64(30.0),
@@ -379,13 +508,13 @@ mod tests {
             fresh_signals: false,
             policy,
         };
-        let fleet = (0..2)
+        let fleet = (0..n)
             .map(|i| EndpointInfo {
                 backend: BackendId::from_index(i),
                 url: format!("http://b{i}"),
             })
             .collect();
-        Router::new(cfg, fleet, &[true, true], 1, ReplicaId(0))
+        Router::new(cfg, fleet, &vec![true; n], 1, ReplicaId(0))
     }
 
     fn stats(read_at: SimTime) -> EngineStatsEntry {
@@ -406,12 +535,12 @@ mod tests {
         assert_eq!(r.check_view_age(), Ok(()), "no decision yet");
         r.scraper.set_published(BackendId::from_index(0), stats(at(2)));
         r.scraper.set_published(BackendId::from_index(1), stats(at(5)));
-        r.route(at(5), RequestId::from_index(0), None, &content, None);
+        r.route(at(5), RequestId::from_index(0), (None, NO_MODEL), &content, None);
         assert_eq!(r.check_view_age(), Ok(()), "an age of zero is allowed");
         assert_eq!(r.last_view_age(), Some(SimDuration::from_secs_f64(3.0)));
         // A scrape stamped in the future: the recorded age saturates to 3 s, the check names it.
         r.scraper.set_published(BackendId::from_index(1), stats(at(9)));
-        r.route(at(6), RequestId::from_index(1), None, &content, None);
+        r.route(at(6), RequestId::from_index(1), (None, NO_MODEL), &content, None);
         assert_eq!(r.last_view_age(), Some(SimDuration::from_secs_f64(4.0)));
         assert_eq!(
             r.check_view_age(),

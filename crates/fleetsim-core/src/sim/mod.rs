@@ -614,6 +614,9 @@ pub struct Simulation<'w> {
     open_attempts: rustc_hash::FxHashMap<(u32, u32), u32>,
     /// Attempts refused for lack of endpoints.
     rejected: u64,
+    /// Per request model (workload index): attempts refused because no backend of the
+    /// fleet serves it.
+    unserved: Vec<u64>,
     /// Planned turns given up after the last retry.
     abandoned: u64,
     streams: Streams,
@@ -633,8 +636,10 @@ pub struct Simulation<'w> {
     scaler: Option<autoscaling::Scaler>,
 }
 
-/// The router replicas, each with its own policy state, knowing the `listed` endpoints.
-fn replicas(cfg: &SimConfig, listed: &[bool]) -> Vec<Router> {
+/// The router replicas, each with its own policy state, knowing the `listed` endpoints
+/// and which of them serve each of the request `models`.
+fn replicas(cfg: &SimConfig, listed: &[bool], models: &[String]) -> Vec<Router> {
+    let serves = served_models(&cfg.labels, models);
     let endpoints: Vec<EndpointInfo> = cfg
         .backends
         .iter()
@@ -646,13 +651,33 @@ fn replicas(cfg: &SimConfig, listed: &[bool]) -> Vec<Router> {
         .collect();
     (0..cfg.router.replicas.max(1))
         .map(|r| {
-            Router::new(
+            let mut router = Router::new(
                 cfg.router.clone(),
                 endpoints.clone(),
                 listed,
                 cfg.seed,
                 ReplicaId::from_index(r as usize),
-            )
+            );
+            router.set_models(serves.clone(), models.len());
+            router
+        })
+        .collect()
+}
+
+/// Per backend, the request models (indices in `models`) it serves; `None`: it names no
+/// model and serves all. Empty when no backend names a model.
+fn served_models(labels: &[crate::backend::Label], models: &[String]) -> Vec<Option<Vec<u32>>> {
+    if labels.iter().all(|l| l.serves.is_empty()) {
+        return Vec::new();
+    }
+    labels
+        .iter()
+        .map(|l| {
+            (!l.serves.is_empty()).then(|| {
+                (0..models.len() as u32)
+                    .filter(|&m| l.serves.contains(&models[m as usize]))
+                    .collect()
+            })
         })
         .collect()
 }
@@ -724,7 +749,7 @@ impl<'w> Simulation<'w> {
         for m in &cfg.models {
             engines.push(fresh_backend(m, coalesce));
         }
-        let routers = replicas(&cfg, &listed);
+        let routers = replicas(&cfg, &listed, &workload.models);
         if routers[0].wants_kv_events() {
             for e in engines.vllm_engines_mut() {
                 e.enable_kv_events();
@@ -767,6 +792,7 @@ impl<'w> Simulation<'w> {
             attempts: vec![0; workload.sessions.len()],
             open_attempts: rustc_hash::FxHashMap::default(),
             rejected: 0,
+            unserved: vec![0; workload.models.len()],
             abandoned: 0,
             streams: Streams::new(cfg.seed),
             decisions: DecisionLog::new(n, cfg.router.request_stats_window.as_secs_f64()),

@@ -200,6 +200,13 @@ impl Simulation<'_> {
             itl_ns: &itl_ns,
             rejected: self.rejected,
             abandoned: self.abandoned,
+            unserved_models: self
+                .unserved
+                .iter()
+                .enumerate()
+                .filter(|&(_, &n)| n > 0)
+                .map(|(m, &n)| (self.workload.models[m].clone(), n))
+                .collect(),
         };
         let mut summary = summarize_stats(inputs, &self.fleet, stats, &self.log.branches);
         summary.replay = replay.finish(self.workload);

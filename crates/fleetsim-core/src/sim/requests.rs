@@ -46,12 +46,29 @@ impl Simulation<'_> {
             .min()
     }
 
+    /// [`Self::least_outstanding`] among the endpoints replica `replica` may send a request
+    /// for `model` to (all listed ones when every one serves it).
+    fn least_outstanding_for(&self, replica: usize, model: u32) -> Option<u32> {
+        let c = self.routers[replica].candidates(model);
+        if c.len() == self.routers[replica].endpoints().len() {
+            return self.least_outstanding();
+        }
+        c.iter().map(|e| self.nodes[e.backend.index()].outstanding).min()
+    }
+
     /// Sends `turn` of session `s` through the front balancer and a router replica.
     pub(super) fn send_turn(&mut self, now: SimTime, s: SessionId, turn: u32) {
         let plan = &self.workload.sessions[s.index()];
         let key = plan.sends_key.then_some(plan.key.as_str());
         let replica = self.front.pick(key, self.routers.len());
-        if self.routers[replica].endpoints().is_empty() {
+        let model = plan.model;
+        if self.routers[replica].candidates(model).is_empty() {
+            if !self.routers[replica].fleet_serves(model) {
+                // No backend serves the model: not found (404), never retried.
+                self.unserved[model as usize] += 1;
+                self.give_up(s, turn);
+                return;
+            }
             // No endpoint to route to: the router answers with an error at once.
             self.rejected += 1;
             self.retry_or_abandon(now, s, turn);
@@ -65,8 +82,10 @@ impl Simulation<'_> {
         }
         let audit = self.opts.record_decisions.then_some(&mut self.decisions.scratch);
         self.log.replica_of.push(ReplicaId::from_index(replica));
-        let (b, d) = self.routers[replica].route(now, rid, key, &content, audit);
-        let min = self.least_outstanding().expect("a listed endpoint was picked");
+        let (b, d) = self.routers[replica].route(now, rid, (key, model), &content, audit);
+        let min = self
+            .least_outstanding_for(replica, model)
+            .expect("a listed endpoint was picked");
         self.log.regrets.push(self.nodes[b.index()].outstanding - min);
         if let Some(age) = self.routers[replica].last_view_age() {
             self.log.view_ages.push(age.0);
@@ -211,22 +230,25 @@ impl Simulation<'_> {
             let d = self.cfg.client.retry_delay(a, u);
             self.schedule(now, d, Event::Resend { session: s, turn });
         } else {
-            self.open_attempts.remove(&(s.0, turn));
-            let workload = self.workload;
-            let plan = &workload.sessions[s.index()];
-            // Open loop: later turns do not wait for this one, only it is lost; paced: it and
-            // the calls waiting for it.
-            let left = if plan.open_loop {
-                plan.replay
-                    .as_deref()
-                    .filter(|r| r.paced())
-                    .map_or(1, |r| r.lost_with(turn))
-            } else {
-                plan.turns.len() - turn as usize
-            };
-            self.total -= left;
-            self.abandoned += left as u64;
+            self.give_up(s, turn);
         }
+    }
+
+    /// The client gives `turn` of session `s` up: open loop, only it (paced: and the
+    /// calls waiting for it); closed loop, it and the session's later turns.
+    fn give_up(&mut self, s: SessionId, turn: u32) {
+        self.open_attempts.remove(&(s.0, turn));
+        let plan = &self.workload.sessions[s.index()];
+        let left = if plan.open_loop {
+            plan.replay
+                .as_deref()
+                .filter(|r| r.paced())
+                .map_or(1, |r| r.lost_with(turn))
+        } else {
+            plan.turns.len() - turn as usize
+        };
+        self.total -= left;
+        self.abandoned += left as u64;
     }
 
     /// Applies a response-side request-stats update, or, if the dispatch itself has not

@@ -89,6 +89,8 @@ pub struct GroupConfig {
     pub max_context_tokens: Option<u32>,
     /// The API its requests use.
     pub request_api: RequestApi,
+    /// The model its requests name (`None`: they name none and any backend serves them).
+    pub model: Option<String>,
 }
 
 /// One turn, as planned.
@@ -136,7 +138,12 @@ pub struct SessionPlan {
     /// messages end (built per content from `turns` by `chat_message_ends`, so a million
     /// planned sessions do not each hold the list).
     pub api: RequestApi,
+    /// The model its requests name: an index in [`Workload::models`], or [`NO_MODEL`].
+    pub model: u32,
 }
+
+/// [`SessionPlan::model`] of a session whose requests name no model.
+pub const NO_MODEL: u32 = u32::MAX;
 
 /// [`SessionPlan::trace_first`] of a session whose content is not block-based.
 pub const NO_TRACE: u32 = u32::MAX;
@@ -214,6 +221,8 @@ pub struct Workload {
     pub pacing: pacing::PacingCounts,
     /// Block-hash memos of multi-turn sessions (see [`ChainStore`]).
     pub chains: ChainStore,
+    /// Model names requests carry, by [`SessionPlan::model`] index.
+    pub models: Vec<String>,
 }
 
 /// The block-hash memos ([`ChainMemo`]) of sessions between turns, so each turn hashes only
@@ -323,6 +332,18 @@ impl Workload {
         self.open_order.sort_by_key(|s| (sessions[s.index()].open_at, *s));
     }
 
+    /// Index of model `name` in [`Workload::models`], added if new.
+    pub fn model_index(&mut self, name: &str) -> u32 {
+        model_index(&mut self.models, name)
+    }
+
+    /// The model session `s`'s requests name, if any.
+    pub fn model_of(&self, s: SessionId) -> Option<&str> {
+        self.models
+            .get(self.sessions[s.index()].model as usize)
+            .map(String::as_str)
+    }
+
     /// Total planned requests.
     pub fn total_requests(&self) -> usize {
         self.sessions.iter().map(|s| s.turns.len()).sum()
@@ -346,7 +367,9 @@ pub fn generate(
     context_limit_tokens: Option<u32>,
 ) -> Result<Workload, WorkloadError> {
     let mut sessions = Vec::new();
+    let mut models = Vec::new();
     for (gi, g) in groups.iter().enumerate() {
+        let model = g.model.as_deref().map_or(NO_MODEL, |m| model_index(&mut models, m));
         let opens = open_times(g, &mut stream(seed, &format!("workload/{}/arrival", g.name), 0))
             .map_err(|message| WorkloadError { group: gi, message })?;
         let shared = (g.system_prompt_tokens > 0)
@@ -384,6 +407,7 @@ pub fn generate(
                 trace_first: NO_TRACE,
                 replay: None,
                 api: g.request_api,
+                model,
             });
         }
     }
@@ -398,7 +422,19 @@ pub fn generate(
         notes: Vec::new(),
         pacing: Default::default(),
         chains: ChainStore::default(),
+        models,
     })
+}
+
+/// Index of `name` in `models`, appended if new.
+fn model_index(models: &mut Vec<String>, name: &str) -> u32 {
+    match models.iter().position(|m| m == name) {
+        Some(i) => i as u32,
+        None => {
+            models.push(name.to_string());
+            (models.len() - 1) as u32
+        }
+    }
 }
 
 /// Most turns one session may have (a guard against absurd distributions).
@@ -529,6 +565,7 @@ mod tests {
             sends_session_key: true,
             max_context_tokens: None,
             request_api: RequestApi::Completions,
+            model: None,
         }
     }
 

@@ -71,6 +71,11 @@ pub struct GroupFile {
     pub count: Option<i64>,
     /// Explicit endpoint URLs, in discovery order (default `http://<name>-<i>:8000`).
     pub urls: Option<Vec<String>>,
+    /// Model names the group's backends serve (vLLM's `--served-model-name`, the router's
+    /// `--static-models` entries): a request naming a model (`model` of a workload group,
+    /// a trace's model column) goes only to backends serving it. Default: none named,
+    /// the backends serve every request.
+    pub serves: Option<Vec<String>>,
     /// `<model>/<gpu>/tp<N>` (see `sim profiles`): step time and model shape; or
     /// `file:PATH`, a profile `sim calibrate` wrote (relative to the scenario's folder):
     /// step time and the measured engine's flags and KV blocks; or `auto`: the physics
@@ -175,6 +180,7 @@ impl GroupFile {
             ("name", self.name.is_some()),
             ("count", self.count.is_some()),
             ("urls", self.urls.is_some()),
+            ("serves", self.serves.is_some()),
             ("slots", self.slots.is_some()),
         ]
         .into_iter()
@@ -278,10 +284,40 @@ pub(super) fn validate(raw: &toml::Value) -> Res<Fleet> {
                 (None, Some(f)) => format!("{}{}", profiles::file::FILE_PREFIX, f.profile.name),
                 (None, None) => String::new(),
             },
+            serves: served_names(g.serves.as_deref(), &at("serves"))?,
         };
         fleet.push_group(&name, named, urls, &model, &label);
     }
     Ok(fleet)
+}
+
+/// A group's `serves` at `path`: distinct model names, each non-empty and free of
+/// control characters (an empty list is refused: a group serving nothing is a mistake).
+fn served_names(list: Option<&[String]>, path: &str) -> Res<Vec<String>> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    if list.is_empty() {
+        return Err(FieldError::new(
+            path,
+            "lists no model; leave it out to serve every request",
+        ));
+    }
+    for (i, m) in list.iter().enumerate() {
+        if m.trim().is_empty() || m.chars().any(char::is_control) {
+            return Err(FieldError::new(
+                format!("{path}[{i}]"),
+                "a model name: non-empty, without control characters",
+            ));
+        }
+        if list[..i].contains(m) {
+            return Err(FieldError::new(
+                format!("{path}[{i}]"),
+                format!("{} is listed twice", crate::quote::quote(m)),
+            ));
+        }
+    }
+    Ok(list.to_vec())
 }
 
 /// `[backends]` split into its shared keys and one group's keys.

@@ -337,6 +337,10 @@ pub struct GroupFile {
     /// differently.
     #[schemars(with = "Option<String>")]
     pub request_api: Option<fleetsim_core::workload::RequestApi>,
+    /// The model its requests name (the request's `model` field): the router sends them
+    /// only to backends serving it (`serves` of a backend group). Default: none, any
+    /// backend serves them.
+    pub model: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

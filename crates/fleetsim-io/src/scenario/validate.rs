@@ -270,7 +270,19 @@ fn group(
         system_prompt: Some(g.system_prompt.clone().unwrap_or_else(|| g.name.clone())),
         sends_session_key: Some(g.sends_session_key),
         request_api: Some(g.request_api.unwrap_or_default()),
+        model: keep(request_model(g.model.as_deref(), &at("model")), e),
     })
+}
+
+/// A group's `model` at `path`: a model name as a request's `model` field carries it.
+fn request_model(m: Option<&str>, path: &str) -> Res<Option<String>> {
+    match m {
+        Some(m) if m.trim().is_empty() || m.chars().any(char::is_control) => Err(FieldError::new(
+            path,
+            "a model name: non-empty, without control characters",
+        )),
+        m => Ok(m.map(str::to_string)),
+    }
 }
 
 /// A group's name at `p`: non-empty and not taken by an earlier group.

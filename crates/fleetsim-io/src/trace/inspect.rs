@@ -59,7 +59,51 @@ pub struct Inspection {
     /// Session shape, for traces with session ids.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<super::agent_inspect::AgentStats>,
+    /// The model names the trace's calls carry, with how many calls each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<TraceModel>,
 }
+
+/// One model name of a trace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TraceModel {
+    /// As the trace writes it.
+    pub name: String,
+    /// Calls naming it.
+    pub calls: u64,
+    /// The model shape `profile = "auto"` prices it with (`sim profiles --models`), or
+    /// `None`: unmapped (give it a profile, or it runs only where a group `serves` it).
+    pub shape: Option<String>,
+}
+
+/// The model names of `trace`'s calls, most calls first (ties: name).
+fn trace_models(trace: &Trace) -> Vec<TraceModel> {
+    let Some(c) = trace.calls.as_ref() else {
+        return Vec::new();
+    };
+    let mut counts = vec![0u64; c.models.len()];
+    for &m in &c.model {
+        if let Some(n) = counts.get_mut(m as usize) {
+            *n += 1;
+        }
+    }
+    let mut out: Vec<TraceModel> = c
+        .models
+        .iter()
+        .zip(counts)
+        .map(|(name, calls)| TraceModel {
+            name: name.clone(),
+            calls,
+            shape: crate::profiles::models::resolve(name).map(|(m, _)| m.name.to_string()),
+        })
+        .collect();
+    out.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.name.cmp(&b.name)));
+    out
+}
+
+/// What a trace without block hashes cannot say about its prompts, and the key that
+/// models the part every call repeats.
+pub const LENGTHS_ONLY: &str = "lengths only: which prompt tokens calls share (a system prompt, tool definitions) is not recorded; replayed, every session's prompt is its own, so a router's prefix affinity has nothing to latch on. If every call repeats a part of known size, model it with shared_prefix_tokens = N (tokens) on the [[workload.traces]] table";
 
 /// Inspects a parsed trace; sessions as `sim run` would group them with `sessions = "auto"`.
 pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspection {
@@ -103,6 +147,7 @@ pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspect
         prefix,
         session_source: used.to_string(),
         sessions,
+        models: trace_models(trace),
         agent: (trace.has_sessions() || trace.calls.is_some())
             .then(|| super::agent_inspect::stats(trace, &grouping, block_tokens)),
     }
@@ -206,7 +251,21 @@ pub fn render(x: &Inspection) -> String {
                 format!("{} requests with an earlier one", p.rows_sharing_first_block),
             ));
         }
-        None => rows.push(("prefix blocks".into(), "none".into())),
+        None => {
+            rows.push(("prefix blocks".into(), "none".into()));
+            rows.push(("shared prompts".into(), LENGTHS_ONLY.into()));
+        }
+    }
+    for m in &x.models {
+        let how = match &m.shape {
+            Some(shape) => format!("profile = \"auto\" prices it as {shape} (set the group's gpu and serves)"),
+            None => "unmapped: no shipped shape; a group must serve it with its own profile, or its calls are refused"
+                .into(),
+        };
+        rows.push((
+            format!("model {}", crate::quote::quote(&m.name)),
+            format!("{} calls; {how}", m.calls),
+        ));
     }
     let s = &x.sessions;
     rows.push((

@@ -641,6 +641,10 @@ impl Replay<'_> {
             trace_first,
             replay: self.replay_plan(rows, &pacing),
             api: fleetsim_core::workload::RequestApi::Completions,
+            model: self
+                .calls
+                .and_then(|c| c.model_of(first as usize))
+                .map_or(fleetsim_core::workload::NO_MODEL, |m| w.model_index(m)),
         })
     }
 
