@@ -326,7 +326,10 @@ fn trace_inspect_names_models_and_what_lengths_cannot_say() {
         .assert()
         .success()
         .stdout(predicate::str::contains("lengths only").and(predicate::str::contains("shared_prefix_tokens")));
-    let dynamo = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/dynamo_pi_agent_request_trace.jsonl.gz");
+    let dynamo = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/traces/dynamo_pi_agent_request_trace.jsonl.gz"
+    );
     sim()
         .args(["trace", "inspect", dynamo])
         .assert()

@@ -453,7 +453,7 @@ mod tests {
         // backend-0 and backend-2 serve model 0, backend-1 serves model 1; model 2: nobody.
         r.set_models(vec![Some(vec![0]), Some(vec![1]), Some(vec![0])], 3);
         let content = Content::session_turn(None, 1, 8, 1);
-        let mut picks = |r: &mut Router, model: u32, n: usize| -> Vec<usize> {
+        let picks = |r: &mut Router, model: u32, n: usize| -> Vec<usize> {
             (0..n)
                 .map(|i| {
                     let id = RequestId::from_index(i);
