@@ -127,7 +127,8 @@ pub fn draw_marker<'a, DB: DrawingBackend + 'a>(
 
 /// A metric's name for people, with its unit once: `ttft_p99_s` -> `TTFT p99 (s)`,
 /// `idle_while_queued_s` -> `idle while queued (s)`, `prefix_cache_hit_rate` -> `prefix
-/// cache hit rate (fraction)`, `latched_sessions` -> `latched sessions (count)`.
+/// cache hit rate (fraction)`, `latched_sessions` -> `latched sessions (count)`,
+/// `gpu_seconds` -> `GPU seconds (GPU-s)`, `cost_usd` -> `cost (USD)`.
 pub fn human_metric(metric: &str) -> String {
     let (stem, unit) = crate::metrics::split_unit(metric);
     let unit = match unit {
@@ -135,8 +136,13 @@ pub fn human_metric(metric: &str) -> String {
         "_rps" => "requests/s",
         "_per_s" => "per s",
         _ if metric.ends_with("_rate") => "fraction",
+        // Money and capacity-time: a count would misread them.
+        _ if stem.split('_').any(|w| w == "usd") => "USD",
+        _ if stem.starts_with("gpu_seconds") => "GPU-s",
+        _ if stem.starts_with("replica_seconds") => "replica-s",
         _ => "count",
     };
+    let stem = stem.strip_suffix("_usd").unwrap_or(stem);
     format!("{} ({unit})", human_words(stem))
 }
 
@@ -145,7 +151,7 @@ fn human_words(stem: &str) -> String {
     stem.split('_')
         .filter(|w| !w.is_empty())
         .map(|w| match w {
-            "ttft" | "tpot" | "itl" | "kv" | "qps" | "cv" => w.to_uppercase(),
+            "ttft" | "tpot" | "itl" | "kv" | "qps" | "cv" | "gpu" | "usd" => w.to_uppercase(),
             _ => w.to_string(),
         })
         .collect::<Vec<_>>()
@@ -494,6 +500,11 @@ mod tests {
             "prefix cache hit rate (fraction)"
         );
         assert_eq!(metric_label("latched_sessions"), "latched sessions (count)");
+        assert_eq!(
+            metric_label("gpu_seconds_idle_while_queued"),
+            "GPU seconds idle while queued (GPU-s)"
+        );
+        assert_eq!(metric_label("cost_per_1k_requests_usd"), "cost per 1k requests (USD)");
         assert_eq!(
             axis_label("router.engine_stats_interval_s"),
             "engine stats interval (s)"
