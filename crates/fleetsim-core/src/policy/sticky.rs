@@ -1,7 +1,7 @@
 //! vllm-project/router 0.1.17 `--policy sticky_least_loaded`
 //! (`src/policies/sticky_least_loaded.rs`): a session is pinned, at its first request, to
 //! the worker with the fewest *active sessions* (not requests), ties to the largest
-//! [`fbi_hash`](super::furc::fbi_hash)`("{session}:{url}")`; later requests of the session go
+//! [`fbi_hash`]`("{session}:{url}")`; later requests of the session go
 //! there while it is listed. A session idle for `session_expiration_s` (7,200 s of wall time,
 //! `VLLM_ROUTER_SLL_SESSION_EXPIRATION_IN_S`) is dropped at the next sweep (at most one a
 //! minute, on a request). A request without a session key goes to the fewest-sessions
