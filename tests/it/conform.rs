@@ -60,6 +60,17 @@ fn json(p: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
 }
 
+/// Model seeds for the pairs below: a random policy's served run is one draw, judged against
+/// the spread of this many.
+const MODEL_SEEDS: usize = 20;
+
+/// Deterministic policies must agree by `sim conform`'s rule. A random policy's served run is
+/// one draw, which falls outside the model's range over n seeds about 2 times in n + 1 by
+/// chance alone, so its verdict is not asserted; instead each figure (idle while queued,
+/// each ranked share) must lie inside the model's two-sided 99.9 % prediction interval over
+/// the seeds (Student's t, n - 1 degrees of freedom): a correct model fails that about once
+/// in 1,000 per figure, a router that is not random per request (or a model that is off by
+/// a few standard deviations) fails it.
 #[test]
 fn real_routers_agree_with_their_models() {
     let found = routers();
@@ -73,14 +84,13 @@ fn real_routers_agree_with_their_models() {
     cmd.args([
         "conform",
         scen.to_str().unwrap(),
-        "--seeds",
-        "5",
         "--speed",
         "4",
         "--timeout",
         "120",
         "--quiet",
     ])
+    .args(["--seeds", &MODEL_SEEDS.to_string()])
     .args([
         "--policy",
         "round_robin",
@@ -107,11 +117,60 @@ fn real_routers_agree_with_their_models() {
         let what = format!("{} {} {}", p["router"], p["policy"], p["model_sets"]);
         assert_eq!(p["client_unfinished"], 0, "{what}: {p:#}");
         assert_eq!(p["served"]["finished"], p["served"]["planned"], "{what}");
-        assert_eq!(p["status"], "agrees", "{what}: {:#}", p["verdict"]);
+        if p["policy"] == "random" {
+            assert_plausible_draw(p, &what);
+        } else {
+            assert_eq!(p["status"], "agrees", "{what}: {:#}", p["verdict"]);
+        }
     }
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let all_agree = pairs.iter().all(|p| p["status"] == "agrees");
+    assert_eq!(
+        o.status.code(),
+        Some(if all_agree { 0 } else { 1 }),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let md = std::fs::read_to_string(out.join("conform.md")).unwrap();
     assert!(md.contains("| vllm-router 0.1.17 | `round_robin` |") || found.iter().all(|(n, _)| *n != "vllm-router"));
+}
+
+/// Each served figure of `pair` inside the model's 99.9 % prediction interval over its seeds.
+fn assert_plausible_draw(pair: &serde_json::Value, what: &str) {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    let runs = pair["model"]["runs"].as_array().unwrap();
+    let n = runs.len() as f64;
+    assert_eq!(runs.len(), MODEL_SEEDS, "{what}");
+    let t = StudentsT::new(0.0, 1.0, n - 1.0).unwrap().inverse_cdf(0.9995);
+    let check = |name: &str, served: f64, xs: Vec<f64>| {
+        let mean = xs.iter().sum::<f64>() / n;
+        let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let half = t * sd * (1.0 + 1.0 / n).sqrt();
+        assert!(
+            (served - mean).abs() <= half,
+            "{what}: served {name} {served:.4} outside the model's 99.9 % prediction interval {mean:.4} +- {half:.4} over {n} seeds"
+        );
+    };
+    let f = |v: &serde_json::Value| v["idle_while_queued_s"].as_f64().unwrap();
+    check("idle_while_queued_s", f(&pair["served"]), runs.iter().map(f).collect());
+    let shares = |v: &serde_json::Value| {
+        let mut r: Vec<f64> = v["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let total: f64 = r.iter().sum::<f64>().max(1.0);
+        r.sort_by(|a, b| b.total_cmp(a));
+        r.into_iter().map(|x| x / total).collect::<Vec<_>>()
+    };
+    let served = shares(&pair["served"]);
+    for (rank, s) in served.iter().enumerate() {
+        check(
+            &format!("share of rank {rank}"),
+            *s,
+            runs.iter().map(|r| shares(r)[rank]).collect(),
+        );
+    }
 }
 
 /// vllm-router's URL-hashing policies: `consistent_hash` puts every request where the
