@@ -709,11 +709,15 @@ impl Fleet {
         r.t_done = Some(at);
         r.preemptions = preemptions;
         let e2e = (at - r.t_router).as_secs_f64();
-        let _ = l.tx.send(Ev::Done { at });
         self.nodes[l.backend].outstanding -= 1;
-        let mut m = self.lock(b);
-        m.e2e.observe(e2e);
-        m.success[if l.reason == Reason::Stop { 0 } else { 1 }] += 1;
+        {
+            let mut m = self.lock(b);
+            m.e2e.observe(e2e);
+            m.success[if l.reason == Reason::Stop { 0 } else { 1 }] += 1;
+        }
+        // Counted before the handler answers: a client that has its response and then
+        // reads `/metrics` finds its request there.
+        let _ = l.tx.send(Ev::Done { at });
     }
 
     /// Aborts `id` at backend `b`'s current time (its handler vanished). Counted as an
