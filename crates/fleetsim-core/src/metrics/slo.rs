@@ -39,9 +39,7 @@ impl SloTargets {
         let ttft_ok = self.ttft.is_none_or(|t| first - r.t_router <= t);
         let e2e_ok = self.e2e.is_none_or(|t| done - r.t_router <= t);
         let tpot_ok = match self.tpot_s {
-            Some(t) if r.output_tokens >= 2 => {
-                ns_to_secs((done - first).0) / f64::from(r.output_tokens - 1) <= t
-            }
+            Some(t) if r.output_tokens >= 2 => ns_to_secs((done - first).0) / f64::from(r.output_tokens - 1) <= t,
             _ => true,
         };
         ttft_ok && tpot_ok && e2e_ok
@@ -382,7 +380,11 @@ mod tests {
             source: "stated".into(),
         };
         // 2 x H100 TP1 at 3.6 $/h for an hour, 1 x A100 TP2 at 1.8 $/h for half an hour.
-        let c = FleetCost::of(&[p(1, 3.6, "h100"), p(1, 3.6, "h100"), p(2, 1.8, "a100")], &[3600.0, 3600.0, 1800.0], 500);
+        let c = FleetCost::of(
+            &[p(1, 3.6, "h100"), p(1, 3.6, "h100"), p(2, 1.8, "a100")],
+            &[3600.0, 3600.0, 1800.0],
+            500,
+        );
         assert_eq!(c.gpus, 4);
         assert_eq!(c.fleet_usd_per_hour, 10.8);
         assert_eq!(c.gpu_seconds, 10800.0);

@@ -50,7 +50,10 @@ fn targets(ttft: Option<f64>, tpot: Option<f64>, e2e: Option<f64>, p: &str) -> R
     let d = |v: Option<f64>, k: &str| v.map(|v| secs(v, &format!("{p}.{k}"), false)).transpose();
     let tpot_s = match tpot {
         Some(t) if !(t.is_finite() && t > 0.0) => {
-            return Err(FieldError::new(format!("{p}.tpot_s"), format!("must be a number > 0, got {t}")));
+            return Err(FieldError::new(
+                format!("{p}.tpot_s"),
+                format!("must be a number > 0, got {t}"),
+            ));
         }
         t => t,
     };
@@ -78,7 +81,10 @@ pub(super) fn validate(s: &SloFile, group_names: &[String]) -> Res<SloConfig> {
         let Some(i) = group_names.iter().position(|n| n == name) else {
             return Err(FieldError::new(
                 p,
-                format!("no session group is named `{name}` (groups: {})", group_names.join(", ")),
+                format!(
+                    "no session group is named `{name}` (groups: {})",
+                    group_names.join(", ")
+                ),
             ));
         };
         let t = targets(g.ttft_s, g.tpot_s, g.e2e_s, &p)?;
@@ -92,13 +98,14 @@ pub(super) fn validate(s: &SloFile, group_names: &[String]) -> Res<SloConfig> {
         .iter()
         .position(|t| t.ttft.is_none() && t.tpot_s.is_none() && t.e2e.is_none())
     {
-        let at = if s.groups.is_empty() { "slo".to_string() } else { format!("slo.groups.{}", group_names[i]) };
+        let at = if s.groups.is_empty() {
+            "slo".to_string()
+        } else {
+            format!("slo.groups.{}", group_names[i])
+        };
         return Err(FieldError::new(
             at,
-            format!(
-                "group `{}` has no target; set ttft_s, tpot_s or e2e_s",
-                group_names[i]
-            ),
+            format!("group `{}` has no target; set ttft_s, tpot_s or e2e_s", group_names[i]),
         ));
     }
     Ok(SloConfig {
@@ -113,7 +120,10 @@ pub(super) fn validate(s: &SloFile, group_names: &[String]) -> Res<SloConfig> {
 pub(super) fn prices(price: &BTreeMap<String, f64>, labels: &[Label]) -> Res<Vec<BackendPrice>> {
     for (gpu, p) in price {
         if !(p.is_finite() && *p >= 0.0) {
-            return Err(FieldError::new(format!("price.{gpu}"), format!("must be a number >= 0, got {p}")));
+            return Err(FieldError::new(
+                format!("price.{gpu}"),
+                format!("must be a number >= 0, got {p}"),
+            ));
         }
     }
     labels
@@ -121,7 +131,9 @@ pub(super) fn prices(price: &BTreeMap<String, f64>, labels: &[Label]) -> Res<Vec
         .map(|l| {
             let prof = crate::profiles::find(&l.profile).ok();
             let gpus = prof.as_ref().map_or(1, |p| p.tp);
-            let gpu = prof.as_ref().map_or_else(|| "h100".to_string(), |p| p.gpu.name.to_string());
+            let gpu = prof
+                .as_ref()
+                .map_or_else(|| "h100".to_string(), |p| p.gpu.name.to_string());
             backend_price(price, gpu, gpus)
         })
         .collect()
@@ -147,7 +159,10 @@ fn backend_price(price: &BTreeMap<String, f64>, gpu: String, gpus: u32) -> Res<B
             let known: Vec<&str> = GPU_PRICES.iter().map(|(g, _, _)| *g).collect();
             Err(FieldError::new(
                 format!("price.{gpu}"),
-                format!("no stated price for GPU `{gpu}` (known: {}); give one in [price]", known.join(", ")),
+                format!(
+                    "no stated price for GPU `{gpu}` (known: {}); give one in [price]",
+                    known.join(", ")
+                ),
             ))
         }
     }

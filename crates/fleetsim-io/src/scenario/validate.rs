@@ -158,9 +158,10 @@ fn capacity(
         .collect();
     let slo = f.slo.as_ref().and_then(|s| keep(super::slo::validate(s, &names), e));
     let prices = match fleet {
-        Some(b) if f.slo.is_some() || f.price.is_some() => {
-            keep(super::slo::prices(f.price.as_ref().unwrap_or(&Default::default()), &b.labels), e)
-        }
+        Some(b) if f.slo.is_some() || f.price.is_some() => keep(
+            super::slo::prices(f.price.as_ref().unwrap_or(&Default::default()), &b.labels),
+            e,
+        ),
         _ => None,
     };
     (slo, prices)
