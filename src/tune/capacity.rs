@@ -93,11 +93,18 @@ pub fn fleets(a: &CapacityArgs, base: &Scenario) -> Result<Vec<Fleet>> {
                 sets.push(("backends.count".to_string(), n.to_string()));
             }
             if let Some(p) = p {
-                sets.push(("backends.profile".to_string(), toml::Value::String(p.to_string()).to_string()));
+                sets.push((
+                    "backends.profile".to_string(),
+                    toml::Value::String(p.to_string()).to_string(),
+                ));
             }
             let prof = p.map_or(own_p.as_str(), |p| p);
             let size = n.map_or(own_n, |n| n as usize);
-            let label = if prof.is_empty() { format!("{size} backends") } else { format!("{size} x {prof}") };
+            let label = if prof.is_empty() {
+                format!("{size} backends")
+            } else {
+                format!("{size} x {prof}")
+            };
             out.push(Fleet { label, sets });
         }
     }
@@ -159,10 +166,14 @@ pub fn run(
     quiet: bool,
 ) -> Result<()> {
     let Some(slo) = base.sim.slo.as_ref() else {
-        bail!("--sizes/--profiles: the scenario has no [slo]; give the targets the fleet must meet (e.g. --set slo.ttft_s=2)");
+        bail!(
+            "--sizes/--profiles: the scenario has no [slo]; give the targets the fleet must meet (e.g. --set slo.ttft_s=2)"
+        );
     };
     if base.sim.autoscaler.is_some() {
-        bail!("--sizes/--profiles: the scenario has an [autoscaler], which sizes the fleet itself; search fixed fleets without it");
+        bail!(
+            "--sizes/--profiles: the scenario has an [autoscaler], which sizes the fleet itself; search fixed fleets without it"
+        );
     }
     let fleets = fleets(a, base)?;
     let seeds: Vec<u64> = (0..a.capacity_seeds).map(|i| src.first_seed() + i).collect();
@@ -195,11 +206,7 @@ pub fn run(
     if !quiet {
         fleetsim_io::out!("{text}")?;
         fleetsim_io::outln!("\nwrote {}/{{capacity.md,capacity.json}}", dir.display())?;
-        eprintln!(
-            "{} runs in {:.2} s on {jobs} threads",
-            f.rows.len(),
-            wall.as_secs_f64()
-        );
+        eprintln!("{} runs in {:.2} s on {jobs} threads", f.rows.len(), wall.as_secs_f64());
     }
     Ok(())
 }
@@ -244,7 +251,12 @@ fn plan(fleets: &[Fleet], cands: &[Candidate], seeds: &[u64]) -> Plan {
 }
 
 /// Each (fleet, router) cell from the runs (points are fleet-major).
-fn cells(fleets: &[Fleet], cands: &[Candidate], rows: &[crate::sweep::table::RunRow], target: f64) -> Result<Vec<Cell>> {
+fn cells(
+    fleets: &[Fleet],
+    cands: &[Candidate],
+    rows: &[crate::sweep::table::RunRow],
+    target: f64,
+) -> Result<Vec<Cell>> {
     let get = |m: &serde_json::Map<String, serde_json::Value>, k: &str| -> Result<f64> {
         m.get(k)
             .and_then(serde_json::Value::as_f64)
@@ -342,7 +354,10 @@ pub fn render(a: &Answer) -> String {
             );
         }
         None => {
-            let _ = writeln!(o, "No fleet searched meets the SLO behind any router: search larger fleets.");
+            let _ = writeln!(
+                o,
+                "No fleet searched meets the SLO behind any router: search larger fleets."
+            );
         }
     }
     let _ = writeln!(o, "{}", routing_cost(a));
@@ -383,7 +398,7 @@ fn routing_cost(a: &Answer) -> String {
         Some(i) => {
             let c = &a.cells[*i];
             format!(
-                "The scenario's own router (`{own}`) needs {} ({} GPUs, ${:.2}/h) to meet it: {} GPUs and ${:.2}/h more than {} behind `{}`.\n",
+                "The scenario's own router (`{own}`) needs {} ({} GPUs, ${:.2}/h) to meet it: {} GPU(s) and ${:.2}/h more than {} behind `{}`.\n",
                 c.fleet,
                 c.gpus,
                 c.fleet_usd_per_hour,
@@ -440,10 +455,22 @@ mod tests {
         ];
         let a = choose("s", 0.99, vec![1, 2], cells, &[cand("qps"), cand("fix")]);
         assert_eq!(a.winner, Some(1));
-        assert_eq!(a.cheapest_per_router, vec![("qps".into(), Some(4)), ("fix".into(), Some(1))]);
+        assert_eq!(
+            a.cheapest_per_router,
+            vec![("qps".into(), Some(4)), ("fix".into(), Some(1))]
+        );
         let text = render(&a);
-        assert!(text.contains("needs 4 (4 GPUs, $15.12/h) to meet it: 2 GPUs and $7.56/h more than 2 behind `fix`"), "{text}");
-        let none = choose("s", 0.99, vec![1], vec![cell("2", "qps", 2, 7.56, 0.5, false)], &[cand("qps")]);
+        assert!(
+            text.contains("needs 4 (4 GPUs, $15.12/h) to meet it: 2 GPU(s) and $7.56/h more than 2 behind `fix`"),
+            "{text}"
+        );
+        let none = choose(
+            "s",
+            0.99,
+            vec![1],
+            vec![cell("2", "qps", 2, 7.56, 0.5, false)],
+            &[cand("qps")],
+        );
         assert_eq!(none.winner, None);
         assert!(render(&none).contains("No fleet searched meets"));
     }

@@ -134,7 +134,10 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if a.capacity.active() {
-        let dir = a.out.clone().unwrap_or_else(|| PathBuf::from("out").join("tune").join(&base.sim.name));
+        let dir = a
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("out").join("tune").join(&base.sim.name));
         let jobs = crate::run::jobs_flag(a.jobs)?;
         super::capacity::run(&a.capacity, &src, &base, &sets, &cands, jobs, &dir, a.quiet)?;
         return Ok(ExitCode::SUCCESS);
