@@ -23,7 +23,7 @@ use crate::sweep::spec::{Axis, Level, Plan, PlotFile};
 
 /// The fleet axes of `sim tune` (any of them turns the search into a capacity search).
 // The field docs are `--help` text (plain, with <placeholders>), not Markdown.
-#[allow(rustdoc::invalid_html_tags)]
+#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(Args, Debug, Default)]
 pub struct CapacityArgs {
     /// Fleet sizes (backends.count) to search, e.g. 2,3,4,5: with this flag `sim tune`
