@@ -65,7 +65,61 @@ pub fn render(s: &Summary, perf: Option<&Perf>) -> String {
     if let Some(a) = &s.autoscale {
         autoscale_lines(&mut o, a);
     }
+    capacity_lines(&mut o, s);
     o
+}
+
+/// `TTFT <= 2 s, TPOT <= 0.05 s`: the targets set.
+fn targets_text(ttft: Option<f64>, tpot: Option<f64>, e2e: Option<f64>) -> String {
+    [("TTFT", ttft), ("TPOT", tpot), ("e2e", e2e)]
+        .iter()
+        .filter_map(|(n, v)| v.map(|x| format!("{n} <= {x} s")))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// With `[slo]`: the share of requests and sessions that met their targets and goodput,
+/// per session group when there are several; with `[slo]` or `[price]` on a fixed fleet,
+/// what it costs.
+fn capacity_lines(o: &mut String, s: &Summary) {
+    if let Some(slo) = &s.slo {
+        let _ = writeln!(
+            o,
+            "slo                 {} (target {:.1}%): {:.1}% of requests met {}; {} of {} sessions throughout; goodput {:.3} req/s",
+            if slo.slo_met { "met" } else { "missed" },
+            slo.slo_attainment_target * 100.0,
+            slo.slo_attainment * 100.0,
+            targets_text(slo.slo_ttft_s, slo.slo_tpot_s, slo.slo_e2e_s),
+            slo.slo_sessions_met,
+            slo.slo_sessions,
+            slo.goodput_rps
+        );
+        for g in &slo.slo_groups {
+            let _ = writeln!(
+                o,
+                "  group {:<11} {:.1}% of {} requests met {}; {} of {} sessions; goodput {:.3} req/s",
+                crate::quote::escape(&g.name),
+                g.attainment * 100.0,
+                g.requests,
+                targets_text(g.ttft_s, g.tpot_s, g.e2e_s),
+                g.sessions_met,
+                g.sessions,
+                g.goodput_rps
+            );
+        }
+    }
+    if let Some(c) = &s.fleet_cost {
+        let _ = writeln!(
+            o,
+            "fleet cost          {} GPUs at ${:.2}/h: {:.1} GPU-s, ${:.4}, ${:.4} per 1,000 requests ({})",
+            c.gpus,
+            c.fleet_usd_per_hour,
+            c.gpu_seconds,
+            c.cost_usd,
+            c.cost_per_1k_requests_usd,
+            crate::quote::escape(&c.price_source)
+        );
+    }
 }
 
 /// One row per backend: its share, sessions, queues, busy and idle time, cache hits (and,

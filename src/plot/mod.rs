@@ -135,7 +135,7 @@ pub fn human_metric(metric: &str) -> String {
         "_s" => "s",
         "_rps" => "requests/s",
         "_per_s" => "per s",
-        _ if metric.ends_with("_rate") => "fraction",
+        _ if metric.ends_with("_rate") || metric.ends_with("attainment") => "fraction",
         // Money and capacity-time: a count would misread them.
         _ if stem.split('_').any(|w| w == "usd") => "USD",
         _ if stem.starts_with("gpu_seconds") => "GPU-s",
@@ -151,7 +151,7 @@ fn human_words(stem: &str) -> String {
     stem.split('_')
         .filter(|w| !w.is_empty())
         .map(|w| match w {
-            "ttft" | "tpot" | "itl" | "kv" | "qps" | "cv" | "gpu" | "usd" => w.to_uppercase(),
+            "ttft" | "tpot" | "itl" | "kv" | "qps" | "cv" | "gpu" | "usd" | "slo" => w.to_uppercase(),
             _ => w.to_string(),
         })
         .collect::<Vec<_>>()
@@ -505,6 +505,7 @@ mod tests {
             "GPU seconds idle while queued (GPU-s)"
         );
         assert_eq!(metric_label("cost_per_1k_requests_usd"), "cost per 1k requests (USD)");
+        assert_eq!(metric_label("slo_attainment"), "SLO attainment (fraction)");
         assert_eq!(
             axis_label("router.engine_stats_interval_s"),
             "engine stats interval (s)"

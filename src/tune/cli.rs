@@ -95,6 +95,9 @@ pub struct TuneArgs {
     no_plots: bool,
     #[command(flatten)]
     plot: crate::plot::PlotArgs,
+    /// The fleet axes of a capacity search.
+    #[command(flatten)]
+    capacity: super::capacity::CapacityArgs,
     /// No progress bars, no report on stdout (files are still written).
     #[arg(long, short)]
     quiet: bool,
@@ -128,6 +131,15 @@ fn tune(a: TuneArgs) -> Result<ExitCode> {
     let (cands, dropped) = candidates(&a, &src)?;
     if a.list {
         list(&cands, &dropped)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.capacity.active() {
+        let dir = a
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("out").join("tune").join(&base.sim.name));
+        let jobs = crate::run::jobs_flag(a.jobs)?;
+        super::capacity::run(&a.capacity, &src, &base, &sets, &cands, jobs, &dir, a.quiet)?;
         return Ok(ExitCode::SUCCESS);
     }
     let (mut search, pareto) = new_search(&a, &objective, cands.len(), src.first_seed())?;

@@ -6,7 +6,9 @@
 //! * [`halving`]: successive halving over seeds with paired comparisons (pure bookkeeping);
 //! * [`report`]: the ranked table, why the winner wins, the TOML snippet, the files;
 //! * [`flags`]: the winner as production-stack router flags;
-//! * [`upstream`]: which configurations upstream routers ship, with their flags.
+//! * [`upstream`]: which configurations upstream routers ship, with their flags;
+//! * [`capacity`]: with `--sizes` / `--profiles`, the cheapest fleet and router meeting the
+//!   scenario's `[slo]`.
 //!
 //! Each round of the search is a sweep (one `candidate` axis, the round's new seeds) run by
 //! the sweep machinery, so it is parallel, byte-identical for any `--jobs`, and shardable:
@@ -19,6 +21,7 @@
 //! simulation internals (candidates run through the sweep machinery). Invariant: every
 //! candidate of a round runs on the same seeds (common random numbers).
 
+pub mod capacity;
 pub mod cli;
 pub mod flags;
 pub mod gpu;

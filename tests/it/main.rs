@@ -21,6 +21,7 @@ mod autoscale;
 mod batch;
 mod burst8;
 mod calibrate;
+mod capacity;
 mod causes;
 mod check;
 mod cli;

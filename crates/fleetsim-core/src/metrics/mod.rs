@@ -22,7 +22,8 @@
 //!   in transit included), and all of whose turns then stayed on that backend.
 //!
 //! Owns: ground-truth records, the fleet tracker, the decision audit and the summary
-//! (`records.rs`, `fleet.rs`, `audit.rs`, `summary.rs`, `names.rs`). May not see: the
+//! (`records.rs`, `fleet.rs`, `audit.rs`, `summary.rs`, `names.rs`), SLO attainment and the
+//! fleet's cost (`slo.rs`). May not see: the
 //! router or the policies (it names a decision by [`crate::decision::Branch`] and a view by
 //! [`crate::view::ViewEntry`]). Invariant: measured on the live backend state, never on what
 //! the router believed; integrals are over integer time.
@@ -32,6 +33,7 @@ pub mod fidelity;
 mod fleet;
 mod names;
 mod records;
+mod slo;
 mod summary;
 
 pub use audit::{
@@ -43,6 +45,7 @@ pub use names::{
     stat_name,
 };
 pub use records::{RecordWindow, RequestRec, TsRow};
+pub use slo::{BackendPrice, FleetCost, SloConfig, SloGroup, SloStats, SloSummary, SloTargets};
 pub use summary::{
     BackendSummary, EngineCounters, Percentiles, RequestCounts, RequestStats, Summary, SummaryInputs, percentiles,
     percentiles_ns, round6, summarize, summarize_stats, weighted_percentiles,

@@ -139,6 +139,15 @@ pub fn known_metric(name: &str) -> bool {
         // The autoscaler's keys are metrics of the runs that have one.
         s.autoscale = Some(Default::default());
         s.backends[0].cost = Some(Default::default());
+        // So are the SLO's (with `[slo]`) and a fixed fleet's cost (`[slo]` or `[price]`).
+        s.slo = Some(super::SloSummary {
+            slo_ttft_s: Some(0.0),
+            slo_tpot_s: Some(0.0),
+            slo_e2e_s: Some(0.0),
+            slo_groups: vec![Default::default()],
+            ..Default::default()
+        });
+        s.fleet_cost = Some(Default::default());
         s.decisions_by_branch = Branch::ALL.iter().map(|b| (b.as_str().to_string(), 0)).collect();
         flatten(&s).keys().cloned().collect()
     });

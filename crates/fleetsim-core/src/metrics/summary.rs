@@ -274,6 +274,12 @@ pub struct Summary {
     /// The autoscaler: replica-seconds, scale events, cost (`[autoscaler]` only).
     #[serde(flatten)]
     pub autoscale: Option<crate::autoscale::AutoscaleSummary>,
+    /// SLO attainment and goodput (`[slo]` only).
+    #[serde(flatten)]
+    pub slo: Option<super::SloSummary>,
+    /// A fixed fleet's GPUs, price and cost (`[slo]` or `[price]`, no `[autoscaler]`).
+    #[serde(flatten)]
+    pub fleet_cost: Option<super::FleetCost>,
 }
 
 /// Engine-side counters needed by the summary, per backend.
@@ -479,6 +485,8 @@ pub fn summarize_stats(
         unserved_models: inp.unserved_models.clone(),
         replay: None,
         autoscale: None,
+        slo: None,
+        fleet_cost: None,
     }
 }
 

@@ -105,6 +105,11 @@ pub struct SimConfig {
     /// An autoscaler over the fleet (`[autoscaler]`): backends past its initial replicas
     /// start absent, a pool it creates pods in.
     pub autoscaler: Option<crate::autoscale::AutoscalerConfig>,
+    /// Latency targets per session group (`[slo]`): attainment and goodput in the summary.
+    pub slo: Option<crate::metrics::SloConfig>,
+    /// Each backend's GPUs and price (`[slo]` or `[price]`): a fixed fleet's cost in the
+    /// summary.
+    pub prices: Option<Vec<crate::metrics::BackendPrice>>,
 }
 
 impl SimConfig {
@@ -797,7 +802,12 @@ impl<'w> Simulation<'w> {
             streams: Streams::new(cfg.seed),
             decisions: DecisionLog::new(n, cfg.router.request_stats_window.as_secs_f64()),
             sink: None,
-            outflow: recording::Outflow::new(n),
+            outflow: recording::Outflow::new(
+                n,
+                cfg.slo
+                    .as_ref()
+                    .map(|c| crate::metrics::SloStats::new(workload.sessions.len(), c.targets.len())),
+            ),
             sessions: vec![SessionState::default(); workload.sessions.len()],
             log: RequestLog::with_capacity(workload.total_requests()),
             step_events: StepEvents::default(),

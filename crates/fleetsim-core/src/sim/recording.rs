@@ -6,7 +6,9 @@ use super::{RunResult, Simulation, engine_counters};
 use crate::fleet::Membership;
 use crate::ids::{BackendId, RequestId};
 use crate::metrics::fidelity::ReplayStats;
-use crate::metrics::{EngineCounters, RequestRec, RequestStats, SummaryInputs, TsRow, summarize_stats};
+use crate::metrics::{
+    EngineCounters, FleetCost, RequestRec, RequestStats, SloStats, Summary, SummaryInputs, TsRow, summarize_stats,
+};
 use crate::time::SimTime;
 
 /// Records on their way out of a run, and what the summary keeps of them.
@@ -21,11 +23,15 @@ pub(super) struct Outflow {
     /// The summary's and the replay block's share of every record that has left.
     stats: RequestStats,
     replay: ReplayStats,
+    /// The SLO's share (`[slo]` only).
+    slo: Option<SloStats>,
 }
 
 impl Outflow {
-    pub(super) fn new(n_backends: usize) -> Outflow {
+    /// For `n_backends`; with `slo` when the scenario sets one.
+    pub(super) fn new(n_backends: usize, slo: Option<SloStats>) -> Outflow {
         Outflow {
+            slo,
             requests: false,
             series: false,
             batch: Vec::new(),
@@ -64,6 +70,9 @@ impl Simulation<'_> {
         for r in &out.batch[before..] {
             out.stats.add(r);
             out.replay.add(self.workload, r);
+            if let (Some(st), Some(c)) = (out.slo.as_mut(), self.cfg.slo.as_ref()) {
+                st.add(c, self.workload.sessions[r.session.index()].group as usize, r);
+            }
         }
         let Some(sink) = self.sink.as_deref_mut() else {
             return;
@@ -216,6 +225,7 @@ impl Simulation<'_> {
             }
             summary.autoscale = Some(a);
         }
+        self.capacity_summary(&mut summary);
         RunResult {
             summary,
             series,
@@ -232,6 +242,23 @@ impl Simulation<'_> {
                     .iter()
                     .map(|e| e.coalesced_steps())
                     .sum::<u64>(),
+        }
+    }
+
+    /// The SLO block (`[slo]`) and a fixed fleet's cost (`[slo]` or `[price]` without an
+    /// autoscaler, which prices its own pods).
+    fn capacity_summary(&mut self, summary: &mut Summary) {
+        if let (Some(st), Some(c)) = (self.outflow.slo.take(), self.cfg.slo.as_ref()) {
+            let groups: Vec<usize> = self.workload.sessions.iter().map(|s| s.group as usize).collect();
+            summary.slo = Some(st.finish(c, summary.sim_time_s, |i| groups[i]));
+        }
+        if let (Some(prices), None) = (self.cfg.prices.as_ref(), summary.autoscale.as_ref()) {
+            let in_service: Vec<f64> = summary
+                .backends
+                .iter()
+                .map(|b| (summary.sim_time_s - b.out_of_service_s).max(0.0))
+                .collect();
+            summary.fleet_cost = Some(FleetCost::of(prices, &in_service, summary.requests.finished));
         }
     }
 
@@ -288,6 +315,9 @@ impl Simulation<'_> {
             for r in &kept {
                 self.outflow.stats.add(r);
                 self.outflow.replay.add(self.workload, r);
+                if let (Some(st), Some(c)) = (self.outflow.slo.as_mut(), self.cfg.slo.as_ref()) {
+                    st.add(c, self.workload.sessions[r.session.index()].group as usize, r);
+                }
             }
             kept
         };

@@ -28,6 +28,7 @@ mod locate;
 mod overrides;
 mod router;
 mod schema;
+mod slo;
 mod source;
 pub mod suggest;
 mod traces;
@@ -44,6 +45,7 @@ pub use schema::{
     ClientFile, FaultFile, FleetEventFile, GroupFile, InferFile, LimitsFile, NetworkFile, RouterEventFile, RouterFile,
     ScenarioFile, SynthFile, TraceFile, WorkloadFile,
 };
+pub use slo::{DEFAULT_ATTAINMENT, SloFile, SloTargetsFile};
 pub use source::{MAX_SCENARIO_BYTES, Source, TOOL_TABLES, load, load_str};
 pub use traces::resolve_trace_files;
 pub use validate::validate;

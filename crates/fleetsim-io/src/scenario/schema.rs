@@ -51,6 +51,11 @@ pub struct ScenarioFile {
     pub client: ClientFile,
     /// An HPA or a KEDA ScaledObject over the fleet (`[autoscaler]`).
     pub autoscaler: Option<super::autoscaler::AutoscalerFile>,
+    /// Latency targets (`[slo]`): attainment and goodput in the summary.
+    pub slo: Option<super::slo::SloFile>,
+    /// Dollars per GPU-hour by GPU (`[price]`, e.g. `h100 = 2.99`), over the stated list
+    /// prices.
+    pub price: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 /// `[[fleet_events]]`: a membership change of one backend.

@@ -89,6 +89,8 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
         labels: fleet.as_ref().map(|b| b.labels.clone()),
         gauge_lag: fleet.as_ref().map(|b| b.gauge_lag),
         autoscaler,
+        slo: Some(None),
+        prices: Some(None),
     });
     if f.workload.groups.is_empty() && f.workload.traces.is_empty() {
         e.push(FieldError::new(
@@ -113,9 +115,11 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
         crate::preflight::Budget::new(limits.max_memory_gib).map_err(|m| FieldError::new("limits.max_memory_gib", m)),
         e,
     );
-    let (Some(sim), Some(budget), Some(fleet)) = (sim, budget, fleet) else {
+    let (slo, prices) = capacity(&f, &groups, &traces, fleet.as_ref(), e);
+    let (Some(mut sim), Some(budget), Some(fleet)) = (sim, budget, fleet) else {
         return Err(errs);
     };
+    (sim.slo, sim.prices) = (slo, prices);
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -133,6 +137,34 @@ pub fn validate_all(f: ScenarioFile, stem: &str) -> Result<Scenario, Vec<FieldEr
         budget,
         estimate_bytes: fixed,
     })
+}
+
+/// `[slo]` over the session groups (session groups, then traces, as the workload numbers
+/// them) and, with `[slo]` or `[price]`, each backend's price.
+fn capacity(
+    f: &ScenarioFile,
+    groups: &[GroupConfig],
+    traces: &[TraceGroupConfig],
+    fleet: Option<&backends::Fleet>,
+    e: &mut Vec<FieldError>,
+) -> (
+    Option<fleetsim_core::metrics::SloConfig>,
+    Option<Vec<fleetsim_core::metrics::BackendPrice>>,
+) {
+    let names: Vec<String> = groups
+        .iter()
+        .map(|g| g.name.clone())
+        .chain(traces.iter().map(|t| t.name.clone()))
+        .collect();
+    let slo = f.slo.as_ref().and_then(|s| keep(super::slo::validate(s, &names), e));
+    let prices = match fleet {
+        Some(b) if f.slo.is_some() || f.price.is_some() => keep(
+            super::slo::prices(f.price.as_ref().unwrap_or(&Default::default()), &b.labels),
+            e,
+        ),
+        _ => None,
+    };
+    (slo, prices)
 }
 
 /// The scenario's name (the file stem when it has none): it names the results folder.
