@@ -131,7 +131,13 @@ pub fn check(scenario: &Scenario, planned_requests: usize, own: &Summary, jobs: 
 pub fn compare(seed: u64, own: &Summary, others: &[(u64, Summary)], failed: &[u64], wall_s: f64) -> SeedCheck {
     let mut lines = vec![format!(
         "seed check          seed {seed} against seeds {} ({} more runs, {wall_s:.2} s wall; --no-seed-check skips)",
-        list(&others.iter().map(|(s, _)| *s).chain(failed.iter().copied()).collect::<Vec<_>>()),
+        list(
+            &others
+                .iter()
+                .map(|(s, _)| *s)
+                .chain(failed.iter().copied())
+                .collect::<Vec<_>>()
+        ),
         others.len() + failed.len(),
     )];
     if !failed.is_empty() {
@@ -174,7 +180,13 @@ fn figures(h: &Headline, seed: u64, here: f64, theirs: &[(u64, f64)]) -> String 
     };
     let mut o = format!("{here:.d$}{} at seed {seed}; ", h.unit);
     let values: Vec<String> = theirs.iter().map(|(_, v)| format!("{v:.d$}")).collect();
-    let _ = write!(o, "{}{} at seeds {}: {stands}", values.join(" / "), h.unit, list(&theirs.iter().map(|(s, _)| *s).collect::<Vec<_>>()));
+    let _ = write!(
+        o,
+        "{}{} at seeds {}: {stands}",
+        values.join(" / "),
+        h.unit,
+        list(&theirs.iter().map(|(s, _)| *s).collect::<Vec<_>>())
+    );
     o
 }
 
@@ -193,7 +205,11 @@ fn sensitive(h: &Headline, seed: u64, here: f64, theirs: &[(u64, f64)]) -> Optio
         .map(|(s, _)| *s)
         .collect();
     let all: Vec<u64> = std::iter::once(seed).chain(theirs.iter().map(|(s, _)| *s)).collect();
-    let (word, verb) = if far.len() == 1 { ("seed", "is") } else { ("seeds", "are") };
+    let (word, verb) = if far.len() == 1 {
+        ("seed", "is")
+    } else {
+        ("seeds", "are")
+    };
     let line = format!(
         "warning: seed-sensitive: {} spans {lo:.d$}-{hi:.d$}{unit} over seeds {} ({here:.d$}{unit} at seed {seed}; {word} {} {verb} on the other side)",
         h.name,
@@ -240,8 +256,9 @@ mod tests {
     #[test]
     fn a_bimodal_scenario_is_flagged_and_names_the_other_seeds() {
         let own = summary(0.4, 0.8, 2.0);
-        let others: Vec<(u64, Summary)> =
-            [(2, 0.5), (3, 385.0), (4, 404.0), (5, 0.3)].map(|(s, v)| (s, summary(v, 0.8, 2.0))).to_vec();
+        let others: Vec<(u64, Summary)> = [(2, 0.5), (3, 385.0), (4, 404.0), (5, 0.3)]
+            .map(|(s, v)| (s, summary(v, 0.8, 2.0)))
+            .to_vec();
         let c = compare(1, &own, &others, &[], 0.01);
         assert!(c.sensitive);
         let w = &c.lines[c.lines.len() - 2];
@@ -249,17 +266,27 @@ mod tests {
             w,
             "warning: seed-sensitive: idle_while_queued_s spans 0.3-404.0 s over seeds 1-5 (0.4 s at seed 1; seeds 3, 4 are on the other side)"
         );
-        assert!(c.lines.last().unwrap().contains("`--seed 3` shows the other case"), "{:?}", c.lines);
+        assert!(
+            c.lines.last().unwrap().contains("`--seed 3` shows the other case"),
+            "{:?}",
+            c.lines
+        );
     }
 
     #[test]
     fn a_steady_scenario_is_representative() {
         let own = summary(197.4, 0.735, 6.27);
-        let others: Vec<(u64, Summary)> =
-            [(2, 210.8), (3, 206.9), (4, 206.7), (5, 205.3)].map(|(s, v)| (s, summary(v, 0.74, 6.3))).to_vec();
+        let others: Vec<(u64, Summary)> = [(2, 210.8), (3, 206.9), (4, 206.7), (5, 205.3)]
+            .map(|(s, v)| (s, summary(v, 0.74, 6.3)))
+            .to_vec();
         let c = compare(1, &own, &others, &[], 0.01);
         assert!(!c.sensitive, "{:?}", c.lines);
-        assert!(c.lines[1].contains("197.4 s at seed 1; 210.8 / 206.9 / 206.7 / 205.3 s at seeds 2-5: below every other seed"), "{:?}", c.lines);
+        assert!(
+            c.lines[1]
+                .contains("197.4 s at seed 1; 210.8 / 206.9 / 206.7 / 205.3 s at seeds 2-5: below every other seed"),
+            "{:?}",
+            c.lines
+        );
         // Small absolute spreads never count, however large their ratio.
         let calm: Vec<(u64, Summary)> = [(2, 0.0), (3, 0.1)].map(|(s, v)| (s, summary(v, 0.99, 0.4))).to_vec();
         assert!(!compare(1, &summary(0.5, 0.99, 0.4), &calm, &[], 0.0).sensitive);
