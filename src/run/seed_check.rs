@@ -239,9 +239,11 @@ mod tests {
     use super::*;
 
     fn summary(idle_s: f64, jain: f64, ttft_p99_s: f64) -> Summary {
-        let mut s = Summary::default();
-        s.idle_while_queued_s = idle_s;
-        s.request_jain_index = jain;
+        let mut s = Summary {
+            idle_while_queued_s: idle_s,
+            request_jain_index: jain,
+            ..Summary::default()
+        };
         s.ttft_s.p99 = ttft_p99_s;
         s
     }
