@@ -47,6 +47,11 @@ pub(super) struct RunArgs {
     /// `sim explain` still works (it re-simulates the scenario).
     #[arg(long)]
     pub(super) no_decisions: bool,
+    /// Skip the seed check: by default the run is repeated at the next 4 seeds (scenarios
+    /// planning up to 50,000 requests) and its headline figures set beside theirs, with a
+    /// warning when the scenario is seed-sensitive (terminal only; off with --quiet).
+    #[arg(long)]
+    pub(super) no_seed_check: bool,
     /// Also write timeline.json: every request's queued, prefill and decode phases per
     /// backend in Chrome trace event format (open in https://ui.perfetto.dev).
     #[arg(long)]
@@ -179,6 +184,9 @@ pub(super) fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     };
     if !a.quiet {
         print_summary(&done)?;
+        if !a.no_seed_check {
+            print_seed_check(&scenario, &workload, &done)?;
+        }
     }
     if let Some(dir) = &a.save_golden {
         let p = done.save_golden(dir)?;
@@ -208,6 +216,16 @@ fn print_summary(done: &Simulated) -> Result<()> {
     }
     for h in &done.hints {
         outln!("hint [{}] {}", h.kind, h.message)?;
+    }
+    Ok(())
+}
+
+/// The seed check's lines (the run's headline figures beside the next seeds'), on stdout.
+fn print_seed_check(scenario: &Scenario, workload: &Workload, done: &Simulated) -> Result<()> {
+    let jobs = crate::run::jobs_flag(None)?;
+    let check = crate::run::seed_check::check(scenario, workload.total_requests(), &done.res.summary, jobs)?;
+    for l in &check.lines {
+        outln!("{l}")?;
     }
     Ok(())
 }

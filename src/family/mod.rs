@@ -14,6 +14,7 @@
 //! the output is a pure function of (family seed, N, seeds, candidates): byte-identical for
 //! any `--jobs`.
 
+pub mod centre;
 pub mod plot;
 pub mod setup;
 
@@ -33,11 +34,44 @@ use setup::{Setup, THRESHOLD_CHARS};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Candidate {
     /// Short label used in tables and plots.
-    pub label: &'static str,
+    pub label: String,
     /// The policy table, `{T}` for the threshold.
-    pub policy: &'static str,
-    /// Upstream status, one phrase.
-    pub upstream: &'static str,
+    pub policy: String,
+    /// Upstream status (or where a user's candidate came from), one phrase.
+    pub upstream: String,
+}
+
+/// One member of a family: a runnable scenario and what the tables say of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Member {
+    /// Index in the family (its random stream).
+    pub index: u64,
+    /// Scenario name, and the stem of its file under `members/`.
+    pub name: String,
+    /// One line on its fleet and traffic.
+    pub description: String,
+    /// True if its backends are not all alike.
+    pub mixed: bool,
+    /// Backends.
+    pub backends: u32,
+    /// The prefix-aware threshold, characters, that `{T}` stands for in its candidates.
+    pub threshold_chars: u64,
+    /// The scenario file's text.
+    pub text: String,
+}
+
+impl From<&Setup> for Member {
+    fn from(s: &Setup) -> Member {
+        Member {
+            index: s.index,
+            name: s.name(),
+            description: s.describe(),
+            mixed: s.mixed(),
+            backends: s.backends(),
+            threshold_chars: THRESHOLD_CHARS,
+            text: s.scenario().to_string(),
+        }
+    }
 }
 
 const PA: &str = "kind = \"prefixaware\", prefix_min_match_length = {T}";
@@ -45,10 +79,10 @@ const PA: &str = "kind = \"prefixaware\", prefix_min_match_length = {T}";
 /// The default candidates: production-stack main and PR #1089, the count-based fixes, the
 /// capacity-aware rules with and without `follow` / `replace`, and the catalogue's routers.
 pub fn candidates() -> Vec<Candidate> {
-    let c = |label, policy, upstream| Candidate {
-        label,
-        policy,
-        upstream,
+    let c = |label: &str, policy: &str, upstream: &str| Candidate {
+        label: label.into(),
+        policy: policy.into(),
+        upstream: upstream.into(),
     };
     vec![
         c("qps (main)", "{PA, fallback = \"qps\"}", "production-stack main"),
@@ -147,8 +181,11 @@ pub struct Family {
     pub seed: u64,
     /// Run seeds per member (1..=seeds).
     pub seeds: u64,
+    /// The centre's scenario file, when the members vary a user's scenario (else the
+    /// built-in distribution).
+    pub centre: Option<String>,
     /// Members.
-    pub setups: Vec<Setup>,
+    pub setups: Vec<Member>,
     /// Candidates.
     pub candidates: Vec<Candidate>,
     /// `cells[setup][candidate]`.
@@ -165,16 +202,26 @@ pub fn draw(seed: u64, n: u64) -> Vec<Setup> {
     (0..n).map(|i| Setup::draw(seed, i)).collect()
 }
 
-/// The validated scenario source of `setup` under `cand`.
-pub fn source(setup: &Setup, cand: &Candidate) -> Result<Source> {
-    let text = setup.scenario().to_string();
-    let mut src = Source::parse(&text, &format!("{}.toml", setup.name()), &setup.name())?;
-    src.apply(&[("router.policy".into(), cand.table(THRESHOLD_CHARS))], cand.label)?;
+/// The scenario source of `member` under `cand` (not yet validated).
+pub fn source(member: &Member, cand: &Candidate) -> Result<Source> {
+    let mut src = Source::parse(&member.text, &format!("{}.toml", member.name), &member.name)?;
+    src.apply(
+        &[("router.policy".into(), cand.table(member.threshold_chars))],
+        &cand.label,
+    )?;
     Ok(src)
 }
 
-/// Runs every candidate on every member on seeds `1..=seeds`, on `jobs` threads.
-pub fn execute(seed: u64, setups: Vec<Setup>, cands: Vec<Candidate>, seeds: u64, jobs: usize) -> Result<Family> {
+/// Runs every candidate on every member on seeds `1..=seeds`, on `jobs` threads; `centre`
+/// names the scenario the members vary, if any.
+pub fn execute(
+    seed: u64,
+    centre: Option<String>,
+    setups: Vec<Member>,
+    cands: Vec<Candidate>,
+    seeds: u64,
+    jobs: usize,
+) -> Result<Family> {
     if seeds == 0 || setups.is_empty() || cands.is_empty() {
         return Err(anyhow!(
             "the family needs at least one member, one candidate and one seed"
@@ -190,6 +237,7 @@ pub fn execute(seed: u64, setups: Vec<Setup>, cands: Vec<Candidate>, seeds: u64,
     let rows: Vec<([f64; 3], f64)> = rows.into_iter().collect::<Result<_>>()?;
     Ok(Family {
         seed,
+        centre,
         seeds,
         cells: means(&rows, setups.len(), cands.len(), seeds as usize),
         setups,
@@ -201,13 +249,13 @@ pub fn execute(seed: u64, setups: Vec<Setup>, cands: Vec<Candidate>, seeds: u64,
 
 /// Each (member, candidate) validated once, up front, in that order: a bad one fails
 /// before any run.
-fn validated(setups: &[Setup], cands: &[Candidate]) -> Result<Vec<Scenario>> {
+fn validated(setups: &[Member], cands: &[Candidate]) -> Result<Vec<Scenario>> {
     let mut scenarios = Vec::with_capacity(setups.len() * cands.len());
     for s in setups {
         for c in cands {
             let sc = source(s, c)
                 .and_then(|src| Ok(src.scenario()?))
-                .with_context(|| format!("member {} under `{}`", s.index, c.label))?;
+                .with_context(|| format!("member {} under `{}` ({})", s.index, c.label, c.upstream))?;
             scenarios.push(sc);
         }
     }
@@ -288,7 +336,7 @@ impl Family {
     /// The member indices of one hardware kind.
     pub fn members(&self, mixed: Option<bool>) -> Vec<usize> {
         (0..self.setups.len())
-            .filter(|&s| mixed.is_none_or(|m| self.setups[s].mixed() == m))
+            .filter(|&s| mixed.is_none_or(|m| self.setups[s].mixed == m))
             .collect()
     }
 }
@@ -336,6 +384,13 @@ pub fn write_regret_md(o: &mut Vec<u8>, f: &Family) -> Result<()> {
         f.seeds,
         f.runs,
     );
+    if let Some(c) = &f.centre {
+        let _ = writeln!(
+            s,
+            "Centre: `{}`; member 0 is it as written, the others vary its fleet size, its traffic and its scrape (see `members/`).\n",
+            crate::quote::one_line(c)
+        );
+    }
     let _ = writeln!(
         s,
         "Regret per member = the candidate's mean over the seeds against the best candidate's on that member \
@@ -432,7 +487,7 @@ fn worst_members(s: &mut String, f: &Family, regs: &[Vec<Vec<f64>>]) {
             let best = f.best(i, 0);
             let by = (0..f.candidates.len())
                 .find(|&k| f.cells[i][k].mean[0] == best)
-                .map_or("", |k| f.candidates[k].label);
+                .map_or("", |k| f.candidates[k].label.as_str());
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {:.1} | {:.1} ({}) | {} |",
@@ -442,7 +497,7 @@ fn worst_members(s: &mut String, f: &Family, regs: &[Vec<Vec<f64>>]) {
                 f.cells[i][c].mean[0],
                 best,
                 by,
-                f.setups[i].describe()
+                f.setups[i].description
             );
         }
     }
@@ -470,16 +525,16 @@ pub fn write_csv(o: &mut Vec<u8>, f: &Family) -> Result<()> {
             let m = &f.cells[s][c].mean;
             w.write_record([
                 setup.index.to_string(),
-                setup.mixed().to_string(),
-                setup.backends().to_string(),
-                cand.label.to_string(),
+                setup.mixed.to_string(),
+                setup.backends.to_string(),
+                cand.label.clone(),
                 format!("{:.4}", m[0]),
                 format!("{:.4}", m[1]),
                 format!("{:.5}", m[2]),
                 format!("{:.4}", regs[0][c][s]),
                 format!("{:.4}", regs[1][c][s]),
                 format!("{:.4}", regs[2][c][s]),
-                setup.describe(),
+                setup.description.clone(),
             ])?;
         }
     }
@@ -501,8 +556,8 @@ pub fn write_outputs(dir: &Path, f: &Family, dpi: Option<u32>) -> Result<Vec<Pat
     put(dir.join("regret.md"), &|o| write_regret_md(o, f))?;
     put(dir.join("family.csv"), &|o| write_csv(o, f))?;
     for s in &f.setups {
-        put(members.join(format!("{}.toml", s.name())), &|o| {
-            o.extend_from_slice(s.scenario().to_string().as_bytes());
+        put(members.join(format!("{}.toml", s.name)), &|o| {
+            o.extend_from_slice(s.text.as_bytes());
             Ok(())
         })?;
     }
@@ -529,7 +584,7 @@ mod tests {
             }
             // Every member under the first candidate, the first 40 under all of them.
             for c in cands.iter().take(if i < 40 { cands.len() } else { 1 }) {
-                let sc = source(&s, c)
+                let sc = source(&Member::from(&s), c)
                     .and_then(|src| Ok(src.scenario()?))
                     .unwrap_or_else(|e| panic!("member {} under {}: {e:#}", s.index, c.label));
                 sc.workload().unwrap();

@@ -76,7 +76,7 @@ impl Figure for RegretPlot<'_> {
                 let pts = f.setups.iter().enumerate().map(|(s, setup)| {
                     // Deterministic vertical spread so members do not hide each other.
                     let dy = ((s % 7) as f64 - 3.0) * 0.07;
-                    let colour = if setup.mixed() { PALETTE[1] } else { PALETTE[0] };
+                    let colour = if setup.mixed { PALETTE[1] } else { PALETTE[0] };
                     Circle::new((self.regs[m][c][s].max(1.0), y + dy), 2, colour.mix(0.6).filled())
                 });
                 chart.draw_series(pts).map_err(pe)?;
@@ -91,7 +91,7 @@ impl Figure for RegretPlot<'_> {
         for (c, cand) in f.candidates.iter().enumerate() {
             let y = 22.0 + plot_h * (c as f64 + 0.5) / n as f64;
             labels
-                .draw_text(cand.label, &font(11.0), (8, y as i32 - 6))
+                .draw_text(&cand.label, &font(11.0), (8, y as i32 - 6))
                 .map_err(pe)?;
         }
         labels

@@ -12,6 +12,7 @@
 //! * `sim explain` re-runs a results folder's scenario with [`simulate`] and its
 //!   counterfactuals with [`counterfactuals`]; `sim alerts` and `sim bench` run through
 //!   [`simulate`] too.
+//! * `sim run` sets its seed beside the next few with [`seed_check`] (terminal only).
 //! * `sim serve --out` writes its run's folder with [`write_files`], as `sim run` does.
 //!
 //! Owns: the order of a run's steps, its sinks and writer thread, its staging folder. May
@@ -23,6 +24,7 @@
 mod counterfactual;
 mod files;
 mod pipeline;
+pub mod seed_check;
 mod stream;
 
 use std::time::Duration;

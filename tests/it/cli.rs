@@ -42,6 +42,50 @@ fn run_burst8_prints_the_split_and_writes_files() {
     assert!(summary["idle_while_queued_s"].as_f64().unwrap() > 100.0);
 }
 
+/// The seed check sets the run beside seeds 2-5 on stdout, warns on a seed-sensitive
+/// scenario (burst8-fixed: 120.0 s idle while queued at seed 1, 17.3 s at seed 2) and
+/// changes no results file.
+#[test]
+fn run_checks_its_seed_and_warns_when_the_scenario_is_seed_sensitive() {
+    let with = tempfile::tempdir().unwrap();
+    sim()
+        .args(["run", "scenarios/burst8-fixed.toml", "--out"])
+        .arg(with.path())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("seed check          seed 1 against seeds 2-5 (4 more runs"))
+        .stdout(predicate::str::contains(
+            "idle_while_queued_s 120.0 s at seed 1; 17.3 / 124.8 / 140.2 / 19.5 s at seeds 2-5: within the other seeds' range",
+        ))
+        .stdout(predicate::str::contains(
+            "warning: seed-sensitive: idle_while_queued_s spans 17.3-140.2 s over seeds 1-5 (120.0 s at seed 1; seeds 2, 5 are on the other side)",
+        ))
+        .stdout(predicate::str::contains("`--seed 2` shows the other case"));
+    let without = tempfile::tempdir().unwrap();
+    sim()
+        .args(["run", "scenarios/burst8-fixed.toml", "--no-seed-check", "--out"])
+        .arg(without.path())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("seed check").not());
+    for f in ["summary.json", "requests.csv", "decisions.csv", "timeseries.csv"] {
+        let a = std::fs::read(with.path().join(f)).unwrap();
+        assert_eq!(a, std::fs::read(without.path().join(f)).unwrap(), "{f} differs");
+    }
+    // Another seed is checked against the seeds after it; a steady scenario is not flagged.
+    sim()
+        .args(["run", "scenarios/burst8.toml", "--no-files", "--seed", "7"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("seed 7 against seeds 8-11"))
+        .stdout(predicate::str::contains("seed-sensitive").not());
+    sim()
+        .args(["run", "scenarios/burst8-fixed.toml", "--no-files", "--quiet"])
+        .assert()
+        .success()
+        .stdout(predicate::str::is_empty());
+}
+
 #[test]
 fn set_overrides_and_no_files() {
     sim()

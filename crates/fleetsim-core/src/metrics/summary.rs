@@ -222,10 +222,13 @@ pub struct Summary {
     pub request_share_min: f64,
     /// Largest over smallest requests per slot across backends in service, each backend's
     /// count floored at 1 so that it stays finite: 192 of 192 requests on one of 6 equal
-    /// backends reads 192; 1 = perfectly even by capacity.
+    /// backends reads 192; 1 = perfectly even by capacity. On a multi-model fleet, the
+    /// largest of the ratios within each set of backends serving the same models.
     pub request_share_max_min_ratio: f64,
     /// Jain's fairness index of requests per slot across backends in service:
-    /// `(sum x)^2 / (n sum x^2)`, 1 = even by capacity, `1/n` = all on one backend.
+    /// `(sum x)^2 / (n sum x^2)`, 1 = even by capacity, `1/n` = all on one backend. On a
+    /// multi-model fleet, the indices within each set of backends serving the same models,
+    /// weighted by their share of the requests (backends serving another model share none).
     pub request_jain_index: f64,
     /// Backends in service at some point of the run that served no request.
     pub backends_never_served: u64,
@@ -597,23 +600,53 @@ impl Share {
             };
         }
         let share = |b: &BackendSummary| b.requests as f64 / total as f64;
-        let per_slot = |b: &BackendSummary, floor: u64| b.requests.max(floor) as f64 / f64::from(b.slots.max(1));
         let max = in_service().map(share).fold(0.0, f64::max);
         let min = in_service().map(share).fold(1.0, f64::min);
-        let hi = in_service().map(|b| per_slot(b, 0)).fold(0.0, f64::max);
-        let lo = in_service().map(|b| per_slot(b, 1)).fold(f64::INFINITY, f64::min);
-        let xs: Vec<f64> = in_service().map(|b| per_slot(b, 0)).collect();
-        let sum: f64 = xs.iter().sum();
-        let sq: f64 = xs.iter().map(|x| x * x).sum();
+        // Backends serving different models share no requests: the spread is measured
+        // within each set serving the same models (the whole fleet on a one-model fleet),
+        // the Jain index weighted by each set's requests and the ratio the largest.
+        let mut sets: Vec<(&[String], Vec<&BackendSummary>)> = Vec::new();
+        for b in in_service() {
+            match sets.iter_mut().find(|(serves, _)| *serves == b.serves.as_slice()) {
+                Some((_, set)) => set.push(b),
+                None => sets.push((b.serves.as_slice(), vec![b])),
+            }
+        }
+        let (mut ratio, mut jain) = (1.0_f64, 0.0);
+        for (_, set) in &sets {
+            let (r, j) = spread(set);
+            let requests: u64 = set.iter().map(|b| b.requests).sum();
+            ratio = ratio.max(r);
+            jain += if sets.len() == 1 {
+                j
+            } else {
+                j * requests as f64 / total as f64
+            };
+        }
         Share {
             per_backend,
             max: round6(max),
             min: round6(min),
-            max_min_ratio: round6((hi / lo).max(1.0)),
-            jain: round6(sum * sum / (n as f64 * sq)),
+            max_min_ratio: round6(ratio),
+            jain: round6(jain),
             never_served: in_service().filter(|b| b.requests == 0).count() as u64,
         }
     }
+}
+
+/// Largest over smallest requests per slot (each count floored at 1) and Jain's index of
+/// requests per slot over `set` (1 and 1 when it served nothing).
+fn spread(set: &[&BackendSummary]) -> (f64, f64) {
+    let per_slot = |b: &BackendSummary, floor: u64| b.requests.max(floor) as f64 / f64::from(b.slots.max(1));
+    let hi = set.iter().map(|b| per_slot(b, 0)).fold(0.0, f64::max);
+    let lo = set.iter().map(|b| per_slot(b, 1)).fold(f64::INFINITY, f64::min);
+    let xs: Vec<f64> = set.iter().map(|b| per_slot(b, 0)).collect();
+    let sum: f64 = xs.iter().sum();
+    let sq: f64 = xs.iter().map(|x| x * x).sum();
+    if sq == 0.0 {
+        return (1.0, 1.0);
+    }
+    ((hi / lo).max(1.0), sum * sum / (xs.len() as f64 * sq))
 }
 
 /// A finished request's TPOT with at least 2 output tokens (see [`Summary::tpot_s`]);
@@ -704,6 +737,37 @@ mod tests {
         assert_eq!(s.jain, round6(1.0 / 6.0));
         assert_eq!(s.per_backend[0], (1.0, 6.0));
         assert_eq!(s.per_backend[1], (0.0, 0.0));
+    }
+
+    #[test]
+    fn share_is_measured_within_the_backends_serving_each_model() {
+        let serving = |requests, slots, model: &str| BackendSummary {
+            serves: vec![model.to_string()],
+            ..backend(requests, slots, 0.0)
+        };
+        // Each model spread evenly over its own backends (3 x 128 slots, 2 x 64 slots):
+        // even, though a Qwen slot serves twice what a Llama slot does.
+        let even = [
+            serving(17, 128, "llama"),
+            serving(17, 128, "llama"),
+            serving(17, 128, "llama"),
+            serving(17, 64, "qwen"),
+            serving(17, 64, "qwen"),
+        ];
+        let s = Share::of(&even, 60.0);
+        assert_eq!((s.jain, s.max_min_ratio), (1.0, 1.0));
+        assert_eq!((s.max, s.min), (0.2, 0.2));
+        // All of Llama's 30 on one backend, Qwen's 20 even: Jain 1/3 within Llama (60 %
+        // of the requests) and 1 within Qwen, 0.6 x 1/3 + 0.4 x 1 = 0.6; ratio 30.
+        let hot = [
+            serving(30, 128, "llama"),
+            serving(0, 128, "llama"),
+            serving(0, 128, "llama"),
+            serving(10, 64, "qwen"),
+            serving(10, 64, "qwen"),
+        ];
+        let s = Share::of(&hot, 60.0);
+        assert_eq!((s.jain, s.max_min_ratio, s.never_served), (0.6, 30.0, 2));
     }
 
     #[test]
