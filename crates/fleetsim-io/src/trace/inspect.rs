@@ -162,7 +162,7 @@ fn trace_models(trace: &Trace) -> Vec<TraceModel> {
 
 /// What a trace without block hashes cannot say about its prompts, and the key that
 /// models the part every call repeats.
-pub const LENGTHS_ONLY: &str = "lengths only: which prompt tokens calls share (a system prompt, tool definitions) is not recorded; replayed, every session's prompt is its own, so a router's prefix affinity has nothing to latch on. If every call repeats a part of known size, model it with shared_prefix_tokens = N (tokens) on the [[workload.traces]] table";
+pub const LENGTHS_ONLY: &str = "lengths only: which prompt tokens calls share (a system prompt, tool definitions) is not recorded; replayed, every session's prompt is its own, so a router's prefix affinity has nothing to latch on. If every call repeats a part of known size, model it with shared_prefix_tokens = N (tokens) on the [[workload.traces]] table, or map a column that records it (columns.shared_prefix_chars or shared_prefix_tokens)";
 
 /// Inspects a parsed trace; sessions as `sim run` would group them with `sessions = "auto"`.
 pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspection {
@@ -365,7 +365,7 @@ pub fn render(x: &Inspection) -> String {
     for m in &x.models {
         let how = match &m.shape {
             Some(shape) => format!("profile = \"auto\" prices it as {shape} (set the group's gpu and serves)"),
-            None => "unmapped: no shipped shape; a group must serve it with its own profile, or its calls are refused"
+            None => "unmapped: no shipped shape; give the group that serves it a profile of its own (`sim run` warns while its calls run on another model's profile)"
                 .into(),
         };
         rows.push((
