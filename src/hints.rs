@@ -24,7 +24,13 @@
 //! the requests there and the key that changes it ([`placement`]: trie monopoly, the QPS
 //! latch, a long session's affinity). Every figure a hint states is the summary's own.
 //!
-//! Hints see only results (the audit log and the summary), never the simulation.
+//! * **lengths-only**, **idle-trace**, **model-unmapped**: what a replayed trace does not
+//!   record or the run does not model ([`trace_hints`], from the workload's trace facts):
+//!   prompts without any record of what calls share, a trace mostly idle with nothing
+//!   compressing it, model names simulated as another model.
+//!
+//! Hints see only results (the audit log and the summary) and what the workload says of
+//! its traces, never the simulation.
 //!
 //! Owns: the hint rules. May not see: the simulation; only the decision audit. Invariant: a
 //! hint is printed only when the audit shows its condition.
@@ -53,6 +59,61 @@ pub struct Hint {
     pub until_s: f64,
     /// What an operator would read.
     pub message: String,
+}
+
+/// A trace counts as idle when at least this share of its span passes in idle spans
+/// ([`crate::trace::idle::REPORT_GAP_NS`] or longer) ...
+pub const IDLE_SHARE: f64 = 0.5;
+
+/// ... adding up to at least this long, ns.
+pub const IDLE_MIN_NS: u64 = 3_600_000_000_000;
+
+/// Hints about the replayed traces themselves: a trace recording only lengths (nothing
+/// says what its calls share) names `shared_prefix_tokens`; a mostly idle trace without
+/// `max_idle_gap_s` names that key with its idle share; model names simulated as another
+/// model name the keys that map them. Never on a trace whose sharing is recorded (block
+/// hashes, a shared-part column) or modelled (`shared_prefix_tokens`).
+pub fn trace_hints(traces: &[crate::workload::TraceFacts], sim_time_s: f64) -> Vec<Hint> {
+    let mut out = Vec::new();
+    let hint = |kind, message| Hint {
+        kind,
+        backend: String::new(),
+        from_s: 0.0,
+        until_s: sim_time_s,
+        message,
+    };
+    for t in traces {
+        if t.sharing == crate::workload::Sharing::LengthsOnly {
+            out.push(hint(
+                "lengths-only",
+                format!(
+                    "trace {}: {} records only lengths, so which prompt tokens its {} calls share (a system prompt, tool definitions) is unknown and each session's prompt is its own: a prefix-aware router has nothing to latch on, where calls that repeat such a part would all go to the backend that first held it; model the part with shared_prefix_tokens = N (tokens) on its [[workload.traces]] table, or map the column that records it (columns.shared_prefix_tokens or shared_prefix_chars)",
+                    t.group, t.file, t.calls
+                ),
+            ));
+        }
+        let idle = &t.idle;
+        if !t.idle_compressed && idle.share() >= IDLE_SHARE && idle.idle_ns >= IDLE_MIN_NS {
+            out.push(hint(
+                "idle-trace",
+                format!(
+                    "trace {}: {} is {:.1} % idle: {} spans of {} or more with no call in flight add up to {} of its {} (longest {}), so the run's time averages read near 0 and its plots are mostly blank; max_idle_gap_s = 60 on its [[workload.traces]] table cuts each to a minute and keeps the pacing inside busy periods",
+                    t.group,
+                    t.file,
+                    100.0 * idle.share(),
+                    idle.gaps,
+                    crate::trace::idle::duration_text(crate::trace::idle::REPORT_GAP_NS),
+                    crate::trace::idle::duration_text(idle.idle_ns),
+                    crate::trace::idle::duration_text(idle.span_ns),
+                    crate::trace::idle::duration_text(idle.longest_ns)
+                ),
+            ));
+        }
+        for w in &t.model_warnings {
+            out.push(hint("model-unmapped", w.clone()));
+        }
+    }
+    out
 }
 
 /// Per backend: runs, decisions, first and last time, worst gap, view age at the worst run.

@@ -230,6 +230,8 @@ impl<'a> Run<'a> {
                 (hints, kept, None)
             }
         };
+        let mut hints = hints;
+        hints.extend(crate::hints::trace_hints(&self.workload.traces, res.summary.sim_time_s));
         (hints, kept, points)
     }
 }

@@ -336,3 +336,153 @@ fn trace_inspect_names_models_and_what_lengths_cannot_say() {
         .success()
         .stdout(predicate::str::contains("model `Qwen/Qwen3-14B-FP8`").and(predicate::str::contains("17 calls")));
 }
+
+/// Requests per backend of a run of `(s, w)`.
+fn per_backend(s: &fleetsim::scenario::Scenario, w: &fleetsim::workload::Workload) -> Vec<u64> {
+    let res = crate::common::run_full(s, w);
+    res.summary.backends.iter().map(|b| b.requests).collect()
+}
+
+#[test]
+fn a_recorded_shared_part_piles_each_harness_onto_one_backend() {
+    use fleetsim::workload::Sharing;
+    // scenarios/trace-swe-tools.toml maps the sample's `tool_definitions_chars` (11,236
+    // characters on 28 sessions, 6,918 on 2): each harness's tool definitions are one
+    // prefix shared across sessions, and the trie's first owner takes every call of it.
+    let recorded = [[559, 0], [38, 521], [559, 0]];
+    // The same calls, lengths only (the column unmapped): spread over both backends.
+    let lengths = [[305, 254], [150, 409], [335, 224]];
+    for seed in 1..=3u64 {
+        let sd = seed.to_string();
+        let (s, w) = crate::common::shipped("trace-swe-tools.toml", &[("seed", sd.as_str())]);
+        assert_eq!(w.traces[0].sharing, Sharing::RecordedPart);
+        assert_eq!(per_backend(&s, &w), recorded[seed as usize - 1], "seed {seed}");
+        assert!(fleetsim::hints::trace_hints(&w.traces, 1.0).is_empty());
+    }
+    for seed in 1..=3u64 {
+        let (s, w) = swe_workload("", seed);
+        assert_eq!(w.traces[0].sharing, Sharing::LengthsOnly);
+        assert_eq!(per_backend(&s, &w), lengths[seed as usize - 1], "seed {seed}");
+        let h = fleetsim::hints::trace_hints(&w.traces, 1.0);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[0].kind, "lengths-only");
+        assert!(h[0].message.contains("shared_prefix_tokens = N"), "{}", h[0].message);
+        // Modelled on the table: no hint.
+        let (_, w) = swe_workload("shared_prefix_tokens = 3000", seed);
+        assert_eq!(w.traces[0].sharing, Sharing::Configured);
+        assert!(fleetsim::hints::trace_hints(&w.traces, 1.0).is_empty());
+    }
+}
+
+/// The SWE-like sample behind production-stack's prefix-aware router, lengths only, with
+/// `extra` keys on its trace table (`max_idle_gap_s = 60` unless `extra` says `idle`).
+fn swe_workload(extra: &str, seed: u64) -> (fleetsim::scenario::Scenario, fleetsim::workload::Workload) {
+    let gap = if extra == "idle" { "" } else { "max_idle_gap_s = 60" };
+    let extra = if extra == "idle" { "" } else { extra };
+    let text = format!(
+        r#"
+name = "swe-lengths"
+[backends]
+count = 2
+[router.policy]
+kind = "prefixaware"
+[[workload.traces]]
+name = "swe"
+file = "{}/traces/swe_agent_sample.csv"
+mode = "closed"
+columns = {{ session = "session_id", turn = "step", start_unix_s = "start_unix_s", latency_s = "latency_s", input_tokens = "prompt_tokens", output_tokens = "completion_tokens" }}
+where = {{ is_error = false }}
+{gap}
+{extra}
+"#,
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let seed = seed.to_string();
+    crate::common::inline(&text, &[("seed", seed.as_str())])
+}
+
+#[test]
+fn a_mostly_idle_trace_is_hinted_with_the_key_that_compresses_it() {
+    let (_, w) = swe_workload("idle", 1);
+    let idle = &w.traces[0].idle;
+    // 22 spans of 10 min or more with nothing in flight: 4.0 of the sample's 4.1 days.
+    assert_eq!(idle.gaps, 22);
+    assert!((idle.share() - 0.972).abs() < 0.001, "{}", idle.share());
+    let h = fleetsim::hints::trace_hints(&w.traces, 1.0);
+    let i = h.iter().find(|h| h.kind == "idle-trace").expect("idle hint");
+    assert!(
+        i.message.contains("97.2 % idle") && i.message.contains("max_idle_gap_s = 60"),
+        "{}",
+        i.message
+    );
+    // Compressed: no hint.
+    let (_, w) = swe_workload("", 1);
+    assert!(w.traces[0].idle_compressed);
+    assert!(
+        !fleetsim::hints::trace_hints(&w.traces, 1.0)
+            .iter()
+            .any(|h| h.kind == "idle-trace")
+    );
+}
+
+#[test]
+fn trace_model_names_are_mapped_or_named_as_unmapped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = write(
+        tmp.path(),
+        "m.csv",
+        "conv,ts,dur,in,out,model\na,0,2,3000,100,deepseek-ai/DeepSeek-V3\na,5,2,3300,100,deepseek-ai/DeepSeek-V3\nc,2,2,1000,50,Qwen/Qwen3-14B\n",
+    );
+    let table = format!(
+        "[[workload.traces]]\nname = \"t\"\nfile = \"{}\"\nmode = \"closed\"\ncolumns = {{ session = \"conv\", start_s = \"ts\", latency_s = \"dur\", input_tokens = \"in\", output_tokens = \"out\", model = \"model\" }}\nshared_prefix_tokens = 500\n[router.policy]\nkind = \"roundrobin\"\n",
+        trace.display()
+    );
+    // Before: no profile, so both models would run as the default engine; each is named.
+    let p = write(
+        tmp.path(),
+        "a.toml",
+        &format!("name = \"a\"\n[backends]\ncount = 2\n{table}"),
+    );
+    sim_run(&p)
+        .success()
+        .stderr(predicate::str::contains(
+            "warning: trace t: model `deepseek-ai/DeepSeek-V3` (2 calls) is unmapped (no shipped shape",
+        ))
+        .stderr(predicate::str::contains(
+            "model `Qwen/Qwen3-14B` (1 call) is the shape qwen3-14b but its calls are simulated as the default engine",
+        ))
+        .stdout(predicate::str::contains(
+            "hint [model-unmapped] trace t: model `deepseek-ai/DeepSeek-V3`",
+        ));
+    // After: each model served by a group that models it; `profile = "auto"` takes the
+    // model from the one name the group serves. A measured (file:) profile is the user's
+    // word; here the DeepSeek group has none, so it alone is named.
+    let fleet = "[[backends.groups]]\nname = \"qwen\"\ncount = 1\nprofile = \"auto\"\ngpu = \"H100\"\nserves = [\"Qwen/Qwen3-14B\"]\n[[backends.groups]]\nname = \"ds\"\ncount = 1\nserves = [\"deepseek-ai/DeepSeek-V3\"]\n";
+    let p = write(tmp.path(), "b.toml", &format!("name = \"b\"\n{fleet}{table}"));
+    sim_run(&p)
+        .success()
+        .stdout(predicate::str::contains("qwen3-14b/h100/tp1"))
+        .stderr(predicate::str::contains(
+            "model `deepseek-ai/DeepSeek-V3` (2 calls) is unmapped",
+        ))
+        .stderr(predicate::str::contains("Qwen/Qwen3-14B` (1 call) is the shape").not());
+}
+
+#[test]
+fn trace_inspect_reports_a_recorded_shared_part_and_idle_spans() {
+    let swe = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/swe_agent_sample.csv");
+    sim()
+        .args(["trace", "inspect", swe, "--skip-bad-rows", "--columns"])
+        .arg("session=session_id,turn=step,start_unix_s=start_unix_s,latency_s=latency_s,input_tokens=prompt_tokens,output_tokens=completion_tokens,shared_prefix_chars=tool_definitions_chars")
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("recorded (columns.shared_prefix_chars): 559 of 559 calls")
+                .and(predicate::str::contains("the most common 11236 characters on 521 calls"))
+                .and(predicate::str::contains("lengths only").not())
+                .and(predicate::str::contains(
+                    "97.2 % of the span: 22 spans of 10 min or more with no call in flight",
+                ))
+                .and(predicate::str::contains("max_idle_gap_s = 60")),
+        );
+}

@@ -223,6 +223,69 @@ pub struct Workload {
     pub chains: ChainStore,
     /// Model names requests carry, by [`SessionPlan::model`] index.
     pub models: Vec<String>,
+    /// What each replayed trace records of its prompts, idle time and models, for the run's
+    /// hints.
+    pub traces: Vec<TraceFacts>,
+}
+
+/// What a replayed trace group records of the prompts its calls share.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sharing {
+    /// Block hashes (Mooncake `hash_ids`, Dynamo `input_sequence_hashes`, a `block_hashes`
+    /// column): calls share exactly the blocks they record.
+    #[default]
+    Blocks,
+    /// The length of a part every call repeats, recorded per call (a `shared_prefix_tokens`
+    /// or `shared_prefix_chars` column).
+    RecordedPart,
+    /// No record, but `shared_prefix_tokens` on the trace table models the shared part.
+    Configured,
+    /// Lengths only: nothing says which prompt tokens calls share.
+    LengthsOnly,
+}
+
+/// Idle time of a trace: gaps in which no call of it is in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IdleSpans {
+    /// First start to last start or end, ns.
+    pub span_ns: u64,
+    /// Gaps of at least the scan's threshold.
+    pub gaps: u64,
+    /// Their total, ns.
+    pub idle_ns: u64,
+    /// The longest, ns.
+    pub longest_ns: u64,
+}
+
+impl IdleSpans {
+    /// Share of the span spent in those gaps, 0 to 1.
+    pub fn share(&self) -> f64 {
+        if self.span_ns == 0 {
+            0.0
+        } else {
+            self.idle_ns as f64 / self.span_ns as f64
+        }
+    }
+}
+
+/// What one `[[workload.traces]]` group's trace records, for the run's hints.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TraceFacts {
+    /// The trace group's name.
+    pub group: String,
+    /// The trace file.
+    pub file: String,
+    /// Calls replayed.
+    pub calls: u64,
+    /// What it records of shared prompts.
+    pub sharing: Sharing,
+    /// Its idle gaps as recorded (before any compression).
+    pub idle: IdleSpans,
+    /// Whether `max_idle_gap_s` compresses them.
+    pub idle_compressed: bool,
+    /// Its model names simulated as another model, or without a shape (one sentence each,
+    /// naming the model, its calls and the keys that map it).
+    pub model_warnings: Vec<String>,
 }
 
 /// The block-hash memos ([`ChainMemo`]) of sessions between turns, so each turn hashes only
@@ -423,6 +486,7 @@ pub fn generate(
         pacing: Default::default(),
         chains: ChainStore::default(),
         models,
+        traces: Vec::new(),
     })
 }
 

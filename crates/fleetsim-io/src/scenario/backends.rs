@@ -472,17 +472,27 @@ fn is_auto(profile: Option<&Profile>) -> bool {
 /// The auto profile of a group: its `model` on its `gpu` at `tp` (and `dp`), priced by the
 /// physics model with the shipped coefficients.
 fn auto_profile(g: &GroupFile, at: &dyn Fn(&str) -> String) -> Res<Profile> {
-    let name = g.model.as_deref().ok_or_else(|| {
-        FieldError::new(
-            at("model"),
-            "profile = \"auto\" needs the model served (`sim profiles --models`)",
-        )
-    })?;
+    // The model: `model`, else the one name the group serves (a trace's model name).
+    let (name, key) = match (g.model.as_deref(), g.serves.as_deref()) {
+        (Some(m), _) => (m, "model"),
+        (None, Some([one])) => (one.as_str(), "serves"),
+        _ => {
+            return Err(FieldError::new(
+                at("model"),
+                "profile = \"auto\" needs the model served: `model`, or one name in `serves` (`sim profiles --models`)",
+            ));
+        }
+    };
     let (model, dtype) = profiles::models::resolve(name).ok_or_else(|| {
+        let from = if key == "serves" {
+            " (from `serves`; set `model` to a known shape, or give the group another profile)"
+        } else {
+            ""
+        };
         FieldError::new(
             at("model"),
             format!(
-                "unknown model {} (`sim profiles --models` lists the known shapes)",
+                "unknown model {}{from} (`sim profiles --models` lists the known shapes)",
                 crate::quote::quote(name)
             ),
         )

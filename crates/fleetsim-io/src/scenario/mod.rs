@@ -37,7 +37,7 @@ mod values;
 mod workload;
 
 use fleetsim_core::sim::SimConfig;
-use fleetsim_core::workload::{GroupConfig, Workload, generate};
+use fleetsim_core::workload::{GroupConfig, NO_MODEL, Workload, generate};
 
 pub use autoscaler::{AutoscalerFile, BehaviorFile, FallbackFile, GPU_PRICES, PolicyFile, RulesFile, probed_ready_s};
 pub use overrides::{normalize, parse_set};
@@ -182,11 +182,92 @@ impl Scenario {
             crate::trace::replay::append(&mut w, t, group, self.sim.seed, self.context_limit_tokens, traces)
                 .map_err(|m| FieldError::new(format!("workload.traces[{i}].file"), m))?;
         }
+        self.model_warnings(&mut w);
         w.sort_open_order();
         number_copies(&mut w);
         Ok(w)
     }
+
+    /// Names, per replayed trace, the model names its calls carry that the backends serving
+    /// them do not model (another model's profile, the default engine, or no shipped shape
+    /// at all), with the keys that map them: a warning on stderr and the run's
+    /// `model-unmapped` hint, never a silent substitution.
+    fn model_warnings(&self, w: &mut Workload) {
+        if self.context_limit_tokens.is_none() {
+            return; // queueing backends model no LLM
+        }
+        for (i, facts) in w.traces.iter_mut().enumerate() {
+            let group = (self.groups.len() + i) as u32;
+            let mut calls: std::collections::BTreeMap<u32, u64> = Default::default();
+            for s in w.sessions.iter().filter(|s| s.group == group && s.model != NO_MODEL) {
+                *calls.entry(s.model).or_default() += s.turns.len() as u64;
+            }
+            for (m, n) in calls {
+                let name = &w.models[m as usize];
+                if let Some(text) = model_warning(&self.sim.labels, &facts.group, name, n) {
+                    w.notes.push(format!("warning: {text}"));
+                    facts.model_warnings.push(text);
+                }
+            }
+        }
+    }
 }
+
+/// The warning for trace group `group`'s `n` calls naming `model`, when the backends that
+/// serve it model something else: the shipped shape it resolves to (`sim profiles
+/// --models`) against each serving backend's profile (no profile: the default engine,
+/// Llama-3.1-8B on one H100). A measured profile (`file:`) is taken as the user's word.
+fn model_warning(labels: &[fleetsim_core::backend::Label], group: &str, model: &str, n: u64) -> Option<String> {
+    let serving: Vec<&str> = labels
+        .iter()
+        .filter(|l| l.serves.is_empty() || l.serves.iter().any(|s| s == model))
+        .map(|l| l.profile.as_str())
+        .collect();
+    let shape = crate::profiles::models::resolve(model).map(|(m, _)| m.name);
+    fn simulated_as(p: &str) -> Option<&str> {
+        match p {
+            "" => Some(DEFAULT_ENGINE_SHAPE),
+            p if p.starts_with(crate::profiles::file::FILE_PREFIX) => None,
+            p => p.split('/').next(),
+        }
+    }
+    let mut wrong: Vec<&str> = serving
+        .iter()
+        .copied()
+        .filter(|p| simulated_as(p).is_some_and(|m| shape.is_none_or(|s| !same_shape(m, s))))
+        .collect();
+    wrong.sort_unstable();
+    wrong.dedup();
+    let as_what = wrong
+        .iter()
+        .map(|p| match *p {
+            "" => "the default engine (Llama-3.1-8B on one H100: no profile set)".to_string(),
+            p => format!("profile {p}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let q = crate::quote::quote(model);
+    let head = format!("trace {group}: model {q} ({n} call{})", if n == 1 { "" } else { "s" });
+    match shape {
+        _ if wrong.is_empty() => None,
+        Some(s) => Some(format!(
+            "{head} is the shape {s} but its calls are simulated as {as_what}; model it with profile = \"auto\", gpu = \"...\" and serves = [{q}] on the backend group that serves it (or a shipped {s} profile, `sim profiles`)"
+        )),
+        None => Some(format!(
+            "{head} is unmapped (no shipped shape, `sim profiles --models`) and its calls are simulated as {as_what}; give the group that serves it (serves = [{q}]) a profile of its own: profile = \"auto\" with a known `model`, a shipped profile, or profile = \"file:...\" from `sim calibrate`"
+        )),
+    }
+}
+
+/// Whether a profile's model part (`qwen3-14b-fp8` of an auto profile's id) is `shape`.
+fn same_shape(profile_model: &str, shape: &str) -> bool {
+    let p = profile_model.to_ascii_lowercase();
+    p == shape || p.strip_prefix(shape).is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// The model shape of the default engine (a backend without a profile: BLIS's fit of
+/// Llama-3.1-8B on one H100).
+const DEFAULT_ENGINE_SHAPE: &str = "llama-3.1-8b";
 
 /// Names the copies of a session id that several sessions carry (one trace replayed by
 /// several `[[workload.traces]]` groups keeps its own ids in each copy) `ID#1`, `ID#2`, ...

@@ -268,6 +268,9 @@ pub struct TraceFile {
     /// Prefix shared across sessions: tokens, or a table of tokens per model name.
     #[schemars(with = "Option<serde_json::Value>")]
     pub shared_prefix_tokens: Option<toml::Value>,
+    /// Characters per token of a shared part recorded in characters
+    /// (`columns.shared_prefix_chars`; default 4).
+    pub chars_per_token: Option<f64>,
     /// `format = "otel"`: attributes naming the session, in order.
     pub session_attributes: Option<Vec<String>>,
 }

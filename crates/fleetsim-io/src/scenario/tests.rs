@@ -479,3 +479,68 @@ fn a_bad_distribution_parameter_is_one_error_not_two() {
     );
     assert_eq!(e.also.len(), 1, "{e} / {:?}", e.also);
 }
+
+#[test]
+fn a_recorded_shared_part_column_and_its_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let tr = dir.path().join("tools.csv");
+    std::fs::write(&tr, "s,t,in,out,tools\na,0,3000,5,4000\nb,1,2000,5,4000\n").unwrap();
+    let table = |extra: &str| {
+        format!(
+            "[backends]\ncount = 2\n[router.policy]\nkind = \"roundrobin\"\n[[workload.traces]]\nfile = \"{}\"\ncolumns = {{ session = \"s\", start_s = \"t\", input_tokens = \"in\", output_tokens = \"out\"{extra} }}\n",
+            tr.display()
+        )
+    };
+    let (_, w) = load_ok(&table(", shared_prefix_chars = \"tools\""), &[]);
+    assert_eq!(w.sessions[0].shared.map(|(_, n)| n), Some(1000));
+    assert_eq!(w.sessions[0].shared, w.sessions[1].shared);
+    let (_, w) = load_ok(
+        &table(", shared_prefix_chars = \"tools\""),
+        &[("workload.traces[0].chars_per_token", "3.2")],
+    );
+    assert_eq!(w.sessions[0].shared.map(|(_, n)| n), Some(1250));
+    let (_, w) = load_ok(&table(", shared_prefix_tokens = \"tools\""), &[]);
+    // 4,000 tokens recorded, cut to each session's shortest call less one token.
+    let cut: Vec<Option<u32>> = w.sessions.iter().map(|s| s.shared.map(|(_, n)| n)).collect();
+    assert_eq!(cut, [Some(2999), Some(1999)]);
+    let e = load_err(&table(""), &[("workload.traces[0].chars_per_token", "3")]);
+    assert_eq!(e.path, "workload.traces[0].chars_per_token", "{e}");
+    let e = load_err(
+        &table(", shared_prefix_chars = \"tools\""),
+        &[("workload.traces[0].chars_per_token", "0")],
+    );
+    assert_eq!(e.path, "workload.traces[0].chars_per_token", "{e}");
+    let e = load_err(
+        &table(", shared_prefix_chars = \"tools\", shared_prefix_tokens = \"in\""),
+        &[],
+    );
+    assert!(e.path.starts_with("workload.traces[0].columns"), "{e}");
+}
+
+#[test]
+fn profile_auto_takes_the_model_from_the_one_name_a_group_serves() {
+    let g = "[router.policy]\nkind = \"roundrobin\"\n[[workload.groups]]\nname = \"g\"\nsessions = 1\narrival = { kind = \"burst\", at_s = 0 }\ninput_tokens = 10\noutput_tokens = 2\n";
+    let (s, _) = load_ok(
+        &format!(
+            "[[backends.groups]]\nname = \"q\"\ncount = 1\nprofile = \"auto\"\ngpu = \"H100\"\nserves = [\"Qwen/Qwen3-14B\"]\n{g}"
+        ),
+        &[],
+    );
+    assert_eq!(s.sim.labels[0].profile, "qwen3-14b/h100/tp1");
+    let e = load_err(
+        &format!(
+            "[[backends.groups]]\nname = \"q\"\ncount = 1\nprofile = \"auto\"\ngpu = \"H100\"\nserves = [\"a\", \"b\"]\n{g}"
+        ),
+        &[],
+    );
+    assert_eq!(e.path, "backends.groups[0].model", "{e}");
+    let e = load_err(
+        &format!(
+            "[[backends.groups]]\nname = \"q\"\ncount = 1\nprofile = \"auto\"\ngpu = \"H100\"\nserves = [\"acme/x\"]\n{g}"
+        ),
+        &[],
+    );
+    assert_eq!(e.path, "backends.groups[0].model", "{e}");
+    assert!(e.to_string().contains("unknown model `acme/x` (from `serves`"), "{e}");
+    assert!(e.also.is_empty(), "one error: {:?}", e.also);
+}

@@ -151,6 +151,26 @@ fn agent(t: &TraceFile, p: &str, g: &mut TraceGroupConfig) -> Res<()> {
         t.session_attributes.as_deref(),
     )
     .map_err(|(k, m)| FieldError::new(format!("{p}.{k}"), m))?;
+    if let Some(c) = t.chars_per_token {
+        if !(c.is_finite() && (0.5..=100.0).contains(&c)) {
+            return Err(FieldError::new(
+                format!("{p}.chars_per_token"),
+                format!("expected characters per token between 0.5 and 100, got {c}"),
+            ));
+        }
+        if g.agent
+            .read
+            .columns
+            .as_ref()
+            .is_none_or(|m| m.shared_prefix_chars.is_none())
+        {
+            return Err(FieldError::new(
+                format!("{p}.chars_per_token"),
+                "applies only to a shared part recorded in characters (columns.shared_prefix_chars)",
+            ));
+        }
+        g.agent.chars_per_token = Some(c);
+    }
     g.sends_session_key = t.sends_session_key;
     g.skip_bad_rows = t.skip_bad_rows;
     if let Some(w) = &t.where_ {

@@ -59,6 +59,25 @@ pub struct AgentConfig {
     pub context: Context,
     /// Prefix shared across sessions.
     pub shared_prefix: SharedPrefix,
+    /// Characters per token of a recorded shared part in characters
+    /// (`columns.shared_prefix_chars`); `None`: [`DEFAULT_CHARS_PER_TOKEN`].
+    pub chars_per_token: Option<f64>,
+}
+
+/// Characters per token when a trace records its shared part in characters: the common
+/// rule of thumb for English text and code under BPE tokenizers (and production-stack's
+/// `--prefix-chars-per-token` default).
+pub const DEFAULT_CHARS_PER_TOKEN: f64 = 4.0;
+
+impl AgentConfig {
+    /// Tokens of a recorded shared part of `len` (characters when `in_chars`, rounded up).
+    pub fn shared_tokens(&self, len: u32, in_chars: bool) -> u32 {
+        if !in_chars {
+            return len;
+        }
+        let cpt = self.chars_per_token.unwrap_or(DEFAULT_CHARS_PER_TOKEN);
+        (f64::from(len) / cpt).ceil().min(f64::from(u32::MAX / 2)) as u32
+    }
 }
 
 /// Validates the keys; errors are `(key, message)` relative to the trace table.

@@ -8,6 +8,56 @@
 //! are kept as recorded.
 
 use super::model::{NONE, Trace};
+pub use fleetsim_core::workload::IdleSpans;
+
+/// Gaps at least this long count as idle spans in reports (`sim trace inspect`, the run's
+/// `idle-trace` hint): a pause between sessions, not a tool call or a user's think time.
+pub const REPORT_GAP_NS: u64 = 600_000_000_000;
+
+/// Where row `r`'s call ends: its recorded end, else its start.
+fn end_of(t: &Trace, r: usize) -> u64 {
+    match t.calls.as_deref().map(|c| c.end_ns[r]) {
+        Some(e) if e != NONE => e.max(t.rows[r].t_ns),
+        _ => t.rows[r].t_ns,
+    }
+}
+
+/// The idle spans of `trace` of at least `min_gap_ns`: gaps in which no call is in flight
+/// (from the latest recorded end, or start, to the next start), as [`compress`] sees them.
+pub fn spans(trace: &Trace, min_gap_ns: u64) -> IdleSpans {
+    let order = super::model::arrival_order(trace);
+    let mut out = IdleSpans::default();
+    let Some(&first) = order.first() else {
+        return out;
+    };
+    let t0 = trace.rows[first as usize].t_ns;
+    let mut busy_until = t0;
+    for &r in &order {
+        let s = trace.rows[r as usize].t_ns;
+        if s > busy_until && s - busy_until >= min_gap_ns {
+            out.gaps += 1;
+            out.idle_ns += s - busy_until;
+            out.longest_ns = out.longest_ns.max(s - busy_until);
+        }
+        busy_until = busy_until.max(end_of(trace, r as usize));
+    }
+    out.span_ns = busy_until - t0;
+    out
+}
+
+/// A duration for a sentence: seconds, minutes, hours or days.
+pub fn duration_text(ns: u64) -> String {
+    let s = ns as f64 / 1e9;
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if s < 172_800.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.1} days", s / 86_400.0)
+    }
+}
 
 /// What the compression did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,10 +81,6 @@ pub fn compress(trace: &mut Trace, max_gap_ns: u64) -> IdleCut {
         return cut;
     };
     let t0 = trace.rows[first as usize].t_ns;
-    let end_of = |t: &Trace, r: usize| match t.calls.as_deref().map(|c| c.end_ns[r]) {
-        Some(e) if e != NONE => e.max(t.rows[r].t_ns),
-        _ => t.rows[r].t_ns,
-    };
     let mut busy_until = t0;
     let mut last = t0;
     let mut shift = 0u64;
@@ -108,5 +154,18 @@ mod tests {
         let mut t = trace(&[(0, 900), (800, 810), (850, NONE)]);
         assert_eq!(compress(&mut t, 100).gaps, 0);
         assert_eq!(t.rows.iter().map(|r| r.t_ns).collect::<Vec<_>>(), [0, 800, 850]);
+    }
+
+    #[test]
+    fn idle_spans_count_only_gaps_with_nothing_in_flight() {
+        // Idle 20..1000 (980) and 1010..5000 (3990); the 5..20 overlap is busy.
+        let t = trace(&[(0, 10), (5, 20), (1000, 1010), (5000, NONE)]);
+        let s = spans(&t, 100);
+        assert_eq!((s.gaps, s.idle_ns, s.longest_ns, s.span_ns), (2, 4970, 3990, 5000));
+        assert!((s.share() - 0.994).abs() < 1e-12);
+        assert_eq!(spans(&t, 1000).gaps, 1);
+        // What compress cuts is each idle span less the limit.
+        let mut c = trace(&[(0, 10), (5, 20), (1000, 1010), (5000, NONE)]);
+        assert_eq!(compress(&mut c, 100).cut_ns, s.idle_ns - 2 * 100);
     }
 }

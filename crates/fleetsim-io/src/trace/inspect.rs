@@ -62,6 +62,65 @@ pub struct Inspection {
     /// The model names the trace's calls carry, with how many calls each.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<TraceModel>,
+    /// Idle spans: gaps of [`super::idle::REPORT_GAP_NS`] or more with no call in flight.
+    pub idle: IdleStats,
+    /// The recorded length of a part every call repeats, when a column records it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_part: Option<SharedPart>,
+}
+
+/// A trace's idle spans (what `max_idle_gap_s` would cut).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct IdleStats {
+    /// Spans of 10 minutes or more with no call in flight.
+    pub gaps: u64,
+    /// Their total, seconds.
+    pub idle_s: f64,
+    /// The longest, seconds.
+    pub longest_s: f64,
+    /// Share of the span they take, 0 to 1.
+    pub share: f64,
+    /// The span: first start to last start or recorded end, seconds.
+    pub span_s: f64,
+}
+
+/// A recorded shared part (`columns.shared_prefix_tokens` or `shared_prefix_chars`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SharedPart {
+    /// The mapping key: `shared_prefix_tokens` or `shared_prefix_chars`.
+    pub key: String,
+    /// Calls recording a part.
+    pub calls: u64,
+    /// Distinct recorded lengths.
+    pub distinct: u64,
+    /// The most common length, in the column's unit.
+    pub most_common: u32,
+    /// Calls recording it.
+    pub most_common_calls: u64,
+}
+
+/// The recorded shared part of `trace`, if a column records one.
+fn shared_part(trace: &Trace) -> Option<SharedPart> {
+    let c = trace.calls.as_deref().filter(|c| c.records_shared())?;
+    let mut counts: std::collections::BTreeMap<u32, u64> = Default::default();
+    for &n in &c.shared_len {
+        if n != super::model::NO_SHARED && n > 0 {
+            *counts.entry(n).or_default() += 1;
+        }
+    }
+    let (&most_common, &most_common_calls) = counts.iter().max_by_key(|(l, n)| (**n, std::cmp::Reverse(**l)))?;
+    Some(SharedPart {
+        key: if c.shared_in_chars {
+            "shared_prefix_chars"
+        } else {
+            "shared_prefix_tokens"
+        }
+        .into(),
+        calls: counts.values().sum(),
+        distinct: counts.len() as u64,
+        most_common,
+        most_common_calls,
+    })
 }
 
 /// One model name of a trace.
@@ -103,7 +162,7 @@ fn trace_models(trace: &Trace) -> Vec<TraceModel> {
 
 /// What a trace without block hashes cannot say about its prompts, and the key that
 /// models the part every call repeats.
-pub const LENGTHS_ONLY: &str = "lengths only: which prompt tokens calls share (a system prompt, tool definitions) is not recorded; replayed, every session's prompt is its own, so a router's prefix affinity has nothing to latch on. If every call repeats a part of known size, model it with shared_prefix_tokens = N (tokens) on the [[workload.traces]] table";
+pub const LENGTHS_ONLY: &str = "lengths only: which prompt tokens calls share (a system prompt, tool definitions) is not recorded; replayed, every session's prompt is its own, so a router's prefix affinity has nothing to latch on. If every call repeats a part of known size, model it with shared_prefix_tokens = N (tokens) on the [[workload.traces]] table, or map a column that records it (columns.shared_prefix_chars or shared_prefix_tokens)";
 
 /// Inspects a parsed trace; sessions as `sim run` would group them with `sessions = "auto"`.
 pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspection {
@@ -148,6 +207,17 @@ pub fn inspect(trace: &Trace, block_tokens: u32, infer: &InferConfig) -> Inspect
         session_source: used.to_string(),
         sessions,
         models: trace_models(trace),
+        idle: {
+            let sp = super::idle::spans(trace, super::idle::REPORT_GAP_NS);
+            IdleStats {
+                gaps: sp.gaps,
+                idle_s: sp.idle_ns as f64 / 1e9,
+                longest_s: sp.longest_ns as f64 / 1e9,
+                share: sp.share(),
+                span_s: sp.span_ns as f64 / 1e9,
+            }
+        },
+        shared_part: shared_part(trace),
         agent: (trace.has_sessions() || trace.calls.is_some())
             .then(|| super::agent_inspect::stats(trace, &grouping, block_tokens)),
     }
@@ -206,6 +276,41 @@ fn prefix_stats(trace: &Trace, order: &[u32], block_tokens: u32) -> PrefixStats 
     st
 }
 
+/// What a trace without block hashes records of its shared prompts: a recorded part, or
+/// lengths only ([`LENGTHS_ONLY`]).
+fn shared_text(x: &Inspection) -> String {
+    let Some(p) = &x.shared_part else {
+        return LENGTHS_ONLY.into();
+    };
+    let unit = if p.key == "shared_prefix_chars" {
+        "characters"
+    } else {
+        "tokens"
+    };
+    format!(
+        "recorded (columns.{}): {} of {} calls record a part every call repeats, {} distinct lengths, the most common {} {unit} on {} calls; replayed as a prefix shared by the sessions recording the same length",
+        p.key, p.calls, x.requests, p.distinct, p.most_common, p.most_common_calls
+    )
+}
+
+/// The trace's idle spans and the key that cuts them.
+fn idle_text(x: &Inspection) -> String {
+    let i = &x.idle;
+    let min = super::idle::duration_text(super::idle::REPORT_GAP_NS);
+    if i.gaps == 0 {
+        return format!("none of {min} or more with no call in flight");
+    }
+    let ns = |s: f64| (s * 1e9) as u64;
+    format!(
+        "{:.1} % of the span: {} spans of {min} or more with no call in flight, {} of {}, longest {}; max_idle_gap_s = 60 on the [[workload.traces]] table cuts each to a minute",
+        100.0 * i.share,
+        i.gaps,
+        super::idle::duration_text(ns(i.idle_s)),
+        super::idle::duration_text(ns(i.span_s)),
+        super::idle::duration_text(ns(i.longest_s)),
+    )
+}
+
 /// The inspection as an aligned text table.
 pub fn render(x: &Inspection) -> String {
     let mut rows: Vec<(String, String)> = vec![
@@ -253,13 +358,14 @@ pub fn render(x: &Inspection) -> String {
         }
         None => {
             rows.push(("prefix blocks".into(), "none".into()));
-            rows.push(("shared prompts".into(), LENGTHS_ONLY.into()));
+            rows.push(("shared prompts".into(), shared_text(x)));
         }
     }
+    rows.push(("idle spans".into(), idle_text(x)));
     for m in &x.models {
         let how = match &m.shape {
             Some(shape) => format!("profile = \"auto\" prices it as {shape} (set the group's gpu and serves)"),
-            None => "unmapped: no shipped shape; a group must serve it with its own profile, or its calls are refused"
+            None => "unmapped: no shipped shape; give the group that serves it a profile of its own (`sim run` warns while its calls run on another model's profile)"
                 .into(),
         };
         rows.push((

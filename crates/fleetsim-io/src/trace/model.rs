@@ -530,7 +530,16 @@ pub struct Calls {
     /// Rows whose start is an offset within their session (`offset_s`), placed by
     /// `session_arrival`.
     pub offsets: bool,
+    /// The recorded length of a part every call repeats (a harness's tool definitions or
+    /// system prompt: `columns.shared_prefix_tokens` or `columns.shared_prefix_chars`), per
+    /// call, or [`NO_SHARED`]; empty when no such column is mapped.
+    pub shared_len: Vec<u32>,
+    /// Whether [`Calls::shared_len`] counts characters (`shared_prefix_chars`), not tokens.
+    pub shared_in_chars: bool,
 }
+
+/// No recorded shared part ([`Calls::shared_len`]).
+pub const NO_SHARED: u32 = u32::MAX;
 
 /// One call's recorded timing.
 #[derive(Clone, Copy, Debug)]
@@ -583,6 +592,16 @@ impl Calls {
         self.models.push(m.to_string());
         self.model_ids.insert(m.to_string(), i);
         i
+    }
+
+    /// Whether the trace records the length of a part every call repeats.
+    pub fn records_shared(&self) -> bool {
+        self.shared_len.iter().any(|&n| n != NO_SHARED && n > 0)
+    }
+
+    /// The recorded shared part of row `r` (0 or [`NO_SHARED`]: none).
+    pub fn shared_of(&self, r: usize) -> u32 {
+        self.shared_len.get(r).copied().unwrap_or(NO_SHARED)
     }
 
     /// Model name of row `r`.

@@ -272,9 +272,16 @@ pub fn append(
                 c.span_before_ns as f64 / 1e9
             ));
         }
-        return append_trace(w, g, &trace, group, seed, context_limit_tokens);
+        append_trace(w, g, &trace, group, seed, context_limit_tokens)?;
+    } else {
+        append_trace(w, g, &shared, group, seed, context_limit_tokens)?;
     }
-    append_trace(w, g, &shared, group, seed, context_limit_tokens)
+    // Idle spans as recorded, before any compression.
+    if let Some(f) = w.traces.last_mut() {
+        f.idle = super::idle::spans(&shared, super::idle::REPORT_GAP_NS);
+        f.idle_compressed = g.max_idle_gap_ns.is_some();
+    }
+    Ok(())
 }
 
 /// [`append`] on an already parsed trace, in stages: select the window's rows, group them
@@ -339,7 +346,30 @@ pub fn append_trace(
     let sizes = r.sizes()?;
     let done = r.replay_all(w, &sessions, repeat, total)?;
     r.notes(w, &done, &sizes, &st, used, repeat.min(total.div_ceil(m)));
+    w.traces.push(fleetsim_core::workload::TraceFacts {
+        group: g.name.clone(),
+        file: trace.file.clone(),
+        calls: done.requests,
+        sharing: sharing(trace, g, blocks),
+        ..Default::default()
+    });
     Ok(())
+}
+
+/// What a replayed trace records of the prompts its calls share: block hashes, the length
+/// of a part every call repeats, a `shared_prefix_tokens` key on its table, or nothing.
+fn sharing(trace: &Trace, g: &TraceGroupConfig, blocks: bool) -> fleetsim_core::workload::Sharing {
+    use fleetsim_core::workload::Sharing;
+    let sp = &g.agent.shared_prefix;
+    if blocks {
+        Sharing::Blocks
+    } else if trace.calls.as_deref().is_some_and(super::model::Calls::records_shared) {
+        Sharing::RecordedPart
+    } else if sp.all.is_some_and(|n| n > 0) || sp.by_model.iter().any(|(_, n)| *n > 0) {
+        Sharing::Configured
+    } else {
+        Sharing::LengthsOnly
+    }
 }
 
 /// The rows of a trace in the replayed window.
@@ -676,7 +706,14 @@ impl Replay<'_> {
     fn shared_prefix(&self, rows: &[u32], first: u32) -> (Option<(u64, u32)>, bool) {
         let g = self.g;
         let model = self.calls.and_then(|c| c.model_of(first as usize));
-        match g.agent.shared_prefix.tokens_for(model) {
+        let (tokens, key) = match self.recorded_shared(first) {
+            Some((n, key)) => (Some(n), key),
+            None => (
+                g.agent.shared_prefix.tokens_for(model),
+                g.agent.shared_prefix.key(&g.name, model),
+            ),
+        };
+        match tokens {
             Some(n) if !self.blocks && n > 0 => {
                 let shortest = rows
                     .iter()
@@ -684,16 +721,29 @@ impl Replay<'_> {
                     .min()
                     .unwrap_or(1);
                 let len = n.min(shortest - 1);
-                let shared = (len > 0).then(|| {
-                    (
-                        source_id("shared_prefix", &g.agent.shared_prefix.key(&g.name, model), 0),
-                        len,
-                    )
-                });
+                let shared = (len > 0).then(|| (source_id("shared_prefix", &key, 0), len));
                 (shared, len < n)
             }
             _ => (None, false),
         }
+    }
+
+    /// The shared part a session's first call records (`columns.shared_prefix_tokens` or
+    /// `shared_prefix_chars`), in tokens, with its content name: calls of any trace naming
+    /// the same model and recording the same length share it (one harness's tool
+    /// definitions); `None` when the call records none.
+    fn recorded_shared(&self, first: u32) -> Option<(u32, String)> {
+        let c = self.calls?;
+        let len = c.shared_of(first as usize);
+        if len == super::model::NO_SHARED || len == 0 {
+            return None;
+        }
+        let unit = if c.shared_in_chars { "chars" } else { "tokens" };
+        let model = c.model_of(first as usize).unwrap_or("");
+        Some((
+            self.g.agent.shared_tokens(len, c.shared_in_chars),
+            format!("recorded:{model}:{len} {unit}"),
+        ))
     }
 
     /// A session's turns: each call's think time before it (the paced gap scaled, or the
@@ -786,6 +836,34 @@ impl Replay<'_> {
         })
     }
 
+    /// What the replay took from a recorded shared part: the calls recording one, the
+    /// most common length and its tokens.
+    fn recorded_note(&self) -> Option<String> {
+        let c = self.calls.filter(|c| c.records_shared() && !self.blocks)?;
+        let mut counts: std::collections::BTreeMap<u32, u64> = Default::default();
+        for &r in &self.window.rows {
+            let n = c.shared_of(r as usize);
+            if n != super::model::NO_SHARED && n > 0 {
+                *counts.entry(n).or_default() += 1;
+            }
+        }
+        let (&len, &calls) = counts.iter().max_by_key(|(l, n)| (**n, std::cmp::Reverse(**l)))?;
+        let (col, unit) = if c.shared_in_chars {
+            ("shared_prefix_chars", "characters")
+        } else {
+            ("shared_prefix_tokens", "tokens")
+        };
+        Some(format!(
+            "trace {}: {}: columns.{col}: {} of {} calls record a part every call repeats ({} distinct lengths; the most common, {len} {unit} on {calls} calls, is {} tokens), replayed as a prefix shared by the sessions that record it",
+            self.g.name,
+            self.file,
+            counts.values().sum::<u64>(),
+            self.window.rows.len(),
+            counts.len(),
+            self.g.agent.shared_tokens(len, c.shared_in_chars),
+        ))
+    }
+
     /// Says in the workload's notes how the replay went: pacing, cut prefixes, truncated and
     /// skipped calls, and the window, sessions and time scale.
     fn notes(&self, w: &mut Workload, done: &Progress, sizes: &Sizes, st: &InferStats, used: &str, replays: u64) {
@@ -804,6 +882,9 @@ impl Replay<'_> {
                 "trace {}: {file}: happens-before pacing: {} calls after a recorded end, {} after a think time, {} at a session offset ({} overlapped an earlier call of their session in the recording; the run summary says how many did in the replay)",
                 g.name, counts.after_recorded_end, counts.after_think_time, counts.at_session_offset, counts.overlapping
             ));
+        }
+        if let Some(n) = self.recorded_note() {
+            w.notes.push(n);
         }
         if done.prefix_cut > 0 {
             w.notes.push(format!(
@@ -970,6 +1051,44 @@ mod tests {
         let c = |s: u32, k: usize| w.content(fleetsim_core::ids::SessionId(s), k);
         assert_eq!(c(0, 0).segments[0], c(0, 1).segments[0]);
         assert_ne!(c(0, 0).segments[1].source, c(0, 1).segments[1].source);
+    }
+
+    #[test]
+    fn a_recorded_shared_part_is_a_prefix_shared_across_sessions() {
+        let mut g = TraceGroupConfig::new("r", "s.csv");
+        let cols = "c = { session = \"s\", start_s = \"t\", input_tokens = \"i\", output_tokens = \"o\", shared_prefix_chars = \"tools\" }";
+        let cols = toml::from_str::<toml::Table>(cols).unwrap()["c"].clone();
+        super::super::agent_cfg::apply(&mut g.agent, None, Some(&cols), None, None, None).unwrap();
+        // a, b record the same 4,000 characters; c another harness's 800; d none.
+        let text = "s,t,i,o,tools\na,0,3000,5,4000\nb,1,2000,5,4000\na,2,3500,5,4000\nc,3,900,5,800\nd,4,700,5,\n";
+        let t =
+            super::super::reader::read_any(text.as_bytes(), "s.csv", Format::Sessions, false, &g.agent.read).unwrap();
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        let c = |s: u32, k: usize| w.content(fleetsim_core::ids::SessionId(s), k);
+        // 4,000 characters at 4 per token: a 1,000-token prefix a and b share.
+        assert_eq!(c(0, 0).segments[0].len, 1000);
+        assert_eq!(c(0, 0).segments[0], c(1, 0).segments[0]);
+        assert_eq!(c(0, 0).segments[0], c(0, 1).segments[0]);
+        assert_eq!(c(2, 0).segments[0].len, 200);
+        assert_ne!(c(2, 0).segments[0].source, c(0, 0).segments[0].source);
+        assert_eq!(c(3, 0).segments.len(), 1, "no record, no key: its own prompt");
+        assert_eq!(w.traces[0].sharing, fleetsim_core::workload::Sharing::RecordedPart);
+        assert!(
+            w.notes.iter().any(|n| n.contains("4 of 5 calls record a part")
+                && n.contains("4000 characters on 3 calls, is 1000 tokens")),
+            "{:?}",
+            w.notes
+        );
+        // chars_per_token converts; without the column the trace is lengths only.
+        g.agent.chars_per_token = Some(2.5);
+        let mut w = empty();
+        append_trace(&mut w, &g, &t, 0, 1, None).unwrap();
+        assert_eq!(w.content(fleetsim_core::ids::SessionId(0), 0).segments[0].len, 1600);
+        let plain = TraceGroupConfig::new("n", "n.csv");
+        let mut w = empty();
+        append_trace(&mut w, &plain, &native("0,,,100,5,\n"), 0, 1, None).unwrap();
+        assert_eq!(w.traces[0].sharing, fleetsim_core::workload::Sharing::LengthsOnly);
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! `session_arrival`). End: at most one of `end_unix_s` / `end_s` (seconds, the start's
 //! clock) or `latency_s` (seconds after the start). Optional: `think_s` (client time before
 //! the call), `ttft_s`, `block_hashes` (whole numbers, space-separated in CSV or a JSON
-//! array), `model`. Without any start column, calls need `think_s` or `turn` to be ordered.
+//! array), `model`, and the recorded length of a part every call repeats (a harness's tool
+//! definitions or system prompt): `shared_prefix_tokens` or `shared_prefix_chars`, replayed
+//! as a prefix shared across sessions. Without any start column, calls need `think_s` or
+//! `turn` to be ordered.
 //!
 //! The CSV is strict: a row with more or fewer fields than the header is an error (never a
 //! shifted read), a mapped column missing from the header or present twice is an error,
@@ -25,7 +28,7 @@ use super::filter::RowFilter;
 use super::jsonl::{MAX_LINE_BYTES, for_each_line, parse_json};
 use super::lines::Capped;
 use super::model::{Builder, NO_SESSION, RawRow, TraceError};
-use super::model::{Calls, NONE, Timing, push_call, s_ns, stream_err};
+use super::model::{Calls, NO_SHARED, NONE, Timing, push_call, s_ns, stream_err};
 
 /// Which column holds what (`columns = { ... }`; the key names are fixed).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -61,6 +64,13 @@ pub struct ColumnMap {
     pub block_hashes: Option<String>,
     /// Model name.
     pub model: Option<String>,
+    /// Tokens of a part every call repeats (a harness's system prompt and tool
+    /// definitions), as the harness recorded them: replayed as a prefix shared across
+    /// sessions.
+    pub shared_prefix_tokens: Option<String>,
+    /// The same part's length in characters (agent harnesses record
+    /// `tool_definitions_chars`), converted at the trace table's `chars_per_token`.
+    pub shared_prefix_chars: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -111,6 +121,8 @@ impl ColumnMap {
             ("ttft_s", &self.ttft_s),
             ("block_hashes", &self.block_hashes),
             ("model", &self.model),
+            ("shared_prefix_tokens", &self.shared_prefix_tokens),
+            ("shared_prefix_chars", &self.shared_prefix_chars),
         ];
         let mut v = vec![
             ("input_tokens", self.input_tokens.as_str()),
@@ -151,6 +163,12 @@ impl ColumnMap {
             return Err((
                 ends[1].into(),
                 format!("set one end column, not {}", ends.join(" and ")),
+            ));
+        }
+        if self.shared_prefix_tokens.is_some() && self.shared_prefix_chars.is_some() {
+            return Err((
+                "shared_prefix_chars".into(),
+                "set one shared-part column, not shared_prefix_tokens and shared_prefix_chars".into(),
             ));
         }
         if self.offset_s.is_some() && self.session.is_none() {
@@ -284,6 +302,7 @@ pub(super) fn read(r: impl Read, b: &mut Builder, cols: &ColumnMap, filter: &[Ro
         == Some(b'{');
     let mut calls = Calls {
         offsets: cols.start_kind() == StartKind::Offset,
+        shared_in_chars: cols.shared_prefix_chars.is_some(),
         ..Calls::default()
     };
     let mut hashes = Vec::new();
@@ -339,6 +358,8 @@ fn column_of<'c>(cols: &'c ColumnMap, key: &str) -> Option<&'c str> {
         "ttft_s" => cols.ttft_s.as_deref(),
         "block_hashes" => cols.block_hashes.as_deref(),
         "model" => cols.model.as_deref(),
+        "shared_prefix_tokens" => cols.shared_prefix_tokens.as_deref(),
+        "shared_prefix_chars" => cols.shared_prefix_chars.as_deref(),
         _ => None,
     }
 }
@@ -583,6 +604,33 @@ impl<'r> Cells<'_, 'r> {
         Ok(v as u32)
     }
 
+    /// The recorded length of the part every call repeats (`shared_prefix_tokens` or
+    /// `shared_prefix_chars`), or [`NO_SHARED`] when the column is unmapped or empty.
+    fn shared(&self, b: &Builder) -> Result<u32, TraceError> {
+        let Some(k) = ["shared_prefix_tokens", "shared_prefix_chars"]
+            .into_iter()
+            .find(|k| column_of(self.cols, k).is_some())
+        else {
+            return Ok(NO_SHARED);
+        };
+        let Some(f) = self.opt(k) else {
+            return Ok(NO_SHARED);
+        };
+        f.whole()
+            .filter(|&v| v < u64::from(u32::MAX / 2))
+            .map(|v| v as u32)
+            .ok_or_else(|| {
+                self.err(
+                    b,
+                    k,
+                    format!(
+                        "expected a whole number >= 0 below 2^31, got {}",
+                        crate::quote::quote(&f.text())
+                    ),
+                )
+            })
+    }
+
     /// The prefix block hashes into `hashes`: a JSON array, or whole numbers separated by
     /// spaces, commas or semicolons.
     fn hashes(&self, b: &Builder, hashes: &mut Vec<u64>) -> Result<(), TraceError> {
@@ -635,6 +683,7 @@ fn row(
         None => NO_SESSION,
     };
     let turn = c.turn(b)?;
+    let shared = c.shared(b)?;
     c.hashes(b, hashes)?;
     let timing = Timing {
         end_ns: end,
@@ -648,7 +697,12 @@ fn row(
         blocks: hashes,
         ..RawRow::new(line, start, input, output)
     };
-    push_call(b, calls, r, timing)
+    let kept = calls.end_ns.len();
+    push_call(b, calls, r, timing)?;
+    if calls.end_ns.len() > kept && (cols.shared_prefix_tokens.is_some() || cols.shared_prefix_chars.is_some()) {
+        calls.shared_len.push(shared);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
