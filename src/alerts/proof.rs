@@ -439,8 +439,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn split_fires_after_its_hold_and_not_before() {
+    /// One pool of two slots, a 10 s scrape and a 30 s hold for the split alerts.
+    fn one_pool_held_30s() -> AlertConfig {
         let pools = vec![Pool {
             name: "p".into(),
             slots: 2,
@@ -448,6 +448,12 @@ mod tests {
         }];
         let mut c = AlertConfig::new(SimDuration(10_000_000_000), None, pools);
         c.split_for = SimDuration(30_000_000_000);
+        c
+    }
+
+    #[test]
+    fn split_fires_after_its_hold_and_not_before() {
+        let c = one_pool_held_30s();
         let e = expected(&two(), &c);
         // Split from 20 s; held 30 s at 50 s.
         assert_eq!(e.stretches(SPLIT), vec![(50.0, 110.0)]);
@@ -503,13 +509,7 @@ mod tests {
 
     #[test]
     fn the_new_replica_alert_waits_for_the_pod_and_its_hold() {
-        let pools = vec![Pool {
-            name: "p".into(),
-            slots: 2,
-            instances: vec![],
-        }];
-        let mut c = AlertConfig::new(SimDuration(10_000_000_000), None, pools);
-        c.split_for = SimDuration(30_000_000_000);
+        let c = one_pool_held_30s();
         let e = expected(&three(), &c);
         // b0 (never finished, idle) qualifies from 20 s, when b1 starts to queue: held 30 s
         // at 50 s. b2 joins at 40 s and is held at 70 s.
