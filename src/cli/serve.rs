@@ -58,6 +58,19 @@ pub(super) struct ServeArgs {
     /// Most connections one backend holds open; past it a connection is answered 503.
     #[arg(long, default_value_t = Options::MAX_CONNECTIONS)]
     pub(super) max_connections: usize,
+    /// Publish each backend's KV-cache events (BlockStored, BlockRemoved,
+    /// AllBlocksCleared) as vLLM's --kv-events-config does: msgpack batches on a ZMQ PUB
+    /// socket at tcp://HOST:PORT, backend i on PORT + i (0: chosen by the system; `*`
+    /// binds every interface, loopback is the default to give).
+    #[arg(long, value_name = "ENDPOINT", value_parser = parse_endpoint)]
+    pub(super) kv_events: Option<crate::live::serve::kv_events::Endpoint>,
+    /// With --kv-events: vLLM's replay ROUTER socket (a subscriber asks for the batches it
+    /// missed), backend i on PORT + i.
+    #[arg(long, value_name = "ENDPOINT", value_parser = parse_endpoint, requires = "kv_events")]
+    pub(super) kv_events_replay: Option<crate::live::serve::kv_events::Endpoint>,
+    /// With --kv-events: the topic frame of every message (vLLM's default: empty).
+    #[arg(long, default_value = "", requires = "kv_events")]
+    pub(super) kv_events_topic: String,
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(super) quiet: bool,
@@ -92,9 +105,18 @@ impl ServeArgs {
             header_timeout: wall_seconds("--header-timeout", self.header_timeout)?,
             body_timeout: wall_seconds("--body-timeout", self.body_timeout)?,
             max_connections: self.max_connections,
+            kv_events: self.kv_events.map(|endpoint| crate::live::serve::kv_events::Options {
+                endpoint,
+                replay: self.kv_events_replay,
+                topic: self.kv_events_topic.clone(),
+            }),
         };
         Ok((o, duration))
     }
+}
+
+fn parse_endpoint(s: &str) -> Result<crate::live::serve::kv_events::Endpoint, String> {
+    crate::live::serve::kv_events::Endpoint::parse(s)
 }
 
 /// A time-out flag: wall seconds from 0.1 to an hour.
@@ -142,6 +164,35 @@ fn print_banner(cfg: &SimConfig, s: &Server, speed: Speed) -> Result<()> {
         outln!("{name} {u}")?;
     }
     outln!("urls: {}", s.urls_file.display())?;
+    for (i, ep) in s.kv_endpoints.iter().enumerate() {
+        let replay = s
+            .kv_replay_endpoints
+            .get(i)
+            .map(|r| format!(", replay {r}"))
+            .unwrap_or_default();
+        outln!("kv events {}: {ep}{replay}", cfg.backends[i].0)?;
+    }
+    if !s.kv_endpoints.is_empty() {
+        let sources: Vec<String> = s
+            .urls
+            .iter()
+            .zip(&s.kv_endpoints)
+            .map(|(u, e)| format!("--kv-event-source {u}={e}"))
+            .collect();
+        outln!(
+            "vllm-router kv_aware: vllm-router --policy kv_aware --kv-event-block-size {} --kv-event-model {} {} --worker-urls {}",
+            cfg.models
+                .iter()
+                .find_map(|m| match m {
+                    crate::sim::BackendModel::Vllm(v) => Some(v.block_size_tokens),
+                    _ => None,
+                })
+                .unwrap_or(16),
+            shlex::try_quote(&s.model).map_or_else(|_| s.model.clone(), |q| q.into_owned()),
+            sources.join(" "),
+            s.urls.join(" ")
+        )?;
+    }
     let esi = cfg.router.engine_stats_interval;
     let rsw = cfg.router.request_stats_window;
     let (esi_wall, rsw_wall) = (

@@ -212,6 +212,52 @@ fn url_hashing_models_place_sessions_as_vllm_router_does() {
     assert_eq!(ch["served"]["requests"], ch["model"]["runs"][0]["requests"], "{ch:#}");
 }
 
+/// vllm-router's `kv_aware` on the fleet's own KV events (`sim serve --kv-events`, one
+/// `--kv-event-source` per worker): the router subscribes to every backend and the model
+/// agrees (it is deterministic at temperature 0: no draw to judge).
+#[test]
+fn kv_aware_model_agrees_with_vllm_router_on_served_kv_events() {
+    let Some((_, exe)) = routers().into_iter().find(|(n, _)| *n == "vllm-router") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let scen = write(dir.path(), "conform-small.toml", SCENARIO);
+    let out = dir.path().join("conform");
+    let o = sim()
+        .args(["conform", scen.to_str().unwrap(), "--seeds", "3", "--speed", "4"])
+        .args(["--timeout", "120", "--quiet", "--policy", "kv_aware"])
+        .arg("--router")
+        .arg(format!("vllm-router={}", exe.display()))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        out.join("conform.json").is_file(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&out.join("conform.json"));
+    let p = &v["pairs"][0];
+    assert_eq!(p["policy"], "kv_aware", "{v:#}");
+    let args: Vec<&str> = p["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert_eq!(
+        args.iter().filter(|a| **a == "--kv-event-source").count(),
+        2,
+        "{args:?}"
+    );
+    let log = std::fs::read_to_string(out.join("logs/vllm-router-kv_aware.log")).unwrap();
+    assert_eq!(log.matches("kv_index subscriber for").count(), 2, "{log}");
+    assert!(!log.contains("discovery failed"), "{log}");
+    assert_eq!(p["client_unfinished"], 0, "{p:#}");
+    assert_eq!(p["status"], "agrees", "{:#}", p["verdict"]);
+}
+
 #[test]
 fn refusals_name_the_flag() {
     let dir = tempfile::tempdir().unwrap();

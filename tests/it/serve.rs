@@ -835,3 +835,84 @@ fn long_requests_at_full_speed_leave_the_server_answering() {
     let ended = r["finished"].as_u64().unwrap() + r["failed"].as_u64().unwrap();
     assert_eq!(ended, 17, "{r}");
 }
+
+/// `--kv-events`: a ZMQ subscriber on loopback receives vLLM's frames for a request's
+/// blocks: `[topic, seq 0, msgpack [ts, [BlockStored, ...], 0]]`, each block's token ids
+/// those `/tokenize` gives for the prompt, chained by `parent_block_hash`.
+#[test]
+fn kv_events_reach_a_zmq_subscriber_as_vllm_sends_them() {
+    use zeromq::{Socket, SocketRecv};
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ep = format!("tcp://127.0.0.1:{port}");
+    let s = Served::start(
+        dir.path(),
+        "scenarios/burst8.toml",
+        &["--set", "backends.count=1", "--speed", "5", "--kv-events", &ep],
+    );
+    let u = s.urls[0].clone();
+    rt().block_on(async {
+        let mut sub = zeromq::SubSocket::new();
+        sub.connect(&ep).await.expect("connects");
+        sub.subscribe("").await.expect("subscribes");
+        // The subscription reaches the publisher before anything is published.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let c = client();
+        let prompt = "hello ".repeat(50);
+        let (_, _, tok) = call(&c, "POST", &format!("{u}/tokenize"), post(&json!({"prompt": prompt}))).await;
+        let ids: Vec<u64> = serde_json::from_str::<Value>(&tok).unwrap()["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert!(ids.len() >= 32, "{} tokens", ids.len());
+        let (st, _, _) = call(
+            &c,
+            "POST",
+            &format!("{u}/v1/completions"),
+            post(&json!({"prompt": prompt, "max_tokens": 1})),
+        )
+        .await;
+        assert_eq!(st, 200);
+        let m = tokio::time::timeout(Duration::from_secs(30), sub.recv())
+            .await
+            .expect("an event batch within 30 s")
+            .expect("a message");
+        let frames = m.into_vec();
+        assert_eq!(frames.len(), 3);
+        assert!(frames[0].is_empty(), "the default topic is empty");
+        assert_eq!(frames[1].as_ref(), 0u64.to_be_bytes());
+        let batch = rmpv::decode::read_value(&mut frames[2].as_ref()).expect("msgpack");
+        let a = batch.as_array().expect("[ts, events, rank]");
+        assert_eq!((a.len(), a[2].as_u64()), (3, Some(0)));
+        let get = |ev: &rmpv::Value, k: &str| -> rmpv::Value {
+            ev.as_map()
+                .unwrap()
+                .iter()
+                .find(|(key, _)| key.as_str() == Some(k))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no {k}"))
+        };
+        let evs = a[1].as_array().unwrap();
+        assert!(evs.len() >= 2, "{evs:?}");
+        for (i, ev) in evs.iter().take(2).enumerate() {
+            assert_eq!(get(ev, "type").as_str(), Some("BlockStored"));
+            assert_eq!(get(ev, "block_size").as_u64(), Some(16));
+            let toks: Vec<u64> = get(ev, "token_ids")
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|t| t.as_u64())
+                .collect();
+            assert_eq!(toks, ids[i * 16..(i + 1) * 16]);
+        }
+        assert!(get(&evs[0], "parent_block_hash").is_nil());
+        assert_eq!(get(&evs[1], "parent_block_hash"), get(&evs[0], "block_hashes")[0]);
+    });
+    s.stop();
+}

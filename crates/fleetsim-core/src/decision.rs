@@ -69,7 +69,7 @@ pub enum Branch {
     KvImbalanced,
     /// `loadaware`: best hit-minus-load score.
     LoadAwareScore,
-    /// Dynamo: lowest cost (or softmax sample).
+    /// Dynamo and vllm-router `kv_aware`: lowest cost (or softmax sample).
     DynamoCost,
     /// SGLang / vllm-router `cache_aware` below the threshold: the least-loaded worker.
     CacheAwareLeastLoad,

@@ -25,6 +25,11 @@ pub struct Launch<'a> {
     pub metrics_port: u16,
     /// Simulated seconds per wall second.
     pub speed: Speed,
+    /// Each backend's KV-event endpoint (`sim serve --kv-events`), in backend order; empty
+    /// when the policy reads none.
+    pub kv_endpoints: &'a [String],
+    /// The engines' KV block size, tokens.
+    pub block_tokens: u32,
 }
 
 /// One router's launch template.
@@ -113,7 +118,22 @@ fn with_poll(mut a: Vec<String>, flag: &str, poll: Option<u64>) -> Vec<String> {
 }
 
 fn vllm_router_args(l: &Launch, c: &Counterpart, poll: Option<u64>) -> Vec<String> {
-    with_poll(common(l, c), "--worker-startup-check-interval", poll)
+    let mut a = common(l, c);
+    if c.kv_events {
+        // One static source per worker (`--kv-event-source WORKER_URL=ENDPOINT`, repeated),
+        // their block size and model (without a model the index is unverified and credits
+        // nothing): py_src/vllm_router/router_args.py, src/kv_index/discovery.rs.
+        for (u, e) in l.urls.iter().zip(l.kv_endpoints) {
+            a.extend(["--kv-event-source".to_string(), format!("{u}={e}")]);
+        }
+        a.extend([
+            "--kv-event-block-size".to_string(),
+            l.block_tokens.to_string(),
+            "--kv-event-model".to_string(),
+            l.model.to_string(),
+        ]);
+    }
+    with_poll(a, "--worker-startup-check-interval", poll)
 }
 
 fn sglang_router_args(l: &Launch, c: &Counterpart, poll: Option<u64>) -> Vec<String> {

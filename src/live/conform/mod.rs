@@ -174,9 +174,19 @@ fn serve_through(o: &Options, t: &Template, exe: &Path, c: &Counterpart, log: &P
         header_timeout: ServeOptions::HEADER_TIMEOUT,
         body_timeout: ServeOptions::BODY_TIMEOUT,
         max_connections: ServeOptions::MAX_CONNECTIONS,
+        kv_events: c.kv_events.then(|| super::serve::kv_events::Options {
+            endpoint: super::serve::kv_events::Endpoint {
+                host: std::net::IpAddr::from([127, 0, 0, 1]),
+                port: 0,
+            },
+            replay: None,
+            topic: String::new(),
+        }),
     };
     let server = Server::start(cfg, &o.scenario.display().to_string(), &so)?;
     let (urls, model) = (server.urls.clone(), server.model.clone());
+    let kv_endpoints = server.kv_endpoints.clone();
+    let block_tokens = server.block_tokens;
     let through = (|| -> Result<(Vec<String>, Option<u64>, u64)> {
         let (port, metrics_port) = (free_port()?, free_port()?);
         let l = Launch {
@@ -185,6 +195,8 @@ fn serve_through(o: &Options, t: &Template, exe: &Path, c: &Counterpart, log: &P
             port,
             metrics_port,
             speed: o.speed,
+            kv_endpoints: &kv_endpoints,
+            block_tokens,
         };
         let (args, poll) = t.command(&l, c);
         let router = RouterProcess::start(exe, &args, log, port, o.start_timeout)?;

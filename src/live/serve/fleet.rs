@@ -85,6 +85,8 @@ pub struct Submit {
     pub reason: Reason,
     /// Where tokens go.
     pub tx: UnboundedSender<Ev>,
+    /// The token ids of its full blocks, for the KV events (empty when they are off).
+    pub kv_tokens: Vec<u32>,
 }
 
 /// Commands to the engine thread.
@@ -226,6 +228,8 @@ pub struct Shared {
     pub limits: BodyLimits,
     /// Lateness of streamed tokens (wall time written minus the engine's schedule), µs.
     pub lateness_us: Mutex<Vec<u32>>,
+    /// The backends publish KV events (`--kv-events`): requests carry their blocks' token ids.
+    pub kv_events: bool,
 }
 
 /// Bounds on one request's body.
@@ -310,6 +314,10 @@ pub struct Fleet {
     pending: VecDeque<(SimTime, Cmd)>,
     /// The simulated time every engine, event and command has been run to.
     reached: SimTime,
+    /// Per backend, what its KV events need (empty: `--kv-events` is off).
+    books: Vec<super::kv_events::Book>,
+    kv_scratch: Vec<crate::view::KvEvent>,
+    hash_scratch: Vec<u64>,
 }
 
 fn add(a: LiveCounters, b: LiveCounters) -> LiveCounters {
@@ -326,7 +334,14 @@ fn add(a: LiveCounters, b: LiveCounters) -> LiveCounters {
 
 impl Fleet {
     /// The fleet at simulated zero, each backend in its membership at time zero.
-    pub fn new(shared: Arc<Shared>, cfgs: Vec<VllmConfig>, initial: &[Membership], events: Vec<FleetEvent>) -> Fleet {
+    pub fn new(
+        shared: Arc<Shared>,
+        cfgs: Vec<VllmConfig>,
+        initial: &[Membership],
+        events: Vec<FleetEvent>,
+        books: Vec<super::kv_events::Book>,
+    ) -> Fleet {
+        let kv = !books.is_empty();
         let n = cfgs.len();
         let slots: Vec<u32> = cfgs.iter().map(|c| c.max_num_seqs).collect();
         let mut tracker = FleetTracker::new(&slots, true);
@@ -338,7 +353,7 @@ impl Fleet {
                     tracker.set_in_service(SimTime(0), BackendId::from_index(i), false);
                 }
                 Node {
-                    engine: fresh(c, &shared.faults, i),
+                    engine: fresh(c, &shared.faults, i, kv),
                     membership: initial[i],
                     outstanding: 0,
                     retired: LiveCounters::default(),
@@ -380,6 +395,9 @@ impl Fleet {
             merged: Vec::new(),
             pending: VecDeque::new(),
             reached: SimTime::ZERO,
+            books,
+            kv_scratch: Vec::new(),
+            hash_scratch: Vec::new(),
         }
     }
 
@@ -578,6 +596,12 @@ impl Fleet {
             },
         );
         self.nodes[b].outstanding += 1;
+        if let Some(book) = self.books.get_mut(b) {
+            let bt = self.cfgs[b].block_size_tokens;
+            let n = (s.kv_tokens.len() / bt.max(1) as usize).min((s.content.total_tokens() / bt.max(1)) as usize);
+            crate::content::block_hashes(&s.content, bt, n, &mut self.hash_scratch);
+            book.learn(&self.hash_scratch, &s.kv_tokens);
+        }
         self.nodes[b].engine.submit(now, s.id, s.content);
         self.collect(b);
         self.dispatch();
@@ -611,6 +635,11 @@ impl Fleet {
 
     /// Moves backend `b`'s emissions into the merge buffer.
     fn collect(&mut self, b: usize) {
+        if let Some(book) = self.books.get_mut(b) {
+            self.kv_scratch.clear();
+            self.nodes[b].engine.drain_kv_events(&mut self.kv_scratch);
+            book.publish(&self.kv_scratch);
+        }
         self.scratch.clear();
         self.nodes[b].engine.drain(&mut self.scratch);
         for &e in &self.scratch {
@@ -777,7 +806,10 @@ impl Fleet {
 
     fn join(&mut self, at: SimTime, b: usize) {
         if self.nodes[b].membership == Membership::Absent {
-            let old = std::mem::replace(&mut self.nodes[b].engine, fresh(&self.cfgs[b], &self.shared.faults, b));
+            let old = std::mem::replace(
+                &mut self.nodes[b].engine,
+                fresh(&self.cfgs[b], &self.shared.faults, b, !self.books.is_empty()),
+            );
             self.nodes[b].retired = add(self.nodes[b].retired, old.counters());
             self.nodes[b].engine.advance(at);
         }
@@ -803,9 +835,15 @@ impl Fleet {
             let _ = l.tx.send(Ev::Failed);
         }
         self.nodes[b].outstanding = 0;
-        let old = std::mem::replace(&mut self.nodes[b].engine, fresh(&self.cfgs[b], &self.shared.faults, b));
+        let old = std::mem::replace(
+            &mut self.nodes[b].engine,
+            fresh(&self.cfgs[b], &self.shared.faults, b, !self.books.is_empty()),
+        );
         self.nodes[b].retired = add(self.nodes[b].retired, old.counters());
         self.nodes[b].engine.advance(at);
+        if let Some(book) = self.books.get_mut(b) {
+            book.cleared();
+        }
         self.nodes[b].membership = Membership::Absent;
         self.nodes[b].restart_at = back;
         self.tracker.set(at, BackendId::from_index(b), 0, 0, 0);
@@ -858,8 +896,11 @@ impl Fleet {
 }
 
 /// A fresh engine for backend `i`, with its slowdown windows.
-fn fresh(cfg: &VllmConfig, faults: &[Fault], i: usize) -> LiveEngine {
+fn fresh(cfg: &VllmConfig, faults: &[Fault], i: usize, kv_events: bool) -> LiveEngine {
     let mut e = LiveEngine::new(cfg.clone());
+    if kv_events {
+        e.enable_kv_events();
+    }
     e.set_slowdowns(
         faults
             .iter()

@@ -339,6 +339,7 @@ struct Prepared {
     ask: Ask,
     id: RequestId,
     content: Content,
+    kv_tokens: Vec<u32>,
 }
 
 /// Parses and checks a completion request (work in proportion to the body, at most
@@ -391,12 +392,23 @@ async fn prepare(a: &App, chat: bool, bytes: Bytes, headers: HeaderMap) -> Resul
     let prompt = std::mem::take(&mut ask.prompt);
     let (tok, output_tokens) = (a.shared.tokenizer, ask.output_tokens);
     let tokens = u64::from(ask.prompt_tokens) + u64::from(output_tokens);
-    let content = maybe_off_thread(tokens > OFF_THREAD_TOKENS, move || {
-        tok.content(&prompt, output_tokens, id)
+    let kv = a.shared.kv_events;
+    let (content, kv_tokens) = maybe_off_thread(tokens > OFF_THREAD_TOKENS, move || {
+        let ids = if kv {
+            tok.block_token_ids(&prompt, output_tokens)
+        } else {
+            Vec::new()
+        };
+        (tok.content(&prompt, output_tokens, id), ids)
     })
     .await
     .ok_or_else(failed)?;
-    Ok(Prepared { ask, id, content })
+    Ok(Prepared {
+        ask,
+        id,
+        content,
+        kv_tokens,
+    })
 }
 
 async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Response {
@@ -405,7 +417,12 @@ async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Respons
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let Prepared { ask, id, content } = match prepare(&a, chat, bytes, headers).await {
+    let Prepared {
+        ask,
+        id,
+        content,
+        kv_tokens,
+    } = match prepare(&a, chat, bytes, headers).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -421,6 +438,7 @@ async fn complete(a: App, chat: bool, headers: HeaderMap, body: Body) -> Respons
         session: ask.session.clone(),
         reason: ask.reason,
         tx,
+        kv_tokens,
     };
     if a.shared.cmd.send(Cmd::Submit(Box::new(submit))).is_err() {
         return unavailable("the server is shutting down");

@@ -12,6 +12,7 @@
 
 pub mod fleet;
 pub mod http;
+pub mod kv_events;
 pub mod request;
 pub mod text;
 
@@ -58,6 +59,8 @@ pub struct Options {
     /// Most connections one backend holds open; past it a connection is answered 503 and
     /// closed.
     pub max_connections: usize,
+    /// Publish each backend's KV-cache events over ZMQ, as vLLM's `--kv-events-config`.
+    pub kv_events: Option<kv_events::Options>,
 }
 
 impl Options {
@@ -153,6 +156,7 @@ impl Plan {
                 body_timeout: o.body_timeout,
             },
             lateness_us: Mutex::new(Vec::new()),
+            kv_events: o.kv_events.is_some(),
         }
     }
 }
@@ -171,6 +175,12 @@ pub struct Server {
     pub urls_file: PathBuf,
     /// The served model name.
     pub model: String,
+    /// Each backend's KV-event PUB endpoint, in backend order (empty without `--kv-events`).
+    pub kv_endpoints: Vec<String>,
+    /// Each backend's replay endpoint (empty without `--kv-events-replay`).
+    pub kv_replay_endpoints: Vec<String>,
+    /// The engines' KV block size, tokens.
+    pub block_tokens: u32,
 }
 
 impl Server {
@@ -196,10 +206,31 @@ impl Server {
             .urls_file
             .clone()
             .unwrap_or_else(|| crate::output::default_out(&format!("{}.urls", cfg.name)));
+        let publishers = match &o.kv_events {
+            Some(k) => {
+                let caps: Vec<u32> = plan.cfgs.iter().map(|c| c.kv_blocks).collect();
+                Some(kv_events::Publishers::bind(&rt, k, &caps, plan.block_tokens)?)
+            }
+            None => None,
+        };
+        let (kv_endpoints, kv_replay_endpoints) = publishers
+            .as_ref()
+            .map(|p| (p.endpoints.clone(), p.replay_endpoints.clone()))
+            .unwrap_or_default();
         write_urls(&urls_file, &urls)?;
+        let books = match (publishers, &o.kv_events) {
+            (Some(p), Some(k)) => p.start(&rt, &k.topic, shutdown_rx.clone()),
+            _ => Vec::new(),
+        };
 
         // Everything is bound: start the engines and the servers.
-        let fleet = Fleet::new(shared.clone(), plan.cfgs, &plan.initial, cfg.fleet_events.clone());
+        let fleet = Fleet::new(
+            shared.clone(),
+            plan.cfgs,
+            &plan.initial,
+            cfg.fleet_events.clone(),
+            books,
+        );
         let engines = std::thread::Builder::new()
             .name("sim-serve-engines".into())
             .spawn(move || fleet.run(cmd_rx))
@@ -224,6 +255,9 @@ impl Server {
             urls,
             urls_file,
             model,
+            kv_endpoints,
+            kv_replay_endpoints,
+            block_tokens: plan.block_tokens,
         })
     }
 

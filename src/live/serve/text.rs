@@ -94,6 +94,28 @@ impl Tokenizer {
     }
 }
 
+impl Tokenizer {
+    /// The token ids of a request's full KV blocks, as [`Tokenizer::token_ids`] gives them:
+    /// the prompt's, then the generated filler tokens' as far as they fill whole blocks
+    /// (what a `BlockStored` event carries).
+    pub fn block_token_ids(&self, prompt: &str, output_tokens: u32) -> Vec<u32> {
+        let bt = u64::from(self.block_tokens.max(1));
+        let mut ids = self.token_ids(prompt);
+        let total = ids.len() as u64 + u64::from(output_tokens);
+        let full = (total / bt * bt) as usize;
+        let mut word = String::new();
+        let mut k = 0u32;
+        while ids.len() < full && k < output_tokens {
+            word.clear();
+            self.filler(k, &mut word);
+            ids.extend(self.token_ids(&word));
+            k += 1;
+        }
+        ids.truncate(full);
+        ids
+    }
+}
+
 /// How many tokens a request generates when the client lets the model stop (no
 /// `ignore_eos`): a length in 64..=512 from a hash of the prompt, so the same prompt
 /// always stops at the same token.

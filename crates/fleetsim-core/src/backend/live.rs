@@ -127,6 +127,16 @@ impl LiveEngine {
         }
     }
 
+    /// Records the prefix cache's block events from now on (`sim serve --kv-events`).
+    pub fn enable_kv_events(&mut self) {
+        self.engine.enable_kv_events();
+    }
+
+    /// Moves the block events recorded since the last call into `out`, in order.
+    pub fn drain_kv_events(&mut self, out: &mut Vec<crate::view::KvEvent>) {
+        self.engine.drain_kv_events(out);
+    }
+
     /// Steps starting inside these windows take longer (a degraded GPU).
     pub fn set_slowdowns(&mut self, windows: Vec<Slowdown>) {
         self.slowdowns = windows;

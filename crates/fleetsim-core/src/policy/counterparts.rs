@@ -30,6 +30,9 @@ pub struct Counterpart {
     pub poll_interval_s: Option<f64>,
     /// The model hashes the worker URLs: it must be given the live URLs.
     pub hashes_urls: bool,
+    /// The router reads vLLM's KV-cache events: the workers must publish them
+    /// (`sim serve --kv-events`) and the router be given each worker's endpoint.
+    pub kv_events: bool,
     /// Why this model, in one sentence, with the router's file.
     pub why: &'static str,
 }
@@ -76,6 +79,7 @@ const fn row(
         params: "",
         poll_interval_s: None,
         hashes_urls: false,
+        kv_events: false,
         why,
     }
 }
@@ -119,6 +123,17 @@ pub static COUNTERPARTS: &[Counterpart] = &[
             "--policy cache_aware",
             Some("sglang_cache_aware"),
             "the match rate above 0.3 follows the tree, else the least in-flight worker, ties to the first in the router's random worker order (src/policies/cache_aware.rs); it matches per worker on tokens from /render where the model matches text",
+        )
+    },
+    Counterpart {
+        kv_events: true,
+        ..row(
+            VLLM_ROUTER,
+            VLLM_ROUTER_VERSION,
+            "kv_aware",
+            "--policy kv_aware",
+            Some("vllm_router_kv_aware"),
+            "the least (prompt - cached device prefix + booked prefill) x (in-flight + 1), the prefix from each worker's vLLM KV events over ZMQ (--kv-event-source URL=tcp://...), ties to the first in the router's random worker order (src/policies/kv_aware.rs, src/kv_index/subscriber.rs)",
         )
     },
     Counterpart {

@@ -47,6 +47,7 @@ pub mod roundrobin;
 pub mod session;
 pub mod sgltree;
 pub mod sticky;
+pub mod vllm_kv_aware;
 
 use crate::ids::{BackendId, RequestId};
 use crate::rng::SimRng;

@@ -26,6 +26,7 @@ pub static REGISTRY: &[&dyn Entry] = &[
     &Registered::<super::consistent_hash::Kind>::ENTRY,
     &Registered::<super::sticky::Kind>::ENTRY,
     &Registered::<super::prefix_hash::Kind>::ENTRY,
+    &Registered::<super::vllm_kv_aware::Kind>::ENTRY,
 ];
 
 /// The entry of `kind`, if there is one.
