@@ -162,12 +162,15 @@ fn busiest(s: &Summary) -> Option<usize> {
         .max_by(|&a, &b| per_slot(a).total_cmp(&per_slot(b)).then(b.cmp(&a)))
 }
 
-/// Sessions' new placements on `hi` are concentrated: more than twice the fair share of
-/// the sessions placed anywhere, and at least 2.
+/// Sessions' new placements on `hi` are concentrated: at least 2, and more than twice the
+/// fair share of the sessions placed anywhere, or (on two backends, where twice the fair
+/// share is every session) more than halfway from the fair share to all of them.
 fn placements_concentrated(p: &Placements, s: &Summary, hi: usize) -> bool {
     let n = s.backends.len().max(1) as f64;
+    let total = p.order.len() as f64;
+    let fair = total / n;
     let on_hi = p.placed_on(hi).len() as f64;
-    on_hi >= 2.0 && on_hi > 2.0 * p.order.len() as f64 / n
+    on_hi >= 2.0 && on_hi > (2.0 * fair).min((fair + total) / 2.0)
 }
 
 /// trie monopoly: most of `hi`'s new sessions matched a prefix already cached there.
@@ -233,15 +236,17 @@ fn long_sessions(p: &Placements, s: &Summary, hi: usize) -> Option<Mechanism> {
     let turns: u32 = on.iter().map(|x| x.turns).sum();
     let stayed: Vec<&Session> = on.iter().filter(|x| x.last as usize == hi && x.turns > 1).collect();
     let followed: u32 = on.iter().map(|x| x.followed).sum();
-    let mean_elsewhere = {
-        let others: Vec<Session> = p
-            .order
-            .iter()
-            .map(|id| p.sessions[id])
-            .filter(|x| x.first as usize != hi)
-            .collect();
-        others.iter().map(|x| f64::from(x.turns)).sum::<f64>() / others.len().max(1) as f64
-    };
+    let others: Vec<Session> = p
+        .order
+        .iter()
+        .map(|id| p.sessions[id])
+        .filter(|x| x.first as usize != hi)
+        .collect();
+    if others.is_empty() {
+        // Every session started on `hi`: that is uneven spreading, not long sessions.
+        return None;
+    }
+    let mean_elsewhere = others.iter().map(|x| f64::from(x.turns)).sum::<f64>() / others.len() as f64;
     let mean_here = f64::from(turns) / on.len().max(1) as f64;
     let longest = on.iter().map(|x| x.turns).max().unwrap_or(0);
     if on.is_empty() || mean_here < 2.0 * mean_elsewhere || followed * 2 <= turns.saturating_sub(on.len() as u32) {

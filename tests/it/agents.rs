@@ -374,6 +374,27 @@ fn a_recorded_shared_part_piles_each_harness_onto_one_backend() {
     }
 }
 
+/// The run's answer names the cause: every session followed the trie to the backend that
+/// cached the harness's tool definitions first (a trie monopoly at threshold 0), not a few
+/// long sessions; on two backends, where "twice the fair share" is every session.
+#[test]
+fn the_recorded_shared_part_is_named_as_a_trie_monopoly() {
+    let o = sim()
+        .args(["run", "scenarios/trace-swe-tools.toml", "--no-files", "--no-seed-check"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let hint = out
+        .lines()
+        .find(|l| l.starts_with("hint [never-served]"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(hint.contains("cause (trie-monopoly)"), "{hint}");
+    assert!(hint.contains("router.policy.prefix_min_match_length="), "{hint}");
+    assert!(!hint.contains("long-session") && !hint.contains("-0.0"), "{hint}");
+}
+
 /// The SWE-like sample behind production-stack's prefix-aware router, lengths only, with
 /// `extra` keys on its trace table (`max_idle_gap_s = 60` unless `extra` says `idle`).
 fn swe_workload(extra: &str, seed: u64) -> (fleetsim::scenario::Scenario, fleetsim::workload::Workload) {
