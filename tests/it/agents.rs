@@ -278,26 +278,7 @@ fn inspect_and_bench_the_shipped_agent_samples() {
 /// The SWE-like agent sample behind production-stack's prefix-aware router (threshold 0),
 /// with `extra` keys on its trace table.
 fn swe_behind_prefixaware(extra: &str, seed: u64) -> fleetsim::metrics::Summary {
-    let text = format!(
-        r#"
-name = "swe-shared"
-[backends]
-count = 2
-[router.policy]
-kind = "prefixaware"
-[[workload.traces]]
-name = "swe"
-file = "{}/traces/swe_agent_sample.csv"
-mode = "closed"
-columns = {{ session = "session_id", turn = "step", start_unix_s = "start_unix_s", latency_s = "latency_s", input_tokens = "prompt_tokens", output_tokens = "completion_tokens" }}
-where = {{ is_error = false }}
-max_idle_gap_s = 60
-{extra}
-"#,
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let seed = seed.to_string();
-    let (s, w) = crate::common::inline(&text, &[("seed", seed.as_str())]);
+    let (s, w) = swe_workload(extra, seed);
     crate::common::run_full(&s, &w).summary
 }
 
@@ -402,7 +383,7 @@ fn swe_workload(extra: &str, seed: u64) -> (fleetsim::scenario::Scenario, fleets
     let extra = if extra == "idle" { "" } else { extra };
     let text = format!(
         r#"
-name = "swe-lengths"
+name = "swe-prefixaware"
 [backends]
 count = 2
 [router.policy]
