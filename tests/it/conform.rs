@@ -184,21 +184,21 @@ fn assert_plausible_draw(pair: &serde_json::Value, what: &str) {
     }
 }
 
-/// vllm-router's URL-hashing policies: `consistent_hash` puts every request where the
-/// model, given the live URLs, puts it (request for request per backend), and
-/// `sticky_least_loaded` agrees.
-#[test]
-fn url_hashing_models_place_sessions_as_vllm_router_does() {
-    let Some((_, exe)) = routers().into_iter().find(|(n, _)| *n == "vllm-router") else {
-        return;
-    };
+/// Runs `sim conform` on the small scenario against vllm-router alone (3 model seeds) with
+/// `policies`; the folder (kept alive by the returned tempdir) and its conform.json, or
+/// `None` when vllm-router is not installed.
+fn conform_vllm_router(policies: &[&str]) -> Option<(tempfile::TempDir, PathBuf, serde_json::Value)> {
+    let (_, exe) = routers().into_iter().find(|(n, _)| *n == "vllm-router")?;
     let dir = tempfile::tempdir().unwrap();
     let scen = write(dir.path(), "conform-small.toml", SCENARIO);
     let out = dir.path().join("conform");
-    let o = sim()
-        .args(["conform", scen.to_str().unwrap(), "--seeds", "3", "--speed", "4"])
-        .args(["--timeout", "120", "--quiet"])
-        .args(["--policy", "consistent_hash", "--policy", "sticky_least_loaded"])
+    let mut cmd = sim();
+    cmd.args(["conform", scen.to_str().unwrap(), "--seeds", "3", "--speed", "4"])
+        .args(["--timeout", "120", "--quiet"]);
+    for policy in policies {
+        cmd.args(["--policy", policy]);
+    }
+    let o = cmd
         .arg("--router")
         .arg(format!("vllm-router={}", exe.display()))
         .arg("--out")
@@ -211,6 +211,17 @@ fn url_hashing_models_place_sessions_as_vllm_router_does() {
         String::from_utf8_lossy(&o.stderr)
     );
     let v = json(&out.join("conform.json"));
+    Some((dir, out, v))
+}
+
+/// vllm-router's URL-hashing policies: `consistent_hash` puts every request where the
+/// model, given the live URLs, puts it (request for request per backend), and
+/// `sticky_least_loaded` agrees.
+#[test]
+fn url_hashing_models_place_sessions_as_vllm_router_does() {
+    let Some((_dir, _, v)) = conform_vllm_router(&["consistent_hash", "sticky_least_loaded"]) else {
+        return;
+    };
     let pairs = v["pairs"].as_array().unwrap();
     assert_eq!(pairs.len(), 2, "{v:#}");
     for p in pairs {
@@ -228,27 +239,9 @@ fn url_hashing_models_place_sessions_as_vllm_router_does() {
 /// agrees (it is deterministic at temperature 0: no draw to judge).
 #[test]
 fn kv_aware_model_agrees_with_vllm_router_on_served_kv_events() {
-    let Some((_, exe)) = routers().into_iter().find(|(n, _)| *n == "vllm-router") else {
+    let Some((_dir, out, v)) = conform_vllm_router(&["kv_aware"]) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let scen = write(dir.path(), "conform-small.toml", SCENARIO);
-    let out = dir.path().join("conform");
-    let o = sim()
-        .args(["conform", scen.to_str().unwrap(), "--seeds", "3", "--speed", "4"])
-        .args(["--timeout", "120", "--quiet", "--policy", "kv_aware"])
-        .arg("--router")
-        .arg(format!("vllm-router={}", exe.display()))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        out.join("conform.json").is_file(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v = json(&out.join("conform.json"));
     let p = &v["pairs"][0];
     assert_eq!(p["policy"], "kv_aware", "{v:#}");
     let args: Vec<&str> = p["command"]
